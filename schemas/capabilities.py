@@ -1,0 +1,127 @@
+"""Capability manifests: what can be executed, with which adapter and retry settings."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+
+class EffectType(StrEnum):
+    SEND_EMAIL = "SEND_EMAIL"
+    API_CALL = "API_CALL"
+    SOR_UPDATE = "SOR_UPDATE"
+    WEBHOOK_CALL = "WEBHOOK_CALL"
+    NONE = "NONE"
+
+
+class RetrySettings(BaseModel):
+    """Retries after the first attempt, with exponential backoff from ``base_delay_seconds``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_retries: int = Field(ge=0, le=20)
+    base_delay_seconds: float = Field(gt=0)
+    max_delay_seconds: float = Field(default=300.0, gt=0)
+
+
+RETRY_DEFAULTS: dict[EffectType, RetrySettings] = {
+    EffectType.SEND_EMAIL: RetrySettings(max_retries=3, base_delay_seconds=2.0),
+    EffectType.API_CALL: RetrySettings(max_retries=5, base_delay_seconds=1.0),
+    EffectType.SOR_UPDATE: RetrySettings(max_retries=1, base_delay_seconds=5.0),
+    EffectType.WEBHOOK_CALL: RetrySettings(max_retries=5, base_delay_seconds=1.0),
+    EffectType.NONE: RetrySettings(max_retries=0, base_delay_seconds=1.0),
+}
+
+
+class CapabilitySpec(BaseModel):
+    """A versioned capability manifest."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    version: str
+    adapter: str = Field(description="Adapter implementation name, e.g. 'http' or 'echo'.")
+    adapter_id: str = Field(description="Adapter identity recorded on receipts.")
+    description: str = ""
+    effect_type: EffectType
+    required_scopes: tuple[str, ...] = ()
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    retry: RetrySettings | None = None
+    requires_approval: bool = False
+
+    @property
+    def retry_settings(self) -> RetrySettings:
+        return self.retry or RETRY_DEFAULTS[self.effect_type]
+
+
+class HttpRequestInput(BaseModel):
+    """Input of ``http.request``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
+    url: HttpUrl
+    headers: dict[str, str] = Field(default_factory=dict)
+    json_body: Any = Field(default=None, alias="json")
+
+
+class EchoInput(BaseModel):
+    """Input of ``demo.echo``: any JSON object, returned as it is."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+INPUT_MODELS: dict[str, type[BaseModel]] = {
+    "http": HttpRequestInput,
+    "echo": EchoInput,
+}
+
+BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
+    CapabilitySpec(
+        id="demo.echo",
+        version="1.0.0",
+        adapter="echo",
+        adapter_id="echo-adapter-v1",
+        description="Offline: returns its input. For trying Moat out.",
+        effect_type=EffectType.NONE,
+        timeout_seconds=5.0,
+    ),
+    CapabilitySpec(
+        id="http.request",
+        version="1.0.0",
+        adapter="http",
+        adapter_id="http-adapter-v1",
+        description="A generic HTTP call to an allowed host, with Idempotency-Key sent.",
+        effect_type=EffectType.API_CALL,
+        timeout_seconds=30.0,
+    ),
+)
+
+
+class CapabilityCatalog:
+    """Capabilities by id and version; the newest version answers when none is asked for."""
+
+    def __init__(self, specs: tuple[CapabilitySpec, ...] = BUILTIN_CAPABILITIES) -> None:
+        self._specs: dict[str, dict[str, CapabilitySpec]] = {}
+        for spec in specs:
+            self._specs.setdefault(spec.id, {})[spec.version] = spec
+
+    def get(self, capability_id: str, version: str | None = None) -> CapabilitySpec | None:
+        versions = self._specs.get(capability_id)
+        if not versions:
+            return None
+        if version is not None:
+            return versions.get(version)
+        return versions[max(versions, key=_semver_key)]
+
+    def all(self) -> list[CapabilitySpec]:
+        return [s for versions in self._specs.values() for s in versions.values()]
+
+    def input_model(self, spec: CapabilitySpec) -> type[BaseModel]:
+        return INPUT_MODELS[spec.adapter]
+
+
+def _semver_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))

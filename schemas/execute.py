@@ -1,0 +1,105 @@
+"""The execute request, the response envelope and the error body (seed 004)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.records import ExecutionStatus, Receipt
+
+SUPPORTED_SCHEMA_VERSIONS = ("1",)
+MAX_IDEMPOTENCY_KEY_LENGTH = 256
+
+
+class ExecuteRequest(BaseModel):
+    """Body of ``POST /v1/executions``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: str = Field(description='Request schema version; "1".')
+    capability_id: str = Field(min_length=1, max_length=200)
+    capability_version: str | None = Field(default=None, max_length=50)
+    input: dict[str, Any]
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH
+    )
+    connection_id: str | None = Field(default=None, max_length=200)
+
+
+class EnvelopeStatus(StrEnum):
+    ACCEPTED = "accepted"
+    PLANNED = "planned"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Envelope(BaseModel):
+    """Every answer of the execute API, success or not."""
+
+    receipt_id: str | None = None
+    trace_id: str
+    status: EnvelopeStatus
+    idempotency_key: str | None = None
+    workflow_id: str | None = None
+    run_id: str | None = None
+    receipt: Receipt | None = None
+    error: ErrorBody | None = None
+
+
+ERROR_MESSAGES: dict[str, str] = {
+    "provider_rate_limited": "The provider rate-limited the call and retries ran out.",
+    "provider_auth_failure": "The provider refused the credentials (401/403).",
+    "provider_server_error": "The provider failed with a server error and retries ran out.",
+    "provider_not_found": "The provider answered 404 Not Found.",
+    "provider_invalid_input": "The provider rejected the input (4xx).",
+    "timeout": "The provider did not answer within the capability's timeout.",
+    "network_error": "The provider could not be reached (DNS, connection or TLS failure).",
+    "gateway_error": "Moat failed internally; the trace id identifies the fault.",
+    "policy_denied": "Policy denied the execution.",
+    "budget_exceeded": "The tenant's budget for this capability is used up for the period.",
+    "host_not_allowed": "The target host is not allowed (loopback/private or not allow-listed).",
+    "unknown": "The execution failed for an unknown reason.",
+}
+
+
+def envelope_for_receipt(receipt: Receipt) -> tuple[int, Envelope]:
+    """The HTTP status and envelope for a finished execution, fresh or replayed alike."""
+    if receipt.status == ExecutionStatus.SUCCESS:
+        return 200, Envelope(
+            receipt_id=receipt.id,
+            trace_id=receipt.trace_id,
+            status=EnvelopeStatus.EXECUTED,
+            idempotency_key=receipt.idempotency_key,
+            workflow_id=receipt.workflow_id,
+            run_id=receipt.run_id,
+            receipt=receipt,
+        )
+    code = receipt.error_code or "unknown"
+    details: dict[str, Any] = {"receipt_status": receipt.status.value}
+    if receipt.http_status is not None:
+        details["provider_status"] = receipt.http_status
+    http_status: Literal[403, 500, 502]
+    if receipt.status == ExecutionStatus.POLICY_DENIED:
+        http_status = 403
+    elif code == "gateway_error":
+        http_status = 500
+    else:
+        http_status = 502
+    return http_status, Envelope(
+        receipt_id=receipt.id,
+        trace_id=receipt.trace_id,
+        status=EnvelopeStatus.FAILED,
+        idempotency_key=receipt.idempotency_key,
+        workflow_id=receipt.workflow_id,
+        run_id=receipt.run_id,
+        receipt=receipt,
+        error=ErrorBody(code=code, message=ERROR_MESSAGES.get(code, code), details=details),
+    )

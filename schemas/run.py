@@ -1,0 +1,111 @@
+"""Inputs and outputs of the ``ExecuteCapability`` workflow and its activities.
+
+One pydantic model per workflow and activity, so fields can be added compatibly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from schemas.capabilities import CapabilitySpec
+from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
+
+WORKFLOW_NAME = "ExecuteCapability"
+
+
+class ExecuteWorkflowInput(BaseModel):
+    """Everything a run needs; resolved at ingest so the run is deterministic."""
+
+    receipt_id: str
+    tenant_id: str
+    idempotency_key: str
+    input_hash: str
+    capability: CapabilitySpec
+    input: dict[str, Any]
+    connection_id: str | None = None
+    request_id: str
+    trace_id: str
+    submitted_at: datetime
+    is_synthetic: bool = False
+    idempotency_ttl_seconds: int = 24 * 3600
+    local_activities: bool = True
+
+
+class PolicyInput(BaseModel):
+    receipt_id: str
+    tenant_id: str
+    idempotency_key: str
+    input_hash: str
+    capability: CapabilitySpec
+    workflow_id: str
+    run_id: str
+    idempotency_ttl_seconds: int
+    is_synthetic: bool = False
+
+
+class PolicyOutcome(BaseModel):
+    """The decision, plus the receipt already stored for the key when there is one."""
+
+    policy_decision_id: str
+    decision: Decision
+    rule_hit: RuleHit
+    mode: PolicyMode
+    existing_receipt: Receipt | None = None
+    reason: str = ""
+
+
+class AdapterInput(BaseModel):
+    tenant_id: str
+    capability: CapabilitySpec
+    input: dict[str, Any]
+    connection_id: str | None = None
+    idempotency_key: str = Field(description="Sent downstream as Idempotency-Key.")
+    trace_id: str
+
+
+class AdapterOutput(BaseModel):
+    http_status: int | None = None
+    output_hash: str
+    output: Any = Field(default=None, description="The redacted output.")
+
+
+class AdapterFailure(BaseModel):
+    """Details attached to an adapter's ApplicationError."""
+
+    taxonomy: ErrorTaxonomy
+    http_status: int | None = None
+    message: str = ""
+
+
+class RecordInput(BaseModel):
+    """One attempt's outcome, to be written as receipt + outcome event (+ budget)."""
+
+    receipt_id: str
+    tenant_id: str
+    idempotency_key: str
+    input_hash: str
+    capability: CapabilitySpec
+    connection_id: str | None = None
+    request_id: str
+    trace_id: str
+    submitted_at: datetime
+    workflow_id: str
+    run_id: str
+    policy_decision_id: str
+    is_synthetic: bool = False
+    success: bool
+    status: str
+    error_code: str | None = None
+    taxonomy: ErrorTaxonomy = ErrorTaxonomy.NONE
+    http_status: int | None = None
+    output_hash: str | None = None
+
+
+class ExecuteResult(BaseModel):
+    """What a run returns: its receipt, and whether that receipt already existed."""
+
+    receipt: Receipt
+    replayed: bool = False

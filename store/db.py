@@ -1,0 +1,36 @@
+"""Engines, sessions and migrations. The boundary (request, activity attempt) owns the
+transaction; repository functions take the session and only flush."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    """An async engine (psycopg 3) for ``postgresql+psycopg://`` URLs."""
+    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
+                               pool_pre_ping=False)
+
+
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Run Alembic migrations up to ``revision`` (synchronously, as the owner role)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    finally:
+        engine.dispose()

@@ -1,0 +1,167 @@
+"""SQLAlchemy 2 tables. Alembic revisions under ``store/migrations`` create them.
+
+Receipts, outcome events and policy decisions are write-once: triggers in the migration
+make the database itself reject UPDATE and DELETE on them.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _tz() -> DateTime:
+    return DateTime(timezone=True)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    policy_mode: Mapped[str] = mapped_column(String(16), default="standard")
+    allow_bypass: Mapped[bool] = mapped_column(Boolean, default=False)
+    idempotency_ttl_seconds: Mapped[int] = mapped_column(Integer, default=86400)
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class IdempotencyClaim(Base):
+    """Which execution holds a tenant's idempotency key, until when. Re-armed after the TTL."""
+
+    __tablename__ = "idempotency_keys"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    idempotency_key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    receipt_id: Mapped[str] = mapped_column(String(64))
+    input_hash: Mapped[str] = mapped_column(String(80))
+    workflow_id: Mapped[str] = mapped_column(String(300))
+    first_seen_at: Mapped[datetime] = mapped_column(_tz())
+    expires_at: Mapped[datetime] = mapped_column(_tz())
+
+
+class ReceiptRow(Base):
+    __tablename__ = "receipts"
+    __table_args__ = (
+        Index("ix_receipts_tenant_key", "tenant_id", "idempotency_key", "timestamp"),
+        Index("ix_receipts_tenant_time", "tenant_id", "timestamp"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    capability_id: Mapped[str] = mapped_column(String(200))
+    capability_version: Mapped[str] = mapped_column(String(50))
+    adapter_id: Mapped[str] = mapped_column(String(100))
+    connection_id: Mapped[str] = mapped_column(String(200))
+    request_id: Mapped[str] = mapped_column(String(64))
+    timestamp: Mapped[datetime] = mapped_column(_tz())
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str] = mapped_column(String(256))
+    input_hash: Mapped[str] = mapped_column(String(80))
+    output_hash: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    status: Mapped[str] = mapped_column(String(20))
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    policy_decision_id: Mapped[str] = mapped_column(String(64))
+    is_synthetic: Mapped[bool] = mapped_column(Boolean, default=False)
+    workflow_id: Mapped[str] = mapped_column(String(300))
+    run_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(64))
+    recorded_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class OutcomeEventRow(Base):
+    """Partitioned by month on ``timestamp`` (declared in the migration)."""
+
+    __tablename__ = "outcome_events"
+    __table_args__ = (
+        Index("ix_outcome_events_capability_time", "capability_id", "capability_version",
+              "timestamp"),
+        {"postgresql_partition_by": "RANGE (timestamp)"},
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    timestamp: Mapped[datetime] = mapped_column(_tz(), primary_key=True)
+    receipt_id: Mapped[str] = mapped_column(String(64))
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    capability_id: Mapped[str] = mapped_column(String(200))
+    capability_version: Mapped[str] = mapped_column(String(50))
+    adapter_id: Mapped[str] = mapped_column(String(100))
+    success: Mapped[bool] = mapped_column(Boolean)
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    error_taxonomy: Mapped[str] = mapped_column(String(40))
+    http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    is_synthetic: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class PolicyDecisionRow(Base):
+    __tablename__ = "policy_decisions"
+    __table_args__ = (Index("ix_policy_decisions_tenant_time", "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    receipt_id: Mapped[str] = mapped_column(String(64), index=True)
+    capability_id: Mapped[str] = mapped_column(String(200))
+    idempotency_key: Mapped[str] = mapped_column(String(256))
+    mode: Mapped[str] = mapped_column(String(16))
+    decision: Mapped[str] = mapped_column(String(16))
+    rule_hit: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    is_synthetic: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class Budget(Base):
+    __tablename__ = "budgets"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    capability_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    limit: Mapped[int] = mapped_column(BigInteger)
+    period: Mapped[str] = mapped_column(String(8))
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class BudgetUsage(Base):
+    __tablename__ = "budget_usage"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    capability_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    period: Mapped[str] = mapped_column(String(8), primary_key=True)
+    period_start: Mapped[date] = mapped_column(Date, primary_key=True)
+    used: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,0 +1,300 @@
+"""Queries. Each takes the session first and only flushes; the caller commits."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.records import OutcomeEvent, Receipt
+from store.models import (
+    ApiKey,
+    Budget,
+    BudgetUsage,
+    IdempotencyClaim,
+    OutcomeEventRow,
+    PolicyDecisionRow,
+    ReceiptRow,
+    Tenant,
+)
+
+API_KEY_PREFIX = "moat"
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+# --- tenants and API keys -------------------------------------------------------------
+
+
+async def create_tenant(
+    session: AsyncSession, name: str, *, idempotency_ttl_seconds: int = 86400,
+    policy_mode: str = "standard",
+) -> Tenant:
+    tenant = Tenant(
+        id="ten_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16)),
+        name=name,
+        policy_mode=policy_mode,
+        idempotency_ttl_seconds=idempotency_ttl_seconds,
+        allow_bypass=False,
+    )
+    session.add(tenant)
+    await session.flush()
+    return tenant
+
+
+async def get_tenant(session: AsyncSession, tenant_id: str) -> Tenant | None:
+    return await session.get(Tenant, tenant_id)
+
+
+async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant | None:
+    result = await session.execute(select(Tenant).where(Tenant.name == name))
+    return result.scalar_one_or_none()
+
+
+def _hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") -> str:
+    """Create a key and return it in full (``moat_<id>_<secret>``); only its hash is kept."""
+    key_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
+    secret = secrets.token_urlsafe(32)
+    session.add(ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret),
+                       name=name))
+    await session.flush()
+    return f"{API_KEY_PREFIX}_{key_id}_{secret}"
+
+
+@dataclass(frozen=True)
+class AuthenticatedTenant:
+    tenant_id: str
+    key_id: str
+    policy_mode: str
+    idempotency_ttl_seconds: int
+
+
+async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTenant | None:
+    """The tenant a presented API key belongs to, or None (unknown, malformed, revoked)."""
+    parts = presented.split("_", 2)
+    if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
+        return None
+    row = (
+        await session.execute(
+            select(ApiKey.secret_hash, ApiKey.revoked_at, Tenant.id, Tenant.policy_mode,
+                   Tenant.idempotency_ttl_seconds)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(ApiKey.id == parts[1])
+        )
+    ).one_or_none()
+    # Hash even when the id is unknown, so timing does not tell ids apart.
+    candidate = _hash_secret(parts[2])
+    if row is None:
+        hmac.compare_digest(candidate, "0" * 64)
+        return None
+    secret_hash, revoked_at, tenant_id, mode, ttl = row
+    if not hmac.compare_digest(candidate, secret_hash) or revoked_at is not None:
+        return None
+    return AuthenticatedTenant(tenant_id=tenant_id, key_id=parts[1], policy_mode=mode,
+                               idempotency_ttl_seconds=ttl)
+
+
+# --- idempotency ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    receipt_id: str
+    input_hash: str
+    workflow_id: str
+    first_seen_at: datetime
+    expires_at: datetime
+
+
+def _claim(row: IdempotencyClaim) -> Claim:
+    return Claim(receipt_id=row.receipt_id, input_hash=row.input_hash,
+                 workflow_id=row.workflow_id, first_seen_at=row.first_seen_at,
+                 expires_at=row.expires_at)
+
+
+async def find_live_claim(
+    session: AsyncSession, tenant_id: str, key: str, now: datetime
+) -> tuple[Claim, Receipt | None] | None:
+    """The unexpired claim on a key, with its receipt once recorded."""
+    result = await session.execute(
+        select(IdempotencyClaim, ReceiptRow)
+        .outerjoin(ReceiptRow, ReceiptRow.id == IdempotencyClaim.receipt_id)
+        .where(IdempotencyClaim.tenant_id == tenant_id,
+               IdempotencyClaim.idempotency_key == key,
+               IdempotencyClaim.expires_at > now)
+    )
+    row = result.one_or_none()
+    if row is None:
+        return None
+    claim, receipt = row
+    return _claim(claim), (to_receipt(receipt) if receipt is not None else None)
+
+
+async def claim_key(
+    session: AsyncSession, *, tenant_id: str, key: str, receipt_id: str, input_hash: str,
+    workflow_id: str, now: datetime, ttl_seconds: int,
+) -> Claim:
+    """Claim a key for an execution, or re-arm it once expired; returns the holder.
+
+    The holder is this execution when its ``receipt_id`` comes back, another one otherwise.
+    """
+    values = {
+        "tenant_id": tenant_id, "idempotency_key": key, "receipt_id": receipt_id,
+        "input_hash": input_hash, "workflow_id": workflow_id, "first_seen_at": now,
+        "expires_at": now + timedelta(seconds=ttl_seconds),
+    }
+    stmt = insert(IdempotencyClaim).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[IdempotencyClaim.tenant_id, IdempotencyClaim.idempotency_key],
+        set_={k: stmt.excluded[k] for k in
+              ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")},
+        where=IdempotencyClaim.expires_at <= now,
+    ).returning(IdempotencyClaim)
+    won = (await session.execute(stmt)).scalar_one_or_none()
+    if won is not None:
+        return _claim(won)
+    held = await session.get(IdempotencyClaim, (tenant_id, key), populate_existing=True)
+    assert held is not None
+    return _claim(held)
+
+
+# --- receipts and outcome events ------------------------------------------------------
+
+
+def to_receipt(row: ReceiptRow) -> Receipt:
+    return Receipt.model_validate(row, from_attributes=True)
+
+
+async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
+    """Insert a receipt; False when one with this id already exists (a retried step)."""
+    stmt = (
+        insert(ReceiptRow)
+        .values(**receipt.model_dump(mode="python"))
+        .on_conflict_do_nothing(index_elements=[ReceiptRow.id])
+        .returning(ReceiptRow.id)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none() is not None
+
+
+async def get_receipt(session: AsyncSession, tenant_id: str, receipt_id: str) -> Receipt | None:
+    row = (
+        await session.execute(
+            select(ReceiptRow).where(ReceiptRow.id == receipt_id,
+                                     ReceiptRow.tenant_id == tenant_id)
+        )
+    ).scalar_one_or_none()
+    return to_receipt(row) if row is not None else None
+
+
+async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> None:
+    session.add(OutcomeEventRow(**event.model_dump(mode="python")))
+    await session.flush()
+
+
+# --- policy decisions -----------------------------------------------------------------
+
+
+async def insert_policy_decision(
+    session: AsyncSession, *, id: str, tenant_id: str, receipt_id: str, capability_id: str,
+    idempotency_key: str, mode: str, decision: str, rule_hit: str, reason: str = "",
+    is_synthetic: bool = False,
+) -> PolicyDecisionRow:
+    """Record a decision; a retried step with the same id gets the first one back."""
+    stmt = (
+        insert(PolicyDecisionRow)
+        .values(id=id, tenant_id=tenant_id, receipt_id=receipt_id, capability_id=capability_id,
+                idempotency_key=idempotency_key, mode=mode, decision=decision,
+                rule_hit=rule_hit, reason=reason, is_synthetic=is_synthetic)
+        .on_conflict_do_nothing(index_elements=[PolicyDecisionRow.id])
+    )
+    await session.execute(stmt)
+    row = await session.get(PolicyDecisionRow, id)
+    assert row is not None
+    return row
+
+
+# --- budgets ---------------------------------------------------------------------------
+
+
+def period_start(period: str, now: datetime) -> date:
+    today = now.date()
+    return today.replace(day=1) if period == "month" else today
+
+
+async def set_budget(
+    session: AsyncSession, tenant_id: str, capability_id: str, limit: int, period: str
+) -> None:
+    stmt = insert(Budget).values(tenant_id=tenant_id, capability_id=capability_id,
+                                 limit=limit, period=period)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[Budget.tenant_id, Budget.capability_id],
+        set_={"limit": stmt.excluded.limit, "period": stmt.excluded.period,
+              "updated_at": func.now()},
+    )
+    await session.execute(stmt)
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    limit: int
+    period: str
+    used: int
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.limit
+
+
+async def budget_state(
+    session: AsyncSession, tenant_id: str, capability_id: str, now: datetime
+) -> BudgetState | None:
+    budget = await session.get(Budget, (tenant_id, capability_id))
+    if budget is None:
+        return None
+    used = (
+        await session.execute(
+            select(BudgetUsage.used).where(
+                BudgetUsage.tenant_id == tenant_id,
+                BudgetUsage.capability_id == capability_id,
+                BudgetUsage.period == budget.period,
+                BudgetUsage.period_start == period_start(budget.period, now),
+            )
+        )
+    ).scalar_one_or_none()
+    return BudgetState(limit=budget.limit, period=budget.period, used=used or 0)
+
+
+async def increment_budget(
+    session: AsyncSession, tenant_id: str, capability_id: str, now: datetime
+) -> None:
+    """Count one successful execution against the budget of its period, if one is set."""
+    budget = await session.get(Budget, (tenant_id, capability_id))
+    if budget is None:
+        return
+    stmt = insert(BudgetUsage).values(
+        tenant_id=tenant_id, capability_id=capability_id, period=budget.period,
+        period_start=period_start(budget.period, now), used=1,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[BudgetUsage.tenant_id, BudgetUsage.capability_id, BudgetUsage.period,
+                        BudgetUsage.period_start],
+        set_={"used": BudgetUsage.used + 1},
+    )
+    await session.execute(stmt)
+
+
+async def ensure_outcome_partitions(session: AsyncSession, now: datetime, months: int = 3) -> None:
+    await session.execute(select(func.moat_ensure_outcome_partitions(now, months)))
+
+
+
