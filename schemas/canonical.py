@@ -72,9 +72,7 @@ def is_secret_value(value: str) -> bool:
 def redact(value: Any) -> Any:
     """A deep copy of ``value`` with every secret replaced by ``"[REDACTED]"``."""
     if isinstance(value, dict):
-        return {
-            k: (REDACTED if is_secret_key(str(k)) else redact(v)) for k, v in value.items()
-        }
+        return {k: (REDACTED if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if isinstance(value, str) and is_secret_value(value):

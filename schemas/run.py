@@ -5,6 +5,7 @@ One pydantic model per workflow and activity, so fields can be added compatibly.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any
 
@@ -109,3 +110,16 @@ class ExecuteResult(BaseModel):
 
     receipt: Receipt
     replayed: bool = False
+
+
+def workflow_id_for(tenant_id: str, idempotency_key: str) -> str:
+    """The run's workflow id: one per tenant and idempotency key (hashed, so any key fits)."""
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+    return f"exec/{tenant_id}/{digest}"
+
+
+def downstream_idempotency_key(workflow_id: str, receipt_id: str, step: str) -> str:
+    """The ``Idempotency-Key`` an adapter sends: stable across activity retries and workflow
+    resets (never the run id or attempt), new for a new execution after the TTL."""
+    digest = hashlib.sha256(f"{workflow_id}|{receipt_id}|{step}".encode()).hexdigest()
+    return f"moat-{digest[:48]}"

@@ -8,15 +8,21 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     """An async engine (psycopg 3) for ``postgresql+psycopg://`` URLs."""
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
-                               pool_pre_ping=False)
+    return create_async_engine(
+        url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=False
+    )
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

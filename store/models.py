@@ -111,8 +111,9 @@ class OutcomeEventRow(Base):
 
     __tablename__ = "outcome_events"
     __table_args__ = (
-        Index("ix_outcome_events_capability_time", "capability_id", "capability_version",
-              "timestamp"),
+        Index(
+            "ix_outcome_events_capability_time", "capability_id", "capability_version", "timestamp"
+        ),
         {"postgresql_partition_by": "RANGE (timestamp)"},
     )
 

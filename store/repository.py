@@ -33,7 +33,10 @@ _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 async def create_tenant(
-    session: AsyncSession, name: str, *, idempotency_ttl_seconds: int = 86400,
+    session: AsyncSession,
+    name: str,
+    *,
+    idempotency_ttl_seconds: int = 86400,
     policy_mode: str = "standard",
 ) -> Tenant:
     tenant = Tenant(
@@ -65,8 +68,7 @@ async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") 
     """Create a key and return it in full (``moat_<id>_<secret>``); only its hash is kept."""
     key_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
     secret = secrets.token_urlsafe(32)
-    session.add(ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret),
-                       name=name))
+    session.add(ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret), name=name))
     await session.flush()
     return f"{API_KEY_PREFIX}_{key_id}_{secret}"
 
@@ -86,8 +88,13 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
         return None
     row = (
         await session.execute(
-            select(ApiKey.secret_hash, ApiKey.revoked_at, Tenant.id, Tenant.policy_mode,
-                   Tenant.idempotency_ttl_seconds)
+            select(
+                ApiKey.secret_hash,
+                ApiKey.revoked_at,
+                Tenant.id,
+                Tenant.policy_mode,
+                Tenant.idempotency_ttl_seconds,
+            )
             .join(Tenant, Tenant.id == ApiKey.tenant_id)
             .where(ApiKey.id == parts[1])
         )
@@ -100,8 +107,9 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     secret_hash, revoked_at, tenant_id, mode, ttl = row
     if not hmac.compare_digest(candidate, secret_hash) or revoked_at is not None:
         return None
-    return AuthenticatedTenant(tenant_id=tenant_id, key_id=parts[1], policy_mode=mode,
-                               idempotency_ttl_seconds=ttl)
+    return AuthenticatedTenant(
+        tenant_id=tenant_id, key_id=parts[1], policy_mode=mode, idempotency_ttl_seconds=ttl
+    )
 
 
 # --- idempotency ----------------------------------------------------------------------
@@ -109,6 +117,7 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
 
 @dataclass(frozen=True)
 class Claim:
+    key: str
     receipt_id: str
     input_hash: str
     workflow_id: str
@@ -117,9 +126,14 @@ class Claim:
 
 
 def _claim(row: IdempotencyClaim) -> Claim:
-    return Claim(receipt_id=row.receipt_id, input_hash=row.input_hash,
-                 workflow_id=row.workflow_id, first_seen_at=row.first_seen_at,
-                 expires_at=row.expires_at)
+    return Claim(
+        key=row.idempotency_key,
+        receipt_id=row.receipt_id,
+        input_hash=row.input_hash,
+        workflow_id=row.workflow_id,
+        first_seen_at=row.first_seen_at,
+        expires_at=row.expires_at,
+    )
 
 
 async def find_live_claim(
@@ -129,9 +143,11 @@ async def find_live_claim(
     result = await session.execute(
         select(IdempotencyClaim, ReceiptRow)
         .outerjoin(ReceiptRow, ReceiptRow.id == IdempotencyClaim.receipt_id)
-        .where(IdempotencyClaim.tenant_id == tenant_id,
-               IdempotencyClaim.idempotency_key == key,
-               IdempotencyClaim.expires_at > now)
+        .where(
+            IdempotencyClaim.tenant_id == tenant_id,
+            IdempotencyClaim.idempotency_key == key,
+            IdempotencyClaim.expires_at > now,
+        )
     )
     row = result.one_or_none()
     if row is None:
@@ -140,24 +156,52 @@ async def find_live_claim(
     return _claim(claim), (to_receipt(receipt) if receipt is not None else None)
 
 
+async def find_claim_by_receipt(
+    session: AsyncSession, tenant_id: str, receipt_id: str
+) -> Claim | None:
+    """The claim an execution made on its key (a run still in progress has no receipt)."""
+    row = (
+        await session.execute(
+            select(IdempotencyClaim).where(
+                IdempotencyClaim.tenant_id == tenant_id,
+                IdempotencyClaim.receipt_id == receipt_id,
+            )
+        )
+    ).scalar_one_or_none()
+    return _claim(row) if row is not None else None
+
+
 async def claim_key(
-    session: AsyncSession, *, tenant_id: str, key: str, receipt_id: str, input_hash: str,
-    workflow_id: str, now: datetime, ttl_seconds: int,
+    session: AsyncSession,
+    *,
+    tenant_id: str,
+    key: str,
+    receipt_id: str,
+    input_hash: str,
+    workflow_id: str,
+    now: datetime,
+    ttl_seconds: int,
 ) -> Claim:
     """Claim a key for an execution, or re-arm it once expired; returns the holder.
 
     The holder is this execution when its ``receipt_id`` comes back, another one otherwise.
     """
     values = {
-        "tenant_id": tenant_id, "idempotency_key": key, "receipt_id": receipt_id,
-        "input_hash": input_hash, "workflow_id": workflow_id, "first_seen_at": now,
+        "tenant_id": tenant_id,
+        "idempotency_key": key,
+        "receipt_id": receipt_id,
+        "input_hash": input_hash,
+        "workflow_id": workflow_id,
+        "first_seen_at": now,
         "expires_at": now + timedelta(seconds=ttl_seconds),
     }
     stmt = insert(IdempotencyClaim).values(**values)
     stmt = stmt.on_conflict_do_update(
         index_elements=[IdempotencyClaim.tenant_id, IdempotencyClaim.idempotency_key],
-        set_={k: stmt.excluded[k] for k in
-              ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")},
+        set_={
+            k: stmt.excluded[k]
+            for k in ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")
+        },
         where=IdempotencyClaim.expires_at <= now,
     ).returning(IdempotencyClaim)
     won = (await session.execute(stmt)).scalar_one_or_none()
@@ -189,8 +233,7 @@ async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
 async def get_receipt(session: AsyncSession, tenant_id: str, receipt_id: str) -> Receipt | None:
     row = (
         await session.execute(
-            select(ReceiptRow).where(ReceiptRow.id == receipt_id,
-                                     ReceiptRow.tenant_id == tenant_id)
+            select(ReceiptRow).where(ReceiptRow.id == receipt_id, ReceiptRow.tenant_id == tenant_id)
         )
     ).scalar_one_or_none()
     return to_receipt(row) if row is not None else None
@@ -205,16 +248,34 @@ async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> No
 
 
 async def insert_policy_decision(
-    session: AsyncSession, *, id: str, tenant_id: str, receipt_id: str, capability_id: str,
-    idempotency_key: str, mode: str, decision: str, rule_hit: str, reason: str = "",
+    session: AsyncSession,
+    *,
+    id: str,
+    tenant_id: str,
+    receipt_id: str,
+    capability_id: str,
+    idempotency_key: str,
+    mode: str,
+    decision: str,
+    rule_hit: str,
+    reason: str = "",
     is_synthetic: bool = False,
 ) -> PolicyDecisionRow:
     """Record a decision; a retried step with the same id gets the first one back."""
     stmt = (
         insert(PolicyDecisionRow)
-        .values(id=id, tenant_id=tenant_id, receipt_id=receipt_id, capability_id=capability_id,
-                idempotency_key=idempotency_key, mode=mode, decision=decision,
-                rule_hit=rule_hit, reason=reason, is_synthetic=is_synthetic)
+        .values(
+            id=id,
+            tenant_id=tenant_id,
+            receipt_id=receipt_id,
+            capability_id=capability_id,
+            idempotency_key=idempotency_key,
+            mode=mode,
+            decision=decision,
+            rule_hit=rule_hit,
+            reason=reason,
+            is_synthetic=is_synthetic,
+        )
         .on_conflict_do_nothing(index_elements=[PolicyDecisionRow.id])
     )
     await session.execute(stmt)
@@ -234,12 +295,16 @@ def period_start(period: str, now: datetime) -> date:
 async def set_budget(
     session: AsyncSession, tenant_id: str, capability_id: str, limit: int, period: str
 ) -> None:
-    stmt = insert(Budget).values(tenant_id=tenant_id, capability_id=capability_id,
-                                 limit=limit, period=period)
+    stmt = insert(Budget).values(
+        tenant_id=tenant_id, capability_id=capability_id, limit=limit, period=period
+    )
     stmt = stmt.on_conflict_do_update(
         index_elements=[Budget.tenant_id, Budget.capability_id],
-        set_={"limit": stmt.excluded.limit, "period": stmt.excluded.period,
-              "updated_at": func.now()},
+        set_={
+            "limit": stmt.excluded.limit,
+            "period": stmt.excluded.period,
+            "updated_at": func.now(),
+        },
     )
     await session.execute(stmt)
 
@@ -282,12 +347,19 @@ async def increment_budget(
     if budget is None:
         return
     stmt = insert(BudgetUsage).values(
-        tenant_id=tenant_id, capability_id=capability_id, period=budget.period,
-        period_start=period_start(budget.period, now), used=1,
+        tenant_id=tenant_id,
+        capability_id=capability_id,
+        period=budget.period,
+        period_start=period_start(budget.period, now),
+        used=1,
     )
     stmt = stmt.on_conflict_do_update(
-        index_elements=[BudgetUsage.tenant_id, BudgetUsage.capability_id, BudgetUsage.period,
-                        BudgetUsage.period_start],
+        index_elements=[
+            BudgetUsage.tenant_id,
+            BudgetUsage.capability_id,
+            BudgetUsage.period,
+            BudgetUsage.period_start,
+        ],
         set_={"used": BudgetUsage.used + 1},
     )
     await session.execute(stmt)
@@ -295,6 +367,3 @@ async def increment_budget(
 
 async def ensure_outcome_partitions(session: AsyncSession, now: datetime, months: int = 3) -> None:
     await session.execute(select(func.moat_ensure_outcome_partitions(now, months)))
-
-
-

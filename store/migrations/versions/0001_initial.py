@@ -45,6 +45,7 @@ CREATE TABLE idempotency_keys (
     expires_at timestamptz NOT NULL,
     CONSTRAINT pk_idempotency_keys PRIMARY KEY (tenant_id, idempotency_key)
 );
+CREATE INDEX ix_idempotency_keys_receipt ON idempotency_keys (tenant_id, receipt_id);
 
 CREATE TABLE receipts (
     id varchar(64) PRIMARY KEY,

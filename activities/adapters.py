@@ -1,0 +1,160 @@
+"""Adapters: the only code that talks to third parties.
+
+An adapter returns an ``AdapterOutput`` or raises ``ApplicationError`` whose ``type`` is an
+``ErrorTaxonomy`` value and whose first detail carries the provider's HTTP status. 4xx
+(but 408/429) are non-retryable; 429/503 honour ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from temporalio.exceptions import ApplicationError
+
+from schemas.canonical import redact, redacted_hash
+from schemas.capabilities import HttpRequestInput
+from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
+from schemas.run import AdapterInput, AdapterOutput
+
+Adapter = Callable[[AdapterInput], Awaitable[AdapterOutput]]
+
+RETRYABLE_STATUSES = frozenset({408, 429})
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+MAX_RETRY_AFTER = timedelta(minutes=10)
+
+
+def fail(
+    taxonomy: ErrorTaxonomy | str,
+    message: str,
+    *,
+    http_status: int | None = None,
+    retryable: bool = True,
+    retry_after: timedelta | None = None,
+) -> ApplicationError:
+    kind = taxonomy.value if isinstance(taxonomy, ErrorTaxonomy) else taxonomy
+    return ApplicationError(
+        message,
+        {"http_status": http_status},
+        type=kind,
+        non_retryable=not retryable,
+        next_retry_delay=retry_after,
+    )
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> timedelta | None:
+    """``Retry-After`` as delay-seconds or an HTTP-date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        delay = timedelta(seconds=int(value))
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        delay = when - (now or datetime.now(UTC))
+    return max(timedelta(0), min(delay, MAX_RETRY_AFTER))
+
+
+class HostGuard:
+    """Refuses loopback, private, link-local and reserved targets unless allow-listed."""
+
+    def __init__(self, allow_hosts: Iterable[str]) -> None:
+        self._allow = {h.lower() for h in allow_hosts}
+
+    async def check(self, host: str, port: int) -> None:
+        host = host.lower().strip("[]")
+        if host in self._allow:
+            return
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except OSError as err:
+            raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: {err}") from err
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global or address.is_multicast:
+                raise fail(
+                    "host_not_allowed",
+                    f"{host} resolves to non-public address {address}; "
+                    "add it to MOAT_HTTP_ALLOW_HOSTS to allow it",
+                    retryable=False,
+                )
+
+
+class HttpAdapter:
+    """``http.request``: one HTTP call, ``Idempotency-Key`` sent downstream."""
+
+    def __init__(self, client: httpx.AsyncClient, guard: HostGuard) -> None:
+        self._client = client
+        self._guard = guard
+
+    async def __call__(self, inp: AdapterInput) -> AdapterOutput:
+        req = HttpRequestInput.model_validate(inp.input)
+        url = httpx.URL(str(req.url))
+        await self._guard.check(url.host, url.port or (443 if url.scheme == "https" else 80))
+        headers = {k: v for k, v in req.headers.items() if k.lower() != "idempotency-key"}
+        headers["Idempotency-Key"] = inp.idempotency_key
+        headers.setdefault("User-Agent", "moat/0.1")
+        try:
+            response = await self._client.request(
+                req.method,
+                url,
+                headers=headers,
+                json=req.json_body if req.json_body is not None else None,
+                timeout=inp.capability.timeout_seconds,
+            )
+        except httpx.TimeoutException as err:
+            raise fail(
+                ErrorTaxonomy.TIMEOUT, f"no answer within {inp.capability.timeout_seconds}s"
+            ) from err
+        except httpx.HTTPError as err:
+            raise fail(ErrorTaxonomy.NETWORK_ERROR, f"{type(err).__name__}: {err}") from err
+        return _interpret(response)
+
+
+def _interpret(response: httpx.Response) -> AdapterOutput:
+    status = response.status_code
+    if status < 300:
+        output = redact(_body(response))
+        return AdapterOutput(http_status=status, output=output, output_hash=redacted_hash(output))
+    taxonomy = taxonomy_for_http_status(status)
+    retryable = status >= 500 or status in RETRYABLE_STATUSES
+    retry_after = (
+        parse_retry_after(response.headers.get("retry-after"))
+        if status in RETRY_AFTER_STATUSES
+        else None
+    )
+    raise fail(
+        taxonomy,
+        f"provider answered HTTP {status}",
+        http_status=status,
+        retryable=retryable,
+        retry_after=retry_after,
+    )
+
+
+def _body(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return {"text_sha256": redacted_hash(response.text), "length": len(response.content)}
+
+
+async def echo_adapter(inp: AdapterInput) -> AdapterOutput:
+    """``demo.echo``: offline, returns its input."""
+    output = redact(inp.input)
+    return AdapterOutput(http_status=None, output=output, output_hash=redacted_hash(output))

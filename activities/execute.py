@@ -1,0 +1,197 @@
+"""The side effects of ``ExecuteCapability``: policy check, adapter call, outcome record.
+
+Each bookkeeping step is one transaction, keyed by the execution's receipt id, so a retried
+attempt or a reset run repeats nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters import Adapter
+from schemas.ids import uuid7
+from schemas.records import (
+    Decision,
+    ErrorTaxonomy,
+    ExecutionStatus,
+    OutcomeEvent,
+    PolicyMode,
+    Receipt,
+    RuleHit,
+)
+from schemas.run import AdapterInput, AdapterOutput, PolicyInput, PolicyOutcome, RecordInput
+from store import repository as repo
+
+_DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
+
+
+def decision_id_for(receipt_id: str) -> str:
+    """The policy decision of an execution has a fixed id, so a retried check reuses it."""
+    return str(uuid.uuid5(_DECISION_NAMESPACE, receipt_id))
+
+
+class ExecuteActivities:
+    """Built once in ``worker.py`` with its dependencies."""
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], adapters: Mapping[str, Adapter]
+    ) -> None:
+        self._sessions = sessions
+        self._adapters = adapters
+
+    @activity.defn(name="moat.check_policy")
+    async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
+        now = datetime.now(UTC)
+        async with self._sessions.begin() as session:
+            claim = await repo.claim_key(
+                session,
+                tenant_id=inp.tenant_id,
+                key=inp.idempotency_key,
+                receipt_id=inp.receipt_id,
+                input_hash=inp.input_hash,
+                workflow_id=inp.workflow_id,
+                now=now,
+                ttl_seconds=inp.idempotency_ttl_seconds,
+            )
+            holder = claim.receipt_id
+            existing = await repo.get_receipt(session, inp.tenant_id, holder)
+            if holder != inp.receipt_id and existing is None:
+                # Another execution holds the key and has not recorded its outcome yet.
+                raise ApplicationError(
+                    f"idempotency key held by running execution {holder}",
+                    type="idempotency_key_busy",
+                )
+            tenant = await repo.get_tenant(session, inp.tenant_id)
+            mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
+            if existing is not None:
+                row = await repo.insert_policy_decision(
+                    session,
+                    id=decision_id_for(inp.receipt_id),
+                    tenant_id=inp.tenant_id,
+                    receipt_id=existing.id,
+                    capability_id=inp.capability.id,
+                    idempotency_key=inp.idempotency_key,
+                    mode=mode.value,
+                    decision=Decision.ALLOW.value,
+                    rule_hit=RuleHit.IDEMPOTENT_HIT.value,
+                    reason="receipt already recorded for this key",
+                    is_synthetic=inp.is_synthetic,
+                )
+                return PolicyOutcome(
+                    policy_decision_id=row.id,
+                    decision=Decision.ALLOW,
+                    rule_hit=RuleHit.IDEMPOTENT_HIT,
+                    mode=mode,
+                    existing_receipt=existing,
+                )
+            decision, rule, reason = await self._evaluate(session, inp, mode, tenant, now)
+            row = await repo.insert_policy_decision(
+                session,
+                id=decision_id_for(inp.receipt_id),
+                tenant_id=inp.tenant_id,
+                receipt_id=inp.receipt_id,
+                capability_id=inp.capability.id,
+                idempotency_key=inp.idempotency_key,
+                mode=mode.value,
+                decision=decision.value,
+                rule_hit=rule.value,
+                reason=reason,
+                is_synthetic=inp.is_synthetic,
+            )
+        # A retried check returns the decision first recorded, not a re-evaluation.
+        return PolicyOutcome(
+            policy_decision_id=row.id,
+            decision=Decision(row.decision),
+            rule_hit=RuleHit(row.rule_hit),
+            mode=PolicyMode(row.mode),
+            reason=row.reason,
+        )
+
+    async def _evaluate(
+        self,
+        session: AsyncSession,
+        inp: PolicyInput,
+        mode: PolicyMode,
+        tenant: object | None,
+        now: datetime,
+    ) -> tuple[Decision, RuleHit, str]:
+        if mode == PolicyMode.BYPASS and getattr(tenant, "allow_bypass", False):
+            return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode"
+        if inp.is_synthetic:
+            return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied"
+        budget = await repo.budget_state(session, inp.tenant_id, inp.capability.id, now)
+        if budget is not None and budget.exhausted:
+            reason = f"budget {budget.used}/{budget.limit} per {budget.period} used up"
+            if mode == PolicyMode.AUDIT:
+                return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason
+            return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason
+        return Decision.ALLOW, RuleHit.ALLOWED, ""
+
+    @activity.defn(name="moat.call_adapter")
+    async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
+        adapter = self._adapters.get(inp.capability.adapter)
+        if adapter is None:
+            raise ApplicationError(
+                f"no adapter {inp.capability.adapter!r} on this worker",
+                type=ErrorTaxonomy.GATEWAY_ERROR.value,
+                non_retryable=True,
+            )
+        return await adapter(inp)
+
+    @activity.defn(name="moat.record_outcome")
+    async def record_outcome(self, inp: RecordInput) -> Receipt:
+        now = datetime.now(UTC)
+        receipt = Receipt(
+            id=inp.receipt_id,
+            capability_id=inp.capability.id,
+            capability_version=inp.capability.version,
+            adapter_id=inp.capability.adapter_id,
+            tenant_id=inp.tenant_id,
+            connection_id=inp.connection_id or "",
+            request_id=inp.request_id,
+            timestamp=inp.submitted_at,
+            latency_ms=max(0, int((now - inp.submitted_at).total_seconds() * 1000)),
+            idempotency_key=inp.idempotency_key,
+            input_hash=inp.input_hash,
+            output_hash=inp.output_hash,
+            status=ExecutionStatus(inp.status),
+            error_code=inp.error_code,
+            http_status=inp.http_status,
+            policy_decision_id=inp.policy_decision_id,
+            is_synthetic=inp.is_synthetic,
+            workflow_id=inp.workflow_id,
+            run_id=inp.run_id,
+            trace_id=inp.trace_id,
+        )
+        async with self._sessions.begin() as session:
+            if not await repo.insert_receipt(session, receipt):
+                stored = await repo.get_receipt(session, inp.tenant_id, inp.receipt_id)
+                assert stored is not None
+                return stored
+            await repo.insert_outcome_event(
+                session,
+                OutcomeEvent(
+                    id=str(uuid7()),
+                    receipt_id=receipt.id,
+                    capability_id=receipt.capability_id,
+                    capability_version=receipt.capability_version,
+                    tenant_id=receipt.tenant_id,
+                    success=inp.success,
+                    latency_ms=receipt.latency_ms,
+                    error_taxonomy=inp.taxonomy,
+                    http_status=inp.http_status,
+                    timestamp=receipt.timestamp,
+                    is_synthetic=inp.is_synthetic,
+                    adapter_id=receipt.adapter_id,
+                ),
+            )
+            # Bill once: only a success, only when its receipt is first written.
+            if inp.success and not inp.is_synthetic:
+                await repo.increment_budget(session, inp.tenant_id, inp.capability.id, now)
+        return receipt

@@ -1,0 +1,185 @@
+"""The ``moat`` command line: run the stack, manage tenants and budgets, execute."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schemas.settings import MoatSettings
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Moat: durable, idempotent execution of agents' side effects.",
+)
+tenant_app = typer.Typer(no_args_is_help=True, help="Tenants and their API keys.")
+budget_app = typer.Typer(no_args_is_help=True, help="Per-tenant, per-capability budgets.")
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(budget_app, name="budget")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings() -> MoatSettings:
+    return MoatSettings()
+
+
+def _fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    if hint:
+        err.print(f"[dim]{hint}[/]")
+    return typer.Exit(code)
+
+
+@app.command()
+def up() -> None:
+    """Run the whole stack on embedded defaults (Temporal dev server + UI, PostgreSQL,
+    migrations, one worker, the gateway) until Ctrl-C."""
+    from starter.up import run_up
+
+    raise typer.Exit(run_up(_settings()))
+
+
+@app.command()
+def worker() -> None:
+    """Run one Temporal worker against the configured Temporal and Postgres."""
+    import worker as worker_module
+
+    asyncio.run(worker_module.run(_settings()))
+
+
+@app.command()
+def gateway() -> None:
+    """Run the HTTP gateway against the configured Temporal and Postgres."""
+    import uvicorn
+
+    from starter.gateway import create_app
+
+    settings = _settings()
+    uvicorn.run(
+        create_app(settings),
+        host=settings.gateway_host,
+        port=settings.gateway_port,
+        log_level="warning",
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Apply database migrations (as the owner role)."""
+    from starter.bootstrap import migrate as run_migrations
+
+    run_migrations(_settings())
+    out.print("migrations applied")
+
+
+@tenant_app.command("create")
+def tenant_create(
+    name: str,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Create a tenant and its first API key (shown once)."""
+    from starter.bootstrap import create_tenant
+
+    try:
+        created = asyncio.run(create_tenant(_settings(), name))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps({"tenant_id": created.tenant_id, "api_key": created.api_key}))
+        return
+    table = Table(show_header=False)
+    table.add_row("tenant_id", created.tenant_id)
+    table.add_row("api_key", created.api_key)
+    out.print(table)
+    out.print("[yellow]The API key is shown once; store it now.[/]")
+
+
+class Period(StrEnum):
+    day = "day"
+    month = "month"
+
+
+@budget_app.command("set")
+def budget_set(
+    tenant: Annotated[str, typer.Argument(help="Tenant id or name.")],
+    capability: Annotated[str, typer.Argument(help="Capability id, e.g. http.request.")],
+    limit: Annotated[int, typer.Argument(min=0, help="Successful executions per period.")],
+    period: Annotated[Period, typer.Option(help="Budget period.")] = Period.day,
+) -> None:
+    """Set how many successful executions of a capability a tenant may make per period."""
+    from starter.bootstrap import set_budget
+
+    try:
+        tenant_id = asyncio.run(set_budget(_settings(), tenant, capability, limit, period.value))
+    except ValueError as exc:
+        raise _fail(
+            str(exc), "list tenants with the database or create one: moat tenant create NAME"
+        ) from None
+    out.print(f"budget for {tenant_id} / {capability}: {limit} per {period.value}")
+
+
+@app.command()
+def execute(
+    capability: Annotated[str, typer.Argument(help="Capability id, e.g. demo.echo.")],
+    input_json: Annotated[str, typer.Option("--input", help="The capability's input, JSON.")],
+    key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Capability version.")] = None,
+) -> None:
+    """Execute a capability through the gateway and print the envelope."""
+    from starter.bootstrap import demo_api_key
+    from starter.client import MoatClientSync, MoatError
+
+    settings = _settings()
+    try:
+        data: Any = json.loads(input_json)
+    except ValueError as exc:
+        raise _fail(f"--input is not valid JSON: {exc}", code=2) from None
+    if not isinstance(data, dict):
+        raise _fail("--input must be a JSON object", code=2)
+    api_key = settings.api_key or demo_api_key(settings)
+    if not api_key:
+        raise _fail(
+            "no API key",
+            "set MOAT_API_KEY, or run `moat up` to create the demo tenant's key",
+            code=2,
+        )
+    client = MoatClientSync(settings.local_gateway_url, api_key)
+    try:
+        result = client.execute(capability, data, idempotency_key=key, capability_version=version)
+    except MoatError as exc:
+        out.print_json(
+            json.dumps(
+                {
+                    "http_status": exc.http_status,
+                    "error": {"code": exc.code, "message": exc.message, "details": exc.details},
+                    "trace_id": exc.trace_id,
+                }
+            )
+        )
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        raise _fail(
+            f"cannot reach the gateway at {settings.local_gateway_url}: {exc}",
+            "start it with `make up` (or set MOAT_GATEWAY_URL)",
+        ) from None
+    if result.replayed:
+        err.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
+    out.print_json(result.envelope.model_dump_json())
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

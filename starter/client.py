@@ -1,0 +1,190 @@
+"""The agent SDK: execute capabilities through a Moat gateway.
+
+    async with MoatClient("http://127.0.0.1:8000", api_key) as moat:
+        result = await moat.execute("demo.echo", {"hello": "world"}, idempotency_key="run-1:step-1")
+        print(result.status, result.receipt_id, result.replayed)
+
+A retry with the same idempotency key never causes a second side effect: it returns the
+first execution's receipt (``result.replayed`` is then True).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
+from schemas.records import Receipt
+
+REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+
+
+class MoatError(Exception):
+    """The gateway refused the request (bad input, authentication, key reuse, …)."""
+
+    def __init__(self, http_status: int, error: ErrorBody, trace_id: str) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.http_status = http_status
+        self.code = error.code
+        self.message = error.message
+        self.details = error.details
+        self.trace_id = trace_id
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The outcome of one execute call."""
+
+    http_status: int
+    envelope: Envelope
+    replayed: bool
+
+    @property
+    def status(self) -> EnvelopeStatus:
+        return self.envelope.status
+
+    @property
+    def receipt_id(self) -> str | None:
+        return self.envelope.receipt_id
+
+    @property
+    def receipt(self) -> Receipt | None:
+        return self.envelope.receipt
+
+    @property
+    def error(self) -> ErrorBody | None:
+        return self.envelope.error
+
+    @property
+    def ok(self) -> bool:
+        return self.envelope.status == EnvelopeStatus.EXECUTED
+
+
+# Answers that describe an execution (as opposed to a refused request).
+_EXECUTION_STATUSES = frozenset({200, 202, 403, 502})
+
+
+class MoatClient:
+    """Async client of the Moat gateway."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {api_key}"},
+        )
+
+    async def __aenter__(self) -> MoatClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def execute(
+        self,
+        capability_id: str,
+        input: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        capability_version: str | None = None,
+        connection_id: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> ExecutionResult:
+        """Execute a capability once per idempotency key (derived from the payload if None).
+
+        Raises ``MoatError`` when the request itself is refused (4xx other than a policy
+        denial, or an internal error); downstream failures come back as a result whose
+        ``status`` is ``failed``."""
+        body: dict[str, Any] = {
+            "schema_version": "1",
+            "capability_id": capability_id,
+            "input": input,
+        }
+        if capability_version is not None:
+            body["capability_version"] = capability_version
+        if connection_id is not None:
+            body["connection_id"] = connection_id
+        headers = {}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        if wait_seconds is not None:
+            headers["Prefer"] = f"wait={wait_seconds:g}"
+        response = await self._http.post("/v1/executions", json=body, headers=headers)
+        return self._result(response)
+
+    async def get_execution(self, receipt_id: str) -> ExecutionResult:
+        return self._result(await self._http.get(f"/v1/executions/{receipt_id}"))
+
+    async def get_receipt(self, receipt_id: str) -> Receipt:
+        response = await self._http.get(f"/v1/receipts/{receipt_id}")
+        if response.status_code != 200:
+            self._raise(response)
+        return Receipt.model_validate(response.json())
+
+    def _result(self, response: httpx.Response) -> ExecutionResult:
+        if response.status_code not in _EXECUTION_STATUSES:
+            self._raise(response)
+        envelope = Envelope.model_validate(response.json())
+        if envelope.receipt_id is None and response.status_code != 202:
+            self._raise(response)
+        return ExecutionResult(
+            response.status_code, envelope, response.headers.get(REPLAYED_HEADER) == "true"
+        )
+
+    @staticmethod
+    def _raise(response: httpx.Response) -> None:
+        try:
+            envelope = Envelope.model_validate(response.json())
+        except ValueError:
+            envelope = None
+        if envelope is None or envelope.error is None:
+            raise MoatError(
+                response.status_code, ErrorBody(code="http_error", message=response.text[:200]), ""
+            )
+        raise MoatError(response.status_code, envelope.error, envelope.trace_id)
+
+
+class MoatClientSync:
+    """Blocking wrapper of ``MoatClient`` for scripts and synchronous agents."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 120.0) -> None:
+        self._base_url = base_url
+        self._api_key = api_key
+        self._timeout = timeout
+
+    def execute(self, capability_id: str, input: dict[str, Any], **kwargs: Any) -> ExecutionResult:
+        return asyncio.run(self._call("execute", capability_id, input, **kwargs))
+
+    def get_receipt(self, receipt_id: str) -> Receipt:
+        result: Receipt = asyncio.run(self._call("get_receipt", receipt_id))
+        return result
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        async with MoatClient(self._base_url, self._api_key, timeout=self._timeout) as client:
+            return await getattr(client, name)(*args, **kwargs)
+
+    def __enter__(self) -> MoatClientSync:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None

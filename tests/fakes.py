@@ -1,0 +1,93 @@
+"""A local stand-in for third-party providers (Slack, GitHub, tenant webhooks).
+
+It behaves like the real ones where Moat cares: status codes, ``Retry-After``, slowness,
+and ``Idempotency-Key`` dedupe (a repeated key gets the first response back and causes no
+second effect, as Stripe and GitHub-style APIs do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+
+@dataclass
+class Step:
+    """One scripted answer."""
+
+    status: int = 200
+    body: Any = field(default_factory=lambda: {"ok": True})
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Call:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: Any
+    at: float
+
+
+class FakeProvider:
+    """ASGI app. Script answers per path with ``script``; unscripted paths answer 200."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.effects: list[Call] = []
+        self._scripts: dict[str, list[Step]] = defaultdict(list)
+        self._replies: dict[str, tuple[int, Any]] = {}
+        self.base_url = ""
+
+    def script(self, path: str, *steps: Step) -> str:
+        """Queue answers for ``path`` (the last one repeats); returns the full URL."""
+        self._scripts[path] = list(steps)
+        return self.base_url + path
+
+    def calls_to(self, path: str) -> list[Call]:
+        return [c for c in self.calls if c.path == path]
+
+    def effects_on(self, path: str) -> list[Call]:
+        return [c for c in self.effects if c.path == path]
+
+    def _next(self, path: str) -> Step:
+        steps = self._scripts.get(path)
+        if not steps:
+            return Step()
+        return steps.pop(0) if len(steps) > 1 else steps[0]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        call = Call(request.url.path, request.method, dict(request.headers), body,
+                    asyncio.get_running_loop().time())
+        self.calls.append(call)
+        key = request.headers.get("idempotency-key")
+        if key and key in self._replies:
+            status, reply = self._replies[key]
+            response: Response = JSONResponse(reply, status_code=status,
+                                              headers={"Idempotent-Replayed": "true"})
+            await response(scope, receive, send)
+            return
+        step = self._next(call.path)
+        if step.delay:
+            await asyncio.sleep(step.delay)
+        if step.status < 300:
+            self.effects.append(call)
+            if key:
+                self._replies[key] = (step.status, step.body)
+        response = JSONResponse(step.body, status_code=step.status, headers=step.headers)
+        await response(scope, receive, send)

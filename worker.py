@@ -1,0 +1,78 @@
+"""The Temporal worker process: the one place where workflows and activities meet a queue."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import ExecuteActivities, HostGuard, HttpAdapter, echo_adapter
+from schemas.settings import MoatSettings
+from starter import observability
+from starter.temporal import connect
+from store import make_engine, make_sessionmaker
+from store import repository as repo
+from workflows import ExecuteCapability
+
+
+@asynccontextmanager
+async def activity_deps(
+    settings: MoatSettings,
+) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], httpx.AsyncClient]]:
+    """The sessionmaker and HTTP client the activities share for the worker's lifetime."""
+    engine = make_engine(settings.sqlalchemy_url)
+    http = httpx.AsyncClient(follow_redirects=False, limits=httpx.Limits(max_connections=200))
+    try:
+        yield make_sessionmaker(engine), http
+    finally:
+        await http.aclose()
+        await engine.dispose()
+
+
+def build_worker(
+    client: Client,
+    settings: MoatSettings,
+    sessions: async_sessionmaker[AsyncSession],
+    http: httpx.AsyncClient,
+    task_queue: str | None = None,
+) -> Worker:
+    adapters = {
+        "http": HttpAdapter(http, HostGuard(settings.http_allow_hosts)),
+        "echo": echo_adapter,
+    }
+    acts = ExecuteActivities(sessions, adapters)
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=[ExecuteCapability],
+        activities=[acts.check_policy, acts.call_adapter, acts.record_outcome],
+        max_concurrent_activities=200,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def run(settings: MoatSettings) -> None:
+    """Run one worker until SIGINT/SIGTERM, then shut down cleanly."""
+    observability.setup("moat-worker")
+    client = await connect(settings, observability.temporal_interceptors())
+    async with activity_deps(settings) as (sessions, http):
+        async with sessions.begin() as session:
+            await repo.ensure_outcome_partitions(session, datetime.now(UTC))
+        worker = build_worker(client, settings, sessions, http)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with worker:
+            await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(run(MoatSettings()))
