@@ -87,7 +87,7 @@ def envelope_for_receipt(receipt: Receipt) -> tuple[int, Envelope]:
     if receipt.http_status is not None:
         details["provider_status"] = receipt.http_status
     http_status: Literal[403, 500, 502]
-    if receipt.status == ExecutionStatus.POLICY_DENIED:
+    if receipt.status == ExecutionStatus.POLICY_DENIED or code == "host_not_allowed":
         http_status = 403
     elif code == "gateway_error":
         http_status = 500

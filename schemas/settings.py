@@ -6,6 +6,7 @@ environment.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -92,3 +93,10 @@ class MoatSettings(BaseSettings):
     @property
     def local_gateway_url(self) -> str:
         return self.gateway_url or f"http://127.0.0.1:{self.gateway_port}"
+
+    def child_environment(self, **overrides: str) -> dict[str, str]:
+        """The environment for a process ``moat up`` spawns: this one's, with ``MOAT_<NAME>``
+        set for each override, so the child builds matching settings."""
+        env = dict(os.environ)
+        env.update({f"MOAT_{name.upper()}": value for name, value in overrides.items()})
+        return env

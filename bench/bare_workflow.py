@@ -1,0 +1,66 @@
+"""The baseline: a bare Temporal workflow with Moat's three steps (policy, adapter, record)
+as trivial activities, so the bench can tell Temporal's own cost from Moat's.
+
+Sandbox-friendly on purpose: only the SDK and the standard library, so the workflow sandbox
+re-imports nothing heavy per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+
+BARE_WORKFLOW = "BenchBareSteps"
+_TIMEOUT = timedelta(seconds=15)
+_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
+
+
+@dataclass
+class BareInput:
+    """``local``: policy and record run as local activities, as in Moat's local mode."""
+
+    payload: str
+    local: bool = False
+
+
+@activity.defn(name="bench.policy")
+async def policy(payload: str) -> str:
+    return payload
+
+
+@activity.defn(name="bench.adapter")
+async def adapter(payload: str) -> str:
+    return payload
+
+
+@activity.defn(name="bench.record")
+async def record(payload: str) -> str:
+    return payload
+
+
+ACTIVITIES = [policy, adapter, record]
+
+
+@workflow.defn(name=BARE_WORKFLOW)
+class BareSteps:
+    @workflow.run
+    async def run(self, inp: BareInput) -> str:
+        checked = await self._bookkeeping("bench.policy", inp.payload, inp.local)
+        called: str = await workflow.execute_activity(
+            "bench.adapter", checked, result_type=str, start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+        )  # fmt: skip
+        return await self._bookkeeping("bench.record", called, inp.local)
+
+    async def _bookkeeping(self, name: str, payload: str, local: bool) -> str:
+        if local:
+            return await workflow.execute_local_activity(
+                name, payload, result_type=str, start_to_close_timeout=_TIMEOUT,
+                retry_policy=_RETRY,
+            )  # fmt: skip
+        return await workflow.execute_activity(
+            name, payload, result_type=str, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY
+        )

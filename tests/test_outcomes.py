@@ -1,0 +1,220 @@
+"""Provider outcomes: taxonomy, retries, Retry-After, cached failures, budgets, SSRF guard."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import func, select, update
+
+from schemas.capabilities import (
+    BUILTIN_CAPABILITIES,
+    CapabilityCatalog,
+    CapabilitySpec,
+    EffectType,
+    RetrySettings,
+)
+from store import repository as repo
+from store.models import IdempotencyClaim, OutcomeEventRow, PolicyDecisionRow, ReceiptRow
+from tests.conftest import Stack, StackFactory
+from tests.fakes import FakeProvider, Step
+
+# Same adapter as http.request, with retries and timeout short enough for a test.
+FAST_HTTP = CapabilitySpec(
+    id="test.http", version="1.0.0", adapter="http", adapter_id="http-adapter-v1",
+    effect_type=EffectType.API_CALL, timeout_seconds=1.0,
+    retry=RetrySettings(max_retries=2, base_delay_seconds=0.05),
+)
+CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP))
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fast(make_stack: StackFactory) -> AsyncIterator[Stack]:
+    async with make_stack(catalog=CATALOG, http_allow_hosts=["127.0.0.1"]) as s:
+        yield s
+
+
+def post(url: str, **extra: Any) -> dict[str, Any]:
+    return {"method": "POST", "url": url, "json": {"text": "hello"}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("status", "taxonomy", "calls"),
+    [
+        (400, "provider_invalid_input", 1),
+        (401, "provider_auth_failure", 1),
+        (403, "provider_auth_failure", 1),
+        (404, "provider_not_found", 1),
+        (422, "provider_invalid_input", 1),
+        (429, "provider_rate_limited", 3),
+        (500, "provider_server_error", 3),
+        (503, "provider_server_error", 3),
+    ],
+)
+async def test_taxonomy_and_retries(fast: Stack, provider: FakeProvider, status: int,
+                                    taxonomy: str, calls: int) -> None:
+    url = provider.script(f"/s{status}", Step(status, {"error": "nope"}))
+    response = await fast.execute("test.http", post(url), key=f"k{status}")
+    assert response.status_code == 502, response.text
+    body = response.json()
+    assert body["status"] == "failed"
+    assert body["error"]["code"] == taxonomy
+    assert body["error"]["details"]["provider_status"] == status
+    assert body["receipt"]["status"] == "failure"
+    assert body["receipt"]["http_status"] == status
+    assert len(provider.calls_to(f"/s{status}")) == calls  # 4xx not retried; 1 + 2 retries
+    async with fast.sessions() as s:
+        tax = (await s.execute(select(OutcomeEventRow.error_taxonomy).filter_by(
+            receipt_id=body["receipt_id"]))).scalar_one()
+    assert tax == taxonomy
+
+
+async def test_timeout_is_classified(fast: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/slow", Step(200, delay=3.0))
+    response = await fast.execute("test.http", post(url), key="slow")
+    assert response.status_code == 502, response.text
+    body = response.json()
+    assert body["error"]["code"] == "timeout"
+    assert body["receipt"]["status"] == "timeout"
+    assert body["receipt"]["output_hash"] is None
+
+
+async def test_network_error_is_classified(fast: Stack) -> None:
+    from starter.devstack import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/nothing-listens"
+    response = await fast.execute("test.http", post(url), key="net")
+    assert response.json()["error"]["code"] == "network_error"
+
+
+async def test_retry_then_success(fast: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/flaky", Step(500), Step(502), Step(200, {"done": True}))
+    response = await fast.execute("test.http", post(url), key="flaky")
+    assert response.status_code == 200, response.text
+    calls = provider.calls_to("/flaky")
+    assert len(calls) == 3
+    # Every retry carries the same downstream Idempotency-Key.
+    assert len({c.headers["idempotency-key"] for c in calls}) == 1
+
+
+async def test_retry_after_is_honoured(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/limited", Step(429, headers={"Retry-After": "2"}), Step(200))
+    response = await stack.execute("http.request", post(url), key="ra")
+    assert response.status_code == 200, response.text
+    first, second = provider.calls_to("/limited")
+    # http.request's own backoff would retry after 1 s; Retry-After asks for 2 s.
+    assert second.at - first.at >= 1.9
+
+
+async def test_failure_receipt_is_cached(fast: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/gone", Step(404))
+    first = await fast.execute("test.http", post(url), key="cached-failure")
+    assert first.status_code == 502
+    provider.script("/gone", Step(200))
+    again = await fast.execute("test.http", post(url), key="cached-failure")
+    assert again.status_code == 502
+    assert again.headers["x-moat-idempotent-replayed"] == "true"
+    assert again.json()["receipt"] == first.json()["receipt"]
+    assert len(provider.calls_to("/gone")) == 1
+
+
+async def test_key_reuse_with_other_input_is_422(stack: Stack) -> None:
+    first = await stack.execute("demo.echo", {"n": 1}, key="reused")
+    assert first.status_code == 200
+    other = await stack.execute("demo.echo", {"n": 2}, key="reused")
+    assert other.status_code == 422
+    body = other.json()
+    assert body["error"]["code"] == "idempotency_key_reused"
+    assert body["error"]["details"]["original_receipt_id"] == first.json()["receipt_id"]
+    async with stack.sessions() as s:
+        n = (await s.execute(select(func.count()).select_from(ReceiptRow).filter_by(
+            tenant_id=stack.tenant_id))).scalar_one()
+    assert n == 1
+
+
+async def test_after_ttl_a_new_execution_gets_a_new_receipt(stack: Stack,
+                                                            provider: FakeProvider) -> None:
+    url = provider.script("/ttl", Step(200))
+    first = await stack.execute("http.request", post(url), key="ttl")
+    assert first.status_code == 200
+    # Let the 24 h window pass: move the claim's expiry into the past.
+    async with stack.sessions.begin() as s:
+        await s.execute(update(IdempotencyClaim).filter_by(
+            tenant_id=stack.tenant_id, idempotency_key="ttl").values(
+            expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    second = await stack.execute("http.request", post(url), key="ttl")
+    assert second.status_code == 200, second.text
+    assert "x-moat-idempotent-replayed" not in second.headers
+    assert second.json()["receipt_id"] != first.json()["receipt_id"]
+    effects = provider.effects_on("/ttl")
+    assert len(effects) == 2
+    assert effects[0].headers["idempotency-key"] != effects[1].headers["idempotency-key"]
+    # The old receipt is untouched and still readable.
+    old = await stack.http.get(f"{stack.url}/v1/receipts/{first.json()['receipt_id']}",
+                               headers={"Authorization": f"Bearer {stack.api_key}"})
+    assert old.json() == first.json()["receipt"]
+
+
+async def test_budget_exhausted_is_policy_denied(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/billed", Step(200))
+    async with stack.sessions.begin() as s:
+        await repo.set_budget(s, stack.tenant_id, "http.request", 1, "day")
+    ok = await stack.execute("http.request", post(url), key="b1")
+    assert ok.status_code == 200
+    repeat = await stack.execute("http.request", post(url), key="b1")
+    assert repeat.status_code == 200  # an idempotent hit costs nothing
+    denied = await stack.execute("http.request", post(url), key="b2")
+    assert denied.status_code == 403, denied.text
+    body = denied.json()
+    assert body["error"]["code"] == "budget_exceeded"
+    assert body["receipt"]["status"] == "policy_denied"
+    assert len(provider.calls_to("/billed")) == 1
+    async with stack.sessions() as s:
+        state = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
+        rule = (await s.execute(select(PolicyDecisionRow.rule_hit).filter_by(
+            id=body["receipt"]["policy_decision_id"]))).scalar_one()
+    assert state is not None and state.used == 1
+    assert rule == "BUDGET_EXCEEDED"
+
+
+async def test_failures_do_not_consume_budget(fast: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/fails", Step(400))
+    async with fast.sessions.begin() as s:
+        await repo.set_budget(s, fast.tenant_id, "test.http", 5, "month")
+    await fast.execute("test.http", post(url), key="f1")
+    await fast.execute("test.http", post(url), key="f2")
+    async with fast.sessions() as s:
+        state = await repo.budget_state(s, fast.tenant_id, "test.http", datetime.now(UTC))
+    assert state is not None and state.used == 0
+
+
+async def test_loopback_is_refused_unless_allow_listed(make_stack: StackFactory,
+                                                       provider: FakeProvider) -> None:
+    url = provider.script("/private", Step(200))
+    async with make_stack(http_allow_hosts=[]) as strict:
+        for target in (url, url.replace("127.0.0.1", "localhost")):
+            response = await strict.execute("http.request", post(target))
+            assert response.status_code == 403, (target, response.text)
+            assert response.json()["error"]["code"] == "host_not_allowed"
+    assert provider.calls_to("/private") == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "localhost", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254",
+     "::1", "fd00::1", "0.0.0.0", "100.64.0.1"],
+)
+async def test_guard_refuses_non_public_addresses(host: str) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from activities.adapters import HostGuard
+
+    # Only name resolution happens here; nothing is sent anywhere.
+    with pytest.raises(ApplicationError) as info:
+        await HostGuard([]).check(host, 80)
+    assert info.value.type == "host_not_allowed"
+    assert info.value.non_retryable
+    await HostGuard([host]).check(host, 80)  # allow-listed: passes
