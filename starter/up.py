@@ -53,7 +53,7 @@ class _Stack:
 
     def stop_all(self, console: Console) -> None:
         for name, member in reversed(self.members):
-            if member.pid is not None:
+            if member.pid is not None and member.poll() is None:
                 console.print(f"stopping {name}…")
             member.stop()
             (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
@@ -131,9 +131,8 @@ def _supervise(stack: _Stack, console: Console) -> int:
     while (dead := stack.first_dead()) is None:
         time.sleep(0.5)
     name, member, code = dead
-    console.print(
-        f"[red]error:[/] {name} exited unexpectedly (code {code}); log: {member.log_file}"
-    )
+    console.print(f"[red]error:[/] {name} exited unexpectedly (code {code})")
+    console.print(f"  log: {member.log_file}", soft_wrap=True)
     return 1
 
 

@@ -1,0 +1,296 @@
+"""Execute latency: what Moat adds on top of bare Temporal and bare Postgres.
+
+One run, the same servers (see ``bench.stack``):
+
+* fresh executes through the gateway (real HTTP, real worker) against a bare workflow with
+  the same three steps, for both modes of Moat's bookkeeping steps (local or regular
+  activities);
+* idempotent hits (answered from Postgres) against a bare endpoint doing one primary-key
+  SELECT.
+
+Prints a table and a recommendation, then one JSON line; saves it to ``bench/results/``.
+Run: ``python -m bench.execute_latency [--n 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import temporalio
+from rich.console import Console
+from rich.table import Table
+
+from bench.bare_workflow import BARE_WORKFLOW, BareInput
+from bench.stack import BenchStack, bench_stack
+from starter.ingest import REPLAYED_HEADER
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+
+Call = Callable[[int], Awaitable[None]]
+
+
+@dataclass
+class Series:
+    """One measured series; ``baseline`` names the series its ratio is taken against."""
+
+    name: str
+    call: Call
+    baseline: str | None = None
+    samples: list[float] = field(default_factory=list)
+
+    async def timed(self, i: int) -> None:
+        start = time.perf_counter()
+        await self.call(i)
+        self.samples.append((time.perf_counter() - start) * 1000)
+
+    def summary(self) -> dict[str, Any]:
+        data = self.samples
+        return {
+            "n": len(data),
+            "median_ms": round(statistics.median(data), 2),
+            "p95_ms": round(statistics.quantiles(data, n=20, method="inclusive")[-1], 2),
+            "mean_ms": round(statistics.fmean(data), 2),
+            "min_ms": round(min(data), 2),
+            "baseline": self.baseline,
+        }
+
+
+class Calls:
+    """The requests each series makes; every fresh execute gets a new Idempotency-Key."""
+
+    def __init__(self, stack: BenchStack, tag: str) -> None:
+        self.stack, self.tag = stack, tag
+        self.hits: list[tuple[str, str]] = []  # (idempotency key, receipt id) to repeat
+
+    async def _post(self, local: bool, key: str) -> Any:
+        body = {"schema_version": "1", "capability_id": "demo.echo", "input": {"key": key}}
+        headers = {"Authorization": f"Bearer {self.stack.api_key}", "Idempotency-Key": key}
+        url = f"{self.stack.gateways[local]}/v1/executions"
+        return await self.stack.http.post(url, json=body, headers=headers)
+
+    def moat_fresh(self, local: bool) -> Call:
+        mode = "local" if local else "regular"
+
+        async def call(i: int) -> None:
+            key = f"{self.tag}-{mode}-{i}"
+            resp = await self._post(local, key)
+            if resp.status_code != 200 or resp.headers.get(REPLAYED_HEADER):
+                raise RuntimeError(f"fresh execute failed ({resp.status_code}): {resp.text}")
+            self.hits.append((key, resp.json()["receipt_id"]))
+
+        return call
+
+    def bare_workflow(self, local: bool) -> Call:
+        async def call(i: int) -> None:
+            await self.stack.bare_client.execute_workflow(
+                BARE_WORKFLOW,
+                BareInput(payload=f"step {i}", local=local),
+                id=f"{self.tag}-bare-{'local' if local else 'regular'}-{i}",
+                task_queue=self.stack.bare_queue,
+                result_type=str,
+            )
+
+        return call
+
+    async def moat_hit(self, i: int) -> None:
+        key, receipt_id = self.hits[i % len(self.hits)]
+        resp = await self._post(True, key)
+        if resp.status_code != 200 or resp.headers.get(REPLAYED_HEADER) != "true":
+            raise RuntimeError(f"idempotent hit not replayed ({resp.status_code}): {resp.text}")
+        if resp.json()["receipt_id"] != receipt_id:
+            raise RuntimeError("idempotent hit returned another receipt")
+
+    async def bare_select(self, i: int) -> None:
+        _, receipt_id = self.hits[i % len(self.hits)]
+        resp = await self.stack.http.get(f"{self.stack.select_url}/receipts/{receipt_id}")
+        if resp.status_code != 200:
+            raise RuntimeError(f"bare select failed ({resp.status_code}): {resp.text}")
+
+
+async def interleaved(series: list[Series], n: int, rng: random.Random, offset: int) -> None:
+    """Request i of every series in turn (order shuffled per round), so drift in the
+    machine's load is shared evenly instead of landing on whichever series ran last."""
+    for i in range(offset, offset + n):
+        for s in rng.sample(series, len(series)):
+            await s.timed(i)
+
+
+async def concurrent(s: Series, n: int, clients: int, offset: int) -> float:
+    """``n`` requests from ``clients`` concurrent clients; returns requests per second."""
+    queue = iter(range(offset, offset + n))
+
+    async def client() -> None:
+        for i in queue:
+            await s.timed(i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return n / (time.perf_counter() - start)
+
+
+async def run_series(
+    stack: BenchStack, args: argparse.Namespace, console: Console
+) -> dict[str, Any]:
+    """Warm up, then measure every series; the summaries by series name."""
+    rng = random.Random(args.seed)
+    calls = Calls(stack, f"bench-{uuid.uuid4().hex[:8]}")
+    fresh = [
+        Series("moat fresh, local bookkeeping", calls.moat_fresh(True), "bare 1+2 local"),
+        Series("moat fresh, regular bookkeeping", calls.moat_fresh(False), "bare 3 regular"),
+        Series("bare 1+2 local", calls.bare_workflow(True)),
+        Series("bare 3 regular", calls.bare_workflow(False)),
+    ]
+    hits = [
+        Series("moat idempotent hit", calls.moat_hit, "bare PK select"),
+        Series("bare PK select", calls.bare_select),
+    ]
+    with console.status(f"warming up ({args.warmup} per series)…"):
+        await interleaved(fresh, args.warmup, rng, 0)
+        await interleaved(hits, args.warmup, rng, 0)
+    for s in fresh + hits:
+        s.samples.clear()
+    with console.status(f"fresh executes: {args.n} per series, sequential, interleaved…"):
+        await interleaved(fresh, args.n, rng, args.warmup)
+    with console.status(f"idempotent hits: {args.n} per series, sequential, interleaved…"):
+        await interleaved(hits, args.n, rng, args.warmup)
+    results = {s.name: s.summary() for s in fresh + hits}
+    if args.concurrency > 0:
+        c = args.concurrency
+        for s in fresh:
+            conc = Series(f"{s.name} x{c}", s.call, s.baseline and f"{s.baseline} x{c}")
+            with console.status(f"{conc.name}: {args.n} requests…"):
+                rate = await concurrent(conc, args.n, c, args.warmup + args.n)
+            results[conc.name] = {**conc.summary(), "throughput_rps": round(rate, 1)}
+    for row in results.values():
+        base = results.get(row["baseline"]) if row["baseline"] else None
+        row["ratio"] = round(row["median_ms"] / base["median_ms"], 2) if base else None
+    return results
+
+
+async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    started = time.perf_counter()
+    console.log("starting PostgreSQL, Temporal, workers and gateways…")
+    async with bench_stack(
+        tracing=not args.no_tracing, temporal_file=not args.temporal_memory
+    ) as stack:
+        console.log(f"servers up in {time.perf_counter() - started:.1f}s")
+        results = await run_series(stack, args, console)
+        console.log("measured; shutting down…")
+    return {
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "settings": {
+            "n": args.n,
+            "warmup": args.warmup,
+            "concurrency": args.concurrency,
+            "tracing": not args.no_tracing,
+            "temporal_db": "memory" if args.temporal_memory else "file",
+            "postgres": "durable (fsync on, synchronous_commit on)",
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "temporalio": temporalio.__version__,
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "series": results,
+    }
+
+
+def recommendation(series: dict[str, Any]) -> tuple[bool, str]:
+    local = series["moat fresh, local bookkeeping"]["median_ms"]
+    regular = series["moat fresh, regular bookkeeping"]["median_ms"]
+    faster, slower = ("local", "regular") if local <= regular else ("regular", "local")
+    low, high = sorted((local, regular))
+    text = (
+        f"Recommendation: {faster} activities for Moat's bookkeeping steps "
+        f"(MOAT_LOCAL_ACTIVITIES={'true' if faster == 'local' else 'false'}): median "
+        f"{low:.1f} ms vs {high:.1f} ms with {slower} activities "
+        f"({(high - low) / high:.0%} less)."
+    )
+    return local <= regular, text
+
+
+def render(report: dict[str, Any], console: Console) -> None:
+    s = report["settings"]
+    table = Table(
+        title=f"Moat execute latency (sequential n={s['n']}, warm-up {s['warmup']}; "
+        f"Temporal db: {s['temporal_db']}, tracing {'on' if s['tracing'] else 'off'})"
+    )
+    table.add_column("series")
+    table.add_column("n", justify="right")
+    table.add_column("median ms", justify="right")
+    table.add_column("p95 ms", justify="right")
+    table.add_column("req/s", justify="right")
+    table.add_column("ratio vs baseline", justify="right")
+    for name, row in report["series"].items():
+        ratio = f"{row['ratio']:.2f}x {row['baseline']}" if row["ratio"] is not None else "—"
+        rate = row.get("throughput_rps")
+        table.add_row(
+            name,
+            str(row["n"]),
+            f"{row['median_ms']:.2f}",
+            f"{row['p95_ms']:.2f}",
+            f"{rate:.1f}" if rate else "—",
+            ratio,
+        )
+    console.print(table)
+    console.print(report["recommendation"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.execute_latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--n", type=int, default=200, help="requests per series (default 200)")
+    parser.add_argument("--warmup", type=int, default=20, help="warm-up requests per series")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=10,
+        help="concurrent clients for the extra fresh series; 0 skips them",
+    )
+    parser.add_argument(
+        "--temporal-memory",
+        action="store_true",
+        help="in-memory Temporal dev server (default: SQLite file, as moat up)",
+    )
+    parser.add_argument(
+        "--no-tracing",
+        action="store_true",
+        help="leave out the OpenTelemetry interceptor production wiring adds",
+    )
+    parser.add_argument("--seed", type=int, default=8785, help="seed of the interleaving order")
+    args = parser.parse_args()
+    if args.n < 2 or args.warmup < 0:
+        parser.error("--n must be at least 2 and --warmup not negative")
+    # Before the gateway's observability.setup(), whose basicConfig would log at INFO.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    console = Console()
+    report = asyncio.run(measure(args, console))
+    local_wins, report["recommendation"] = recommendation(report["series"])
+    report["local_activities_faster"] = local_wins
+    render(report, console)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The embedded servers ``moat up`` runs: start, stop, and reuse of their data on disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+
+from starter.devstack import (
+    SEARCH_ATTRIBUTES,
+    EmbeddedPostgres,
+    TemporalDevServer,
+    free_port,
+    temporal_binary,
+)
+from starter.processes import ChildProcess, run_sync
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_postgres_keeps_data_across_restarts(tmp_path: Path) -> None:
+    data, port = tmp_path / "pg", free_port()
+    with EmbeddedPostgres(data, port, fast=True) as pg:
+        assert pg.url == f"postgresql://postgres@127.0.0.1:{port}/moat"
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (x int)")
+            conn.execute("INSERT INTO kept VALUES (42)")
+        pid = pg.pid
+    assert pid is not None and _gone(pid)
+    assert not (data / "postmaster.pid").exists()
+
+    with EmbeddedPostgres(data, port) as pg, psycopg.connect(pg.url) as conn:
+        assert conn.execute("SELECT x FROM kept").fetchall() == [(42,)]
+
+
+def test_postgres_refuses_a_live_data_dir_and_recovers_after_a_crash(tmp_path: Path) -> None:
+    data = tmp_path / "pg"
+    first = EmbeddedPostgres(data, free_port(), fast=True)
+    first.start()
+    try:
+        with pytest.raises(RuntimeError, match="already runs"):
+            EmbeddedPostgres(data, free_port()).start()
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        while first.poll() is None:
+            time.sleep(0.05)
+        assert (data / "postmaster.pid").exists()  # left behind, names a dead process
+    finally:
+        first.stop()
+
+    with EmbeddedPostgres(data, free_port(), fast=True) as pg, psycopg.connect(pg.url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_servers_refuse_a_busy_port(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match="already in use"):
+            EmbeddedPostgres(tmp_path / "pg", port).start()
+        with pytest.raises(RuntimeError, match="already in use"):
+            TemporalDevServer(port, free_port()).start()
+
+
+async def _describe(address: str, namespace: str) -> tuple[int, set[str]]:
+    client = await Client.connect(address, namespace=namespace)
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=namespace)
+    )
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    retention = described.config.workflow_execution_retention_ttl.seconds
+    return retention, set(listed.custom_attributes)
+
+
+def test_temporal_reuses_its_db_and_completes_search_attributes(tmp_path: Path) -> None:
+    db = tmp_path / "temporal.db"
+    # An older db file that knows one attribute: start-dev skips the rest on reuse.
+    old = ChildProcess(
+        [str(temporal_binary()), "server", "start-dev", "--headless", "--ip", "127.0.0.1",
+         "--port", str(port := free_port()), "--namespace", "moat", "--db-filename", str(db),
+         "--search-attribute", "MoatTenant=Keyword"],
+        tmp_path / "old.log",
+    )  # fmt: skip
+    old.start()
+    old.wait_ready("old Temporal", lambda: db.exists() and _answers(port), timeout=60)
+    old.stop()
+
+    wanted = {name for name, _ in SEARCH_ATTRIBUTES}
+    for attempt in range(2):
+        server = TemporalDevServer(free_port(), free_port(), "moat", db, tmp_path / "t.log")
+        with server:
+            assert server.address == f"127.0.0.1:{server.port}"
+            if attempt == 0:
+                server.ensure_retention(48)
+            retention, attributes = run_sync(_describe(server.address, "moat"))
+            assert retention == 48 * 3600
+            assert wanted <= attributes
+            pid = server.pid
+        assert pid is not None and _gone(pid)
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
