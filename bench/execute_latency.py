@@ -38,6 +38,8 @@ from bench.bare_workflow import BARE_WORKFLOW, BareInput
 from bench.stack import BenchStack, bench_stack
 from starter.ingest import REPLAYED_HEADER
 
+MOAT_LOCAL = "moat local"
+MOAT_REGULAR = "moat regular"
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 Call = Callable[[int], Awaitable[None]]
@@ -50,7 +52,12 @@ class Series:
     name: str
     call: Call
     baseline: str | None = None
+    clients: int = 1
     samples: list[float] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.name if self.clients == 1 else f"{self.name} x{self.clients}"
 
     async def timed(self, i: int) -> None:
         start = time.perf_counter()
@@ -65,7 +72,9 @@ class Series:
             "p95_ms": round(statistics.quantiles(data, n=20, method="inclusive")[-1], 2),
             "mean_ms": round(statistics.fmean(data), 2),
             "min_ms": round(min(data), 2),
-            "baseline": self.baseline,
+            "clients": self.clients,
+            "baseline": self.baseline
+            and (self.baseline if self.clients == 1 else f"{self.baseline} x{self.clients}"),
         }
 
 
@@ -149,10 +158,10 @@ async def run_series(
     rng = random.Random(args.seed)
     calls = Calls(stack, f"bench-{uuid.uuid4().hex[:8]}")
     fresh = [
-        Series("moat fresh, local bookkeeping", calls.moat_fresh(True), "bare 1+2 local"),
-        Series("moat fresh, regular bookkeeping", calls.moat_fresh(False), "bare 3 regular"),
-        Series("bare 1+2 local", calls.bare_workflow(True)),
-        Series("bare 3 regular", calls.bare_workflow(False)),
+        Series(MOAT_LOCAL, calls.moat_fresh(True), "bare local"),
+        Series(MOAT_REGULAR, calls.moat_fresh(False), "bare regular"),
+        Series("bare local", calls.bare_workflow(True)),
+        Series("bare regular", calls.bare_workflow(False)),
     ]
     hits = [
         Series("moat idempotent hit", calls.moat_hit, "bare PK select"),
@@ -167,14 +176,13 @@ async def run_series(
         await interleaved(fresh, args.n, rng, args.warmup)
     with console.status(f"idempotent hits: {args.n} per series, sequential, interleaved…"):
         await interleaved(hits, args.n, rng, args.warmup)
-    results = {s.name: s.summary() for s in fresh + hits}
+    results = {s.key: s.summary() for s in fresh + hits}
     if args.concurrency > 0:
-        c = args.concurrency
         for s in fresh:
-            conc = Series(f"{s.name} x{c}", s.call, s.baseline and f"{s.baseline} x{c}")
-            with console.status(f"{conc.name}: {args.n} requests…"):
-                rate = await concurrent(conc, args.n, c, args.warmup + args.n)
-            results[conc.name] = {**conc.summary(), "throughput_rps": round(rate, 1)}
+            conc = Series(s.name, s.call, s.baseline, clients=args.concurrency)
+            with console.status(f"{conc.key}: {args.n} requests…"):
+                rate = await concurrent(conc, args.n, conc.clients, args.warmup + args.n)
+            results[conc.key] = {**conc.summary(), "throughput_rps": round(rate, 1)}
     for row in results.values():
         base = results.get(row["baseline"]) if row["baseline"] else None
         row["ratio"] = round(row["median_ms"] / base["median_ms"], 2) if base else None
@@ -212,8 +220,8 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 
 def recommendation(series: dict[str, Any]) -> tuple[bool, str]:
-    local = series["moat fresh, local bookkeeping"]["median_ms"]
-    regular = series["moat fresh, regular bookkeeping"]["median_ms"]
+    local = series[MOAT_LOCAL]["median_ms"]
+    regular = series[MOAT_REGULAR]["median_ms"]
     faster, slower = ("local", "regular") if local <= regular else ("regular", "local")
     low, high = sorted((local, regular))
     text = (
@@ -228,25 +236,25 @@ def recommendation(series: dict[str, Any]) -> tuple[bool, str]:
 def render(report: dict[str, Any], console: Console) -> None:
     s = report["settings"]
     table = Table(
-        title=f"Moat execute latency (sequential n={s['n']}, warm-up {s['warmup']}; "
-        f"Temporal db: {s['temporal_db']}, tracing {'on' if s['tracing'] else 'off'})"
+        title=f"Moat execute latency (n={s['n']} per series after {s['warmup']} warm-up; "
+        f"Temporal db {s['temporal_db']}, tracing {'on' if s['tracing'] else 'off'})",
+        caption="ratio = median / median of the baseline (same mode, same clients)",
     )
-    table.add_column("series")
-    table.add_column("n", justify="right")
-    table.add_column("median ms", justify="right")
-    table.add_column("p95 ms", justify="right")
-    table.add_column("req/s", justify="right")
-    table.add_column("ratio vs baseline", justify="right")
-    for name, row in report["series"].items():
-        ratio = f"{row['ratio']:.2f}x {row['baseline']}" if row["ratio"] is not None else "—"
+    for column in ("series", "clients", "n", "median ms", "p95 ms", "req/s", "ratio"):
+        table.add_column(column, justify="left" if column == "series" else "right")
+    table.add_column("baseline")
+    for row_key, row in report["series"].items():
+        name = row_key.removesuffix(f" x{row['clients']}")
         rate = row.get("throughput_rps")
         table.add_row(
             name,
+            str(row["clients"]),
             str(row["n"]),
-            f"{row['median_ms']:.2f}",
-            f"{row['p95_ms']:.2f}",
-            f"{rate:.1f}" if rate else "—",
-            ratio,
+            f"{row['median_ms']:.1f}",
+            f"{row['p95_ms']:.1f}",
+            f"{rate:.1f}" if rate else "",
+            f"{row['ratio']:.2f}" if row["ratio"] is not None else "",
+            (row["baseline"] or "").removesuffix(f" x{row['clients']}"),
         )
     console.print(table)
     console.print(report["recommendation"])

@@ -25,7 +25,7 @@ from rich.table import Table
 from schemas.settings import MoatSettings
 from starter.bootstrap import ensure_demo_tenant
 from starter.devstack import EmbeddedPostgres, TemporalDevServer
-from starter.processes import ChildProcess, Service
+from starter.processes import ChildProcess, Service, require_free
 from store import upgrade
 
 
@@ -91,6 +91,7 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     logs = home / "logs"
     env = {"home": str(home)}
     ui_url = None
+    require_free(settings.gateway_port)  # else a stranger could answer our health check
     if settings.database_url is None:
         pg = EmbeddedPostgres(home / "postgres", settings.database_port,
                               log_file=logs / "postgres.log")  # fmt: skip
@@ -110,7 +111,7 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
         ui_url = f"{temporal.ui_url}/namespaces/{settings.temporal_namespace}/workflows"
     with _step(console, "migrating the database"):
         upgrade(settings.sqlalchemy_url)
-    api_key = ensure_demo_tenant(settings)
+        api_key = ensure_demo_tenant(settings)
     children = {}
     for name in ("worker", "gateway"):
         child = ChildProcess([sys.executable, "-m", "starter.cli", name], logs / f"{name}.log",

@@ -146,6 +146,11 @@ class Stack:
 StackFactory = Callable[..., Any]
 
 
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def make_stack(
     base_settings: MoatSettings, temporal: WorkflowEnvironment,
@@ -154,14 +159,14 @@ async def make_stack(
     """``async with make_stack(**settings) as stack`` — settings override the defaults."""
 
     @asynccontextmanager
-    async def factory(catalog: CapabilityCatalog | None = None,
+    async def factory(catalog: CapabilityCatalog | None = None, *, with_worker: bool = True,
                       **overrides: Any) -> AsyncIterator[Stack]:
         settings = base_settings.model_copy(
             update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides})
         client = temporal.client
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
             worker = worker_module.build_worker(client, settings, wsessions, http_out)
-            async with worker:
+            async with worker if with_worker else _nothing():
                 app = create_app(settings, client=client, sessions=sessions, catalog=catalog)
                 async with serve(app) as url, httpx.AsyncClient(timeout=60) as http:
                     stack = Stack(settings, url, client, sessions, "", "", http)

@@ -1,0 +1,80 @@
+"""A worker killed in the middle of a provider call: the retry repeats no side effect."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+from sqlalchemy import func, select
+
+from schemas.capabilities import (
+    BUILTIN_CAPABILITIES,
+    CapabilityCatalog,
+    CapabilitySpec,
+    EffectType,
+    RetrySettings,
+)
+from store.models import ReceiptRow
+from tests.conftest import StackFactory, repo_root
+from tests.fakes import FakeProvider, Step
+
+SHORT = CapabilitySpec(
+    id="test.short", version="1.0.0", adapter="http", adapter_id="http-adapter-v1",
+    effect_type=EffectType.API_CALL, timeout_seconds=2.0,
+    retry=RetrySettings(max_retries=3, base_delay_seconds=0.1),
+)
+
+
+def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "starter.cli", "worker"], cwd=repo_root(),
+        env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakeProvider) -> None:
+    catalog = CapabilityCatalog((*BUILTIN_CAPABILITIES, SHORT))
+    url = provider.script("/crash", Step(200, {"sent": True}, delay=1.0))
+    async with make_stack(catalog=catalog, with_worker=False,
+                          http_allow_hosts=["127.0.0.1"]) as stack:
+        s = stack.settings
+        env = {
+            "MOAT_DATABASE_URL": s.database_url or "",
+            "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
+            "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
+            "MOAT_TASK_QUEUE": s.task_queue,
+            "MOAT_HTTP_ALLOW_HOSTS": "127.0.0.1",
+        }
+        first = spawn_worker(env)
+        request = asyncio.create_task(stack.execute(
+            "test.short", {"method": "POST", "url": url, "json": {"x": 1}}, key="crash"))
+        try:
+            for _ in range(300):
+                if provider.calls_to("/crash"):
+                    break
+                assert first.poll() is None, first.stderr.read() if first.stderr else ""
+                await asyncio.sleep(0.05)
+            assert provider.calls_to("/crash"), "the worker never called the provider"
+            first.send_signal(signal.SIGKILL)  # mid-call: the provider is still answering
+            first.wait(10)
+            second = spawn_worker(env)
+            try:
+                response = await asyncio.wait_for(request, 60)
+            finally:
+                second.send_signal(signal.SIGTERM)
+                assert second.wait(20) == 0
+        finally:
+            if first.poll() is None:
+                first.kill()
+        assert response.status_code == 200, response.text
+        calls = provider.calls_to("/crash")
+        assert len(calls) == 2  # the killed attempt, and the retry after its timeout
+        assert len({c.headers["idempotency-key"] for c in calls}) == 1
+        assert len(provider.effects_on("/crash")) == 1  # the provider deduped the retry
+        async with stack.sessions() as session:
+            n = (await session.execute(select(func.count()).select_from(ReceiptRow).filter_by(
+                tenant_id=stack.tenant_id))).scalar_one()
+        assert n == 1
