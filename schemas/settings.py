@@ -58,6 +58,10 @@ class MoatSettings(BaseSettings):
         default=True,
         description="Run policy and record steps as local activities (chosen by bench/).",
     )
+    codec_keyring: Path | None = Field(
+        default=None,
+        description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
+    )
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )

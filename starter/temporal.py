@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client, Interceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 
 from schemas.settings import MoatSettings
+from starter.codec import data_converter
 
 
 async def connect(settings: MoatSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
@@ -21,7 +21,7 @@ async def connect(settings: MoatSettings, interceptors: Sequence[Interceptor] = 
     config.update(
         target_host=target,
         namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings),
         interceptors=list(interceptors),
     )
     return await Client.connect(**config)

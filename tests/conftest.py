@@ -20,7 +20,6 @@ import pytest_asyncio
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 import worker as worker_module
@@ -33,6 +32,7 @@ from starter.devstack import (
     search_attribute_keys,
     temporal_binary,
 )
+from starter.codec import data_converter
 from starter.gateway import create_app
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
@@ -61,10 +61,10 @@ def base_settings(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> Mo
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def temporal() -> AsyncIterator[WorkflowEnvironment]:
+async def temporal(base_settings: MoatSettings) -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         namespace=NAMESPACE,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(base_settings),
         dev_server_existing_path=str(temporal_binary()),
         dev_server_extra_args=TEMPORAL_DYNAMIC_CONFIG,
         search_attributes=search_attribute_keys(),

@@ -47,6 +47,7 @@ async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakePr
             "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
             "MOAT_TASK_QUEUE": s.task_queue,
             "MOAT_HTTP_ALLOW_HOSTS": "127.0.0.1",
+            "MOAT_HOME": str(s.home),
         }
         first = spawn_worker(env)
         request = asyncio.create_task(stack.execute(

@@ -1,0 +1,84 @@
+"""Encryption of Temporal payloads (AES-256-GCM, key id in the payload metadata).
+
+Workflow inputs carry the caller's raw input (headers with tokens included); with this
+codec Temporal only ever stores ciphertext. Old keys stay in the keyring so history
+written before a rotation still decodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, PayloadCodec
+
+from schemas.settings import MoatSettings
+
+ENCODING = b"binary/encrypted"
+KEY_ID = "encryption-key-id"
+
+
+class EncryptionCodec(PayloadCodec):
+    def __init__(self, keys: dict[str, bytes], active: str) -> None:
+        if active not in keys:
+            raise ValueError(f"active codec key {active!r} is not in the keyring")
+        self._ciphers = {kid: AESGCM(key) for kid, key in keys.items()}
+        self._active = active
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        cipher = self._ciphers[self._active]
+        out = []
+        for payload in payloads:
+            nonce = os.urandom(12)
+            data = nonce + cipher.encrypt(nonce, payload.SerializeToString(), None)
+            out.append(Payload(metadata={"encoding": ENCODING,
+                                         KEY_ID: self._active.encode()}, data=data))
+        return out
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for payload in payloads:
+            if payload.metadata.get("encoding") != ENCODING:
+                out.append(payload)
+                continue
+            kid = payload.metadata.get(KEY_ID, b"").decode()
+            cipher = self._ciphers.get(kid)
+            if cipher is None:
+                raise ValueError(f"payload encrypted with unknown key {kid!r}")
+            nonce, ciphertext = payload.data[:12], payload.data[12:]
+            out.append(Payload.FromString(cipher.decrypt(nonce, ciphertext, None)))
+        return out
+
+
+def _keyring_path(settings: MoatSettings) -> Path:
+    return settings.codec_keyring or settings.home / "codec-keys.json"
+
+
+def load_codec(settings: MoatSettings, *, create: bool = True) -> EncryptionCodec:
+    """The codec from ``MOAT_CODEC_KEYRING`` (or ``$MOAT_HOME/codec-keys.json``, created
+    with a fresh key on first use in development)."""
+    path = _keyring_path(settings)
+    if not path.exists():
+        if not create:
+            raise FileNotFoundError(f"no codec keyring at {path}")
+        kid = "k1"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"active": kid, "keys": {
+                kid: base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()}}, fh)
+    ring = json.loads(path.read_text())
+    keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
+    return EncryptionCodec(keys, ring["active"])
+
+
+def data_converter(settings: MoatSettings) -> DataConverter:
+    """Pydantic payloads, encrypted."""
+    return dataclasses.replace(pydantic_data_converter, payload_codec=load_codec(settings))
