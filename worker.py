@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import ExecuteActivities, HostGuard, HttpAdapter, echo_adapter
+from activities import Adapter, ExecuteActivities, HostGuard, HttpAdapter, echo_adapter
 from schemas.settings import MoatSettings
 from starter import observability
 from starter.temporal import connect
@@ -43,7 +43,7 @@ def build_worker(
     http: httpx.AsyncClient,
     task_queue: str | None = None,
 ) -> Worker:
-    adapters = {
+    adapters: dict[str, Adapter] = {
         "http": HttpAdapter(http, HostGuard(settings.http_allow_hosts)),
         "echo": echo_adapter,
     }

@@ -1,6 +1,6 @@
 """Every side effect of a run: policy, adapters, outcome records."""
 
-from activities.adapters import HostGuard, HttpAdapter, echo_adapter
+from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter
 from activities.execute import ExecuteActivities
 
-__all__ = ["ExecuteActivities", "HostGuard", "HttpAdapter", "echo_adapter"]
+__all__ = ["Adapter", "ExecuteActivities", "HostGuard", "HttpAdapter", "echo_adapter"]

@@ -168,7 +168,8 @@ class MoatClientSync:
         self._timeout = timeout
 
     def execute(self, capability_id: str, input: dict[str, Any], **kwargs: Any) -> ExecutionResult:
-        return asyncio.run(self._call("execute", capability_id, input, **kwargs))
+        result: ExecutionResult = asyncio.run(self._call("execute", capability_id, input, **kwargs))
+        return result
 
     def get_receipt(self, receipt_id: str) -> Receipt:
         result: Receipt = asyncio.run(self._call("get_receipt", receipt_id))

@@ -38,8 +38,9 @@ class EncryptionCodec(PayloadCodec):
         for payload in payloads:
             nonce = os.urandom(12)
             data = nonce + cipher.encrypt(nonce, payload.SerializeToString(), None)
-            out.append(Payload(metadata={"encoding": ENCODING,
-                                         KEY_ID: self._active.encode()}, data=data))
+            out.append(
+                Payload(metadata={"encoding": ENCODING, KEY_ID: self._active.encode()}, data=data)
+            )
         return out
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
@@ -72,8 +73,13 @@ def load_codec(settings: MoatSettings, *, create: bool = True) -> EncryptionCode
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
-            json.dump({"active": kid, "keys": {
-                kid: base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()}}, fh)
+            json.dump(
+                {
+                    "active": kid,
+                    "keys": {kid: base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()},
+                },
+                fh,
+            )
     ring = json.loads(path.read_text())
     keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
     return EncryptionCodec(keys, ring["active"])

@@ -196,7 +196,7 @@ async def claim_key(
         "expires_at": now + timedelta(seconds=ttl_seconds),
     }
     stmt = insert(IdempotencyClaim).values(**values)
-    stmt = stmt.on_conflict_do_update(
+    upsert = stmt.on_conflict_do_update(
         index_elements=[IdempotencyClaim.tenant_id, IdempotencyClaim.idempotency_key],
         set_={
             k: stmt.excluded[k]
@@ -204,7 +204,7 @@ async def claim_key(
         },
         where=IdempotencyClaim.expires_at <= now,
     ).returning(IdempotencyClaim)
-    won = (await session.execute(stmt)).scalar_one_or_none()
+    won = (await session.execute(upsert)).scalar_one_or_none()
     if won is not None:
         return _claim(won)
     held = await session.get(IdempotencyClaim, (tenant_id, key), populate_existing=True)

@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 import worker as worker_module
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
+from starter.codec import data_converter
 from starter.devstack import (
     TEMPORAL_DYNAMIC_CONFIG,
     EmbeddedPostgres,
@@ -32,7 +33,6 @@ from starter.devstack import (
     search_attribute_keys,
     temporal_binary,
 )
-from starter.codec import data_converter
 from starter.gateway import create_app
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
@@ -91,8 +91,9 @@ def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 async def serve(app: Any) -> AsyncIterator[str]:
     """Serve an ASGI app over real HTTP on a free loopback port."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
+    )
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -125,9 +126,15 @@ class Stack:
     api_key: str
     http: httpx.AsyncClient
 
-    async def execute(self, capability_id: str, input: dict[str, Any], *,
-                      key: str | None = None, api_key: str | None = None,
-                      **extra: Any) -> httpx.Response:
+    async def execute(
+        self,
+        capability_id: str,
+        input: dict[str, Any],
+        *,
+        key: str | None = None,
+        api_key: str | None = None,
+        **extra: Any,
+    ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {api_key or self.api_key}"}
         if key is not None:
             headers["Idempotency-Key"] = key
@@ -137,8 +144,10 @@ class Stack:
     async def new_tenant(self, name: str | None = None) -> tuple[str, str]:
         async with self.sessions.begin() as session:
             tenant = await repo.create_tenant(
-                session, name or f"t-{uuid.uuid4().hex[:12]}",
-                idempotency_ttl_seconds=self.settings.idempotency_ttl_seconds)
+                session,
+                name or f"t-{uuid.uuid4().hex[:12]}",
+                idempotency_ttl_seconds=self.settings.idempotency_ttl_seconds,
+            )
             key = await repo.create_api_key(session, tenant.id)
         return tenant.id, key
 
@@ -153,16 +162,19 @@ async def _nothing() -> AsyncIterator[None]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def make_stack(
-    base_settings: MoatSettings, temporal: WorkflowEnvironment,
+    base_settings: MoatSettings,
+    temporal: WorkflowEnvironment,
     sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[StackFactory]:
     """``async with make_stack(**settings) as stack`` — settings override the defaults."""
 
     @asynccontextmanager
-    async def factory(catalog: CapabilityCatalog | None = None, *, with_worker: bool = True,
-                      **overrides: Any) -> AsyncIterator[Stack]:
+    async def factory(
+        catalog: CapabilityCatalog | None = None, *, with_worker: bool = True, **overrides: Any
+    ) -> AsyncIterator[Stack]:
         settings = base_settings.model_copy(
-            update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides})
+            update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides}
+        )
         client = temporal.client
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
             worker = worker_module.build_worker(client, settings, wsessions, http_out)

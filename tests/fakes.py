@@ -72,14 +72,20 @@ class FakeProvider:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode(errors="replace")
-        call = Call(request.url.path, request.method, dict(request.headers), body,
-                    asyncio.get_running_loop().time())
+        call = Call(
+            request.url.path,
+            request.method,
+            dict(request.headers),
+            body,
+            asyncio.get_running_loop().time(),
+        )
         self.calls.append(call)
         key = request.headers.get("idempotency-key")
         if key and key in self._replies:
             status, reply = self._replies[key]
-            response: Response = JSONResponse(reply, status_code=status,
-                                              headers={"Idempotent-Replayed": "true"})
+            response: Response = JSONResponse(
+                reply, status_code=status, headers={"Idempotent-Replayed": "true"}
+            )
             await response(scope, receive, send)
             return
         step = self._next(call.path)

@@ -22,13 +22,17 @@ from schemas.canonical import (
 
 SAFE_INT = 2**53 - 1
 json_scalars = (
-    st.none() | st.booleans() | st.integers(-SAFE_INT, SAFE_INT)
-    | st.floats(-SAFE_INT, SAFE_INT, allow_nan=False) | st.text(max_size=20)
+    st.none()
+    | st.booleans()
+    | st.integers(-SAFE_INT, SAFE_INT)
+    | st.floats(-SAFE_INT, SAFE_INT, allow_nan=False)
+    | st.text(max_size=20)
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -121,7 +125,8 @@ def test_secret_value_formats_are_redacted_under_any_key(value: str) -> None:
     assert redact({"note": value, "list": [value]}) == {"note": REDACTED, "list": [REDACTED]}
 
 
-@pytest.mark.parametrize("value", ["hello world", "sk", "Bearer", "a-plain-slug-123",
-                                   "https://example.com/x"])
+@pytest.mark.parametrize(
+    "value", ["hello world", "sk", "Bearer", "a-plain-slug-123", "https://example.com/x"]
+)
 def test_ordinary_values_are_kept(value: str) -> None:
     assert redact({"note": value}) == {"note": value}

@@ -22,24 +22,32 @@ from tests.conftest import StackFactory, repo_root
 from tests.fakes import FakeProvider, Step
 
 SHORT = CapabilitySpec(
-    id="test.short", version="1.0.0", adapter="http", adapter_id="http-adapter-v1",
-    effect_type=EffectType.API_CALL, timeout_seconds=2.0,
+    id="test.short",
+    version="1.0.0",
+    adapter="http",
+    adapter_id="http-adapter-v1",
+    effect_type=EffectType.API_CALL,
+    timeout_seconds=2.0,
     retry=RetrySettings(max_retries=3, base_delay_seconds=0.1),
 )
 
 
 def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "starter.cli", "worker"], cwd=repo_root(),
-        env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "starter.cli", "worker"],
+        cwd=repo_root(),
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
 async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakeProvider) -> None:
     catalog = CapabilityCatalog((*BUILTIN_CAPABILITIES, SHORT))
     url = provider.script("/crash", Step(200, {"sent": True}, delay=1.0))
-    async with make_stack(catalog=catalog, with_worker=False,
-                          http_allow_hosts=["127.0.0.1"]) as stack:
+    async with make_stack(
+        catalog=catalog, with_worker=False, http_allow_hosts=["127.0.0.1"]
+    ) as stack:
         s = stack.settings
         env = {
             "MOAT_DATABASE_URL": s.database_url or "",
@@ -50,8 +58,11 @@ async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakePr
             "MOAT_HOME": str(s.home),
         }
         first = spawn_worker(env)
-        request = asyncio.create_task(stack.execute(
-            "test.short", {"method": "POST", "url": url, "json": {"x": 1}}, key="crash"))
+        request = asyncio.create_task(
+            stack.execute(
+                "test.short", {"method": "POST", "url": url, "json": {"x": 1}}, key="crash"
+            )
+        )
         try:
             for _ in range(300):
                 if provider.calls_to("/crash"):
@@ -76,6 +87,11 @@ async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakePr
         assert len({c.headers["idempotency-key"] for c in calls}) == 1
         assert len(provider.effects_on("/crash")) == 1  # the provider deduped the retry
         async with stack.sessions() as session:
-            n = (await session.execute(select(func.count()).select_from(ReceiptRow).filter_by(
-                tenant_id=stack.tenant_id))).scalar_one()
+            n = (
+                await session.execute(
+                    select(func.count())
+                    .select_from(ReceiptRow)
+                    .filter_by(tenant_id=stack.tenant_id)
+                )
+            ).scalar_one()
         assert n == 1

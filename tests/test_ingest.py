@@ -13,10 +13,17 @@ from store.models import OutcomeEventRow, PolicyDecisionRow, ReceiptRow
 from tests.conftest import Stack
 
 
-async def raw_post(stack: Stack, body: bytes | str, headers: dict[str, str] | None = None,
-                   api_key: str | None = None) -> Any:
-    h = {"Authorization": f"Bearer {api_key or stack.api_key}",
-         "Content-Type": "application/json", **(headers or {})}
+async def raw_post(
+    stack: Stack,
+    body: bytes | str,
+    headers: dict[str, str] | None = None,
+    api_key: str | None = None,
+) -> Any:
+    h = {
+        "Authorization": f"Bearer {api_key or stack.api_key}",
+        "Content-Type": "application/json",
+        **(headers or {}),
+    }
     return await stack.http.post(f"{stack.url}/v1/executions", content=body, headers=h)
 
 
@@ -36,16 +43,20 @@ def valid(**over: Any) -> dict[str, Any]:
         (json.dumps(valid(schema_version="2")), 400, "unsupported_schema_version"),
         (json.dumps(valid(capability_id="nope.nothing")), 404, "capability_not_found"),
         (json.dumps(valid(capability_version="9.9.9")), 404, "capability_not_found"),
-        (json.dumps(valid(capability_id="http.request", input={"method": "GET"})), 400,
-         "schema_validation_failed"),
+        (
+            json.dumps(valid(capability_id="http.request", input={"method": "GET"})),
+            400,
+            "schema_validation_failed",
+        ),
         (json.dumps(valid(input={"n": 2**60})), 400, "schema_validation_failed"),
         (json.dumps(valid(idempotency_key="")), 400, "schema_validation_failed"),
         (json.dumps(valid(idempotency_key="k" * 257)), 400, "schema_validation_failed"),
         ("[" * 5000 + "]" * 5000, 400, "bad_json"),
     ],
 )
-async def test_bad_requests_get_the_envelope(stack: Stack, body: str, status: int,
-                                             code: str) -> None:
+async def test_bad_requests_get_the_envelope(
+    stack: Stack, body: str, status: int, code: str
+) -> None:
     response = await raw_post(stack, body)
     assert response.status_code == status, response.text
     envelope = response.json()
@@ -76,8 +87,9 @@ async def test_body_too_large(stack: Stack) -> None:
     assert response.json()["error"]["code"] == "payload_too_large"
 
 
-@pytest.mark.parametrize("auth", [None, "Basic abc", "Bearer", "Bearer moat_nope_nope",
-                                  "Bearer not-a-key"])
+@pytest.mark.parametrize(
+    "auth", [None, "Basic abc", "Bearer", "Bearer moat_nope_nope", "Bearer not-a-key"]
+)
 async def test_unauthenticated(stack: Stack, auth: str | None) -> None:
     headers = {"Authorization": auth} if auth else {}
     response = await stack.http.post(f"{stack.url}/v1/executions", json=valid(), headers=headers)
@@ -106,8 +118,10 @@ async def test_receipts_are_tenant_scoped(stack: Stack) -> None:
     assert theirs.status_code == 200
     assert "x-moat-idempotent-replayed" not in theirs.headers
     assert theirs.json()["receipt_id"] != mine["receipt_id"]
-    own = await stack.http.get(f"{stack.url}/v1/receipts/{mine['receipt_id']}",
-                               headers={"Authorization": f"Bearer {stack.api_key}"})
+    own = await stack.http.get(
+        f"{stack.url}/v1/receipts/{mine['receipt_id']}",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+    )
     assert own.status_code == 200 and own.json() == mine["receipt"]
 
 
@@ -116,8 +130,9 @@ async def test_records_are_write_once_in_the_database(stack: Stack, model: Any) 
     await stack.execute("demo.echo", {"immutable": True}, key="imm")
     async with stack.sessions() as s:
         with pytest.raises(DBAPIError, match="write-once"):
-            await s.execute(update(model).filter_by(tenant_id=stack.tenant_id)
-                            .values(tenant_id=stack.tenant_id))
+            await s.execute(
+                update(model).filter_by(tenant_id=stack.tenant_id).values(tenant_id=stack.tenant_id)
+            )
         await s.rollback()
         with pytest.raises(DBAPIError, match="write-once"):
             await s.execute(delete(model).filter_by(tenant_id=stack.tenant_id))

@@ -24,8 +24,12 @@ from tests.fakes import FakeProvider, Step
 
 # Same adapter as http.request, with retries and timeout short enough for a test.
 FAST_HTTP = CapabilitySpec(
-    id="test.http", version="1.0.0", adapter="http", adapter_id="http-adapter-v1",
-    effect_type=EffectType.API_CALL, timeout_seconds=1.0,
+    id="test.http",
+    version="1.0.0",
+    adapter="http",
+    adapter_id="http-adapter-v1",
+    effect_type=EffectType.API_CALL,
+    timeout_seconds=1.0,
     retry=RetrySettings(max_retries=2, base_delay_seconds=0.05),
 )
 CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP))
@@ -54,8 +58,9 @@ def post(url: str, **extra: Any) -> dict[str, Any]:
         (503, "provider_server_error", 3),
     ],
 )
-async def test_taxonomy_and_retries(fast: Stack, provider: FakeProvider, status: int,
-                                    taxonomy: str, calls: int) -> None:
+async def test_taxonomy_and_retries(
+    fast: Stack, provider: FakeProvider, status: int, taxonomy: str, calls: int
+) -> None:
     url = provider.script(f"/s{status}", Step(status, {"error": "nope"}))
     response = await fast.execute("test.http", post(url), key=f"k{status}")
     assert response.status_code == 502, response.text
@@ -67,8 +72,11 @@ async def test_taxonomy_and_retries(fast: Stack, provider: FakeProvider, status:
     assert body["receipt"]["http_status"] == status
     assert len(provider.calls_to(f"/s{status}")) == calls  # 4xx not retried; 1 + 2 retries
     async with fast.sessions() as s:
-        tax = (await s.execute(select(OutcomeEventRow.error_taxonomy).filter_by(
-            receipt_id=body["receipt_id"]))).scalar_one()
+        tax = (
+            await s.execute(
+                select(OutcomeEventRow.error_taxonomy).filter_by(receipt_id=body["receipt_id"])
+            )
+        ).scalar_one()
     assert tax == taxonomy
 
 
@@ -130,21 +138,27 @@ async def test_key_reuse_with_other_input_is_422(stack: Stack) -> None:
     assert body["error"]["code"] == "idempotency_key_reused"
     assert body["error"]["details"]["original_receipt_id"] == first.json()["receipt_id"]
     async with stack.sessions() as s:
-        n = (await s.execute(select(func.count()).select_from(ReceiptRow).filter_by(
-            tenant_id=stack.tenant_id))).scalar_one()
+        n = (
+            await s.execute(
+                select(func.count()).select_from(ReceiptRow).filter_by(tenant_id=stack.tenant_id)
+            )
+        ).scalar_one()
     assert n == 1
 
 
-async def test_after_ttl_a_new_execution_gets_a_new_receipt(stack: Stack,
-                                                            provider: FakeProvider) -> None:
+async def test_after_ttl_a_new_execution_gets_a_new_receipt(
+    stack: Stack, provider: FakeProvider
+) -> None:
     url = provider.script("/ttl", Step(200))
     first = await stack.execute("http.request", post(url), key="ttl")
     assert first.status_code == 200
     # Let the 24 h window pass: move the claim's expiry into the past.
     async with stack.sessions.begin() as s:
-        await s.execute(update(IdempotencyClaim).filter_by(
-            tenant_id=stack.tenant_id, idempotency_key="ttl").values(
-            expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+        await s.execute(
+            update(IdempotencyClaim)
+            .filter_by(tenant_id=stack.tenant_id, idempotency_key="ttl")
+            .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
     second = await stack.execute("http.request", post(url), key="ttl")
     assert second.status_code == 200, second.text
     assert "x-moat-idempotent-replayed" not in second.headers
@@ -153,8 +167,10 @@ async def test_after_ttl_a_new_execution_gets_a_new_receipt(stack: Stack,
     assert len(effects) == 2
     assert effects[0].headers["idempotency-key"] != effects[1].headers["idempotency-key"]
     # The old receipt is untouched and still readable.
-    old = await stack.http.get(f"{stack.url}/v1/receipts/{first.json()['receipt_id']}",
-                               headers={"Authorization": f"Bearer {stack.api_key}"})
+    old = await stack.http.get(
+        f"{stack.url}/v1/receipts/{first.json()['receipt_id']}",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+    )
     assert old.json() == first.json()["receipt"]
 
 
@@ -174,8 +190,13 @@ async def test_budget_exhausted_is_policy_denied(stack: Stack, provider: FakePro
     assert len(provider.calls_to("/billed")) == 1
     async with stack.sessions() as s:
         state = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
-        rule = (await s.execute(select(PolicyDecisionRow.rule_hit).filter_by(
-            id=body["receipt"]["policy_decision_id"]))).scalar_one()
+        rule = (
+            await s.execute(
+                select(PolicyDecisionRow.rule_hit).filter_by(
+                    id=body["receipt"]["policy_decision_id"]
+                )
+            )
+        ).scalar_one()
     assert state is not None and state.used == 1
     assert rule == "BUDGET_EXCEEDED"
 
@@ -191,8 +212,9 @@ async def test_failures_do_not_consume_budget(fast: Stack, provider: FakeProvide
     assert state is not None and state.used == 0
 
 
-async def test_loopback_is_refused_unless_allow_listed(make_stack: StackFactory,
-                                                       provider: FakeProvider) -> None:
+async def test_loopback_is_refused_unless_allow_listed(
+    make_stack: StackFactory, provider: FakeProvider
+) -> None:
     url = provider.script("/private", Step(200))
     async with make_stack(http_allow_hosts=[]) as strict:
         for target in (url, url.replace("127.0.0.1", "localhost")):
@@ -204,8 +226,18 @@ async def test_loopback_is_refused_unless_allow_listed(make_stack: StackFactory,
 
 @pytest.mark.parametrize(
     "host",
-    ["127.0.0.1", "localhost", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254",
-     "::1", "fd00::1", "0.0.0.0", "100.64.0.1"],
+    [
+        "127.0.0.1",
+        "localhost",
+        "10.0.0.1",
+        "172.16.5.4",
+        "192.168.1.1",
+        "169.254.169.254",
+        "::1",
+        "fd00::1",
+        "0.0.0.0",
+        "100.64.0.1",
+    ],
 )
 async def test_guard_refuses_non_public_addresses(host: str) -> None:
     from temporalio.exceptions import ApplicationError

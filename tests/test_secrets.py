@@ -15,12 +15,17 @@ TOKEN = "sk-live-" + "Q7x9" * 8
 PASSWORD = "correct-horse-battery-staple-42"
 
 
-async def test_secrets_never_reach_any_store(stack: Stack, provider: FakeProvider,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+async def test_secrets_never_reach_any_store(
+    stack: Stack, provider: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     url = provider.script("/with-secrets", Step(200, {"echo_password": PASSWORD}))
-    payload = {"method": "POST", "url": url, "headers": {"Authorization": f"Bearer {TOKEN}"},
-               "json": {"user": "ada", "password": PASSWORD}}
+    payload = {
+        "method": "POST",
+        "url": url,
+        "headers": {"Authorization": f"Bearer {TOKEN}"},
+        "json": {"user": "ada", "password": PASSWORD},
+    }
     response = await stack.execute("http.request", payload, key="secret-run")
     assert response.status_code == 200, response.text
     # The provider really got the secrets: they were in play.
@@ -34,8 +39,11 @@ async def test_secrets_never_reach_any_store(stack: Stack, provider: FakeProvide
 
     # Every table in Postgres, every row, as text.
     async with stack.sessions() as s:
-        tables = (await s.execute(text(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))).scalars().all()
+        tables = (
+            (await s.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")))
+            .scalars()
+            .all()
+        )
         assert "receipts" in tables
         for table in tables:
             rows = (await s.execute(text(f'SELECT t::text FROM "{table}" t'))).scalars().all()
