@@ -32,14 +32,12 @@ from typing import Any
 
 import temporalio
 from rich.console import Console
-from rich.table import Table
 
 from bench.bare_workflow import BARE_WORKFLOW, BareInput
+from bench.report import MOAT_LOCAL, MOAT_REGULAR, recommendation, render
 from bench.stack import BenchStack, bench_stack
 from starter.ingest import REPLAYED_HEADER
 
-MOAT_LOCAL = "moat local"
-MOAT_REGULAR = "moat regular"
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 Call = Callable[[int], Awaitable[None]]
@@ -222,54 +220,6 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "wall_seconds": round(time.perf_counter() - started, 1),
         "series": results,
     }
-
-
-def recommendation(series: dict[str, Any]) -> tuple[bool, str]:
-    local = series[MOAT_LOCAL]["median_ms"]
-    regular = series[MOAT_REGULAR]["median_ms"]
-    faster, slower = ("local", "regular") if local <= regular else ("regular", "local")
-    low, high = sorted((local, regular))
-    text = (
-        f"Recommendation: {faster} activities for Moat's bookkeeping steps "
-        f"(MOAT_LOCAL_ACTIVITIES={'true' if faster == 'local' else 'false'}): median "
-        f"{low:.1f} ms vs {high:.1f} ms with {slower} activities "
-        f"({(high - low) / high:.0%} less)."
-    )
-    return local <= regular, text
-
-
-def render(report: dict[str, Any], console: Console) -> None:
-    s = report["settings"]
-    table = Table(
-        title=f"Moat execute latency (n={s['n']} per series after {s['warmup']} warm-up; "
-        f"Temporal db {s['temporal_db']}, tracing {'on' if s['tracing'] else 'off'})",
-        caption="ratio = median / median of the baseline (same mode, same clients)",
-    )
-    for column in ("series", "clients", "n", "median ms", "p95 ms", "req/s", "ratio"):
-        table.add_column(column, justify="left" if column == "series" else "right")
-    table.add_column("baseline")
-    for row_key, row in report["series"].items():
-        name = row_key.removesuffix(f" x{row['clients']}")
-        rate = row.get("throughput_rps")
-        table.add_row(
-            name,
-            str(row["clients"]),
-            str(row["n"]),
-            f"{row['median_ms']:.1f}",
-            f"{row['p95_ms']:.1f}",
-            f"{rate:.1f}" if rate else "",
-            f"{row['ratio']:.2f}" if row["ratio"] is not None else "",
-            (row["baseline"] or "").removesuffix(f" x{row['clients']}"),
-        )
-    console.print(table)
-    env = report["environment"]
-    before, after = env["loadavg_1m_before_after"]
-    if max(before, after) > env["cpus"] / 2:
-        console.print(
-            f"[yellow]Note: the machine was busy (1-min load {before} before, {after} after, "
-            f"{env['cpus']} CPUs); absolute figures are inflated, ratios less so.[/]"
-        )
-    console.print(report["recommendation"])
 
 
 def main() -> None:

@@ -62,13 +62,17 @@ def _keyring_path(settings: MoatSettings) -> Path:
     return settings.codec_keyring or settings.home / "codec-keys.json"
 
 
-def load_codec(settings: MoatSettings, *, create: bool = True) -> EncryptionCodec:
-    """The codec from ``MOAT_CODEC_KEYRING`` (or ``$MOAT_HOME/codec-keys.json``, created
-    with a fresh key on first use in development)."""
+def load_codec(settings: MoatSettings) -> EncryptionCodec:
+    """The codec from ``MOAT_CODEC_KEYRING``, or from ``$MOAT_HOME/codec-keys.json``, which
+    is created with a fresh key on first use (development only: a configured keyring that
+    is missing is an error, never silently replaced)."""
     path = _keyring_path(settings)
     if not path.exists():
-        if not create:
-            raise FileNotFoundError(f"no codec keyring at {path}")
+        if settings.codec_keyring is not None:
+            raise FileNotFoundError(
+                f"MOAT_CODEC_KEYRING points at {path}, which does not exist; mount the "
+                "keyring every worker and gateway shares"
+            )
         kid = "k1"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
