@@ -7,6 +7,7 @@ make the database itself reject UPDATE and DELETE on them.
 from __future__ import annotations
 
 from datetime import date, datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     Date,
     DateTime,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     Text,
     func,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -166,3 +169,59 @@ class BudgetUsage(Base):
     period: Mapped[str] = mapped_column(String(8), primary_key=True)
     period_start: Mapped[date] = mapped_column(Date, primary_key=True)
     used: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class OrchestrationEvent(Base):
+    """Seed 001's event log: append-only (the database refuses UPDATE and DELETE)."""
+
+    __tablename__ = "orchestration_events"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    event_type: Mapped[str] = mapped_column(String(100))
+    aggregate_type: Mapped[str] = mapped_column(String(50))
+    aggregate_id: Mapped[str] = mapped_column(String(300))
+    event_data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    correlation_id: Mapped[str] = mapped_column(String(64))
+    causation_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    actor: Mapped[str] = mapped_column(String(100))
+    occurred_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    sequence_number: Mapped[int] = mapped_column(BigInteger, Identity(always=True), unique=True)
+
+
+class RunRow(Base):
+    """The projection of an execution's events; rebuildable from them."""
+
+    __tablename__ = "runs"
+
+    receipt_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    workflow_id: Mapped[str] = mapped_column(String(300))
+    run_id: Mapped[str] = mapped_column(String(64))
+    capability_id: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20))
+    total_steps: Mapped[int] = mapped_column(Integer, default=0)
+    failed_steps: Mapped[int] = mapped_column(Integer, default=0)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    replays: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime] = mapped_column(_tz())
+    completed_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    last_sequence: Mapped[int] = mapped_column(BigInteger)
+
+
+class ManifestRow(Base):
+    """Where a run's signed manifest is, and its digest."""
+
+    __tablename__ = "manifests"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    receipt_id: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(80))
+    kid: Mapped[str] = mapped_column(String(100))
+    alg: Mapped[str] = mapped_column(String(10))
+    replayed: Mapped[bool] = mapped_column(Boolean)
+    outcome: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
