@@ -1,7 +1,8 @@
 """The side effects of ``ExecuteCapability``: policy check, adapter call, outcome record.
 
 Each bookkeeping step is one transaction, keyed by the execution's receipt id, so a retried
-attempt or a reset run repeats nothing.
+attempt or a reset run repeats nothing; the events each step records are appended in that
+same transaction.
 """
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter
+from activities.evidence import Chain, step_id
+from schemas.events import AggregateType, EventDraft, EventType
 from schemas.ids import uuid7
 from schemas.records import (
     Decision,
@@ -26,9 +30,12 @@ from schemas.records import (
     RuleHit,
 )
 from schemas.run import AdapterInput, AdapterOutput, PolicyInput, PolicyOutcome, RecordInput
+from store import events as event_log
 from store import repository as repo
+from store.models import Tenant
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
+ADAPTER_STEP = "adapter"
 
 
 def decision_id_for(receipt_id: str) -> str:
@@ -49,6 +56,10 @@ class ExecuteActivities:
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
+            tenant = await repo.get_tenant(session, inp.tenant_id)
+            mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
+            if inp.dry_run:
+                return await self._decide(session, inp, mode, tenant, now, events=False)
             claim = await repo.claim_key(
                 session,
                 tenant_id=inp.tenant_id,
@@ -59,82 +70,104 @@ class ExecuteActivities:
                 now=now,
                 ttl_seconds=inp.idempotency_ttl_seconds,
             )
-            holder = claim.receipt_id
-            existing = await repo.get_receipt(session, inp.tenant_id, holder)
-            if holder != inp.receipt_id and existing is None:
+            existing = await repo.get_receipt(session, inp.tenant_id, claim.receipt_id)
+            if claim.receipt_id != inp.receipt_id and existing is None:
                 # Another execution holds the key and has not recorded its outcome yet.
                 raise ApplicationError(
-                    f"idempotency key held by running execution {holder}",
+                    f"idempotency key held by running execution {claim.receipt_id}",
                     type="idempotency_key_busy",
                 )
-            tenant = await repo.get_tenant(session, inp.tenant_id)
-            mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
-            if existing is not None:
-                row = await repo.insert_policy_decision(
-                    session,
-                    id=decision_id_for(inp.receipt_id),
-                    tenant_id=inp.tenant_id,
-                    receipt_id=existing.id,
-                    capability_id=inp.capability.id,
-                    idempotency_key=inp.idempotency_key,
-                    mode=mode.value,
-                    decision=Decision.ALLOW.value,
-                    rule_hit=RuleHit.IDEMPOTENT_HIT.value,
-                    reason="receipt already recorded for this key",
-                    is_synthetic=inp.is_synthetic,
-                )
-                return PolicyOutcome(
-                    policy_decision_id=row.id,
-                    decision=Decision.ALLOW,
-                    rule_hit=RuleHit.IDEMPOTENT_HIT,
-                    mode=mode,
-                    existing_receipt=existing,
-                )
-            decision, rule, reason = await self._evaluate(session, inp, mode, tenant, now)
+            if existing is None:
+                return await self._decide(session, inp, mode, tenant, now, events=True)
             row = await repo.insert_policy_decision(
                 session,
                 id=decision_id_for(inp.receipt_id),
                 tenant_id=inp.tenant_id,
-                receipt_id=inp.receipt_id,
+                receipt_id=existing.id,
                 capability_id=inp.capability.id,
                 idempotency_key=inp.idempotency_key,
                 mode=mode.value,
-                decision=decision.value,
-                rule_hit=rule.value,
-                reason=reason,
+                decision=Decision.ALLOW.value,
+                rule_hit=RuleHit.IDEMPOTENT_HIT.value,
+                reason="receipt already recorded for this key",
                 is_synthetic=inp.is_synthetic,
             )
+            return PolicyOutcome(
+                policy_decision_id=row.id,
+                decision=Decision.ALLOW,
+                rule_hit=RuleHit.IDEMPOTENT_HIT,
+                mode=mode,
+                existing_receipt=existing,
+            )
+
+    async def _decide(
+        self,
+        session: AsyncSession,
+        inp: PolicyInput,
+        mode: PolicyMode,
+        tenant: Tenant | None,
+        now: datetime,
+        *,
+        events: bool,
+    ) -> PolicyOutcome:
+        decision, rule, reason = await _evaluate(session, inp, mode, tenant, now)
+        row = await repo.insert_policy_decision(
+            session,
+            id=decision_id_for(inp.receipt_id),
+            tenant_id=inp.tenant_id,
+            receipt_id=inp.receipt_id,
+            capability_id=inp.capability.id,
+            idempotency_key=inp.idempotency_key,
+            mode=mode.value,
+            decision=decision.value,
+            rule_hit=rule.value,
+            reason=reason,
+            is_synthetic=inp.is_synthetic,
+        )
         # A retried check returns the decision first recorded, not a re-evaluation.
-        return PolicyOutcome(
+        outcome = PolicyOutcome(
             policy_decision_id=row.id,
             decision=Decision(row.decision),
             rule_hit=RuleHit(row.rule_hit),
             mode=PolicyMode(row.mode),
             reason=row.reason,
         )
-
-    async def _evaluate(
-        self,
-        session: AsyncSession,
-        inp: PolicyInput,
-        mode: PolicyMode,
-        tenant: object | None,
-        now: datetime,
-    ) -> tuple[Decision, RuleHit, str]:
-        if mode == PolicyMode.BYPASS and getattr(tenant, "allow_bypass", False):
-            return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode"
-        if inp.is_synthetic:
-            return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied"
-        budget = await repo.budget_state(session, inp.tenant_id, inp.capability.id, now)
-        if budget is not None and budget.exhausted:
-            reason = f"budget {budget.used}/{budget.limit} per {budget.period} used up"
-            if mode == PolicyMode.AUDIT:
-                return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason
-            return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason
-        return Decision.ALLOW, RuleHit.ALLOWED, ""
+        if events:
+            chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.policy")
+            chain.add(
+                EventType.RUN_STARTED,
+                AggregateType.RUN,
+                inp.receipt_id,
+                workflow_id=inp.workflow_id,
+                capability_id=inp.capability.id,
+                capability_version=inp.capability.version,
+                input_hash=inp.input_hash,
+            )
+            chain.add(
+                EventType.POLICY_EVALUATED,
+                AggregateType.POLICY,
+                row.id,
+                mode=outcome.mode.value,
+                decision=outcome.decision.value,
+                rule_hit=outcome.rule_hit.value,
+                reason=outcome.reason,
+            )
+            if outcome.decision != Decision.DENY:
+                chain.add(
+                    EventType.EFFECT_REQUESTED,
+                    AggregateType.EFFECT,
+                    step_id(inp.receipt_id, ADAPTER_STEP),
+                    effect_type=inp.capability.effect_type.value,
+                    adapter_id=inp.capability.adapter_id,
+                )
+            await event_log.append(session, chain.drafts)
+        return outcome
 
     @activity.defn(name="moat.call_adapter")
     async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
+        info = activity.info()
+        invoked_at = datetime.now(UTC)
+        await self._attempt_started(inp, info.workflow_run_id or "", info.attempt)
         adapter = self._adapters.get(inp.capability.adapter)
         if adapter is None:
             raise ApplicationError(
@@ -142,33 +175,63 @@ class ExecuteActivities:
                 type=ErrorTaxonomy.GATEWAY_ERROR.value,
                 non_retryable=True,
             )
-        return await adapter(inp)
+        try:
+            out = await adapter(inp)
+        except ApplicationError as err:
+            retries_left = info.attempt <= inp.capability.retry_settings.max_retries
+            if not err.non_retryable and retries_left:
+                await self._attempt_failed(inp, info.workflow_run_id or "", info.attempt, err)
+            raise
+        return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
+
+    async def _attempt_started(self, inp: AdapterInput, run_id: str, attempt: int) -> None:
+        async with self._sessions.begin() as session:
+            cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
+            chain = Chain(inp.tenant_id, inp.receipt_id, run_id, "moat.adapter", cause)
+            sid = step_id(inp.receipt_id, ADAPTER_STEP)
+            if attempt == 1:
+                chain.add(
+                    EventType.STEP_STARTED,
+                    AggregateType.STEP,
+                    sid,
+                    step=ADAPTER_STEP,
+                    adapter_id=inp.capability.adapter_id,
+                )
+            else:
+                chain.add(
+                    EventType.STEP_RETRIED,
+                    AggregateType.STEP,
+                    sid,
+                    name=f"STEP_RETRIED:{attempt}",
+                    step=ADAPTER_STEP,
+                    attempt=attempt,
+                )
+            await event_log.append(session, chain.drafts)
+
+    async def _attempt_failed(
+        self, inp: AdapterInput, run_id: str, attempt: int, err: ApplicationError
+    ) -> None:
+        details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+        async with self._sessions.begin() as session:
+            cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
+            chain = Chain(inp.tenant_id, inp.receipt_id, run_id, "moat.adapter", cause)
+            delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else None
+            chain.add(
+                EventType.EFFECT_RETRYING,
+                AggregateType.EFFECT,
+                step_id(inp.receipt_id, ADAPTER_STEP),
+                name=f"EFFECT_RETRYING:{attempt}",
+                attempt=attempt,
+                error_code=err.type,
+                http_status=details.get("http_status"),
+                retry_after_seconds=delay,
+            )
+            await event_log.append(session, chain.drafts)
 
     @activity.defn(name="moat.record_outcome")
     async def record_outcome(self, inp: RecordInput) -> Receipt:
         now = datetime.now(UTC)
-        receipt = Receipt(
-            id=inp.receipt_id,
-            capability_id=inp.capability.id,
-            capability_version=inp.capability.version,
-            adapter_id=inp.capability.adapter_id,
-            tenant_id=inp.tenant_id,
-            connection_id=inp.connection_id or "",
-            request_id=inp.request_id,
-            timestamp=inp.submitted_at,
-            latency_ms=max(0, int((now - inp.submitted_at).total_seconds() * 1000)),
-            idempotency_key=inp.idempotency_key,
-            input_hash=inp.input_hash,
-            output_hash=inp.output_hash,
-            status=ExecutionStatus(inp.status),
-            error_code=inp.error_code,
-            http_status=inp.http_status,
-            policy_decision_id=inp.policy_decision_id,
-            is_synthetic=inp.is_synthetic,
-            workflow_id=inp.workflow_id,
-            run_id=inp.run_id,
-            trace_id=inp.trace_id,
-        )
+        receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
             if not await repo.insert_receipt(session, receipt):
                 stored = await repo.get_receipt(session, inp.tenant_id, inp.receipt_id)
@@ -194,4 +257,94 @@ class ExecuteActivities:
             # Bill once: only a success, only when its receipt is first written.
             if inp.success and not inp.is_synthetic:
                 await repo.increment_budget(session, inp.tenant_id, inp.capability.id, now)
+            await event_log.append(session, await _outcome_events(session, inp))
         return receipt
+
+
+async def _evaluate(
+    session: AsyncSession, inp: PolicyInput, mode: PolicyMode, tenant: Tenant | None, now: datetime
+) -> tuple[Decision, RuleHit, str]:
+    if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
+        return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode"
+    if inp.is_synthetic:
+        return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied"
+    budget = await repo.budget_state(session, inp.tenant_id, inp.capability.id, now)
+    if budget is not None and budget.exhausted:
+        reason = f"budget {budget.used}/{budget.limit} per {budget.period} used up"
+        if mode == PolicyMode.AUDIT:
+            return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason
+        return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason
+    return Decision.ALLOW, RuleHit.ALLOWED, ""
+
+
+def _receipt(inp: RecordInput, now: datetime) -> Receipt:
+    return Receipt(
+        id=inp.receipt_id,
+        capability_id=inp.capability.id,
+        capability_version=inp.capability.version,
+        adapter_id=inp.capability.adapter_id,
+        tenant_id=inp.tenant_id,
+        connection_id=inp.connection_id or "",
+        request_id=inp.request_id,
+        timestamp=inp.submitted_at,
+        latency_ms=max(0, int((now - inp.submitted_at).total_seconds() * 1000)),
+        idempotency_key=inp.idempotency_key,
+        input_hash=inp.input_hash,
+        output_hash=inp.output_hash,
+        status=ExecutionStatus(inp.status),
+        error_code=inp.error_code,
+        http_status=inp.http_status,
+        policy_decision_id=inp.policy_decision_id,
+        is_synthetic=inp.is_synthetic,
+        workflow_id=inp.workflow_id,
+        run_id=inp.run_id,
+        trace_id=inp.trace_id,
+    )
+
+
+async def _outcome_events(session: AsyncSession, inp: RecordInput) -> list[EventDraft]:
+    cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
+    chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.record", cause)
+    sid = step_id(inp.receipt_id, ADAPTER_STEP)
+    outcome: dict[str, Any] = {
+        "status": inp.status,
+        "error_code": inp.error_code,
+        "http_status": inp.http_status,
+    }
+    if inp.adapter_called:
+        if inp.success:
+            chain.add(
+                EventType.STEP_COMPLETED, AggregateType.STEP, sid, step=ADAPTER_STEP, **outcome
+            )
+            chain.add(
+                EventType.EFFECT_COMPLETED,
+                AggregateType.EFFECT,
+                sid,
+                output_hash=inp.output_hash,
+                http_status=inp.http_status,
+            )
+        else:
+            chain.add(EventType.STEP_FAILED, AggregateType.STEP, sid, step=ADAPTER_STEP, **outcome)
+            chain.add(EventType.EFFECT_FAILED, AggregateType.EFFECT, sid, **outcome)
+            if inp.retry_exhausted:
+                chain.add(
+                    EventType.EFFECT_DEAD_LETTERED,
+                    AggregateType.EFFECT,
+                    sid,
+                    error_code=inp.error_code,
+                    max_retries=inp.capability.retry_settings.max_retries,
+                )
+    if inp.success:
+        chain.add(
+            EventType.RUN_COMPLETED, AggregateType.RUN, inp.receipt_id, receipt_status=inp.status
+        )
+    else:
+        chain.add(
+            EventType.RUN_FAILED,
+            AggregateType.RUN,
+            inp.receipt_id,
+            receipt_status=inp.status,
+            error_code=inp.error_code,
+            policy_denied=inp.status == ExecutionStatus.POLICY_DENIED,
+        )
+    return chain.drafts

@@ -26,6 +26,11 @@ class ExecuteRequest(BaseModel):
         default=None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH
     )
     connection_id: str | None = Field(default=None, max_length=200)
+    dry_run: bool = Field(
+        default=False,
+        description="Evaluate and record the policy decision only: nothing is executed, no "
+        "budget is used, the idempotency key is not taken. Answers status 'planned'.",
+    )
 
 
 class EnvelopeStatus(StrEnum):
@@ -41,6 +46,16 @@ class ErrorBody(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class Plan(BaseModel):
+    """What a dry run found: the decision the execution would run under."""
+
+    policy_decision_id: str
+    decision: str
+    rule_hit: str
+    mode: str
+    reason: str = ""
+
+
 class Envelope(BaseModel):
     """Every answer of the execute API, success or not."""
 
@@ -51,6 +66,7 @@ class Envelope(BaseModel):
     workflow_id: str | None = None
     run_id: str | None = None
     receipt: Receipt | None = None
+    plan: Plan | None = None
     error: ErrorBody | None = None
 
 

@@ -33,6 +33,7 @@ class ExecuteWorkflowInput(BaseModel):
     is_synthetic: bool = False
     idempotency_ttl_seconds: int = 24 * 3600
     local_activities: bool = True
+    dry_run: bool = False
 
 
 class PolicyInput(BaseModel):
@@ -45,6 +46,7 @@ class PolicyInput(BaseModel):
     run_id: str
     idempotency_ttl_seconds: int
     is_synthetic: bool = False
+    dry_run: bool = False
 
 
 class PolicyOutcome(BaseModel):
@@ -60,6 +62,7 @@ class PolicyOutcome(BaseModel):
 
 class AdapterInput(BaseModel):
     tenant_id: str
+    receipt_id: str = ""
     capability: CapabilitySpec
     input: dict[str, Any]
     connection_id: str | None = None
@@ -69,6 +72,8 @@ class AdapterInput(BaseModel):
 
 class AdapterOutput(BaseModel):
     http_status: int | None = None
+    invoked_at: datetime | None = None
+    attempt: int = 1
     output_hash: str
     output: Any = Field(default=None, description="The redacted output.")
 
@@ -103,13 +108,17 @@ class RecordInput(BaseModel):
     taxonomy: ErrorTaxonomy = ErrorTaxonomy.NONE
     http_status: int | None = None
     output_hash: str | None = None
+    adapter_called: bool = False
+    retry_exhausted: bool = False
 
 
 class ExecuteResult(BaseModel):
-    """What a run returns: its receipt, and whether that receipt already existed."""
+    """What a run returns: its receipt (whether it already existed), or for a dry run the
+    policy decision it would have been executed under."""
 
-    receipt: Receipt
+    receipt: Receipt | None = None
     replayed: bool = False
+    plan: PolicyOutcome | None = None
 
 
 def workflow_id_for(tenant_id: str, idempotency_key: str) -> str:

@@ -33,11 +33,18 @@ from schemas.execute import (
     Envelope,
     EnvelopeStatus,
     ExecuteRequest,
+    Plan,
     envelope_for_receipt,
 )
 from schemas.ids import uuid7
 from schemas.records import Receipt
-from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.run import (
+    WORKFLOW_NAME,
+    ExecuteResult,
+    ExecuteWorkflowInput,
+    PolicyOutcome,
+    workflow_id_for,
+)
 from schemas.settings import MoatSettings
 from starter.errors import ApiError, field_errors
 from store import repository as repo
@@ -169,6 +176,8 @@ class Ingest:
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Answer | None:
         """The stored answer for a live key, from Postgres alone; None to go on to Temporal."""
+        if prepared.request.dry_run:
+            return None
         found = await repo.find_live_claim(
             session, tenant_id, prepared.idempotency_key, datetime.now(UTC)
         )
@@ -205,8 +214,11 @@ class Ingest:
     ) -> Answer:
         """Start the run, or attach to the one already running for this key, and wait."""
         receipt_id = str(uuid7())
-        workflow_id = workflow_id_for(tenant_id, prepared.idempotency_key)
         req = prepared.request
+        workflow_id = workflow_id_for(tenant_id, prepared.idempotency_key)
+        if req.dry_run:
+            # A dry run never takes the key: its own run, beside the real one's id.
+            workflow_id = f"{workflow_id}/dry/{receipt_id}"
         arg = ExecuteWorkflowInput(
             receipt_id=receipt_id,
             tenant_id=tenant_id,
@@ -220,6 +232,7 @@ class Ingest:
             submitted_at=submitted_at,
             idempotency_ttl_seconds=ttl_seconds,
             local_activities=self._settings.local_activities,
+            dry_run=req.dry_run,
         )
         handle = await self._client.start_workflow(
             WORKFLOW_NAME,
@@ -249,6 +262,12 @@ class Ingest:
                 "The run failed inside Moat; the trace id identifies it.",
                 {"workflow_id": workflow_id},
             ) from err
+        if result.plan is not None:
+            return _planned(result.plan, prepared, trace_id)
+        if result.receipt is None:
+            raise ApiError(
+                500, "gateway_error", "The run returned no receipt.", {"workflow_id": workflow_id}
+            )
         return self._finished(
             result.receipt, result.replayed or result.receipt.id != receipt_id, prepared
         )
@@ -283,6 +302,22 @@ class Ingest:
             replayed=running_id != receipt_id,
             location=f"/v1/executions/{running_id}",
         )
+
+
+def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Answer:
+    envelope = Envelope(
+        trace_id=trace_id,
+        status=EnvelopeStatus.PLANNED,
+        idempotency_key=prepared.idempotency_key,
+        plan=Plan(
+            policy_decision_id=plan.policy_decision_id,
+            decision=plan.decision.value,
+            rule_hit=plan.rule_hit.value,
+            mode=plan.mode.value,
+            reason=plan.reason,
+        ),
+    )
+    return Answer(200, envelope)
 
 
 def _key_reused(key: str, receipt_id: str | None) -> ApiError:

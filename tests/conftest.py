@@ -23,7 +23,13 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 import worker as worker_module
-from schemas.capabilities import CapabilityCatalog
+from schemas.capabilities import (
+    BUILTIN_CAPABILITIES,
+    CapabilityCatalog,
+    CapabilitySpec,
+    EffectType,
+    RetrySettings,
+)
 from schemas.settings import MoatSettings
 from starter.codec import data_converter
 from starter.devstack import (
@@ -92,7 +98,14 @@ async def serve(app: Any) -> AsyncIterator[str]:
     """Serve an ASGI app over real HTTP on a free loopback port."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
     )
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -197,3 +210,22 @@ async def stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+# Same adapter as http.request, with retries and timeout short enough for a test.
+FAST_HTTP = CapabilitySpec(
+    id="test.http",
+    version="1.0.0",
+    adapter="http",
+    adapter_id="http-adapter-v1",
+    effect_type=EffectType.API_CALL,
+    timeout_seconds=1.0,
+    retry=RetrySettings(max_retries=2, base_delay_seconds=0.05),
+)
+CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP))
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fast(make_stack: StackFactory) -> AsyncIterator[Stack]:
+    async with make_stack(catalog=CATALOG, http_allow_hosts=["127.0.0.1"]) as s:
+        yield s

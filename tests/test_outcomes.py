@@ -2,43 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from sqlalchemy import func, select, update
 
-from schemas.capabilities import (
-    BUILTIN_CAPABILITIES,
-    CapabilityCatalog,
-    CapabilitySpec,
-    EffectType,
-    RetrySettings,
-)
 from store import repository as repo
 from store.models import IdempotencyClaim, OutcomeEventRow, PolicyDecisionRow, ReceiptRow
 from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider, Step
-
-# Same adapter as http.request, with retries and timeout short enough for a test.
-FAST_HTTP = CapabilitySpec(
-    id="test.http",
-    version="1.0.0",
-    adapter="http",
-    adapter_id="http-adapter-v1",
-    effect_type=EffectType.API_CALL,
-    timeout_seconds=1.0,
-    retry=RetrySettings(max_retries=2, base_delay_seconds=0.05),
-)
-CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP))
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def fast(make_stack: StackFactory) -> AsyncIterator[Stack]:
-    async with make_stack(catalog=CATALOG, http_allow_hosts=["127.0.0.1"]) as s:
-        yield s
 
 
 def post(url: str, **extra: Any) -> dict[str, Any]:
@@ -81,13 +54,28 @@ async def test_taxonomy_and_retries(
 
 
 async def test_timeout_is_classified(fast: Stack, provider: FakeProvider) -> None:
-    url = provider.script("/slow", Step(200, delay=3.0))
+    # Slower than all three attempts together (1 s timeout each, backoff between them).
+    url = provider.script("/slow", Step(200, delay=8.0))
     response = await fast.execute("test.http", post(url), key="slow")
     assert response.status_code == 502, response.text
     body = response.json()
     assert body["error"]["code"] == "timeout"
     assert body["receipt"]["status"] == "timeout"
     assert body["receipt"]["output_hash"] is None
+
+
+async def test_timed_out_call_finished_by_the_provider_is_not_repeated(
+    fast: Stack, provider: FakeProvider
+) -> None:
+    # The first attempt times out on our side but the provider finishes it; the retry
+    # carries the same Idempotency-Key and gets the stored result: one effect, a success.
+    url = provider.script("/late", Step(200, {"done": True}, delay=1.5))
+    response = await fast.execute("test.http", post(url), key="late")
+    assert response.status_code == 200, response.text
+    calls = provider.calls_to("/late")
+    assert len(calls) >= 2
+    assert len({c.headers["idempotency-key"] for c in calls}) == 1
+    assert len(provider.effects_on("/late")) == 1
 
 
 async def test_network_error_is_classified(fast: Stack) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from schemas.records import Decision, ErrorTaxonomy, ExecutionStatus, Receipt, RuleHit
@@ -60,10 +60,13 @@ class ExecuteCapability:
                 run_id=info.run_id,
                 idempotency_ttl_seconds=req.idempotency_ttl_seconds,
                 is_synthetic=req.is_synthetic,
+                dry_run=req.dry_run,
             ),
             PolicyOutcome,
             req.local_activities,
         )
+        if req.dry_run:
+            return ExecuteResult(plan=policy)
         if policy.existing_receipt is not None:
             self._set_status(policy.existing_receipt)
             return ExecuteResult(receipt=policy.existing_receipt, replayed=True)
@@ -112,6 +115,7 @@ class ExecuteCapability:
                 CALL_ADAPTER,
                 AdapterInput(
                     tenant_id=req.tenant_id,
+                    receipt_id=req.receipt_id,
                     capability=cap,
                     input=req.input,
                     connection_id=req.connection_id,
@@ -136,6 +140,7 @@ class ExecuteCapability:
                 else ExecutionStatus.FAILURE
             )
             error_code = taxonomy.value
+            exhausted = err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
             if isinstance(err.cause, ApplicationError) and err.cause.type == "host_not_allowed":
                 error_code = "host_not_allowed"
             return record.model_copy(
@@ -144,6 +149,8 @@ class ExecuteCapability:
                     "taxonomy": taxonomy,
                     "http_status": http_status,
                     "error_code": error_code,
+                    "adapter_called": True,
+                    "retry_exhausted": exhausted,
                 }
             )
         return record.model_copy(
@@ -153,6 +160,7 @@ class ExecuteCapability:
                 "taxonomy": ErrorTaxonomy.NONE,
                 "http_status": out.http_status,
                 "output_hash": out.output_hash,
+                "adapter_called": True,
             }
         )
 

@@ -1,0 +1,52 @@
+"""Building the events a step appends to the log, with their causal links.
+
+Event ids are derived from the execution (receipt id), the run and the event's name, so a
+retried activity writes nothing twice; each event names the one that caused it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.events import AggregateType, EventDraft, EventType, event_id
+
+
+class Chain:
+    """Events of one execution and run, each caused by the previous one."""
+
+    def __init__(
+        self, tenant_id: str, receipt_id: str, run_id: str, actor: str, cause: str | None = None
+    ) -> None:
+        self.tenant_id = tenant_id
+        self.receipt_id = receipt_id
+        self.run_id = run_id
+        self.actor = actor
+        self.cause = cause
+        self.drafts: list[EventDraft] = []
+
+    def add(
+        self,
+        event_type: EventType,
+        aggregate: AggregateType,
+        aggregate_id: str,
+        name: str | None = None,
+        **data: Any,
+    ) -> EventDraft:
+        draft = EventDraft(
+            id=event_id(self.receipt_id, self.run_id, name or event_type.value),
+            tenant_id=self.tenant_id,
+            event_type=event_type,
+            aggregate_type=aggregate,
+            aggregate_id=aggregate_id,
+            event_data={"run_id": self.run_id, **data},
+            correlation_id=self.receipt_id,
+            causation_id=self.cause,
+            actor=self.actor,
+        )
+        self.drafts.append(draft)
+        self.cause = draft.id
+        return draft
+
+
+def step_id(receipt_id: str, step: str) -> str:
+    return f"{receipt_id}:{step}"

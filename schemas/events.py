@@ -1,0 +1,144 @@
+"""The event log's vocabulary (seed 001) and the reducer that derives a run's state.
+
+The same ``apply`` builds the ``runs`` projection as events are written and rebuilds it
+from scratch for ``moat runs rebuild --verify``, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EventType(StrEnum):
+    RUN_STARTED = "RUN_STARTED"
+    RUN_COMPLETED = "RUN_COMPLETED"
+    RUN_FAILED = "RUN_FAILED"
+    RUN_REPLAYED = "RUN_REPLAYED"
+    POLICY_EVALUATED = "POLICY_EVALUATED"
+    STEP_STARTED = "STEP_STARTED"
+    STEP_COMPLETED = "STEP_COMPLETED"
+    STEP_FAILED = "STEP_FAILED"
+    STEP_RETRIED = "STEP_RETRIED"
+    EFFECT_REQUESTED = "EFFECT_REQUESTED"
+    EFFECT_COMPLETED = "EFFECT_COMPLETED"
+    EFFECT_FAILED = "EFFECT_FAILED"
+    EFFECT_RETRYING = "EFFECT_RETRYING"
+    EFFECT_DEAD_LETTERED = "EFFECT_DEAD_LETTERED"
+    MANIFEST_WRITTEN = "MANIFEST_WRITTEN"
+    MANIFEST_EXPIRED = "MANIFEST_EXPIRED"
+
+
+class AggregateType(StrEnum):
+    RUN = "RUN"
+    STEP = "STEP"
+    EFFECT = "EFFECT"
+    POLICY = "POLICY"
+    MANIFEST = "MANIFEST"
+
+
+_EVENT_NAMESPACE = uuid.UUID("0c8a3f52-5d0e-4b1f-8f7e-3a9d6c4b2e10")
+
+
+def event_id(correlation_id: str, run_id: str, name: str) -> str:
+    """Deterministic: a retried step writes the same event id, which the log ignores."""
+    return str(uuid.uuid5(_EVENT_NAMESPACE, f"{correlation_id}|{run_id}|{name}"))
+
+
+class EventDraft(BaseModel):
+    """An event to append; ``sequence_number`` and ``occurred_at`` come from the database."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant_id: str
+    event_type: EventType
+    aggregate_type: AggregateType
+    aggregate_id: str
+    event_data: dict[str, Any] = Field(default_factory=dict)
+    correlation_id: str
+    causation_id: str | None = None
+    actor: str
+
+
+class Event(EventDraft):
+    sequence_number: int
+    occurred_at: datetime
+
+
+class RunStatus(StrEnum):
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    DENIED = "DENIED"
+
+
+class RunState(BaseModel):
+    """A row of the ``runs`` projection."""
+
+    receipt_id: str
+    tenant_id: str
+    workflow_id: str
+    run_id: str
+    capability_id: str
+    status: RunStatus
+    total_steps: int = 0
+    failed_steps: int = 0
+    retries: int = 0
+    replays: int = 0
+    started_at: datetime
+    completed_at: datetime | None = None
+    last_sequence: int
+
+
+def apply(state: RunState | None, event: Event) -> RunState | None:
+    """The run after ``event``; events of other aggregates leave it as it is."""
+    data = event.event_data
+    if event.event_type == EventType.RUN_STARTED and state is not None:
+        # A new run of the same execution (e.g. a reset before the outcome was recorded).
+        return state.model_copy(
+            update={
+                "run_id": str(data.get("run_id", state.run_id)),
+                "status": RunStatus.RUNNING,
+                "completed_at": None,
+                "last_sequence": event.sequence_number,
+            }
+        )
+    if event.event_type == EventType.RUN_STARTED:
+        return RunState(
+            receipt_id=event.correlation_id,
+            tenant_id=event.tenant_id,
+            workflow_id=str(data.get("workflow_id", "")),
+            run_id=str(data.get("run_id", "")),
+            capability_id=str(data.get("capability_id", "")),
+            status=RunStatus.RUNNING,
+            started_at=event.occurred_at,
+            last_sequence=event.sequence_number,
+        )
+    if state is None:
+        return None
+    update: dict[str, Any] = {"last_sequence": event.sequence_number}
+    match event.event_type:
+        case EventType.POLICY_EVALUATED | EventType.STEP_COMPLETED:
+            update["total_steps"] = state.total_steps + 1
+        case EventType.STEP_FAILED:
+            update["total_steps"] = state.total_steps + 1
+            update["failed_steps"] = state.failed_steps + 1
+        case EventType.STEP_RETRIED:
+            update["retries"] = state.retries + 1
+        case EventType.RUN_COMPLETED:
+            update["status"] = RunStatus.COMPLETED
+            update["completed_at"] = event.occurred_at
+        case EventType.RUN_FAILED:
+            update["status"] = RunStatus.DENIED if data.get("policy_denied") else RunStatus.FAILED
+            update["completed_at"] = event.occurred_at
+        case EventType.RUN_REPLAYED:
+            update["replays"] = state.replays + 1
+            update["run_id"] = str(data.get("run_id", state.run_id))
+        case _:
+            pass
+    return state.model_copy(update=update)

@@ -1,0 +1,144 @@
+"""The event log and its ``runs`` projection. Appending an event and moving the projection
+happen in the caller's transaction, together with the state change the event records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.events import Event, EventDraft, RunState, apply
+from store.models import OrchestrationEvent, RunRow
+
+
+def _event(row: OrchestrationEvent) -> Event:
+    return Event.model_validate(row, from_attributes=True)
+
+
+def _state(row: RunRow) -> RunState:
+    return RunState.model_validate(row, from_attributes=True)
+
+
+async def append(session: AsyncSession, drafts: Sequence[EventDraft]) -> list[Event]:
+    """Append events (ids already present are skipped: a retried step) and apply the new
+    ones to the projection. Returns the events actually written, in sequence order."""
+    if not drafts:
+        return []
+    stmt = (
+        insert(OrchestrationEvent)
+        .values([d.model_dump(mode="json") for d in drafts])
+        .on_conflict_do_nothing(index_elements=[OrchestrationEvent.id])
+        .returning(OrchestrationEvent)
+    )
+    rows = (await session.execute(stmt)).scalars().all()
+    written = sorted((_event(r) for r in rows), key=lambda e: e.sequence_number)
+    await _project(session, written)
+    return written
+
+
+async def _project(session: AsyncSession, events: Sequence[Event]) -> None:
+    touched: dict[str, RunState | None] = {}
+    for event in events:
+        key = event.correlation_id
+        if key not in touched:
+            row = await session.get(RunRow, key, with_for_update=True)
+            touched[key] = _state(row) if row is not None else None
+        touched[key] = apply(touched[key], event)
+    for state in touched.values():
+        if state is None:
+            continue
+        values = state.model_dump(mode="python")
+        stmt = insert(RunRow).values(**values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[RunRow.receipt_id],
+            set_={k: stmt.excluded[k] for k in values if k != "receipt_id"},
+        )
+        await session.execute(stmt)
+
+
+async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:
+    """The latest event of an execution: what the next one is caused by."""
+    return (
+        await session.execute(
+            select(OrchestrationEvent.id)
+            .where(
+                OrchestrationEvent.tenant_id == tenant_id,
+                OrchestrationEvent.correlation_id == correlation_id,
+            )
+            .order_by(OrchestrationEvent.sequence_number.desc())
+            .limit(1)
+        )
+    ).scalar_one_or_none()
+
+
+async def events_of(session: AsyncSession, tenant_id: str, correlation_id: str) -> list[Event]:
+    rows = (
+        (
+            await session.execute(
+                select(OrchestrationEvent)
+                .where(
+                    OrchestrationEvent.tenant_id == tenant_id,
+                    OrchestrationEvent.correlation_id == correlation_id,
+                )
+                .order_by(OrchestrationEvent.sequence_number)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return [_event(r) for r in rows]
+
+
+async def get_run(session: AsyncSession, tenant_id: str, receipt_id: str) -> RunState | None:
+    row = await session.get(RunRow, receipt_id)
+    return _state(row) if row is not None and row.tenant_id == tenant_id else None
+
+
+async def rebuild(session: AsyncSession, tenant_id: str | None = None) -> dict[str, RunState]:
+    """Replay every event (of one tenant, or all) into fresh run states, in order."""
+    stmt = select(OrchestrationEvent).order_by(OrchestrationEvent.sequence_number)
+    if tenant_id is not None:
+        stmt = stmt.where(OrchestrationEvent.tenant_id == tenant_id)
+    states: dict[str, RunState | None] = {}
+    for row in (await session.execute(stmt)).scalars():
+        event = _event(row)
+        states[event.correlation_id] = apply(states.get(event.correlation_id), event)
+    return {k: v for k, v in states.items() if v is not None}
+
+
+async def stored_runs(session: AsyncSession, tenant_id: str | None = None) -> dict[str, RunState]:
+    stmt = select(RunRow)
+    if tenant_id is not None:
+        stmt = stmt.where(RunRow.tenant_id == tenant_id)
+    return {r.receipt_id: _state(r) for r in (await session.execute(stmt)).scalars()}
+
+
+class Difference:
+    """A run whose stored projection differs from the one its events give."""
+
+    def __init__(self, receipt_id: str, fields: dict[str, tuple[object, object]]) -> None:
+        self.receipt_id = receipt_id
+        self.fields = fields  # name -> (stored, from events)
+
+    def __repr__(self) -> str:
+        return f"Difference({self.receipt_id!r}, {self.fields!r})"
+
+
+async def verify(session: AsyncSession, tenant_id: str | None = None) -> list[Difference]:
+    """Every run whose stored state differs from its replayed events (or exists on one
+    side only), ordered by receipt id."""
+    rebuilt = await rebuild(session, tenant_id)
+    stored = await stored_runs(session, tenant_id)
+    out = []
+    for receipt_id in sorted(set(rebuilt) | set(stored)):
+        a, b = stored.get(receipt_id), rebuilt.get(receipt_id)
+        if a == b:
+            continue
+        if a is None or b is None:
+            out.append(Difference(receipt_id, {"run": (a is not None, b is not None)}))
+            continue
+        da, db = a.model_dump(), b.model_dump()
+        out.append(Difference(receipt_id, {k: (da[k], db[k]) for k in da if da[k] != db[k]}))
+    return out
