@@ -47,15 +47,18 @@ async def _project(session: AsyncSession, events: Sequence[Event]) -> None:
             touched[key] = _state(row) if row is not None else None
         touched[key] = apply(touched[key], event)
     for state in touched.values():
-        if state is None:
-            continue
-        values = state.model_dump(mode="python")
-        stmt = insert(RunRow).values(**values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[RunRow.receipt_id],
-            set_={k: stmt.excluded[k] for k in values if k != "receipt_id"},
-        )
-        await session.execute(stmt)
+        if state is not None:
+            await _upsert(session, state)
+
+
+async def _upsert(session: AsyncSession, state: RunState) -> None:
+    values = state.model_dump(mode="python")
+    stmt = insert(RunRow).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[RunRow.receipt_id],
+        set_={k: stmt.excluded[k] for k in values if k != "receipt_id"},
+    )
+    await session.execute(stmt)
 
 
 async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:
@@ -142,3 +145,16 @@ async def verify(session: AsyncSession, tenant_id: str | None = None) -> list[Di
         da, db = a.model_dump(), b.model_dump()
         out.append(Difference(receipt_id, {k: (da[k], db[k]) for k in da if da[k] != db[k]}))
     return out
+
+
+async def repair(session: AsyncSession, tenant_id: str, receipt_ids: Sequence[str]) -> None:
+    """Rewrite the named runs' projection rows from their events."""
+    rebuilt = await rebuild(session, tenant_id)
+    for receipt_id in receipt_ids:
+        state = rebuilt.get(receipt_id)
+        row = await session.get(RunRow, receipt_id)
+        if state is None:
+            if row is not None:
+                await session.delete(row)
+            continue
+        await _upsert(session, state)

@@ -1,0 +1,150 @@
+"""``moat runs``: rebuild and verify the runs projection, show an execution's causal chain."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.events import Event
+from schemas.settings import MoatSettings
+from store import events as event_log
+from store import make_engine, make_sessionmaker
+from store.models import OrchestrationEvent, RunRow, Tenant
+
+runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
+out = Console()
+
+
+async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
+    if only:
+        row = (
+            await session.execute(
+                select(Tenant.id).where((Tenant.id == only) | (Tenant.name == only))
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise typer.BadParameter(f"no tenant {only!r}", param_hint="--tenant")
+        return [row]
+    return list((await session.execute(select(Tenant.id).order_by(Tenant.id))).scalars())
+
+
+async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool) -> int:
+    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
+    sessions = make_sessionmaker(engine)
+    table = Table("tenant", "receipt", "field", "stored", "from events", title="differences")
+    checked = differing = 0
+    try:
+        async with sessions() as session:
+            tenants = await _tenants(session, tenant)
+        for tenant_id in tenants:
+            async with sessions.begin() as session:
+                await _scope(session, tenant_id)
+                diffs = await event_log.verify(session, tenant_id)
+                checked += len(await event_log.rebuild(session, tenant_id))
+                for diff in diffs:
+                    differing += 1
+                    for name, (stored, derived) in diff.fields.items():
+                        table.add_row(tenant_id, diff.receipt_id, name, str(stored), str(derived))
+                if diffs and not verify_only:
+                    await event_log.repair(session, tenant_id, [d.receipt_id for d in diffs])
+    finally:
+        await engine.dispose()
+    if differing:
+        out.print(table)
+    verb = "differ" if verify_only else "differed and were rebuilt from their events"
+    out.print(
+        f"{checked} runs replayed from events across {len(tenants)} tenants; {differing} {verb}"
+    )
+    return 1 if differing and verify_only else 0
+
+
+async def _scope(session: object, tenant_id: str) -> None:
+    """Scope the transaction to one tenant when row-level security is in force."""
+    from store import repository as repo
+
+    set_tenant = getattr(repo, "set_tenant", None)
+    if set_tenant is not None:
+        await set_tenant(session, tenant_id)
+
+
+@runs_app.command("rebuild")
+def rebuild(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant (id or name).")] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Only compare; exit 1 on a difference.")
+    ] = False,
+) -> None:
+    """Replay the event log into a fresh projection and report every run whose stored
+    state differs (and, without --verify, rewrite it from the events)."""
+    raise typer.Exit(asyncio.run(_rebuild(MoatSettings(), tenant, verify)))
+
+
+async def _show(settings: MoatSettings, receipt_id: str) -> int:
+    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
+    try:
+        async with make_sessionmaker(engine).begin() as session:
+            tenant_id = (
+                await session.execute(
+                    select(OrchestrationEvent.tenant_id)
+                    .where(OrchestrationEvent.correlation_id == receipt_id)
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            if tenant_id is None:
+                tenant_id = (
+                    await session.execute(
+                        select(RunRow.tenant_id).where(RunRow.receipt_id == receipt_id)
+                    )
+                ).scalar_one_or_none()
+            if tenant_id is None:
+                out.print(f"[red]no events for execution {receipt_id}[/]")
+                return 1
+            await _scope(session, tenant_id)
+            events = await event_log.events_of(session, tenant_id, receipt_id)
+            run = await event_log.get_run(session, tenant_id, receipt_id)
+    finally:
+        await engine.dispose()
+    out.print(causal_tree(receipt_id, events))
+    if run is not None:
+        out.print(
+            f"status {run.status.value}, steps {run.total_steps} "
+            f"({run.failed_steps} failed), retries {run.retries}, replays {run.replays}"
+        )
+    return 0
+
+
+def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
+    """Events as a tree: each under the event that caused it."""
+    children: dict[str | None, list[Event]] = defaultdict(list)
+    ids = {e.id for e in events}
+    for event in events:
+        children[event.causation_id if event.causation_id in ids else None].append(event)
+    root = Tree(f"[bold]execution {receipt_id}[/]")
+
+    def grow(node: Tree, parent: str | None) -> None:
+        for event in children.get(parent, []):
+            data = {k: v for k, v in event.event_data.items() if v is not None and k != "run_id"}
+            label = (
+                f"#{event.sequence_number} [cyan]{event.event_type}[/] "
+                f"{event.aggregate_type.lower()} {event.actor} "
+                f"{event.occurred_at:%H:%M:%S.%f}"[:-3]
+            )
+            branch = node.add(label + (f"  [dim]{data}[/]" if data else ""))
+            grow(branch, event.id)
+
+    grow(root, None)
+    return root
+
+
+@runs_app.command("show")
+def show(receipt_id: str) -> None:
+    """Print an execution's events as a causal tree."""
+    raise typer.Exit(asyncio.run(_show(MoatSettings(), receipt_id)))
