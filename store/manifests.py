@@ -1,0 +1,145 @@
+"""Write-once storage of run manifests: ``{root}/{tenant_id}/{run_id}/manifest.json``.
+
+A manifest is evidence, so it is never replaced: it is written to a temporary file,
+flushed, then hard-linked into place, which fails if the name exists. Readers therefore
+see either no manifest or a complete one, and a crash mid-write leaves no half file that
+would block the retried activity. Deletion exists only for retention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+from pathlib import Path
+
+from schemas.canonical import sha256_digest
+from schemas.manifest import RunManifest, parse_document, signing_input
+
+MANIFEST_NAME = "manifest.json"
+
+
+class ManifestExistsError(FileExistsError):
+    """A different manifest is already stored for this tenant and run."""
+
+
+def _check_segment(kind: str, value: str) -> str:
+    """Tenant and run ids become directory names: refuse anything that could leave the
+    root or alias another entry."""
+    if (
+        not value
+        or value in (".", "..")
+        or any(c in value for c in ("/", "\\", "\x00"))
+        or value != value.strip()
+    ):
+        raise ValueError(f"invalid {kind} for a manifest path: {value!r}")
+    return value
+
+
+def manifest_bytes(manifest: RunManifest) -> bytes:
+    """The file form: pretty, sorted, UTF-8 JSON. Verification does not depend on it (the
+    signatures cover the RFC 8785 form), but a stable form makes retries byte-identical."""
+    document = manifest.model_dump(mode="json")
+    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ManifestStore:
+    """Manifests of every tenant under one root directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_for(self, tenant_id: str, run_id: str) -> Path:
+        tenant = _check_segment("tenant_id", tenant_id)
+        run = _check_segment("run_id", run_id)
+        return self.root / tenant / run / MANIFEST_NAME
+
+    def write(self, manifest: RunManifest) -> tuple[Path, str]:
+        """Store ``manifest``; returns its path and the ``sha256:`` of the file's bytes.
+        Raises ``ManifestExistsError`` if any manifest is already stored for the run."""
+        path = self.path_for(manifest.tenant_id, manifest.run_id)
+        data = manifest_bytes(manifest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{MANIFEST_NAME}.{secrets.token_hex(8)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._link(tmp, path, data)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(path.parent)
+        _fsync_dir(path.parent.parent)
+        return path, sha256_digest(data)
+
+    @staticmethod
+    def _link(tmp: Path, path: Path, data: bytes) -> None:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise ManifestExistsError(f"a manifest is already stored at {path}") from None
+        except OSError as exc:
+            # Filesystems without hard links: exclusive create is still write-once, only
+            # not atomic for readers.
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                raise ManifestExistsError(f"a manifest is already stored at {path}") from None
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def write_or_get(self, manifest: RunManifest) -> tuple[Path, str]:
+        """``write``, for activities that may run again: if the run's manifest exists with
+        the same signed content (identical bytes, or only signatures differ, as ECDSA
+        signatures do each time), returns the stored one's path and digest instead.
+        Raises ``ManifestExistsError`` when the stored content differs."""
+        try:
+            return self.write(manifest)
+        except ManifestExistsError:
+            path = self.path_for(manifest.tenant_id, manifest.run_id)
+            existing = path.read_bytes()
+            if existing != manifest_bytes(manifest):
+                try:
+                    same = signing_input(parse_document(existing)) == signing_input(manifest)
+                except ValueError:
+                    same = False
+                if not same:
+                    raise ManifestExistsError(
+                        f"a manifest with different content is stored at {path}"
+                    ) from None
+            return path, sha256_digest(existing)
+
+    def read(self, tenant_id: str, run_id: str) -> bytes:
+        """The stored bytes; ``FileNotFoundError`` when there is no manifest for the run."""
+        return self.path_for(tenant_id, run_id).read_bytes()
+
+    def exists(self, tenant_id: str, run_id: str) -> bool:
+        return self.path_for(tenant_id, run_id).exists()
+
+    def delete(self, tenant_id: str, run_id: str) -> bool:
+        """Remove a manifest (retention only); True if there was one."""
+        path = self.path_for(tenant_id, run_id)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        with contextlib.suppress(OSError):  # not empty: something else lives beside it
+            path.parent.rmdir()
+        _fsync_dir(path.parent.parent)
+        return True
