@@ -13,12 +13,20 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import Adapter, ExecuteActivities, HostGuard, HttpAdapter, echo_adapter
+from activities import (
+    Adapter,
+    ExecuteActivities,
+    HostGuard,
+    HttpAdapter,
+    ManifestActivities,
+    echo_adapter,
+)
 from schemas.settings import MoatSettings
 from starter import observability
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
 from store import repository as repo
+from store.manifests import ManifestStore
 from workflows import ExecuteCapability
 
 
@@ -48,11 +56,19 @@ def build_worker(
         "echo": echo_adapter,
     }
     acts = ExecuteActivities(sessions, adapters)
+    manifests = ManifestActivities(
+        sessions, ManifestStore(settings.manifests_dir), settings.signing_keyring_path
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[ExecuteCapability],
-        activities=[acts.check_policy, acts.call_adapter, acts.record_outcome],
+        activities=[
+            acts.check_policy,
+            acts.call_adapter,
+            acts.record_outcome,
+            manifests.write_manifest,
+        ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )

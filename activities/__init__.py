@@ -2,5 +2,13 @@
 
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter
 from activities.execute import ExecuteActivities
+from activities.manifest import ManifestActivities
 
-__all__ = ["Adapter", "ExecuteActivities", "HostGuard", "HttpAdapter", "echo_adapter"]
+__all__ = [
+    "Adapter",
+    "ExecuteActivities",
+    "HostGuard",
+    "HttpAdapter",
+    "ManifestActivities",
+    "echo_adapter",
+]

@@ -181,7 +181,14 @@ class ExecuteActivities:
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries
             if not err.non_retryable and retries_left:
                 await self._attempt_failed(inp, info.workflow_run_id or "", info.attempt, err)
-            raise
+            details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+            raise ApplicationError(
+                err.message,
+                {**details, "attempt": info.attempt},
+                type=err.type,
+                non_retryable=err.non_retryable,
+                next_retry_delay=err.next_retry_delay,
+            ) from err
         return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
 
     async def _attempt_started(self, inp: AdapterInput, run_id: str, attempt: int) -> None:

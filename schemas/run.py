@@ -132,3 +132,35 @@ def downstream_idempotency_key(workflow_id: str, receipt_id: str, step: str) -> 
     resets (never the run id or attempt), new for a new execution after the TTL."""
     digest = hashlib.sha256(f"{workflow_id}|{receipt_id}|{step}".encode()).hexdigest()
     return f"moat-{digest[:48]}"
+
+
+class ToolCall(BaseModel):
+    """The adapter call as the manifest records it (parameters and data already redacted)."""
+
+    tool_name: str
+    invoked_at: datetime
+    parameters: dict[str, Any]
+    status: str
+    data: Any = None
+    error: str | None = None
+    idempotency_token: str | None = None
+    attempts: int = 1
+
+
+class ManifestInput(BaseModel):
+    """What the manifest activity signs and stores for one run."""
+
+    receipt: Receipt
+    run_id: str = Field(description="The Temporal run writing this manifest.")
+    replayed: bool = False
+    replay_reason: str | None = None
+    tool: ToolCall | None = None
+    policy_mode: PolicyMode = PolicyMode.STANDARD
+    submitted_at: datetime
+    dead_lettered: bool = False
+
+
+class ManifestRef(BaseModel):
+    path: str
+    sha256: str
+    kid: str

@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+APP_DATABASE_ROLE = "moat_app"
+MIN_ADMIN_KEY_LENGTH = 32
 
 
 class MoatSettings(BaseSettings):
@@ -22,7 +26,17 @@ class MoatSettings(BaseSettings):
     home: Path = Field(default=Path(".moat"), description="State folder of the embedded stack.")
     database_url: str | None = Field(
         default=None,
-        description="External Postgres (postgresql://…). Unset: the embedded one under home.",
+        description=(
+            "External Postgres (postgresql://…) as the owner role that runs migrations. "
+            "Unset: the embedded one under home."
+        ),
+    )
+    database_app_url: str | None = Field(
+        default=None,
+        description=(
+            "Postgres as the application role (not the owner, no BYPASSRLS) that the gateway "
+            f"and worker use. Unset: the owner URL with the user replaced by {APP_DATABASE_ROLE}."
+        ),
     )
     database_port: int = Field(default=55432, description="Port of the embedded Postgres.")
     temporal_address: str | None = Field(
@@ -54,6 +68,19 @@ class MoatSettings(BaseSettings):
     wait_seconds: float = Field(
         default=60.0, ge=0, description="How long POST /v1/executions waits for the run to end."
     )
+    max_wait_seconds: float = Field(
+        default=300.0, ge=0, description="The most a client may ask for with `Prefer: wait=N`."
+    )
+    max_body_bytes: int = Field(
+        default=256 * 1024, ge=1024, description="Largest request body the gateway accepts."
+    )
+    admin_api_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Key of the admin HTTP endpoints (/v1/admin/…). Unset: the admin API is disabled. "
+            f"At least {MIN_ADMIN_KEY_LENGTH} characters."
+        ),
+    )
     local_activities: bool = Field(
         default=True,
         description="Run policy and record steps as local activities (chosen by bench/).",
@@ -61,6 +88,13 @@ class MoatSettings(BaseSettings):
     codec_keyring: Path | None = Field(
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
+    )
+    manifest_root: Path | None = Field(
+        default=None, description="Where run manifests are stored. Unset: $MOAT_HOME/manifests."
+    )
+    signing_keyring: Path | None = Field(
+        default=None,
+        description="Manifest signing keyring. Unset: $MOAT_HOME/signing-keys.json.",
     )
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
@@ -73,18 +107,42 @@ class MoatSettings(BaseSettings):
             return [h.strip().lower() for h in value.split(",") if h.strip()]
         return value
 
+    @field_validator("admin_api_key")
+    @classmethod
+    def _strong_admin_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_ADMIN_KEY_LENGTH:
+            raise ValueError(f"admin_api_key must be at least {MIN_ADMIN_KEY_LENGTH} characters")
+        return value
+
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None
 
     @property
     def sqlalchemy_url(self) -> str:
-        """The database URL in SQLAlchemy's psycopg 3 form."""
+        """The owner's database URL (migrations, operator commands), in psycopg 3 form."""
         url = self.database_url or f"postgresql://postgres@127.0.0.1:{self.database_port}/moat"
-        for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
-            if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix) :]
-        return url
+        return _psycopg_url(url)
+
+    @property
+    def app_sqlalchemy_url(self) -> str:
+        """The application role's database URL (gateway, worker), in psycopg 3 form.
+
+        Derived from the owner URL when unset: same host and database, user
+        ``moat_app``, no password (enough for the embedded trust-auth Postgres)."""
+        if self.database_app_url:
+            return _psycopg_url(self.database_app_url)
+        owner = urlsplit(self.sqlalchemy_url)
+        host = owner.netloc.rpartition("@")[2]
+        return urlunsplit(owner._replace(netloc=f"{APP_DATABASE_ROLE}@{host}"))
+
+    @property
+    def manifests_dir(self) -> Path:
+        return self.manifest_root or self.home / "manifests"
+
+    @property
+    def signing_keyring_path(self) -> Path:
+        return self.signing_keyring or self.home / "signing-keys.json"
 
     @property
     def run_dir(self) -> Path:
@@ -104,3 +162,10 @@ class MoatSettings(BaseSettings):
         env = dict(os.environ)
         env.update({f"MOAT_{name.upper()}": value for name, value in overrides.items()})
         return env
+
+
+def _psycopg_url(url: str) -> str:
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url

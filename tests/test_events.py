@@ -45,6 +45,7 @@ async def test_success_chain(stack: Stack, provider: FakeProvider) -> None:
         "STEP_COMPLETED",
         "EFFECT_COMPLETED",
         "RUN_COMPLETED",
+        "MANIFEST_WRITTEN",
     ]
     assert_causal(events, body["receipt_id"])
     assert {e.event_data["run_id"] for e in events} == {body["run_id"]}
@@ -72,6 +73,7 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
         "EFFECT_FAILED",
         "EFFECT_DEAD_LETTERED",
         "RUN_FAILED",
+        "MANIFEST_WRITTEN",
     ]
     assert_causal(events, body["receipt_id"])
     retrying = [e for e in events if e.event_type == "EFFECT_RETRYING"]
@@ -89,7 +91,9 @@ async def test_policy_denial_chain(stack: Stack, provider: FakeProvider) -> None
         await repo.set_budget(s, stack.tenant_id, "http.request", 0, "day")
     body = (await stack.execute("http.request", post(url), key="ev-denied")).json()
     events = await chain_of(stack, body["receipt_id"])
-    assert [e.event_type for e in events] == ["RUN_STARTED", "POLICY_EVALUATED", "RUN_FAILED"]
+    assert [e.event_type for e in events] == [
+        "RUN_STARTED", "POLICY_EVALUATED", "RUN_FAILED", "MANIFEST_WRITTEN",
+    ]
     assert events[1].event_data["rule_hit"] == "BUDGET_EXCEEDED"
     assert_causal(events, body["receipt_id"])
     async with stack.sessions() as s:

@@ -1,5 +1,17 @@
 """Deterministic orchestration: no I/O, no clock, no randomness."""
 
-from workflows.execute import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME, ExecuteCapability
+from workflows.execute import (
+    CALL_ADAPTER,
+    CHECK_POLICY,
+    RECORD_OUTCOME,
+    WRITE_MANIFEST,
+    ExecuteCapability,
+)
 
-__all__ = ["CALL_ADAPTER", "CHECK_POLICY", "RECORD_OUTCOME", "ExecuteCapability"]
+__all__ = [
+    "CALL_ADAPTER",
+    "CHECK_POLICY",
+    "RECORD_OUTCOME",
+    "WRITE_MANIFEST",
+    "ExecuteCapability",
+]

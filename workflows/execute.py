@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from schemas.canonical import redact
     from schemas.records import Decision, ErrorTaxonomy, ExecutionStatus, Receipt, RuleHit
     from schemas.run import (
         WORKFLOW_NAME,
@@ -21,15 +22,19 @@ with workflow.unsafe.imports_passed_through():
         AdapterOutput,
         ExecuteResult,
         ExecuteWorkflowInput,
+        ManifestInput,
+        ManifestRef,
         PolicyInput,
         PolicyOutcome,
         RecordInput,
+        ToolCall,
         downstream_idempotency_key,
     )
 
 CHECK_POLICY = "moat.check_policy"
 CALL_ADAPTER = "moat.call_adapter"
 RECORD_OUTCOME = "moat.record_outcome"
+WRITE_MANIFEST = "moat.write_manifest"
 
 STATUS_ATTR = SearchAttributeKey.for_keyword("MoatStatus")
 
@@ -68,8 +73,12 @@ class ExecuteCapability:
         if req.dry_run:
             return ExecuteResult(plan=policy)
         if policy.existing_receipt is not None:
-            self._set_status(policy.existing_receipt)
-            return ExecuteResult(receipt=policy.existing_receipt, replayed=True)
+            existing = policy.existing_receipt
+            # Our own receipt: this run was reset; another's: a new run answering a stored one.
+            reason = "workflow_reset" if existing.id == req.receipt_id else "idempotent_hit"
+            await self._manifest(req, existing, policy, replay_reason=reason)
+            self._set_status(existing)
+            return ExecuteResult(receipt=existing, replayed=True)
 
         record = RecordInput(
             receipt_id=req.receipt_id,
@@ -88,6 +97,7 @@ class ExecuteCapability:
             success=False,
             status=ExecutionStatus.POLICY_DENIED,
         )
+        tool: ToolCall | None = None
         if policy.decision == Decision.DENY:
             code = (
                 "budget_exceeded"
@@ -98,18 +108,64 @@ class ExecuteCapability:
                 update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
             )
         else:
-            record = await self._call_adapter(req, record)
+            record, tool = await self._call_adapter(req, record)
 
         receipt: Receipt = await self._bookkeeping(
             RECORD_OUTCOME, record, Receipt, req.local_activities
         )
+        await self._manifest(req, receipt, policy, tool=tool, dead_lettered=record.retry_exhausted)
+        if receipt.run_id != info.run_id:
+            # Reset past the record step: the effect and its manifest belong to the original
+            # run; this run leaves a replayed manifest of its own beside it.
+            await self._manifest(req, receipt, policy, replay_reason="workflow_reset")
         self._set_status(receipt)
         return ExecuteResult(receipt=receipt)
 
-    async def _call_adapter(self, req: ExecuteWorkflowInput, record: RecordInput) -> RecordInput:
+    async def _manifest(
+        self,
+        req: ExecuteWorkflowInput,
+        receipt: Receipt,
+        policy: PolicyOutcome,
+        *,
+        tool: ToolCall | None = None,
+        dead_lettered: bool = False,
+        replay_reason: str | None = None,
+    ) -> None:
+        """Sign and store the run manifest. Its failure leaves the receipt standing."""
+        try:
+            await workflow.execute_activity(
+                WRITE_MANIFEST,
+                ManifestInput(
+                    receipt=receipt,
+                    run_id=workflow.info().run_id,
+                    replayed=replay_reason is not None,
+                    replay_reason=replay_reason,
+                    tool=tool,
+                    policy_mode=policy.mode,
+                    submitted_at=req.submitted_at,
+                    dead_lettered=dead_lettered,
+                ),
+                result_type=ManifestRef,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
+                retry_policy=BOOKKEEPING_RETRY,
+            )
+        except ActivityError:
+            workflow.logger.exception("manifest of receipt %s not written", receipt.id)
+
+    async def _call_adapter(
+        self, req: ExecuteWorkflowInput, record: RecordInput
+    ) -> tuple[RecordInput, ToolCall]:
         cap = req.capability
         retry = cap.retry_settings
         key = downstream_idempotency_key(workflow.info().workflow_id, req.receipt_id, "adapter")
+        tool = ToolCall(
+            tool_name=cap.id,
+            invoked_at=workflow.now(),
+            parameters=redact(req.input),
+            status="failure",
+            idempotency_token=key,
+        )
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
@@ -143,7 +199,7 @@ class ExecuteCapability:
             exhausted = err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
             if isinstance(err.cause, ApplicationError) and err.cause.type == "host_not_allowed":
                 error_code = "host_not_allowed"
-            return record.model_copy(
+            failed = record.model_copy(
                 update={
                     "status": status,
                     "taxonomy": taxonomy,
@@ -153,7 +209,11 @@ class ExecuteCapability:
                     "retry_exhausted": exhausted,
                 }
             )
-        return record.model_copy(
+            attempts = _attempt_of(err.cause) or (retry.max_retries + 1 if exhausted else 1)
+            return failed, tool.model_copy(
+                update={"error": f"{error_code}: {err.cause}", "attempts": attempts}
+            )
+        succeeded = record.model_copy(
             update={
                 "success": True,
                 "status": ExecutionStatus.SUCCESS,
@@ -161,6 +221,14 @@ class ExecuteCapability:
                 "http_status": out.http_status,
                 "output_hash": out.output_hash,
                 "adapter_called": True,
+            }
+        )
+        return succeeded, tool.model_copy(
+            update={
+                "status": "success",
+                "data": out.output,
+                "attempts": out.attempt,
+                "invoked_at": out.invoked_at or tool.invoked_at,
             }
         )
 
@@ -185,6 +253,14 @@ class ExecuteCapability:
 
     def _set_status(self, receipt: Receipt) -> None:
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
+
+
+def _attempt_of(cause: BaseException | None) -> int | None:
+    if isinstance(cause, ApplicationError) and cause.details:
+        details = cause.details[0]
+        if isinstance(details, dict) and isinstance(details.get("attempt"), int):
+            return int(details["attempt"])
+    return None
 
 
 def _classify(cause: BaseException | None) -> tuple[ErrorTaxonomy, int | None]:

@@ -1,0 +1,226 @@
+"""The manifest step: a signed, write-once run manifest (seed 003) at the end of every run.
+
+Written to ``{root}/{tenant}/{run_id}/manifest.json``, indexed in Postgres with its digest
+in the same transaction as the ``MANIFEST_WRITTEN`` event. A replayed run (reset, or a new
+run answering from a stored receipt) gets its own manifest, marked ``replayed`` and
+pointing at the original; the original is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.evidence import Chain
+from schemas.canonical import sha256_digest
+from schemas.events import AggregateType, EventType
+from schemas.manifest import (
+    Artifact,
+    ManifestMetadata,
+    RunManifest,
+    parse_document,
+    redact_manifest,
+    redacted_tool,
+)
+from schemas.run import ManifestInput, ManifestRef
+from store import events as event_log
+from store.manifests import ManifestStore
+from store.models import ManifestRow
+from store.signing import Keyring, sign_manifest
+
+_MANIFEST_NAMESPACE = uuid.UUID("9b2e4c1a-7f3d-4e8b-a6c5-1d0f2e3b4a59")
+
+
+class ManifestActivities:
+    """Built once in ``worker.py`` with the store, the keyring and the sessionmaker."""
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], store: ManifestStore, keyring_path: Path
+    ) -> None:
+        self._sessions = sessions
+        self._store = store
+        self._keyring_path = keyring_path
+        self._keyring = Keyring.load_or_create(keyring_path)
+        self._keyring_mtime = keyring_path.stat().st_mtime
+        self._worker_id = socket.gethostname()
+
+    def _current_keyring(self) -> Keyring:
+        """Pick up ``moat keys rotate`` without a restart."""
+        mtime = self._keyring_path.stat().st_mtime
+        if mtime != self._keyring_mtime:
+            self._keyring, self._keyring_mtime = Keyring.load(self._keyring_path), mtime
+        return self._keyring
+
+    @activity.defn(name="moat.write_manifest")
+    async def write_manifest(self, inp: ManifestInput) -> ManifestRef:
+        receipt = inp.receipt
+        original = None
+        if inp.replayed:
+            async with self._sessions.begin() as session:
+                original = await _manifest_of(session, receipt.tenant_id, receipt.run_id)
+        stored = await asyncio.to_thread(self._stored, receipt.tenant_id, inp.run_id)
+        if stored is not None and stored.correlation_id == receipt.id:
+            # A retried attempt: the run's manifest is written once, by the first attempt.
+            signed = stored
+            path = self._store.path_for(receipt.tenant_id, inp.run_id)
+            digest = sha256_digest(path.read_bytes())
+        else:
+            signed = sign_manifest(
+                self._build(inp, original), self._current_keyring(), signer="moat"
+            )
+            path, digest = await asyncio.to_thread(self._store.write, signed)
+        signature = signed.signatures[-1]
+        kid = signature.kid or ""
+        async with self._sessions.begin() as session:
+            await _index(session, inp, str(path), digest, kid, signature.algorithm)
+        return ManifestRef(path=str(path), sha256=digest, kid=kid)
+
+    def _stored(self, tenant_id: str, run_id: str) -> RunManifest | None:
+        try:
+            data = self._store.read(tenant_id, run_id)
+        except FileNotFoundError:
+            return None
+        return RunManifest.model_validate(parse_document(data))
+
+    def _build(self, inp: ManifestInput, original: ManifestRow | None) -> RunManifest:
+        receipt = inp.receipt
+        now = datetime.now(UTC)
+        outputs: dict[str, Any] = {
+            "receipt_id": receipt.id,
+            "status": receipt.status.value,
+            "output_hash": receipt.output_hash,
+            "http_status": receipt.http_status,
+            "error_code": receipt.error_code,
+        }
+        tools = []
+        artifacts = []
+        extra: dict[str, Any] = {}
+        if inp.replayed:
+            outputs.update(
+                replayed_from=receipt.run_id,
+                note="Replayed from the stored receipt; no side effect repeated",
+            )
+            extra = {"replay_reason": inp.replay_reason, "original_run_id": receipt.run_id}
+            if original is not None:
+                artifacts.append(
+                    Artifact(
+                        artifact_id=f"manifest:{original.run_id}",
+                        type="file",
+                        location=original.path,
+                        checksum=original.sha256,
+                        created_at=original.created_at,
+                        metadata={
+                            "note": "Manifest of the original run",
+                            "original_run_id": original.run_id,
+                        },
+                    )
+                )
+        elif inp.tool is not None:
+            tool = inp.tool
+            tools.append(
+                redacted_tool(
+                    tool.tool_name,
+                    tool.invoked_at,
+                    tool.parameters,
+                    "success" if tool.status == "success" else "failure",
+                    data=tool.data,
+                    error=tool.error,
+                    idempotency_token=tool.idempotency_token,
+                )
+            )
+        if inp.dead_lettered:
+            outputs["compensating_action_ref"] = f"compensate/{receipt.tenant_id}/{receipt.id}"
+            extra["dlq_entry"] = True
+        attempts = inp.tool.attempts if inp.tool is not None and not inp.replayed else 1
+        return redact_manifest(
+            RunManifest(
+                run_id=inp.run_id,
+                tenant_id=receipt.tenant_id,
+                idempotency_key=receipt.idempotency_key,
+                trace_id=receipt.trace_id,
+                correlation_id=receipt.id,
+                inputs_sha=receipt.input_hash,
+                executed_at=now if inp.replayed else receipt.timestamp,
+                attempt=max(0, attempts - 1),
+                replayed=inp.replayed,
+                tools=tools,
+                artifacts=artifacts,
+                outputs=outputs,
+                signatures=[],
+                policy_mode=inp.policy_mode,
+                approvals=[],
+                metadata=ManifestMetadata(
+                    message_id=receipt.request_id,
+                    priority=5,
+                    submitted_at=inp.submitted_at,
+                    execution_duration_ms=receipt.latency_ms,
+                    worker_id=self._worker_id,
+                    **{k: v for k, v in extra.items() if v is not None},
+                ),
+            )
+        )
+
+
+async def _manifest_of(session: AsyncSession, tenant_id: str, run_id: str) -> ManifestRow | None:
+    return (
+        await session.execute(
+            select(ManifestRow).where(
+                ManifestRow.tenant_id == tenant_id, ManifestRow.run_id == run_id
+            )
+        )
+    ).scalar_one_or_none()
+
+
+async def _index(
+    session: AsyncSession, inp: ManifestInput, path: str, digest: str, kid: str, alg: str
+) -> None:
+    receipt = inp.receipt
+    inserted = (
+        await session.execute(
+            insert(ManifestRow)
+            .values(
+                id=str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}")),
+                tenant_id=receipt.tenant_id,
+                receipt_id=receipt.id,
+                run_id=inp.run_id,
+                path=path,
+                sha256=digest,
+                kid=kid,
+                alg=alg,
+                replayed=inp.replayed,
+                outcome=receipt.status.value,
+            )
+            .on_conflict_do_nothing()
+            .returning(ManifestRow.id)
+        )
+    ).scalar_one_or_none()
+    if inserted is None:
+        return
+    cause = await event_log.last_event_id(session, receipt.tenant_id, receipt.id)
+    chain = Chain(receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest", cause)
+    if inp.replayed:
+        chain.add(
+            EventType.RUN_REPLAYED,
+            AggregateType.RUN,
+            receipt.id,
+            reason=inp.replay_reason,
+            original_run_id=receipt.run_id,
+        )
+    chain.add(
+        EventType.MANIFEST_WRITTEN,
+        AggregateType.MANIFEST,
+        f"{receipt.id}:{inp.run_id}",
+        sha256=digest,
+        kid=kid,
+        replayed=inp.replayed,
+    )
+    await event_log.append(session, chain.drafts)
