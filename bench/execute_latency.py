@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -128,29 +129,49 @@ class Calls:
             raise RuntimeError(f"bare select failed ({resp.status_code}): {resp.text}")
 
 
-async def interleaved(series: list[Series], n: int, rng: random.Random, offset: int) -> None:
+@dataclass
+class Budget:
+    """The run's wall-clock budget. Each phase gets a share of what is left, so a busy
+    machine shortens the series (the n column shows how many ran) instead of the run."""
+
+    end: float
+    reserve: float = 10.0  # for the shutdown
+
+    def share(self, fraction: float) -> float:
+        """A deadline (``time.monotonic()``) ``fraction`` of the remaining time away."""
+        now = time.monotonic()
+        return now + max(0.0, self.end - self.reserve - now) * fraction
+
+
+async def interleaved(
+    series: list[Series], n: int, rng: random.Random, offset: int, until: float = math.inf
+) -> None:
     """Request i of every series in turn (order shuffled per round), so drift in the
     machine's load is shared evenly instead of landing on whichever series ran last."""
     for i in range(offset, offset + n):
+        if i - offset >= 2 and time.monotonic() > until:
+            return
         for s in rng.sample(series, len(series)):
             await s.timed(i)
 
 
-async def concurrent(s: Series, n: int, clients: int, offset: int) -> float:
-    """``n`` requests from ``clients`` concurrent clients; returns requests per second."""
+async def concurrent(s: Series, n: int, offset: int, until: float) -> float:
+    """Up to ``n`` requests from ``s.clients`` concurrent clients; returns requests/s."""
     queue = iter(range(offset, offset + n))
 
     async def client() -> None:
         for i in queue:
             await s.timed(i)
+            if len(s.samples) >= 2 and time.monotonic() > until:
+                return
 
     start = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return n / (time.perf_counter() - start)
+    await asyncio.gather(*(client() for _ in range(s.clients)))
+    return len(s.samples) / (time.perf_counter() - start)
 
 
 async def run_series(
-    stack: BenchStack, args: argparse.Namespace, console: Console
+    stack: BenchStack, args: argparse.Namespace, console: Console, budget: Budget
 ) -> dict[str, Any]:
     """Warm up, then measure every series; the summaries by series name."""
     rng = random.Random(args.seed)
@@ -170,18 +191,22 @@ async def run_series(
         await interleaved(hits, args.warmup, rng, 0)
     for s in fresh + hits:
         s.samples.clear()
+    conc = args.concurrency > 0
     with console.status(f"fresh executes: {args.n} per series, sequential, interleaved…"):
-        await interleaved(fresh, args.n, rng, args.warmup)
+        await interleaved(fresh, args.n, rng, args.warmup, budget.share(0.7 if conc else 0.9))
     with console.status(f"idempotent hits: {args.n} per series, sequential, interleaved…"):
-        await interleaved(hits, args.n, rng, args.warmup)
-    results = {s.key: s.summary() for s in fresh + hits}
-    if args.concurrency > 0:
-        for s in fresh:
-            conc = Series(s.name, s.call, s.baseline, clients=args.concurrency)
-            with console.status(f"{conc.key}: {args.concurrent_n} requests…"):
-                offset = args.warmup + args.n
-                rate = await concurrent(conc, args.concurrent_n, conc.clients, offset)
-            results[conc.key] = {**conc.summary(), "throughput_rps": round(rate, 1)}
+        await interleaved(hits, args.n, rng, args.warmup, budget.share(0.2 if conc else 1.0))
+    results = {s.key: {**s.summary(), "requested": args.n} for s in fresh + hits}
+    for k, s in enumerate(fresh if conc else []):
+        parallel = Series(s.name, s.call, s.baseline, clients=args.concurrency)
+        with console.status(f"{parallel.key}: up to {args.concurrent_n} requests…"):
+            until = budget.share(1 / (len(fresh) - k))
+            rate = await concurrent(parallel, args.concurrent_n, args.warmup + args.n, until)
+        results[parallel.key] = {
+            **parallel.summary(),
+            "requested": args.concurrent_n,
+            "throughput_rps": round(rate, 1),
+        }
     for row in results.values():
         base = results.get(row["baseline"]) if row["baseline"] else None
         row["ratio"] = round(row["median_ms"] / base["median_ms"], 2) if base else None
@@ -190,13 +215,14 @@ async def run_series(
 
 async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     started = time.perf_counter()
+    budget = Budget(time.monotonic() + args.max_seconds)
     load_before = os.getloadavg()
     console.log("starting PostgreSQL, Temporal, workers and gateways…")
     async with bench_stack(
         tracing=not args.no_tracing, temporal_file=not args.temporal_memory
     ) as stack:
         console.log(f"servers up in {time.perf_counter() - started:.1f}s")
-        results = await run_series(stack, args, console)
+        results = await run_series(stack, args, console, budget)
         console.log("measured; shutting down…")
     return {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -205,6 +231,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "warmup": args.warmup,
             "concurrency": args.concurrency,
             "concurrent_n": args.concurrent_n,
+            "max_seconds": args.max_seconds,
             "tracing": not args.no_tracing,
             "temporal_db": "memory" if args.temporal_memory else "file",
             "postgres": "durable (fsync on, synchronous_commit on)",
@@ -248,6 +275,12 @@ def main() -> None:
         "--no-tracing",
         action="store_true",
         help="leave out the OpenTelemetry interceptor production wiring adds",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=170,
+        help="wall-clock budget; series stop early rather than exceed it (default 170)",
     )
     parser.add_argument("--seed", type=int, default=8785, help="seed of the interleaving order")
     args = parser.parse_args()

@@ -58,4 +58,10 @@ def render(report: dict[str, Any], console: Console) -> None:
             f"{env['cpus']} CPUs): absolute figures are inflated; the series are interleaved, "
             "so comparisons between them hold better.[/]"
         )
+    short = [k for k, row in report["series"].items() if row["n"] < row["requested"]]
+    if short:
+        console.print(
+            f"[yellow]The --max-seconds {s['max_seconds']:g} budget cut {len(short)} series "
+            "short; n shows how many requests each measured.[/]"
+        )
     console.print(report["recommendation"])
