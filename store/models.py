@@ -51,6 +51,7 @@ class Tenant(Base):
     policy_mode: Mapped[str] = mapped_column(String(16), default="standard")
     allow_bypass: Mapped[bool] = mapped_column(Boolean, default=False)
     idempotency_ttl_seconds: Mapped[int] = mapped_column(Integer, default=86400)
+    retention_mode: Mapped[str] = mapped_column(String(16), default="standard")
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
 
 

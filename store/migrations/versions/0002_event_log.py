@@ -13,6 +13,10 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = """
+-- Compliance tenants keep manifests 7 years and refuse their deletion (seed 003).
+ALTER TABLE tenants ADD COLUMN retention_mode varchar(16) NOT NULL DEFAULT 'standard'
+    CONSTRAINT ck_tenants_retention_mode CHECK (retention_mode IN ('standard', 'compliance'));
+
 CREATE TABLE orchestration_events (
     id varchar(64) PRIMARY KEY,
     tenant_id varchar(64) NOT NULL REFERENCES tenants (id),
@@ -90,6 +94,7 @@ DROP TABLE manifests;
 DROP FUNCTION moat_reject_update();
 DROP TABLE runs;
 DROP TABLE orchestration_events;
+ALTER TABLE tenants DROP COLUMN retention_mode;
 """
 
 
