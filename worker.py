@@ -19,15 +19,17 @@ from activities import (
     HostGuard,
     HttpAdapter,
     ManifestActivities,
+    RetentionActivities,
     echo_adapter,
 )
 from schemas.settings import MoatSettings
 from starter import observability
+from starter.schedules import ensure_retention_schedule
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
 from store import repository as repo
 from store.manifests import ManifestStore
-from workflows import ExecuteCapability
+from workflows import ExecuteCapability, ManifestRetention
 
 
 @asynccontextmanager
@@ -56,18 +58,19 @@ def build_worker(
         "echo": echo_adapter,
     }
     acts = ExecuteActivities(sessions, adapters)
-    manifests = ManifestActivities(
-        sessions, ManifestStore(settings.manifests_dir), settings.signing_keyring_path
-    )
+    store = ManifestStore(settings.manifests_dir)
+    manifests = ManifestActivities(sessions, store, settings.signing_keyring_path)
+    retention = RetentionActivities(sessions, store)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability],
+        workflows=[ExecuteCapability, ManifestRetention],
         activities=[
             acts.check_policy,
             acts.call_adapter,
             acts.record_outcome,
             manifests.write_manifest,
+            retention.expire_manifests,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),
@@ -81,6 +84,7 @@ async def run(settings: MoatSettings) -> None:
     async with activity_deps(settings) as (sessions, http):
         async with sessions.begin() as session:
             await repo.ensure_outcome_partitions(session, datetime.now(UTC))
+        await ensure_retention_schedule(client, settings)
         worker = build_worker(client, settings, sessions, http)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter
 from activities.execute import ExecuteActivities
 from activities.manifest import ManifestActivities
+from activities.retention import RetentionActivities
 
 __all__ = [
     "Adapter",
@@ -10,5 +11,6 @@ __all__ = [
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
+    "RetentionActivities",
     "echo_adapter",
 ]

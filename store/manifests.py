@@ -38,6 +38,14 @@ def _check_segment(kind: str, value: str) -> str:
     return value
 
 
+def _is_id(value: str) -> bool:
+    try:
+        _check_segment("id", value)
+    except ValueError:
+        return False
+    return not value.startswith(".")
+
+
 def manifest_bytes(manifest: RunManifest) -> bytes:
     """The file form: pretty, sorted, UTF-8 JSON. Verification does not depend on it (the
     signatures cover the RFC 8785 form), but a stable form makes retries byte-identical."""
@@ -131,6 +139,12 @@ class ManifestStore:
 
     def exists(self, tenant_id: str, run_id: str) -> bool:
         return self.path_for(tenant_id, run_id).exists()
+
+    def tenants(self) -> list[str]:
+        """The tenants that have manifests here (one folder each)."""
+        if not self.root.exists():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _is_id(p.name))
 
     def delete(self, tenant_id: str, run_id: str) -> bool:
         """Remove a manifest (retention only); True if there was one."""

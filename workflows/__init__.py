@@ -7,11 +7,14 @@ from workflows.execute import (
     WRITE_MANIFEST,
     ExecuteCapability,
 )
+from workflows.retention import EXPIRE_MANIFESTS, ManifestRetention
 
 __all__ = [
     "CALL_ADAPTER",
     "CHECK_POLICY",
+    "EXPIRE_MANIFESTS",
     "RECORD_OUTCOME",
     "WRITE_MANIFEST",
     "ExecuteCapability",
+    "ManifestRetention",
 ]

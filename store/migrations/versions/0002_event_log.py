@@ -87,10 +87,26 @@ END;
 $$;
 CREATE TRIGGER manifests_no_update BEFORE UPDATE ON manifests
     FOR EACH ROW EXECUTE FUNCTION moat_reject_update();
+
+-- Compliance mode: a manifest younger than 7 years cannot be removed, by anyone.
+CREATE FUNCTION moat_guard_compliance_manifest() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.created_at > now() - interval '7 years' AND EXISTS (
+        SELECT 1 FROM tenants WHERE id = OLD.tenant_id AND retention_mode = 'compliance')
+    THEN
+        RAISE EXCEPTION 'manifest % of a compliance tenant is kept 7 years: deletion refused',
+            OLD.id USING ERRCODE = 'restrict_violation';
+    END IF;
+    RETURN OLD;
+END;
+$$;
+CREATE TRIGGER manifests_compliance_guard BEFORE DELETE ON manifests
+    FOR EACH ROW EXECUTE FUNCTION moat_guard_compliance_manifest();
 """
 
 DOWNGRADE = """
 DROP TABLE manifests;
+DROP FUNCTION moat_guard_compliance_manifest();
 DROP FUNCTION moat_reject_update();
 DROP TABLE runs;
 DROP TABLE orchestration_events;

@@ -1,0 +1,109 @@
+"""Manifest retention: remove manifests past their retention (seed 003), recording each
+removal as a ``MANIFEST_EXPIRED`` event. Compliance tenants' manifests stay 7 years; the
+database itself refuses their earlier deletion."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.evidence import Chain
+from schemas.events import AggregateType, EventType
+from schemas.retention import (
+    IDEMPOTENCY_WINDOW_MINIMUM,
+    RetentionInput,
+    RetentionReport,
+    retention_for,
+)
+from store import events as event_log
+from store import repository as repo
+from store.manifests import ManifestStore
+from store.models import ManifestRow
+
+
+class RetentionActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], store: ManifestStore) -> None:
+        self._sessions = sessions
+        self._store = store
+
+    @activity.defn(name="moat.expire_manifests")
+    async def expire_manifests(self, inp: RetentionInput) -> RetentionReport:
+        assert inp.as_of is not None
+        report = RetentionReport(as_of=inp.as_of)
+        # Tenants are found from the store's folders: the job needs no cross-tenant query.
+        for tenant_id in await asyncio.to_thread(self._store.tenants):
+            report.tenants += 1
+            while True:
+                activity.heartbeat(tenant_id)
+                deleted, kept, refused = await self._expire_batch(
+                    tenant_id, inp.as_of, inp.batch_size
+                )
+                report.deleted += deleted
+                report.kept += kept
+                report.refused += refused
+                if deleted < inp.batch_size:
+                    break
+        return report
+
+    async def _expire_batch(
+        self, tenant_id: str, as_of: datetime, limit: int
+    ) -> tuple[int, int, int]:
+        """Deleted, kept and refused manifests of one batch."""
+        async with self._sessions.begin() as session:
+            await repo.set_tenant(session, tenant_id)
+            tenant = await repo.get_tenant(session, tenant_id)
+            if tenant is None:
+                return 0, 0, 0
+            compliance = tenant.retention_mode == "compliance"
+            # The shortest any manifest is kept; rows younger than that are not looked at.
+            horizon = as_of - IDEMPOTENCY_WINDOW_MINIMUM
+            rows = (
+                (
+                    await session.execute(
+                        select(ManifestRow)
+                        .where(ManifestRow.tenant_id == tenant_id, ManifestRow.created_at < horizon)
+                        .order_by(ManifestRow.created_at)
+                        .limit(limit)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            expired = [
+                r
+                for r in rows
+                if r.created_at
+                + retention_for(
+                    r.outcome,
+                    compliance=compliance,
+                    idempotency_ttl_seconds=tenant.idempotency_ttl_seconds,
+                )
+                <= as_of
+            ]
+            refused = 0
+            for row in expired:
+                try:
+                    async with session.begin_nested():
+                        await session.execute(delete(ManifestRow).where(ManifestRow.id == row.id))
+                except IntegrityError:
+                    refused += 1  # compliance: the database keeps it 7 years, whatever we ask
+                    continue
+                await asyncio.to_thread(self._store.delete, tenant_id, row.run_id)
+                cause = await event_log.last_event_id(session, tenant_id, row.receipt_id)
+                chain = Chain(tenant_id, row.receipt_id, row.run_id, "moat.retention", cause)
+                chain.add(
+                    EventType.MANIFEST_EXPIRED,
+                    AggregateType.MANIFEST,
+                    row.id,
+                    sha256=row.sha256,
+                    outcome=row.outcome,
+                    age_days=round((as_of - row.created_at) / timedelta(days=1), 2),
+                    retention_mode=tenant.retention_mode,
+                )
+                await event_log.append(session, chain.drafts)
+        return len(expired) - refused, len(rows) - len(expired), refused
