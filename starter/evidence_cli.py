@@ -49,7 +49,7 @@ class Alg(StrEnum):
 
 
 def _keyring_path() -> Path:
-    return MoatSettings().home / "signing-keys.json"
+    return MoatSettings().signing_keyring_path
 
 
 def _stop(message: str, code: int, hint: str | None = None) -> typer.Exit:
