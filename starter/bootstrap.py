@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.api import ApiKeyInfo, NewApiKey, TenantInfo
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
+from store.models import Tenant
 
 DEMO_TENANT = "demo"
 DEMO_KEY_FILE = "demo_api_key"
+ADMIN_KEY_FILE = "admin_api_key"
 
 
 def migrate(settings: MoatSettings) -> None:
@@ -24,56 +33,94 @@ class NewTenant:
     api_key: str
 
 
-async def create_tenant(settings: MoatSettings, name: str) -> NewTenant:
+@asynccontextmanager
+async def _transaction(settings: MoatSettings) -> AsyncIterator[AsyncSession]:
+    """One transaction as the owner role (operator commands)."""
     engine = make_engine(settings.sqlalchemy_url, pool_size=1)
     try:
         async with make_sessionmaker(engine).begin() as session:
-            if await repo.get_tenant_by_name(session, name) is not None:
-                raise ValueError(f"a tenant named {name!r} already exists")
-            tenant = await repo.create_tenant(
-                session, name, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
-            )
-            key = await repo.create_api_key(session, tenant.id, name="initial")
-        return NewTenant(tenant.id, key)
+            yield session
     finally:
         await engine.dispose()
+
+
+async def _tenant(session: AsyncSession, tenant: str) -> Tenant:
+    """The tenant with this id or name; the transaction is scoped to it."""
+    row = await repo.find_tenant(session, tenant)
+    if row is None:
+        raise ValueError(f"no tenant {tenant!r} (give its id or name; see `moat tenant list`)")
+    await repo.set_tenant(session, row.id)
+    return row
+
+
+async def create_tenant(settings: MoatSettings, name: str) -> NewTenant:
+    async with _transaction(settings) as session:
+        if any(t.name == name for t in await repo.list_tenants(session)):
+            raise ValueError(f"a tenant named {name!r} already exists")
+        tenant = await repo.create_tenant(
+            session, name, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
+        )
+        key = await repo.create_api_key(session, tenant.id, name="initial")
+    return NewTenant(tenant.id, key)
+
+
+async def list_tenants(settings: MoatSettings) -> list[TenantInfo]:
+    async with _transaction(settings) as session:
+        return [repo.to_tenant_info(t) for t in await repo.list_tenants(session)]
+
+
+async def create_key(settings: MoatSettings, tenant: str, name: str = "") -> NewApiKey:
+    """A new API key for a tenant (id or name); its secret is in the answer only."""
+    async with _transaction(settings) as session:
+        row = await _tenant(session, tenant)
+        key, secret = await repo.issue_api_key(session, row.id, name)
+    return NewApiKey(**repo.to_key_info(key).model_dump(), api_key=secret)
+
+
+async def list_keys(settings: MoatSettings, tenant: str) -> list[ApiKeyInfo]:
+    async with _transaction(settings) as session:
+        row = await _tenant(session, tenant)
+        return [repo.to_key_info(k) for k in await repo.list_api_keys(session, row.id)]
+
+
+async def revoke_key(settings: MoatSettings, key: str) -> ApiKeyInfo:
+    """Revoke a key, effective at once. ``key`` is its id, its prefix ``moat_<id>_`` or the
+    whole key."""
+    key_id = key.split("_")[1] if key.startswith(repo.API_KEY_PREFIX + "_") else key
+    async with _transaction(settings) as session:
+        tenant_id = await repo.key_tenant(session, key_id)
+        if tenant_id is None:
+            raise ValueError(f"no API key {key_id!r} (see `moat key list TENANT`)")
+        await repo.set_tenant(session, tenant_id)
+        revoked = await repo.revoke_api_key(session, key_id, datetime.now(UTC))
+        assert revoked is not None
+        return repo.to_key_info(revoked)
 
 
 async def set_budget(
     settings: MoatSettings, tenant: str, capability_id: str, limit: int, period: str
 ) -> str:
     """Set a budget; ``tenant`` is an id or a name. Returns the tenant id."""
-    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
-    try:
-        async with make_sessionmaker(engine).begin() as session:
-            row = await repo.get_tenant(session, tenant) or await repo.get_tenant_by_name(
-                session, tenant
-            )
-            if row is None:
-                raise ValueError(f"no tenant {tenant!r} (give its id or name)")
-            await repo.set_budget(session, row.id, capability_id, limit, period)
-            return row.id
-    finally:
-        await engine.dispose()
+    async with _transaction(settings) as session:
+        row = await _tenant(session, tenant)
+        await repo.set_budget(session, row.id, capability_id, limit, period)
+        return row.id
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:
     path = settings.home / DEMO_KEY_FILE
-    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
-    try:
-        async with make_sessionmaker(engine).begin() as session:
-            if path.exists():
-                key = path.read_text().strip()
-                if await repo.authenticate(session, key) is not None:
-                    return key
-            tenant = await repo.get_tenant_by_name(session, DEMO_TENANT)
-            if tenant is None:
-                tenant = await repo.create_tenant(
-                    session, DEMO_TENANT, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
-                )
-            key = await repo.create_api_key(session, tenant.id, name="moat up")
-    finally:
-        await engine.dispose()
+    async with _transaction(settings) as session:
+        if path.exists():
+            key = path.read_text().strip()
+            if await repo.authenticate(session, key) is not None:
+                return key
+        tenant = await repo.find_tenant(session, DEMO_TENANT)
+        if tenant is None:
+            tenant = await repo.create_tenant(
+                session, DEMO_TENANT, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
+            )
+        await repo.set_tenant(session, tenant.id)
+        key = await repo.create_api_key(session, tenant.id, name="moat up")
     settings.home.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -84,6 +131,22 @@ async def _ensure_demo_tenant(settings: MoatSettings) -> str:
 def ensure_demo_tenant(settings: MoatSettings) -> str:
     """The demo tenant's API key, created on first use and kept in ``$MOAT_HOME``."""
     return asyncio.run(_ensure_demo_tenant(settings))
+
+
+def ensure_admin_key(settings: MoatSettings) -> str:
+    """The admin key of the local stack: the configured one, else one generated on first use
+    and kept (mode 0600) in ``$MOAT_HOME``."""
+    if settings.admin_api_key is not None:
+        return settings.admin_api_key.get_secret_value()
+    path = settings.home / ADMIN_KEY_FILE
+    if path.exists():
+        return path.read_text().strip()
+    key = "moat_admin_" + secrets.token_urlsafe(32)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
 
 
 def demo_api_key(settings: MoatSettings) -> str | None:

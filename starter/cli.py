@@ -18,9 +18,11 @@ app = typer.Typer(
     add_completion=False,
     help="Moat: durable, idempotent execution of agents' side effects.",
 )
-tenant_app = typer.Typer(no_args_is_help=True, help="Tenants and their API keys.")
+tenant_app = typer.Typer(no_args_is_help=True, help="Tenants.")
+key_app = typer.Typer(no_args_is_help=True, help="API keys (moat_<id>_<secret>, stored hashed).")
 budget_app = typer.Typer(no_args_is_help=True, help="Per-tenant, per-capability budgets.")
 app.add_typer(tenant_app, name="tenant")
+app.add_typer(key_app, name="key")
 app.add_typer(budget_app, name="budget")
 
 out = Console()
@@ -102,6 +104,86 @@ def tenant_create(
     out.print("[yellow]The API key is shown once; store it now.[/]")
 
 
+@tenant_app.command("list")
+def tenant_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """List tenants."""
+    from starter.bootstrap import list_tenants
+
+    tenants = asyncio.run(list_tenants(_settings()))
+    if as_json:
+        out.print_json(json.dumps([t.model_dump(mode="json") for t in tenants]))
+        return
+    table = Table("id", "name", "policy mode", "idempotency TTL (s)", "created")
+    for t in tenants:
+        table.add_row(
+            t.id, t.name, t.policy_mode, str(t.idempotency_ttl_seconds), f"{t.created_at:%F %T}"
+        )
+    out.print(table)
+
+
+@key_app.command("create")
+def key_create(
+    tenant: Annotated[str, typer.Argument(help="Tenant id or name.")],
+    name: Annotated[str, typer.Option("--name", help="A label, e.g. the agent using it.")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Create an API key for a tenant (the secret is shown once)."""
+    from starter.bootstrap import create_key
+
+    try:
+        created = asyncio.run(create_key(_settings(), tenant, name))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        out.print_json(created.model_dump_json())
+        return
+    table = Table(show_header=False)
+    table.add_row("key_id", created.id)
+    table.add_row("tenant_id", created.tenant_id)
+    table.add_row("api_key", created.api_key)
+    out.print(table)
+    out.print("[yellow]The API key is shown once; store it now.[/]")
+
+
+@key_app.command("list")
+def key_list(
+    tenant: Annotated[str, typer.Argument(help="Tenant id or name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """List a tenant's API keys (ids and prefixes, never secrets)."""
+    from starter.bootstrap import list_keys
+
+    try:
+        keys = asyncio.run(list_keys(_settings(), tenant))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps([k.model_dump(mode="json") for k in keys]))
+        return
+    table = Table("key_id", "prefix", "name", "created", "revoked")
+    for k in keys:
+        revoked = f"{k.revoked_at:%F %T}" if k.revoked_at else ""
+        table.add_row(k.id, k.prefix + "…", k.name, f"{k.created_at:%F %T}", revoked)
+    out.print(table)
+
+
+@key_app.command("revoke")
+def key_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (the <id> in moat_<id>_…).")],
+) -> None:
+    """Revoke an API key; requests with it are refused from now on."""
+    from starter.bootstrap import revoke_key
+
+    try:
+        revoked = asyncio.run(revoke_key(_settings(), key_id))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    assert revoked.revoked_at is not None
+    out.print(f"key {revoked.id} of {revoked.tenant_id} revoked at {revoked.revoked_at:%F %T%z}")
+
+
 class Period(StrEnum):
     day = "day"
     month = "month"
@@ -121,7 +203,7 @@ def budget_set(
         tenant_id = asyncio.run(set_budget(_settings(), tenant, capability, limit, period.value))
     except ValueError as exc:
         raise _fail(
-            str(exc), "list tenants with the database or create one: moat tenant create NAME"
+            str(exc), "list tenants with `moat tenant list` or create one: moat tenant create NAME"
         ) from None
     out.print(f"budget for {tenant_id} / {capability}: {limit} per {period.value}")
 

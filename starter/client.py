@@ -11,12 +11,15 @@ first execution's receipt (``result.replayed`` is then True).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from schemas.api import CapabilityInfo, ReceiptPage
 from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
 from schemas.records import Receipt
 
@@ -128,13 +131,73 @@ class MoatClient:
         return self._result(response)
 
     async def get_execution(self, receipt_id: str) -> ExecutionResult:
+        """The execution's current envelope (``accepted`` while it runs)."""
         return self._result(await self._http.get(f"/v1/executions/{receipt_id}"))
+
+    async def wait(
+        self, receipt_id: str, *, max_seconds: float = 300.0, interval: float = 1.0
+    ) -> ExecutionResult:
+        """Poll an ``accepted`` execution until it ends or ``max_seconds`` pass (then the
+        last, still ``accepted``, result)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_seconds
+        while True:
+            result = await self.get_execution(receipt_id)
+            if result.status != EnvelopeStatus.ACCEPTED or loop.time() >= deadline:
+                return result
+            await asyncio.sleep(min(interval, max(0.0, deadline - loop.time())))
 
     async def get_receipt(self, receipt_id: str) -> Receipt:
         response = await self._http.get(f"/v1/receipts/{receipt_id}")
         if response.status_code != 200:
             self._raise(response)
         return Receipt.model_validate(response.json())
+
+    async def list_receipts(
+        self,
+        *,
+        capability_id: str | None = None,
+        status: str | None = None,
+        idempotency_key: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ReceiptPage:
+        """One page of the tenant's receipts, newest first; ``page.next_cursor`` gets the next."""
+        params: dict[str, str | int] = {"limit": limit}
+        for name, value in (
+            ("capability_id", capability_id),
+            ("status", status),
+            ("idempotency_key", idempotency_key),
+            ("cursor", cursor),
+        ):
+            if value is not None:
+                params[name] = value
+        for name, when in (("since", since), ("until", until)):
+            if when is not None:
+                params[name] = when.isoformat()
+        response = await self._http.get("/v1/receipts", params=params)
+        if response.status_code != 200:
+            self._raise(response)
+        return ReceiptPage.model_validate(response.json())
+
+    async def iter_receipts(self, **filters: Any) -> AsyncIterator[Receipt]:
+        """Every receipt matching ``filters`` (as for ``list_receipts``), page after page."""
+        cursor = None
+        while True:
+            page = await self.list_receipts(cursor=cursor, **filters)
+            for receipt in page.items:
+                yield receipt
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def capabilities(self) -> list[CapabilityInfo]:
+        response = await self._http.get("/v1/capabilities")
+        if response.status_code != 200:
+            self._raise(response)
+        return [CapabilityInfo.model_validate(c) for c in response.json()]
 
     def _result(self, response: httpx.Response) -> ExecutionResult:
         if response.status_code not in _EXECUTION_STATUSES:
@@ -173,6 +236,14 @@ class MoatClientSync:
 
     def get_receipt(self, receipt_id: str) -> Receipt:
         result: Receipt = asyncio.run(self._call("get_receipt", receipt_id))
+        return result
+
+    def get_execution(self, receipt_id: str) -> ExecutionResult:
+        result: ExecutionResult = asyncio.run(self._call("get_execution", receipt_id))
+        return result
+
+    def list_receipts(self, **filters: Any) -> ReceiptPage:
+        result: ReceiptPage = asyncio.run(self._call("list_receipts", **filters))
         return result
 
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -1,20 +1,37 @@
 """The one error envelope of the HTTP API: stable ``code``, human ``message``, ``details``
-and the request's ``trace_id``. No request ever sees a stack trace."""
+and the request's ``trace_id``. No request ever sees a stack trace.
+
+``Boundary`` wraps every request: one span (whose id is the ``trace_id``), the body size
+limit, and the last resort that turns any fault into ``gateway_error``.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from schemas.api import ErrorEnvelope
 from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
+from starter import observability
 from starter.observability import current_trace_id
 
 log = logging.getLogger("moat.gateway")
+
+
+class EnvelopeJSONResponse(JSONResponse):
+    """JSON with non-ASCII characters escaped: an answer that echoes a caller's text holding
+    a lone surrogate still renders (UTF-8 cannot encode one)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 class ApiError(Exception):
@@ -45,7 +62,7 @@ def error_response(
     trace_id: str | None = None,
     idempotency_key: str | None = None,
     receipt_id: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = Envelope(
         receipt_id=receipt_id,
@@ -54,7 +71,7 @@ def error_response(
         idempotency_key=idempotency_key,
         error=ErrorBody(code=code, message=message, details=details or {}),
     )
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+    return EnvelopeJSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 _STATUS_CODES = {
@@ -66,6 +83,7 @@ _STATUS_CODES = {
     406: "not_acceptable",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    409: "conflict",
     422: "schema_validation_failed",
 }
 
@@ -78,7 +96,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        headers = dict(exc.headers) if exc.headers else None
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -91,10 +110,141 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("internal error (trace %s)", current_trace_id())
-        return error_response(
-            500, "gateway_error", "Moat failed internally; quote the trace id when reporting it."
-        )
+        # Reached only for faults outside the Boundary; inside, the Boundary answers.
+        log.error("internal error", exc_info=exc)
+        return _gateway_error()
+
+
+def _gateway_error(trace_id: str | None = None) -> JSONResponse:
+    return error_response(
+        500,
+        "gateway_error",
+        "Moat failed internally; quote the trace id when reporting it.",
+        trace_id=trace_id,
+    )
+
+
+TRACE_HEADER = "X-Moat-Trace-Id"
+DRAIN_BYTES = 1024 * 1024
+
+
+class Boundary:
+    """Outermost ASGI layer of the gateway (inside Starlette's own error middleware).
+
+    - opens the request's span, so every answer, error or not, carries its trace id (also
+      as the ``X-Moat-Trace-Id`` header);
+    - refuses bodies over ``max_body_bytes`` with 413 before anything reads them;
+    - answers any uncaught fault with the ``gateway_error`` envelope, logged with the trace
+      id, never with a stack trace in the answer.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.tracer = observability.tracer("moat.gateway")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        name = f"{scope['method']} {scope['path']}"
+        with self.tracer.start_as_current_span(name, record_exception=False):
+            trace_id = current_trace_id()
+            started = False
+
+            async def send_traced(message: Message) -> None:
+                nonlocal started
+                if message["type"] == "http.response.start":
+                    started = True
+                    headers = list(message.get("headers", []))
+                    headers.append((TRACE_HEADER.lower().encode(), trace_id.encode()))
+                    message = {**message, "headers": headers}
+                await send(message)
+
+            try:
+                replay = await self._read_body(scope, receive)
+                if replay is None:
+                    too_large = error_response(
+                        413,
+                        "payload_too_large",
+                        f"The body is over {self.max_body_bytes} bytes.",
+                        {"max_body_bytes": self.max_body_bytes},
+                        trace_id=trace_id,
+                        headers={"Connection": "close"},
+                    )
+                    await too_large(scope, receive, send_traced)
+                    return
+                await self.app(scope, replay, send_traced)
+            except Exception:
+                log.exception("internal error (trace %s)", trace_id)
+                if started:
+                    raise  # the answer is under way; only dropping the connection is left
+                await _gateway_error(trace_id)(scope, receive, send_traced)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
+        """The request with its body read up front (at most ``max_body_bytes``), or None
+        when the body is larger."""
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit():
+                length = int(value)
+                if length > self.max_body_bytes + DRAIN_BYTES:
+                    return None  # not worth reading: answer, and let the server close
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # http.disconnect: hand it on as the last message
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._drain(receive, message, size)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                break
+        pending = [message]
+
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
+
+        return replay
+
+    async def _drain(self, receive: Receive, message: Message, size: int) -> None:
+        """Read (and drop) the rest of a refused body, up to ``DRAIN_BYTES``, so a client
+        still sending it can read the 413 instead of a reset connection."""
+        while message.get("more_body", False) and size <= self.max_body_bytes + DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            size += len(message.get("body", b""))
+
+
+def documented_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for error statuses, all with the error envelope."""
+    return {
+        status: {"model": ErrorEnvelope, "description": ERROR_DESCRIPTIONS[status]}
+        for status in statuses
+    }
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Refused request: `bad_json`, `schema_validation_failed` (with the failing fields in "
+    "`details.errors`), `unsupported_schema_version`, `idempotency_key_invalid`, "
+    "`invalid_cursor`.",
+    401: "`unauthenticated`: no API key, or an unknown or revoked one.",
+    403: "`forbidden`: the key may not use this route.",
+    404: "Not found (`not_found`, `receipt_not_found`, `execution_not_found`, "
+    "`capability_not_found`, `tenant_not_found`, `key_not_found`). Another tenant's records "
+    "are not found either.",
+    405: "`method_not_allowed`; the `Allow` header lists the methods.",
+    409: "`conflict`: the name is taken.",
+    413: "`payload_too_large`: the body is over the gateway's limit.",
+    422: "`idempotency_key_reused`: the key was used with a different request; "
+    "`details.original_receipt_id` names the first execution.",
+    500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
+}
 
 
 def field_errors(errors: Any) -> list[dict[str, Any]]:

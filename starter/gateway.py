@@ -1,39 +1,51 @@
-"""The HTTP gateway: agents in any language execute capabilities and read receipts."""
+"""The HTTP gateway: agents in any language execute capabilities and read receipts.
+
+Routes live in ``gateway_routes`` (tenants) and ``gateway_admin`` (operators); this module
+builds the app: dependencies, error envelope, OpenAPI document.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
-from schemas.records import Receipt
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.errors import ApiError, install
-from starter.ingest import Ingest, prepare
+from starter import gateway_admin, gateway_openapi, gateway_routes, observability
+from starter.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
+from starter.gateway_deps import Deps
+from starter.ingest import Ingest
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
-from store import repository as repo
 
-MAX_BODY_BYTES = 256 * 1024
-MAX_WAIT_SECONDS = 300.0
-_PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d+(?:\.\d+)?)")
+DESCRIPTION = """\
+Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
 
+**Authentication**: `Authorization: Bearer moat_<id>_<secret>` (a tenant's API key; an
+operator creates one with `moat key create TENANT` or `POST /v1/admin/tenants/{id}/keys`).
+The admin routes take the admin key (`MOAT_ADMIN_API_KEY`) instead.
 
-class Deps:
-    """What the routes need; built in the lifespan or handed in by tests."""
+**Idempotency**: one execution per tenant and `Idempotency-Key` (or `idempotency_key`
+field, else `sha256:` of the canonical request) within the tenant's window (24 h). A repeat
+answers the stored receipt with `X-Moat-Idempotent-Replayed: true`; the same key with a
+different request is `422 idempotency_key_reused`.
 
-    sessions: async_sessionmaker[AsyncSession]
-    ingest: Ingest
+**Errors**: every refusal is the same envelope: `{"status": "failed", "trace_id", "error":
+{"code", "message", "details"}}`, with a stable `code`. The `trace_id` (also the
+`X-Moat-Trace-Id` header) identifies the request in Moat's traces and logs.
+"""
+
+TAGS = [
+    {"name": "executions", "description": "Execute capabilities and poll executions."},
+    {"name": "receipts", "description": "The immutable record of every execution attempt."},
+    {"name": "capabilities", "description": "What can be executed."},
+    {"name": "admin", "description": "Tenants and API keys; the admin key only."},
+    {"name": "health", "description": "Liveness."},
+]
 
 
 def create_app(
@@ -43,20 +55,21 @@ def create_app(
     sessions: async_sessionmaker[AsyncSession] | None = None,
     catalog: CapabilityCatalog | None = None,
 ) -> FastAPI:
+    """The gateway. Without ``sessions``/``client`` it connects to the configured Postgres
+    (as the application role) and Temporal in its lifespan."""
     observability.setup("moat-gateway")
-    deps = Deps()
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = None
-        nonlocal sessions, client
-        if sessions is None:
-            engine = make_engine(settings.sqlalchemy_url)
-            sessions = make_sessionmaker(engine)
-        if client is None:
-            client = await connect(settings, observability.temporal_interceptors())
-        deps.sessions = sessions
-        deps.ingest = Ingest(settings, sessions, client, catalog or CapabilityCatalog())
+        db, temporal = sessions, client
+        if db is None:
+            engine = make_engine(settings.app_sqlalchemy_url)
+            db = make_sessionmaker(engine)
+        if temporal is None:
+            temporal = await connect(settings, observability.temporal_interceptors())
+        ingest = Ingest(settings, db, temporal, catalog or CapabilityCatalog())
+        app.state.deps = Deps(settings=settings, sessions=db, client=temporal, ingest=ingest)
         try:
             yield
         finally:
@@ -66,125 +79,19 @@ def create_app(
     app = FastAPI(
         title="Moat",
         version="0.1.0",
+        description=DESCRIPTION,
         lifespan=lifespan,
-        description="Durable, idempotent execution of agents' side-effecting calls.",
+        openapi_tags=TAGS,
+        default_response_class=EnvelopeJSONResponse,
     )
     install(app)
-    tracer = observability.tracer("moat.gateway")
+    app.add_middleware(Boundary, max_body_bytes=settings.max_body_bytes)
 
-    async def tenant_of(
-        session: AsyncSession, authorization: str | None
-    ) -> repo.AuthenticatedTenant:
-        if not authorization or not authorization.lower().startswith("bearer "):
-            raise ApiError(
-                401,
-                "unauthenticated",
-                "Send 'Authorization: Bearer <api key>'.",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        tenant = await repo.authenticate(session, authorization[7:].strip())
-        if tenant is None:
-            raise ApiError(
-                401,
-                "unauthenticated",
-                "The API key is unknown or revoked.",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return tenant
-
-    @app.get("/healthz")
+    @app.get("/healthz", tags=["health"], summary="Liveness", responses=documented_errors(500))
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/executions", response_model=Envelope, status_code=200)
-    async def execute(
-        request: Request,
-        authorization: Annotated[str | None, Header()] = None,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-        prefer: Annotated[str | None, Header()] = None,
-    ) -> JSONResponse:
-        submitted_at = datetime.now(UTC)
-        with tracer.start_as_current_span("POST /v1/executions"):
-            trace_id = observability.current_trace_id()
-            body = await request.body()
-            if len(body) > MAX_BODY_BYTES:
-                raise ApiError(
-                    413, "payload_too_large", f"The body is over {MAX_BODY_BYTES} bytes."
-                )
-            async with deps.sessions.begin() as session:
-                tenant = await tenant_of(session, authorization)
-                prepared = prepare(body, idempotency_key, deps.ingest.catalog)
-                answer = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
-            if answer is None:
-                answer = await deps.ingest.run(
-                    tenant.tenant_id,
-                    tenant.idempotency_ttl_seconds,
-                    prepared,
-                    trace_id,
-                    submitted_at,
-                    _wait_budget(prefer, settings.wait_seconds),
-                )
-            return JSONResponse(
-                answer.envelope.model_dump(mode="json"),
-                status_code=answer.status,
-                headers=answer.headers,
-            )
-
-    @app.get("/v1/executions/{receipt_id}", response_model=Envelope)
-    async def get_execution(
-        receipt_id: str, authorization: Annotated[str | None, Header()] = None
-    ) -> JSONResponse:
-        async with deps.sessions.begin() as session:
-            tenant = await tenant_of(session, authorization)
-            receipt = await repo.get_receipt(session, tenant.tenant_id, receipt_id)
-            claim = (
-                None
-                if receipt
-                else await repo.find_claim_by_receipt(session, tenant.tenant_id, receipt_id)
-            )
-        if receipt is None:
-            if claim is None:
-                raise ApiError(404, "execution_not_found", f"No execution {receipt_id}.")
-            running = Envelope(
-                receipt_id=receipt_id,
-                trace_id=observability.current_trace_id(),
-                status=EnvelopeStatus.ACCEPTED,
-                idempotency_key=claim.key,
-                workflow_id=claim.workflow_id,
-            )
-            return JSONResponse(running.model_dump(mode="json"), status_code=202)
-        status, envelope = envelope_for_receipt(receipt)
-        return JSONResponse(envelope.model_dump(mode="json"), status_code=status)
-
-    @app.get("/v1/receipts/{receipt_id}", response_model=Receipt)
-    async def get_receipt(
-        receipt_id: str, authorization: Annotated[str | None, Header()] = None
-    ) -> Receipt:
-        async with deps.sessions.begin() as session:
-            tenant = await tenant_of(session, authorization)
-            receipt = await repo.get_receipt(session, tenant.tenant_id, receipt_id)
-        if receipt is None:
-            raise ApiError(404, "receipt_not_found", f"No receipt {receipt_id}.")
-        return receipt
-
-    @app.get("/v1/capabilities")
-    async def capabilities() -> list[dict[str, Any]]:
-        catalog = deps.ingest.catalog
-        return [
-            {
-                **spec.model_dump(mode="json", exclude={"retry"}),
-                "retry": spec.retry_settings.model_dump(),
-                "input_schema": catalog.input_model(spec).model_json_schema(),
-            }
-            for spec in catalog.all()
-        ]
-
+    app.include_router(gateway_routes.router)
+    app.include_router(gateway_admin.router)
+    gateway_openapi.install(app)
     return app
-
-
-def _wait_budget(prefer: str | None, default: float) -> float:
-    if prefer:
-        match = _PREFER_WAIT.search(prefer)
-        if match:
-            return min(float(match.group(1)), MAX_WAIT_SECONDS)
-    return default

@@ -23,7 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from schemas.settings import MoatSettings
-from starter.bootstrap import ensure_demo_tenant
+from starter.bootstrap import ADMIN_KEY_FILE, ensure_admin_key, ensure_demo_tenant
 from starter.devstack import EmbeddedPostgres, TemporalDevServer
 from starter.processes import ChildProcess, Service, require_free
 from store import upgrade
@@ -112,6 +112,7 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     with _step(console, "migrating the database"):
         upgrade(settings.sqlalchemy_url)
         api_key = ensure_demo_tenant(settings)
+    env["admin_api_key"] = ensure_admin_key(settings)
     children = {}
     for name in ("worker", "gateway"):
         child = ChildProcess([sys.executable, "-m", "starter.cli", name], logs / f"{name}.log",
@@ -124,7 +125,8 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     gateway_url = f"http://{host}:{settings.gateway_port}"
     with _step(console, "starting worker and gateway"):
         children["gateway"].wait_ready("gateway", lambda: _healthy(gateway_url), timeout=60)
-    console.print(_banner(gateway_url, ui_url, api_key, logs))
+    admin = "MOAT_ADMIN_API_KEY" if settings.admin_api_key else str(home / ADMIN_KEY_FILE)
+    console.print(_banner(gateway_url, ui_url, api_key, admin, logs))
 
 
 def _supervise(stack: _Stack, console: Console) -> int:
@@ -137,12 +139,14 @@ def _supervise(stack: _Stack, console: Console) -> int:
     return 1
 
 
-def _banner(gateway_url: str, ui_url: str | None, api_key: str, logs: Path) -> Panel:
+def _banner(gateway_url: str, ui_url: str | None, api_key: str, admin: str, logs: Path) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_row("gateway", gateway_url)
+    grid.add_row("API docs", f"{gateway_url}/docs")
     if ui_url:
         grid.add_row("Temporal UI", ui_url)
     grid.add_row("demo API key", api_key)
+    grid.add_row("admin key", admin)
     grid.add_row("try", 'moat execute demo.echo --input \'{"hello":"world"}\'')
     grid.add_row("logs", str(logs))
     return Panel(grid, title="Moat is up", subtitle="Ctrl-C to stop", expand=False)

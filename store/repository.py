@@ -6,13 +6,16 @@ import hashlib
 import hmac
 import secrets
 import string
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from schemas.api import ApiKeyInfo, TenantInfo
 from schemas.records import OutcomeEvent, Receipt
 from store.models import (
     ApiKey,
@@ -29,7 +32,36 @@ API_KEY_PREFIX = "moat"
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
+# --- the tenant of a transaction (row-level security) ---------------------------------
+
+
+async def set_tenant(session: AsyncSession, tenant_id: str) -> None:
+    """Scope the rest of the session's transaction to one tenant.
+
+    Row-level security lets the application role see and write only the rows of the tenant
+    named here; unset, it sees nothing. Call it first in every transaction of the app role.
+    """
+    await session.execute(
+        text("SELECT set_config('moat.tenant_id', :tenant, true)"), {"tenant": tenant_id}
+    )
+
+
+@asynccontextmanager
+async def tenant_transaction(
+    sessions: async_sessionmaker[AsyncSession], tenant_id: str
+) -> AsyncIterator[AsyncSession]:
+    """``async with tenant_transaction(sessions, tenant) as session``: a transaction scoped to
+    ``tenant``, committed on success."""
+    async with sessions.begin() as session:
+        await set_tenant(session, tenant_id)
+        yield session
+
+
 # --- tenants and API keys -------------------------------------------------------------
+
+
+def _new_tenant_id() -> str:
+    return "ten_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
 
 
 async def create_tenant(
@@ -39,8 +71,11 @@ async def create_tenant(
     idempotency_ttl_seconds: int = 86400,
     policy_mode: str = "standard",
 ) -> Tenant:
+    """Create a tenant; the rest of the transaction is scoped to it (``set_tenant``)."""
+    tenant_id = _new_tenant_id()
+    await set_tenant(session, tenant_id)
     tenant = Tenant(
-        id="ten_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16)),
+        id=tenant_id,
         name=name,
         policy_mode=policy_mode,
         idempotency_ttl_seconds=idempotency_ttl_seconds,
@@ -64,13 +99,83 @@ def _hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") -> str:
-    """Create a key and return it in full (``moat_<id>_<secret>``); only its hash is kept."""
+async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
+    """Every tenant, oldest first (an operator's view across tenants)."""
+    return (
+        (await session.execute(select(Tenant).order_by(Tenant.created_at, Tenant.id)))
+        .scalars()
+        .all()
+    )
+
+
+async def find_tenant(session: AsyncSession, id_or_name: str) -> Tenant | None:
+    """The tenant with this id, else with this name (an operator's lookup across tenants)."""
+    tenants = await list_tenants(session)
+    by_id = next((t for t in tenants if t.id == id_or_name), None)
+    return by_id or next((t for t in tenants if t.name == id_or_name), None)
+
+
+def key_prefix(key_id: str) -> str:
+    """The public, non-secret start of a key: ``moat_<id>_``."""
+    return f"{API_KEY_PREFIX}_{key_id}_"
+
+
+def to_tenant_info(row: Tenant) -> TenantInfo:
+    return TenantInfo.model_validate(row, from_attributes=True)
+
+
+def to_key_info(row: ApiKey) -> ApiKeyInfo:
+    """A key as listed: id, public prefix, dates; never the secret or its hash."""
+    return ApiKeyInfo(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        name=row.name,
+        prefix=key_prefix(row.id),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+async def issue_api_key(
+    session: AsyncSession, tenant_id: str, name: str = ""
+) -> tuple[ApiKey, str]:
+    """Create a key; returns its row and the full key (``moat_<id>_<secret>``), which exists
+    only here: the database keeps the secret's hash."""
     key_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
     secret = secrets.token_urlsafe(32)
-    session.add(ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret), name=name))
+    row = ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret), name=name)
+    session.add(row)
     await session.flush()
-    return f"{API_KEY_PREFIX}_{key_id}_{secret}"
+    await session.refresh(row)
+    return row, key_prefix(key_id) + secret
+
+
+async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") -> str:
+    """Create a key and return it in full (``moat_<id>_<secret>``); only its hash is kept."""
+    return (await issue_api_key(session, tenant_id, name))[1]
+
+
+async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
+    """The tenant an API key id belongs to (revoked or not), before any tenant is set."""
+    result = await session.execute(select(ApiKey.tenant_id).where(ApiKey.id == key_id))
+    return result.scalar_one_or_none()
+
+
+async def list_api_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKey]:
+    result = await session.execute(
+        select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at, ApiKey.id)
+    )
+    return result.scalars().all()
+
+
+async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> ApiKey | None:
+    """Revoke a key at ``now`` (kept when already revoked); None if there is no such key."""
+    await session.execute(
+        update(ApiKey)
+        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    return await session.get(ApiKey, key_id, populate_existing=True)
 
 
 @dataclass(frozen=True)
@@ -237,6 +342,44 @@ async def get_receipt(session: AsyncSession, tenant_id: str, receipt_id: str) ->
         )
     ).scalar_one_or_none()
     return to_receipt(row) if row is not None else None
+
+
+@dataclass(frozen=True)
+class ReceiptFilter:
+    capability_id: str | None = None
+    status: str | None = None
+    idempotency_key: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+async def list_receipts(
+    session: AsyncSession,
+    tenant_id: str,
+    where: ReceiptFilter,
+    *,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+) -> list[Receipt]:
+    """Receipts newest first (``timestamp``, then id), from just after ``after`` on.
+
+    ``since`` is inclusive, ``until`` exclusive. Asks for ``limit`` rows; a caller that
+    wants to know whether more follow asks for one more."""
+    stmt = select(ReceiptRow).where(ReceiptRow.tenant_id == tenant_id)
+    if where.capability_id is not None:
+        stmt = stmt.where(ReceiptRow.capability_id == where.capability_id)
+    if where.status is not None:
+        stmt = stmt.where(ReceiptRow.status == where.status)
+    if where.idempotency_key is not None:
+        stmt = stmt.where(ReceiptRow.idempotency_key == where.idempotency_key)
+    if where.since is not None:
+        stmt = stmt.where(ReceiptRow.timestamp >= where.since)
+    if where.until is not None:
+        stmt = stmt.where(ReceiptRow.timestamp < where.until)
+    if after is not None:
+        stmt = stmt.where(tuple_(ReceiptRow.timestamp, ReceiptRow.id) < tuple_(*after))
+    stmt = stmt.order_by(ReceiptRow.timestamp.desc(), ReceiptRow.id.desc()).limit(limit)
+    return [to_receipt(row) for row in (await session.execute(stmt)).scalars()]
 
 
 async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> None:

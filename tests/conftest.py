@@ -18,6 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -45,6 +46,7 @@ from store import repository as repo
 from tests.fakes import FakeProvider
 
 NAMESPACE = "moat"
+ADMIN_KEY = "moat_admin_" + "test" * 10
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +65,7 @@ def base_settings(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> Mo
         database_url=postgres,
         temporal_namespace=NAMESPACE,
         wait_seconds=30.0,
+        admin_api_key=SecretStr(ADMIN_KEY),
     )
 
 
@@ -146,9 +149,10 @@ class Stack:
         *,
         key: str | None = None,
         api_key: str | None = None,
+        headers_extra: dict[str, str] | None = None,
         **extra: Any,
     ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {api_key or self.api_key}"}
+        headers = {"Authorization": f"Bearer {api_key or self.api_key}", **(headers_extra or {})}
         if key is not None:
             headers["Idempotency-Key"] = key
         body = {"schema_version": "1", "capability_id": capability_id, "input": input, **extra}
@@ -190,8 +194,12 @@ async def make_stack(
         )
         client = temporal.client
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
-            worker = worker_module.build_worker(client, settings, wsessions, http_out)
-            async with worker if with_worker else _nothing():
+            worker = (
+                worker_module.build_worker(client, settings, wsessions, http_out)
+                if with_worker
+                else _nothing()
+            )
+            async with worker:
                 app = create_app(settings, client=client, sessions=sessions, catalog=catalog)
                 async with serve(app) as url, httpx.AsyncClient(timeout=60) as http:
                     stack = Stack(settings, url, client, sessions, "", "", http)

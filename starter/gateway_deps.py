@@ -1,0 +1,101 @@
+"""What the gateway's routes share: their dependencies, and who is calling.
+
+Tenant routes authenticate the ``Authorization: Bearer moat_<id>_<secret>`` key inside the
+route's own transaction and scope that transaction to the key's tenant (row-level
+security). Admin routes take the admin key from the settings instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from schemas.settings import MoatSettings
+from starter.errors import ApiError
+from starter.ingest import Ingest
+from store import repository as repo
+
+
+@dataclass
+class Deps:
+    """Built once in the gateway's lifespan."""
+
+    settings: MoatSettings
+    sessions: async_sessionmaker[AsyncSession]
+    client: Client
+    ingest: Ingest
+
+
+def deps_of(request: Request) -> Deps:
+    deps: Deps = request.app.state.deps
+    return deps
+
+
+tenant_bearer = HTTPBearer(
+    scheme_name="TenantKey",
+    description="A tenant's API key: `Authorization: Bearer moat_<id>_<secret>`.",
+    auto_error=False,
+)
+admin_bearer = HTTPBearer(
+    scheme_name="AdminKey",
+    description="The admin key (`MOAT_ADMIN_API_KEY`); the admin API is off without one.",
+    auto_error=False,
+)
+
+TenantKey = Annotated[HTTPAuthorizationCredentials | None, Security(tenant_bearer)]
+AdminKey = Annotated[HTTPAuthorizationCredentials | None, Security(admin_bearer)]
+
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def _unauthenticated(message: str) -> ApiError:
+    return ApiError(401, "unauthenticated", message, headers=_CHALLENGE)
+
+
+async def authenticate(
+    session: AsyncSession, credentials: HTTPAuthorizationCredentials | None
+) -> repo.AuthenticatedTenant:
+    """The caller's tenant; the session's transaction is scoped to it from here on."""
+    if credentials is None:
+        raise _unauthenticated("Send 'Authorization: Bearer <api key>'.")
+    tenant = await repo.authenticate(session, credentials.credentials)
+    if tenant is None:
+        raise _unauthenticated("The API key is unknown or revoked.")
+    await repo.set_tenant(session, tenant.tenant_id)
+    return tenant
+
+
+def _same_secret(presented: str, expected: str) -> bool:
+    """Constant-time comparison that does not reveal the expected length either."""
+    return hmac.compare_digest(
+        hashlib.sha256(presented.encode()).digest(), hashlib.sha256(expected.encode()).digest()
+    )
+
+
+async def require_admin(request: Request, credentials: AdminKey) -> None:
+    """Guard of the admin routes: 401 without a valid key, 403 for a tenant's key or when
+    the admin API is disabled."""
+    if credentials is None:
+        raise _unauthenticated("Send 'Authorization: Bearer <admin key>'.")
+    deps = deps_of(request)
+    configured = deps.settings.admin_api_key
+    if configured is not None and _same_secret(
+        credentials.credentials, configured.get_secret_value()
+    ):
+        return
+    async with deps.sessions.begin() as session:
+        tenant = await repo.authenticate(session, credentials.credentials)
+    if tenant is not None:
+        raise ApiError(403, "forbidden", "A tenant's API key cannot use the admin API.")
+    if configured is None:
+        raise ApiError(
+            403, "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
+        )
+    raise _unauthenticated("The admin key is wrong.")

@@ -1,0 +1,407 @@
+"""Tenant routes: execute, poll an execution, read receipts, list capabilities."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from temporalio.service import RPCError
+
+from schemas.api import CapabilityInfo, ReceiptPage
+from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
+from schemas.records import ExecutionStatus, Receipt
+from starter import observability
+from starter.errors import ApiError, documented_errors
+from starter.errors import EnvelopeJSONResponse as JSONResponse
+from starter.gateway_deps import Deps, TenantKey, authenticate, deps_of
+from starter.ingest import KEY_ATTR, REPLAYED_HEADER, Prepared, prepare
+from store import repository as repo
+
+router = APIRouter()
+
+_PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])")
+# Receipt ids are UUIDs; anything else is no receipt (and never reaches a query).
+_RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+RUNNING_SCAN_LIMIT = 1000
+# Deeper inputs cannot cross into Temporal (serializers stop near 255 levels); real tool
+# inputs are a few levels deep.
+MAX_INPUT_DEPTH = 64
+POLL_AFTER_SECONDS = "1"
+
+_ENVELOPE_HEADERS = {
+    "X-Moat-Trace-Id": {"description": "The request's trace id.", "schema": {"type": "string"}}
+}
+
+
+def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
+    return {
+        "model": Envelope,
+        "description": description,
+        "headers": {
+            **_ENVELOPE_HEADERS,
+            **{
+                name: {"description": text, "schema": {"type": "string"}}
+                for name, text in headers.items()
+            },
+        },
+    }
+
+
+@router.post(
+    "/v1/executions",
+    tags=["executions"],
+    summary="Execute a capability, once per idempotency key",
+    status_code=200,
+    response_model=Envelope,
+    responses={
+        200: _envelope_response(
+            "`executed` (or `planned` for a dry run). A repeat of a finished execution "
+            "answers its stored receipt with `X-Moat-Idempotent-Replayed: true`.",
+            **{REPLAYED_HEADER: "`true` when the stored answer of an earlier request is replayed."},
+        ),
+        202: _envelope_response(
+            "`accepted`: still running after the wait budget; poll `Location`.",
+            Location="Where to poll: `/v1/executions/{receipt_id}`.",
+            **{"Preference-Applied": "`wait=N` when the `Prefer: wait=N` header was honoured."},
+        ),
+        403: _envelope_response(
+            "`failed`: refused by policy (`budget_exceeded`, `policy_denied`) or a refused "
+            "host (`host_not_allowed`); the receipt records it."
+        ),
+        502: _envelope_response(
+            "`failed`: the provider failed; `error.details.provider_status` is its status."
+        ),
+        **documented_errors(400, 401, 404, 413, 422, 500),
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ExecuteRequest"}}
+            },
+        }
+    },
+)
+async def execute(
+    request: Request,
+    credentials: TenantKey,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="The idempotency key (1 to 256 characters). Unset: the "
+            "`idempotency_key` field, else `sha256:` of the canonical request.",
+        ),
+    ] = None,
+    prefer: Annotated[
+        str | None,
+        Header(description="`wait=N`: wait up to N seconds for the run (RFC 7240)."),
+    ] = None,
+) -> JSONResponse:
+    """Validate, then run the capability, or answer the stored result of an earlier request
+    with the same key. Errors are checked in this order: `payload_too_large`,
+    `unauthenticated`, `bad_json`, `schema_validation_failed`, `unsupported_schema_version`,
+    `idempotency_key_invalid`, `capability_not_found`, `idempotency_key_reused`.
+
+    The input is any JSON object up to 64 levels deep that RFC 8785 can canonicalize: its
+    integers within ±(2^53 - 1), its text valid Unicode."""
+    deps = deps_of(request)
+    submitted_at = datetime.now(UTC)
+    trace_id = observability.current_trace_id()
+    body = await request.body()
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        try:
+            prepared = prepare(body, idempotency_key, deps.ingest.catalog)
+        except UnicodeError as err:
+            raise ApiError(
+                400,
+                "bad_json",
+                "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
+            ) from err
+        _refuse_unstorable(prepared)
+        answer = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
+    headers: dict[str, str] = {}
+    if answer is None:
+        wait, applied = _wait_budget(prefer, deps)
+        if applied:
+            headers["Preference-Applied"] = applied
+        answer = await deps.ingest.run(
+            tenant.tenant_id,
+            tenant.idempotency_ttl_seconds,
+            prepared,
+            trace_id,
+            submitted_at,
+            wait,
+        )
+    headers.update(answer.headers)
+    if answer.status == 202:
+        headers["Retry-After"] = POLL_AFTER_SECONDS
+    return JSONResponse(
+        answer.envelope.model_dump(mode="json"), status_code=answer.status, headers=headers
+    )
+
+
+def _refuse_unstorable(prepared: Prepared) -> None:
+    """Text that is stored as it is (keys, references) must be storable: no NUL, no lone
+    surrogate. The input itself is only hashed, so anything JSON holds is fine there."""
+    req = prepared.request
+    if _depth(req.input) > MAX_INPUT_DEPTH:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            f"The input is nested deeper than {MAX_INPUT_DEPTH} levels.",
+            {"errors": [{"loc": ["input"], "msg": "too deep", "type": "too_deep"}]},
+        )
+    fields = {
+        "idempotency_key": prepared.idempotency_key,
+        "connection_id": req.connection_id,
+        "capability_version": req.capability_version,
+    }
+    bad = [name for name, value in fields.items() if value is not None and not _storable(value)]
+    if bad:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            "Text fields may not hold NUL characters or lone surrogates.",
+            {
+                "errors": [
+                    {"loc": [name], "msg": "unstorable text", "type": "string_type"} for name in bad
+                ]
+            },
+        )
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _storable(value: str) -> bool:
+    if "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
+    """Seconds to wait for the run, and the ``Preference-Applied`` value if ``Prefer`` set it."""
+    if prefer:
+        match = _PREFER_WAIT.search(prefer)
+        if match:
+            wait = min(float(match.group(1)), deps.settings.max_wait_seconds)
+            return wait, f"wait={wait:g}"
+    return deps.settings.wait_seconds, None
+
+
+@router.get(
+    "/v1/executions/{receipt_id}",
+    tags=["executions"],
+    summary="The current envelope of an execution",
+    response_model=Envelope,
+    responses={
+        200: _envelope_response("Finished: `executed`, or `failed` (see the receipt)."),
+        202: _envelope_response("`accepted`: still running; poll again."),
+        403: _envelope_response("Finished `failed`: refused by policy or a refused host."),
+        502: _envelope_response("Finished `failed`: the provider failed."),
+        **documented_errors(401, 404, 500),
+    },
+)
+async def get_execution(request: Request, receipt_id: str, credentials: TenantKey) -> JSONResponse:
+    """What became of the execution a `receipt_id` names, for as long as its receipt or run
+    exists. Another tenant's executions are `execution_not_found`."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        if not _RECEIPT_ID.match(receipt_id):
+            raise _no_execution(receipt_id)
+        receipt = await repo.get_receipt(session, tenant.tenant_id, receipt_id)
+        claim = (
+            None
+            if receipt
+            else await repo.find_claim_by_receipt(session, tenant.tenant_id, receipt_id)
+        )
+    if receipt is not None:
+        status, envelope = envelope_for_receipt(receipt)
+        return JSONResponse(envelope.model_dump(mode="json"), status_code=status)
+    key: str | None
+    if claim is not None:
+        key, workflow_id = claim.key, claim.workflow_id
+    else:
+        found = await _running_workflow(deps, tenant.tenant_id, receipt_id)
+        if found is None:
+            raise _no_execution(receipt_id)
+        key, workflow_id = found
+    running = Envelope(
+        receipt_id=receipt_id,
+        trace_id=observability.current_trace_id(),
+        status=EnvelopeStatus.ACCEPTED,
+        idempotency_key=key,
+        workflow_id=workflow_id,
+    )
+    return JSONResponse(
+        running.model_dump(mode="json"),
+        status_code=202,
+        headers={"Location": f"/v1/executions/{receipt_id}", "Retry-After": POLL_AFTER_SECONDS},
+    )
+
+
+def _no_execution(receipt_id: str) -> ApiError:
+    return ApiError(404, "execution_not_found", f"No execution {receipt_id[:80]!r}.")
+
+
+async def _running_workflow(
+    deps: Deps, tenant_id: str, receipt_id: str
+) -> tuple[str | None, str] | None:
+    """The run of a receipt id that no worker has picked up yet (no claim in Postgres):
+    Temporal holds it, with the receipt id in its memo (persist-first)."""
+    query = f"MoatTenant = '{tenant_id}' AND ExecutionStatus = 'Running'"
+    try:
+        async for wf in deps.client.list_workflows(query, limit=RUNNING_SCAN_LIMIT):
+            memo = await wf.memo()
+            if memo.get("receipt_id") == receipt_id:
+                key = wf.typed_search_attributes.get(KEY_ATTR)
+                # The attribute holds the first 200 characters: only a shorter key is whole.
+                return (key if key is not None and len(key) < 200 else None), wf.id
+    except RPCError:
+        return None
+    return None
+
+
+@router.get(
+    "/v1/receipts",
+    tags=["receipts"],
+    summary="List receipts, newest first",
+    response_model=ReceiptPage,
+    responses=documented_errors(400, 401, 500),
+)
+async def list_receipts(
+    request: Request,
+    credentials: TenantKey,
+    capability_id: Annotated[str | None, Query(max_length=200)] = None,
+    status: ExecutionStatus | None = None,
+    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    since: Annotated[
+        datetime | None, Query(description="From this time on (inclusive), ISO 8601.")
+    ] = None,
+    until: Annotated[
+        datetime | None, Query(description="Before this time (exclusive), ISO 8601.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=400, description="`next_cursor` of the previous page.")
+    ] = None,
+) -> JSONResponse:
+    """The caller's receipts, filtered by capability, status, idempotency key and time range
+    of the `timestamp` (when the execution was initiated); cursor pagination."""
+    deps = deps_of(request)
+    for value in (capability_id, idempotency_key):
+        _refuse_nul(value)
+    after = _decode_cursor(cursor) if cursor is not None else None
+    where = repo.ReceiptFilter(
+        capability_id=capability_id,
+        status=status.value if status else None,
+        idempotency_key=idempotency_key,
+        since=_utc(since),
+        until=_utc(until),
+    )
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        rows = await repo.list_receipts(
+            session, tenant.tenant_id, where, limit=limit + 1, after=after
+        )
+    page = ReceiptPage(
+        items=rows[:limit],
+        next_cursor=_encode_cursor(rows[limit - 1]) if len(rows) > limit else None,
+    )
+    return JSONResponse(page.model_dump(mode="json"))
+
+
+def _refuse_nul(value: str | None) -> None:
+    if value is not None and not _storable(value):
+        raise ApiError(
+            400, "schema_validation_failed", "Text may not hold NUL characters or lone surrogates."
+        )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """Times without an offset are read as UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _encode_cursor(last: Receipt) -> str:
+    raw = json.dumps([last.timestamp.isoformat(), last.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stamp, receipt_id = json.loads(raw)
+        at = datetime.fromisoformat(stamp)
+        if at.tzinfo is None or not isinstance(receipt_id, str) or not _storable(receipt_id):
+            raise ValueError("malformed cursor")
+    except (ValueError, TypeError) as err:
+        raise ApiError(
+            400, "invalid_cursor", "The cursor is not one this API returned.", {"cursor": cursor}
+        ) from err
+    return at, receipt_id
+
+
+@router.get(
+    "/v1/receipts/{receipt_id}",
+    tags=["receipts"],
+    summary="One receipt",
+    response_model=Receipt,
+    responses=documented_errors(401, 404, 500),
+)
+async def get_receipt(request: Request, receipt_id: str, credentials: TenantKey) -> Receipt:
+    """A receipt of the caller's tenant; another tenant's is `receipt_not_found`."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        receipt = (
+            await repo.get_receipt(session, tenant.tenant_id, receipt_id)
+            if _RECEIPT_ID.match(receipt_id)
+            else None
+        )
+    if receipt is None:
+        raise ApiError(404, "receipt_not_found", f"No receipt {receipt_id[:80]!r}.")
+    return receipt
+
+
+@router.get(
+    "/v1/capabilities",
+    tags=["capabilities"],
+    summary="The capabilities this gateway executes",
+    response_model=list[CapabilityInfo],
+    responses=documented_errors(500),
+)
+async def capabilities(request: Request) -> list[CapabilityInfo]:
+    """Every capability and version, with retry settings and input JSON Schema."""
+    catalog = deps_of(request).ingest.catalog
+    return [
+        CapabilityInfo(
+            **spec.model_dump(exclude={"retry"}),
+            retry=spec.retry_settings,
+            input_schema=catalog.input_model(spec).model_json_schema(),
+        )
+        for spec in catalog.all()
+    ]
