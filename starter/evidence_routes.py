@@ -1,0 +1,124 @@
+"""Evidence routes: an execution's event log, its signed manifests, and the public keys
+that verify them (``/.well-known/jwks.json``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+
+from schemas.events import Event
+from starter.errors import ApiError, documented_errors
+from starter.gateway_deps import TenantKey, authenticate, deps_of
+from store import events as event_log
+from store.manifests import ManifestStore
+from store.models import ManifestRow
+from store.signing import Keyring
+
+router = APIRouter()
+
+_RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _not_found(receipt_id: str) -> ApiError:
+    return ApiError(404, "execution_not_found", f"No execution {receipt_id}.")
+
+
+@router.get(
+    "/v1/executions/{receipt_id}/events",
+    tags=["evidence"],
+    summary="An execution's event log, in order",
+    response_model=list[Event],
+    responses=documented_errors(401, 404, 500),
+)
+async def get_events(request: Request, receipt_id: str, credentials: TenantKey) -> list[Event]:
+    """Every event of the execution (seed 001): type, aggregate, `causation_id` (the event
+    that caused it), `sequence_number`, actor and data. Another tenant's is not found."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        if not _RECEIPT_ID.match(receipt_id):
+            raise _not_found(receipt_id)
+        events = await event_log.events_of(session, tenant.tenant_id, receipt_id)
+    if not events:
+        raise _not_found(receipt_id)
+    return events
+
+
+@router.get(
+    "/v1/executions/{receipt_id}/manifest",
+    tags=["evidence"],
+    summary="The signed run manifest of an execution",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The manifest file, byte for byte as stored; its detached JWS "
+            "signatures verify against `/.well-known/jwks.json`.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **documented_errors(401, 404, 500),
+    },
+)
+async def get_manifest(
+    request: Request,
+    receipt_id: str,
+    credentials: TenantKey,
+    run_id: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description=(
+                "A particular run's manifest (a replayed run has its own). Default: the original."
+            ),
+        ),
+    ] = None,
+) -> Response:
+    """The manifest as stored (byte for byte, so its digest matches the index)."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        if not _RECEIPT_ID.match(receipt_id):
+            raise _not_found(receipt_id)
+        stmt = select(ManifestRow).where(
+            ManifestRow.tenant_id == tenant.tenant_id, ManifestRow.receipt_id == receipt_id
+        )
+        if run_id is not None:
+            stmt = stmt.where(ManifestRow.run_id == run_id)
+        rows = (
+            (await session.execute(stmt.order_by(ManifestRow.replayed, ManifestRow.created_at)))
+            .scalars()
+            .all()
+        )
+    if not rows:
+        raise ApiError(404, "manifest_not_found", f"No manifest for execution {receipt_id}.")
+    row = rows[0]
+    store = ManifestStore(deps.settings.manifests_dir)
+    try:
+        data = await asyncio.to_thread(store.read, tenant.tenant_id, row.run_id)
+    except FileNotFoundError:
+        raise ApiError(
+            404, "manifest_not_found", "The manifest file is gone (retention)."
+        ) from None
+    return Response(
+        data,
+        media_type="application/json",
+        headers={"X-Moat-Manifest-Sha256": row.sha256, "X-Moat-Run-Id": row.run_id},
+    )
+
+
+@router.get(
+    "/.well-known/jwks.json",
+    tags=["evidence"],
+    summary="Public keys that verify run manifests (JWK Set)",
+    responses=documented_errors(500),
+)
+async def jwks(request: Request) -> dict[str, Any]:
+    """Every signing key's public half, the active one first; rotated keys stay listed so
+    older manifests still verify."""
+    path = deps_of(request).settings.signing_keyring_path
+    ring = await asyncio.to_thread(Keyring.load_or_create, path)
+    return ring.jwks()
