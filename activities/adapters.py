@@ -16,6 +16,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+from opentelemetry import propagate
 from temporalio.exceptions import ApplicationError
 
 from schemas.canonical import redact, redacted_hash
@@ -107,6 +108,7 @@ class HttpAdapter:
         headers = {k: v for k, v in req.headers.items() if k.lower() != "idempotency-key"}
         headers["Idempotency-Key"] = inp.idempotency_key
         headers.setdefault("User-Agent", "moat/0.1")
+        propagate.inject(headers)  # traceparent: the provider call joins the run's trace
         try:
             response = await self._client.request(
                 req.method,
