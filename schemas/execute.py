@@ -16,7 +16,8 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 256
 class ExecuteRequest(BaseModel):
     """Body of ``POST /v1/executions``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Strict: JSON types as documented (no `0` for false, no number for a string).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     schema_version: str = Field(description='Request schema version; "1".')
     capability_id: str = Field(min_length=1, max_length=200)

@@ -176,6 +176,8 @@ class MoatClient:
                 params[name] = value
         for name, when in (("since", since), ("until", until)):
             if when is not None:
+                if when.tzinfo is None:
+                    raise ValueError(f"{name} must be timezone-aware")
                 params[name] = when.isoformat()
         response = await self._http.get("/v1/receipts", params=params)
         if response.status_code != 200:

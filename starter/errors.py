@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.api import ErrorEnvelope
@@ -94,9 +95,11 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status, exc.code, exc.message, exc.details, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         headers = dict(exc.headers) if exc.headers else None
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed_methods(request)}
         return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -113,6 +116,19 @@ def install(app: FastAPI) -> None:
         # Reached only for faults outside the Boundary; inside, the Boundary answers.
         log.error("internal error", exc_info=exc)
         return _gateway_error()
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method the path supports (Starlette's 405 names only the first route's)."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def _gateway_error(trace_id: str | None = None) -> JSONResponse:

@@ -58,6 +58,7 @@ def create_app(
     """The gateway. Without ``sessions``/``client`` it connects to the configured Postgres
     (as the application role) and Temporal in its lifespan."""
     observability.setup("moat-gateway")
+    capabilities = catalog or CapabilityCatalog()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,7 +69,7 @@ def create_app(
             db = make_sessionmaker(engine)
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
-        ingest = Ingest(settings, db, temporal, catalog or CapabilityCatalog())
+        ingest = Ingest(settings, db, temporal, capabilities)
         app.state.deps = Deps(settings=settings, sessions=db, client=temporal, ingest=ingest)
         try:
             yield
@@ -83,6 +84,7 @@ def create_app(
         lifespan=lifespan,
         openapi_tags=TAGS,
         default_response_class=EnvelopeJSONResponse,
+        generate_unique_id_function=lambda route: route.name,  # operationId: the function
     )
     install(app)
     app.add_middleware(Boundary, max_body_bytes=settings.max_body_bytes)
@@ -93,5 +95,5 @@ def create_app(
 
     app.include_router(gateway_routes.router)
     app.include_router(gateway_admin.router)
-    gateway_openapi.install(app)
+    gateway_openapi.install(app, capabilities)
     return app

@@ -297,10 +297,18 @@ async def list_receipts(
     status: ExecutionStatus | None = None,
     idempotency_key: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
     since: Annotated[
-        datetime | None, Query(description="From this time on (inclusive), ISO 8601.")
+        str | None,
+        Query(
+            description="From this time on (inclusive); RFC 3339 with offset.",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     until: Annotated[
-        datetime | None, Query(description="Before this time (exclusive), ISO 8601.")
+        str | None,
+        Query(
+            description="Before this time (exclusive); RFC 3339 with offset.",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
@@ -310,18 +318,18 @@ async def list_receipts(
     """The caller's receipts, filtered by capability, status, idempotency key and time range
     of the `timestamp` (when the execution was initiated); cursor pagination."""
     deps = deps_of(request)
-    for value in (capability_id, idempotency_key):
-        _refuse_nul(value)
-    after = _decode_cursor(cursor) if cursor is not None else None
-    where = repo.ReceiptFilter(
-        capability_id=capability_id,
-        status=status.value if status else None,
-        idempotency_key=idempotency_key,
-        since=_utc(since),
-        until=_utc(until),
-    )
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
+        for value in (capability_id, idempotency_key):
+            _refuse_nul(value)
+        after = _decode_cursor(cursor) if cursor is not None else None
+        where = repo.ReceiptFilter(
+            capability_id=capability_id,
+            status=status.value if status else None,
+            idempotency_key=idempotency_key,
+            since=_rfc3339("since", since),
+            until=_rfc3339("until", until),
+        )
         rows = await repo.list_receipts(
             session, tenant.tenant_id, where, limit=limit + 1, after=after
         )
@@ -339,11 +347,40 @@ def _refuse_nul(value: str | None) -> None:
         )
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    """Times without an offset are read as UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def _rfc3339(name: str, value: str | None) -> datetime | None:
+    """An RFC 3339 date-time; the offset is required (a time without one is ambiguous)."""
+    if value is None:
+        return None
+    try:
+        if not _RFC3339.match(value):
+            raise ValueError(value)
+        text = value.upper().replace("Z", "+00:00")
+        head, dot, tail = text.partition(".")
+        if dot:  # Python takes at most 6 fraction digits
+            digits = re.match(r"\d+", tail)
+            assert digits is not None
+            text = f"{head}.{digits.group()[:6].ljust(6, '0')}{tail[digits.end() :]}"
+        return datetime.fromisoformat(text)
+    except ValueError as err:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            f"{name} must be an RFC 3339 date-time with an offset, e.g. 2026-11-25T10:00:00Z.",
+            {
+                "errors": [
+                    {
+                        "loc": ["query", name],
+                        "msg": "not an RFC 3339 date-time",
+                        "type": "datetime_parsing",
+                    }
+                ]
+            },
+        ) from err
 
 
 def _encode_cursor(last: Receipt) -> str:

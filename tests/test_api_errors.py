@@ -192,6 +192,9 @@ async def test_not_found_and_method_not_allowed(stack: Stack) -> None:
     response = await stack.http.delete(f"{stack.url}/v1/executions")
     assert_envelope(response, 405, "method_not_allowed")
     assert response.headers["allow"] == "POST"
+    response = await stack.http.delete(f"{stack.url}/v1/admin/tenants")
+    assert_envelope(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "GET, POST"
 
 
 async def test_receipt_and_execution_not_found(stack: Stack) -> None:
@@ -215,6 +218,8 @@ async def test_receipt_and_execution_not_found(stack: Stack) -> None:
         ({"limit": "many"}, "schema_validation_failed"),
         ({"status": "great"}, "schema_validation_failed"),
         ({"since": "yesterday"}, "schema_validation_failed"),
+        ({"since": "0.5"}, "schema_validation_failed"),
+        ({"until": "2026-11-25T10:00:00"}, "schema_validation_failed"),
         ({"idempotency_key": "a\x00b"}, "schema_validation_failed"),
     ],
 )
@@ -256,6 +261,8 @@ UNICODE_KEYS = {"ключ": "значение", "🔑": "✓", "": 0, "e\u0301":
         (json.dumps(valid(input={"l": json.loads("[" * 300 + "]" * 300)})), 400, SVF),
         (json.dumps(valid(schema_version=1)), 400, SVF),
         (json.dumps(valid(capability_id=None)), 400, SVF),
+        (json.dumps(valid(dry_run=0)), 400, SVF),
+        (json.dumps(valid(dry_run="yes")), 400, SVF),
         (json.dumps(valid(input={"n": SAFE + 1})), 400, SVF),
         (json.dumps(valid(input={"n": -SAFE - 1})), 400, SVF),
         (json.dumps(valid(input={"n": 10**400})), 400, SVF),
