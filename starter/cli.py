@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from schemas.settings import MoatSettings
+from starter.evidence_cli import keys_app, manifest_app
+from starter.runs_cli import runs_app
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -24,6 +26,9 @@ budget_app = typer.Typer(no_args_is_help=True, help="Per-tenant, per-capability 
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(budget_app, name="budget")
+app.add_typer(runs_app, name="runs")
+app.add_typer(manifest_app, name="manifest")
+app.add_typer(keys_app, name="keys")
 
 out = Console()
 err = Console(stderr=True)

@@ -15,7 +15,7 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter import gateway_admin, gateway_openapi, gateway_routes, observability
+from starter import evidence_routes, gateway_admin, gateway_openapi, gateway_routes, observability
 from starter.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
 from starter.gateway_deps import Deps
 from starter.ingest import Ingest
@@ -95,5 +95,6 @@ def create_app(
 
     app.include_router(gateway_routes.router)
     app.include_router(gateway_admin.router)
+    app.include_router(evidence_routes.router)
     gateway_openapi.install(app, capabilities)
     return app
