@@ -36,8 +36,9 @@ from workflows import ExecuteCapability, ManifestRetention
 async def activity_deps(
     settings: MoatSettings,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], httpx.AsyncClient]]:
-    """The sessionmaker and HTTP client the activities share for the worker's lifetime."""
-    engine = make_engine(settings.sqlalchemy_url)
+    """The sessionmaker (as the application role, under row-level security) and HTTP client
+    the activities share for the worker's lifetime."""
+    engine = make_engine(settings.app_sqlalchemy_url)
     http = httpx.AsyncClient(follow_redirects=False, limits=httpx.Limits(max_connections=200))
     try:
         yield make_sessionmaker(engine), http

@@ -56,6 +56,7 @@ class ExecuteActivities:
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
+            await repo.set_tenant(session, inp.tenant_id)
             tenant = await repo.get_tenant(session, inp.tenant_id)
             mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
             if inp.dry_run:
@@ -193,6 +194,7 @@ class ExecuteActivities:
 
     async def _attempt_started(self, inp: AdapterInput, run_id: str, attempt: int) -> None:
         async with self._sessions.begin() as session:
+            await repo.set_tenant(session, inp.tenant_id)
             cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
             chain = Chain(inp.tenant_id, inp.receipt_id, run_id, "moat.adapter", cause)
             sid = step_id(inp.receipt_id, ADAPTER_STEP)
@@ -220,6 +222,7 @@ class ExecuteActivities:
     ) -> None:
         details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
         async with self._sessions.begin() as session:
+            await repo.set_tenant(session, inp.tenant_id)
             cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
             chain = Chain(inp.tenant_id, inp.receipt_id, run_id, "moat.adapter", cause)
             delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else None
@@ -240,6 +243,7 @@ class ExecuteActivities:
         now = datetime.now(UTC)
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
+            await repo.set_tenant(session, inp.tenant_id)
             if not await repo.insert_receipt(session, receipt):
                 stored = await repo.get_receipt(session, inp.tenant_id, inp.receipt_id)
                 assert stored is not None

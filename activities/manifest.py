@@ -33,6 +33,7 @@ from schemas.manifest import (
 )
 from schemas.run import ManifestInput, ManifestRef
 from store import events as event_log
+from store import repository as repo
 from store.manifests import ManifestStore
 from store.models import ManifestRow
 from store.signing import Keyring, sign_manifest
@@ -66,6 +67,7 @@ class ManifestActivities:
         original = None
         if inp.replayed:
             async with self._sessions.begin() as session:
+                await repo.set_tenant(session, receipt.tenant_id)
                 original = await _manifest_of(session, receipt.tenant_id, receipt.run_id)
         stored = await asyncio.to_thread(self._stored, receipt.tenant_id, inp.run_id)
         if stored is not None and stored.correlation_id == receipt.id:
@@ -81,6 +83,7 @@ class ManifestActivities:
         signature = signed.signatures[-1]
         kid = signature.kid or ""
         async with self._sessions.begin() as session:
+            await repo.set_tenant(session, receipt.tenant_id)
             await _index(session, inp, str(path), digest, kid, signature.algorithm)
         return ManifestRef(path=str(path), sha256=digest, kid=kid)
 

@@ -100,12 +100,10 @@ def _hash_secret(secret: str) -> str:
 
 
 async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
-    """Every tenant, oldest first (an operator's view across tenants)."""
-    return (
-        (await session.execute(select(Tenant).order_by(Tenant.created_at, Tenant.id)))
-        .scalars()
-        .all()
-    )
+    """Every tenant, oldest first: the operators' directory across tenants, read through
+    ``moat_list_tenants()`` (row-level security keeps the table itself closed)."""
+    stmt = select(Tenant).from_statement(text("SELECT * FROM moat_list_tenants()"))
+    return (await session.execute(stmt)).scalars().all()
 
 
 async def find_tenant(session: AsyncSession, id_or_name: str) -> Tenant | None:
@@ -157,7 +155,11 @@ async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") 
 
 async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
     """The tenant an API key id belongs to (revoked or not), before any tenant is set."""
-    result = await session.execute(select(ApiKey.tenant_id).where(ApiKey.id == key_id))
+    if not _storable(key_id):
+        return None
+    result = await session.execute(
+        text("SELECT tenant_id FROM moat_lookup_api_key(:key_id)"), {"key_id": key_id}
+    )
     return result.scalar_one_or_none()
 
 
@@ -187,21 +189,22 @@ class AuthenticatedTenant:
 
 
 async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTenant | None:
-    """The tenant a presented API key belongs to, or None (unknown, malformed, revoked)."""
+    """The tenant a presented API key belongs to, or None (unknown, malformed, revoked).
+
+    Asked before any tenant is known, so through ``moat_lookup_api_key``, the database's
+    one door to API keys across tenants (row-level security keeps the tables closed)."""
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
         return None
+    if not _storable(parts[1]):
+        return None
     row = (
         await session.execute(
-            select(
-                ApiKey.secret_hash,
-                ApiKey.revoked_at,
-                Tenant.id,
-                Tenant.policy_mode,
-                Tenant.idempotency_ttl_seconds,
-            )
-            .join(Tenant, Tenant.id == ApiKey.tenant_id)
-            .where(ApiKey.id == parts[1])
+            text(
+                "SELECT secret_hash, revoked_at, tenant_id, policy_mode, idempotency_ttl_seconds"
+                " FROM moat_lookup_api_key(:key_id)"
+            ),
+            {"key_id": parts[1]},
         )
     ).one_or_none()
     # Hash even when the id is unknown, so timing does not tell ids apart.
@@ -215,6 +218,17 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     return AuthenticatedTenant(
         tenant_id=tenant_id, key_id=parts[1], policy_mode=mode, idempotency_ttl_seconds=ttl
     )
+
+
+def _storable(value: str) -> bool:
+    """Text Postgres can hold: no NUL, no lone surrogate."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --- idempotency ----------------------------------------------------------------------

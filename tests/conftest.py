@@ -93,7 +93,19 @@ async def engine(base_settings: MoatSettings) -> AsyncIterator[AsyncEngine]:
 
 @pytest.fixture(scope="session")
 def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """As the owner (a superuser here, so past row-level security): set-up and checks."""
     return make_sessionmaker(engine)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def app_sessions(
+    base_settings: MoatSettings,
+) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """As the application role ``moat_app``, like the gateway and worker: row-level security
+    holds, so every transaction names its tenant."""
+    eng = make_engine(base_settings.app_sqlalchemy_url)
+    yield make_sessionmaker(eng)
+    await eng.dispose()
 
 
 @asynccontextmanager
@@ -182,6 +194,7 @@ async def make_stack(
     base_settings: MoatSettings,
     temporal: WorkflowEnvironment,
     sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[StackFactory]:
     """``async with make_stack(**settings) as stack`` — settings override the defaults."""
 
@@ -200,7 +213,7 @@ async def make_stack(
                 else _nothing()
             )
             async with worker:
-                app = create_app(settings, client=client, sessions=sessions, catalog=catalog)
+                app = create_app(settings, client=client, sessions=app_sessions, catalog=catalog)
                 async with serve(app) as url, httpx.AsyncClient(timeout=60) as http:
                     stack = Stack(settings, url, client, sessions, "", "", http)
                     stack.tenant_id, stack.api_key = await stack.new_tenant()
