@@ -17,6 +17,7 @@ from schemas.events import Event
 from schemas.settings import MoatSettings
 from store import events as event_log
 from store import make_engine, make_sessionmaker
+from store import repository as repo
 from store.models import OrchestrationEvent, RunRow, Tenant
 
 runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
@@ -46,7 +47,7 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
             tenants = await _tenants(session, tenant)
         for tenant_id in tenants:
             async with sessions.begin() as session:
-                await _scope(session, tenant_id)
+                await repo.set_tenant(session, tenant_id)
                 diffs = await event_log.verify(session, tenant_id)
                 checked += len(await event_log.rebuild(session, tenant_id))
                 for diff in diffs:
@@ -64,15 +65,6 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
         f"{checked} runs replayed from events across {len(tenants)} tenants; {differing} {verb}"
     )
     return 1 if differing and verify_only else 0
-
-
-async def _scope(session: object, tenant_id: str) -> None:
-    """Scope the transaction to one tenant when row-level security is in force."""
-    from store import repository as repo
-
-    set_tenant = getattr(repo, "set_tenant", None)
-    if set_tenant is not None:
-        await set_tenant(session, tenant_id)
 
 
 @runs_app.command("rebuild")
@@ -107,7 +99,7 @@ async def _show(settings: MoatSettings, receipt_id: str) -> int:
             if tenant_id is None:
                 out.print(f"[red]no events for execution {receipt_id}[/]")
                 return 1
-            await _scope(session, tenant_id)
+            await repo.set_tenant(session, tenant_id)
             events = await event_log.events_of(session, tenant_id, receipt_id)
             run = await event_log.get_run(session, tenant_id, receipt_id)
     finally:
