@@ -120,10 +120,11 @@ def tenant_list(
     if as_json:
         out.print_json(json.dumps([t.model_dump(mode="json") for t in tenants]))
         return
-    table = Table("id", "name", "policy mode", "idempotency TTL (s)", "created")
+    table = Table("name", "policy", "TTL (s)", "created")
+    table.add_column("id", no_wrap=True)
     for t in tenants:
         table.add_row(
-            t.id, t.name, t.policy_mode, str(t.idempotency_ttl_seconds), f"{t.created_at:%F %T}"
+            t.name, t.policy_mode, str(t.idempotency_ttl_seconds), f"{t.created_at:%F}", t.id
         )
     out.print(table)
 
@@ -167,10 +168,11 @@ def key_list(
     if as_json:
         out.print_json(json.dumps([k.model_dump(mode="json") for k in keys]))
         return
-    table = Table("key_id", "prefix", "name", "created", "revoked")
+    table = Table("name", "created", "revoked")
+    table.add_column("key id", no_wrap=True)
     for k in keys:
         revoked = f"{k.revoked_at:%F %T}" if k.revoked_at else ""
-        table.add_row(k.id, k.prefix + "…", k.name, f"{k.created_at:%F %T}", revoked)
+        table.add_row(k.name, f"{k.created_at:%F %T}", revoked, k.id)
     out.print(table)
 
 
