@@ -1,7 +1,8 @@
 """The HTTP gateway: agents in any language execute capabilities and read receipts.
 
-Routes live in ``gateway_routes`` (tenants) and ``gateway_admin`` (operators); this module
-builds the app: dependencies, error envelope, OpenAPI document.
+Routes live in ``gateway_executions`` and ``gateway_reads`` (tenants), ``gateway_admin``
+(operators) and ``evidence_routes``; this module builds the app: dependencies, error
+envelope, OpenAPI document.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter import evidence_routes, gateway_admin, gateway_openapi, gateway_routes, observability
+from starter import (
+    evidence_routes,
+    gateway_admin,
+    gateway_executions,
+    gateway_openapi,
+    gateway_reads,
+    observability,
+)
 from starter.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
 from starter.gateway_deps import Deps
 from starter.ingest import Ingest
@@ -93,7 +101,8 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(gateway_routes.router)
+    app.include_router(gateway_executions.router)
+    app.include_router(gateway_reads.router)
     app.include_router(gateway_admin.router)
     app.include_router(evidence_routes.router)
     gateway_openapi.install(app, capabilities)

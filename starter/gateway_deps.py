@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -37,6 +38,9 @@ def deps_of(request: Request) -> Deps:
     deps: Deps = request.app.state.deps
     return deps
 
+
+# Receipt ids are UUIDs; anything else names no receipt (and never reaches a query).
+RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 tenant_bearer = HTTPBearer(
     scheme_name="TenantKey",

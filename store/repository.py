@@ -155,7 +155,7 @@ async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") 
 
 async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
     """The tenant an API key id belongs to (revoked or not), before any tenant is set."""
-    if not _storable(key_id):
+    if not storable(key_id):
         return None
     result = await session.execute(
         text("SELECT tenant_id FROM moat_lookup_api_key(:key_id)"), {"key_id": key_id}
@@ -196,7 +196,7 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
         return None
-    if not _storable(parts[1]):
+    if not storable(parts[1]):
         return None
     row = (
         await session.execute(
@@ -220,7 +220,7 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     )
 
 
-def _storable(value: str) -> bool:
+def storable(value: str) -> bool:
     """Text Postgres can hold: no NUL, no lone surrogate."""
     if "\x00" in value:
         return False

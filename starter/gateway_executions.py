@@ -1,31 +1,25 @@
-"""Tenant routes: execute, poll an execution, read receipts, list capabilities."""
+"""Execution routes: execute a capability, and poll what became of an execution."""
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Request
 from temporalio.service import RPCError
 
-from schemas.api import CapabilityInfo, ReceiptPage
 from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
-from schemas.records import ExecutionStatus, Receipt
 from starter import observability
 from starter.errors import ApiError, documented_errors
 from starter.errors import EnvelopeJSONResponse as JSONResponse
-from starter.gateway_deps import Deps, TenantKey, authenticate, deps_of
+from starter.gateway_deps import RECEIPT_ID, Deps, TenantKey, authenticate, deps_of
 from starter.ingest import KEY_ATTR, REPLAYED_HEADER, Prepared, prepare
 from store import repository as repo
 
 router = APIRouter()
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])")
-# Receipt ids are UUIDs; anything else is no receipt (and never reaches a query).
-_RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 RUNNING_SCAN_LIMIT = 1000
 # Deeper inputs cannot cross into Temporal (serializers stop near 255 levels); real tool
 # inputs are a few levels deep.
@@ -123,7 +117,7 @@ async def execute(
                 "bad_json",
                 "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
             ) from err
-        _refuse_unstorable(prepared)
+        _check_limits(prepared)
         answer = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
     headers: dict[str, str] = {}
     if answer is None:
@@ -146,9 +140,10 @@ async def execute(
     )
 
 
-def _refuse_unstorable(prepared: Prepared) -> None:
-    """Text that is stored as it is (keys, references) must be storable: no NUL, no lone
-    surrogate. The input itself is only hashed, so anything JSON holds is fine there."""
+def _check_limits(prepared: Prepared) -> None:
+    """What the schema does not state: the input's depth, and text that is stored as it is
+    (key, references) must be storable (no NUL, no lone surrogate). The input itself is only
+    hashed, so any text is fine there."""
     req = prepared.request
     if _depth(req.input) > MAX_INPUT_DEPTH:
         raise ApiError(
@@ -162,7 +157,7 @@ def _refuse_unstorable(prepared: Prepared) -> None:
         "connection_id": req.connection_id,
         "capability_version": req.capability_version,
     }
-    bad = [name for name, value in fields.items() if value is not None and not _storable(value)]
+    bad = [name for name, value in fields.items() if value is not None and not repo.storable(value)]
     if bad:
         raise ApiError(
             400,
@@ -187,16 +182,6 @@ def _depth(value: Any) -> int:
         )
         stack.extend((child, depth + 1) for child in children)
     return deepest
-
-
-def _storable(value: str) -> bool:
-    if "\x00" in value:
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
@@ -228,7 +213,7 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        if not _RECEIPT_ID.match(receipt_id):
+        if not RECEIPT_ID.match(receipt_id):
             raise _no_execution(receipt_id)
         receipt = await repo.get_receipt(session, tenant.tenant_id, receipt_id)
         claim = (
@@ -281,164 +266,3 @@ async def _running_workflow(
     except RPCError:
         return None
     return None
-
-
-@router.get(
-    "/v1/receipts",
-    tags=["receipts"],
-    summary="List receipts, newest first",
-    response_model=ReceiptPage,
-    responses=documented_errors(400, 401, 500),
-)
-async def list_receipts(
-    request: Request,
-    credentials: TenantKey,
-    capability_id: Annotated[str | None, Query(max_length=200)] = None,
-    status: ExecutionStatus | None = None,
-    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
-    since: Annotated[
-        str | None,
-        Query(
-            description="From this time on (inclusive); RFC 3339 with offset.",
-            json_schema_extra={"format": "date-time"},
-        ),
-    ] = None,
-    until: Annotated[
-        str | None,
-        Query(
-            description="Before this time (exclusive); RFC 3339 with offset.",
-            json_schema_extra={"format": "date-time"},
-        ),
-    ] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[
-        str | None, Query(max_length=400, description="`next_cursor` of the previous page.")
-    ] = None,
-) -> JSONResponse:
-    """The caller's receipts, filtered by capability, status, idempotency key and time range
-    of the `timestamp` (when the execution was initiated); cursor pagination."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        for value in (capability_id, idempotency_key):
-            _refuse_nul(value)
-        after = _decode_cursor(cursor) if cursor is not None else None
-        where = repo.ReceiptFilter(
-            capability_id=capability_id,
-            status=status.value if status else None,
-            idempotency_key=idempotency_key,
-            since=_rfc3339("since", since),
-            until=_rfc3339("until", until),
-        )
-        rows = await repo.list_receipts(
-            session, tenant.tenant_id, where, limit=limit + 1, after=after
-        )
-    page = ReceiptPage(
-        items=rows[:limit],
-        next_cursor=_encode_cursor(rows[limit - 1]) if len(rows) > limit else None,
-    )
-    return JSONResponse(page.model_dump(mode="json"))
-
-
-def _refuse_nul(value: str | None) -> None:
-    if value is not None and not _storable(value):
-        raise ApiError(
-            400, "schema_validation_failed", "Text may not hold NUL characters or lone surrogates."
-        )
-
-
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})$"
-)
-
-
-def _rfc3339(name: str, value: str | None) -> datetime | None:
-    """An RFC 3339 date-time; the offset is required (a time without one is ambiguous)."""
-    if value is None:
-        return None
-    try:
-        if not _RFC3339.match(value):
-            raise ValueError(value)
-        text = value.upper().replace("Z", "+00:00")
-        head, dot, tail = text.partition(".")
-        if dot:  # Python takes at most 6 fraction digits
-            digits = re.match(r"\d+", tail)
-            assert digits is not None
-            text = f"{head}.{digits.group()[:6].ljust(6, '0')}{tail[digits.end() :]}"
-        return datetime.fromisoformat(text)
-    except ValueError as err:
-        raise ApiError(
-            400,
-            "schema_validation_failed",
-            f"{name} must be an RFC 3339 date-time with an offset, e.g. 2026-11-25T10:00:00Z.",
-            {
-                "errors": [
-                    {
-                        "loc": ["query", name],
-                        "msg": "not an RFC 3339 date-time",
-                        "type": "datetime_parsing",
-                    }
-                ]
-            },
-        ) from err
-
-
-def _encode_cursor(last: Receipt) -> str:
-    raw = json.dumps([last.timestamp.isoformat(), last.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        stamp, receipt_id = json.loads(raw)
-        at = datetime.fromisoformat(stamp)
-        if at.tzinfo is None or not isinstance(receipt_id, str) or not _storable(receipt_id):
-            raise ValueError("malformed cursor")
-    except (ValueError, TypeError) as err:
-        raise ApiError(
-            400, "invalid_cursor", "The cursor is not one this API returned.", {"cursor": cursor}
-        ) from err
-    return at, receipt_id
-
-
-@router.get(
-    "/v1/receipts/{receipt_id}",
-    tags=["receipts"],
-    summary="One receipt",
-    response_model=Receipt,
-    responses=documented_errors(401, 404, 500),
-)
-async def get_receipt(request: Request, receipt_id: str, credentials: TenantKey) -> Receipt:
-    """A receipt of the caller's tenant; another tenant's is `receipt_not_found`."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        receipt = (
-            await repo.get_receipt(session, tenant.tenant_id, receipt_id)
-            if _RECEIPT_ID.match(receipt_id)
-            else None
-        )
-    if receipt is None:
-        raise ApiError(404, "receipt_not_found", f"No receipt {receipt_id[:80]!r}.")
-    return receipt
-
-
-@router.get(
-    "/v1/capabilities",
-    tags=["capabilities"],
-    summary="The capabilities this gateway executes",
-    response_model=list[CapabilityInfo],
-    responses=documented_errors(500),
-)
-async def capabilities(request: Request) -> list[CapabilityInfo]:
-    """Every capability and version, with retry settings and input JSON Schema."""
-    catalog = deps_of(request).ingest.catalog
-    return [
-        CapabilityInfo(
-            **spec.model_dump(exclude={"retry"}),
-            retry=spec.retry_settings,
-            input_schema=catalog.input_model(spec).model_json_schema(),
-        )
-        for spec in catalog.all()
-    ]
