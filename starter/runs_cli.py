@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import Event
@@ -18,23 +17,19 @@ from schemas.settings import MoatSettings
 from store import events as event_log
 from store import make_engine, make_sessionmaker
 from store import repository as repo
-from store.models import OrchestrationEvent, RunRow, Tenant
 
 runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
 out = Console()
 
 
 async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
+    """Tenant ids from the operators' directory (row-level security closes the table)."""
     if only:
-        row = (
-            await session.execute(
-                select(Tenant.id).where((Tenant.id == only) | (Tenant.name == only))
-            )
-        ).scalar_one_or_none()
-        if row is None:
+        tenant = await repo.find_tenant(session, only)
+        if tenant is None:
             raise typer.BadParameter(f"no tenant {only!r}", param_hint="--tenant")
-        return [row]
-    return list((await session.execute(select(Tenant.id).order_by(Tenant.id))).scalars())
+        return [tenant.id]
+    return [t.id for t in await repo.list_tenants(session)]
 
 
 async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool) -> int:
@@ -79,29 +74,24 @@ def rebuild(
     raise typer.Exit(asyncio.run(_rebuild(MoatSettings(), tenant, verify)))
 
 
-async def _show(settings: MoatSettings, receipt_id: str) -> int:
+async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> int:
     engine = make_engine(settings.sqlalchemy_url, pool_size=1)
     try:
-        async with make_sessionmaker(engine).begin() as session:
-            tenant_id = (
-                await session.execute(
-                    select(OrchestrationEvent.tenant_id)
-                    .where(OrchestrationEvent.correlation_id == receipt_id)
-                    .limit(1)
-                )
-            ).scalar_one_or_none()
-            if tenant_id is None:
-                tenant_id = (
-                    await session.execute(
-                        select(RunRow.tenant_id).where(RunRow.receipt_id == receipt_id)
-                    )
-                ).scalar_one_or_none()
-            if tenant_id is None:
-                out.print(f"[red]no events for execution {receipt_id}[/]")
-                return 1
-            await repo.set_tenant(session, tenant_id)
-            events = await event_log.events_of(session, tenant_id, receipt_id)
-            run = await event_log.get_run(session, tenant_id, receipt_id)
+        sessions = make_sessionmaker(engine)
+        async with sessions() as session:
+            candidates = await _tenants(session, tenant)
+        events: list[Event] = []
+        run = None
+        for tenant_id in candidates:  # the execution's tenant is not known up front
+            async with sessions.begin() as session:
+                await repo.set_tenant(session, tenant_id)
+                events = await event_log.events_of(session, tenant_id, receipt_id)
+                if events:
+                    run = await event_log.get_run(session, tenant_id, receipt_id)
+                    break
+        if not events:
+            out.print(f"[red]no events for execution {receipt_id}[/]")
+            return 1
     finally:
         await engine.dispose()
     out.print(causal_tree(receipt_id, events))
@@ -137,6 +127,9 @@ def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
 
 
 @runs_app.command("show")
-def show(receipt_id: str) -> None:
+def show(
+    receipt_id: str,
+    tenant: Annotated[str | None, typer.Option(help="The execution's tenant (id or name).")] = None,
+) -> None:
     """Print an execution's events as a causal tree."""
-    raise typer.Exit(asyncio.run(_show(MoatSettings(), receipt_id)))
+    raise typer.Exit(asyncio.run(_show(MoatSettings(), receipt_id, tenant)))
