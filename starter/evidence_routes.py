@@ -4,7 +4,6 @@ that verify them (``/.well-known/jwks.json``)."""
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -13,15 +12,13 @@ from sqlalchemy import select
 
 from schemas.events import Event
 from starter.errors import ApiError, documented_errors
-from starter.gateway_deps import TenantKey, authenticate, deps_of
+from starter.gateway_deps import RECEIPT_ID, TenantKey, authenticate, deps_of
 from store import events as event_log
 from store.manifests import ManifestStore
 from store.models import ManifestRow
 from store.signing import Keyring
 
 router = APIRouter()
-
-_RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def _not_found(receipt_id: str) -> ApiError:
@@ -41,7 +38,7 @@ async def get_events(request: Request, receipt_id: str, credentials: TenantKey) 
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        if not _RECEIPT_ID.match(receipt_id):
+        if not RECEIPT_ID.match(receipt_id):
             raise _not_found(receipt_id)
         events = await event_log.events_of(session, tenant.tenant_id, receipt_id)
     if not events:
@@ -81,7 +78,7 @@ async def get_manifest(
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        if not _RECEIPT_ID.match(receipt_id):
+        if not RECEIPT_ID.match(receipt_id):
             raise _not_found(receipt_id)
         stmt = select(ManifestRow).where(
             ManifestRow.tenant_id == tenant.tenant_id, ManifestRow.receipt_id == receipt_id

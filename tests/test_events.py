@@ -92,7 +92,10 @@ async def test_policy_denial_chain(stack: Stack, provider: FakeProvider) -> None
     body = (await stack.execute("http.request", post(url), key="ev-denied")).json()
     events = await chain_of(stack, body["receipt_id"])
     assert [e.event_type for e in events] == [
-        "RUN_STARTED", "POLICY_EVALUATED", "RUN_FAILED", "MANIFEST_WRITTEN",
+        "RUN_STARTED",
+        "POLICY_EVALUATED",
+        "RUN_FAILED",
+        "MANIFEST_WRITTEN",
     ]
     assert events[1].event_data["rule_hit"] == "BUDGET_EXCEEDED"
     assert_causal(events, body["receipt_id"])
