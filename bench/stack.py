@@ -31,6 +31,7 @@ import worker as moat_worker
 from bench.bare_workflow import ACTIVITIES, BareSteps
 from schemas.settings import MoatSettings
 from starter import observability
+from starter.codec import data_converter
 from starter.devstack import (
     TEMPORAL_DYNAMIC_CONFIG,
     EmbeddedPostgres,
@@ -141,7 +142,7 @@ async def _start_processes(
     moat_client = Client(
         env.client.service_client,
         namespace=NAMESPACE,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings),  # encrypted payloads, as deployed
         interceptors=interceptors,
     )
     wsessions, http_out = await st.enter_async_context(moat_worker.activity_deps(settings))
@@ -164,10 +165,15 @@ async def _start_processes(
     engine = make_engine(settings.sqlalchemy_url)
     st.push_async_callback(engine.dispose)
     sessions = make_sessionmaker(engine)
+    # The gateway connects as the application role, under row-level security, as deployed;
+    # the bare baseline is a plain primary-key SELECT.
+    app_engine = make_engine(settings.app_sqlalchemy_url)
+    st.push_async_callback(app_engine.dispose)
+    app_sessions = make_sessionmaker(app_engine)
     gateways: dict[bool, str] = {}
     for local in (True, False):
         mode = settings.model_copy(update={"local_activities": local})
-        app = create_app(mode, client=moat_client, sessions=sessions)
+        app = create_app(mode, client=moat_client, sessions=app_sessions)
         gateways[local] = await st.enter_async_context(serve(app))
     select_url = await st.enter_async_context(serve(select_app(sessions)))
     async with sessions.begin() as session:
