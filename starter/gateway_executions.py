@@ -20,7 +20,6 @@ from store import repository as repo
 router = APIRouter()
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])")
-RUNNING_SCAN_LIMIT = 1000
 # Deeper inputs cannot cross into Temporal (serializers stop near 255 levels); real tool
 # inputs are a few levels deep.
 MAX_INPUT_DEPTH = 64
@@ -254,15 +253,14 @@ async def _running_workflow(
     deps: Deps, tenant_id: str, receipt_id: str
 ) -> tuple[str | None, str] | None:
     """The run of a receipt id that no worker has picked up yet (no claim in Postgres):
-    Temporal holds it, with the receipt id in its memo (persist-first)."""
-    query = f"MoatTenant = '{tenant_id}' AND ExecutionStatus = 'Running'"
+    Temporal holds it, findable by its ``MoatReceiptId`` search attribute (persist-first)."""
+    query = f"MoatTenant = '{tenant_id}' AND MoatReceiptId = '{receipt_id}'"
     try:
-        async for wf in deps.client.list_workflows(query, limit=RUNNING_SCAN_LIMIT):
-            memo = await wf.memo()
-            if memo.get("receipt_id") == receipt_id:
-                key = wf.typed_search_attributes.get(KEY_ATTR)
-                # The attribute holds the first 200 characters: only a shorter key is whole.
-                return (key if key is not None and len(key) < 200 else None), wf.id
+        async for wf in deps.client.list_workflows(query, limit=1):
+            key = wf.typed_search_attributes.get(KEY_ATTR)
+            # The attribute holds the first 200 characters: only a shorter key is whole.
+            return (key if key is not None and len(key) < 200 else None), wf.id
     except RPCError:
         return None
+    return None
     return None

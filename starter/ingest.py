@@ -52,6 +52,7 @@ from store import repository as repo
 TENANT_ATTR = SearchAttributeKey.for_keyword("MoatTenant")
 CAPABILITY_ATTR = SearchAttributeKey.for_keyword("MoatCapability")
 KEY_ATTR = SearchAttributeKey.for_keyword("MoatIdempotencyKey")
+RECEIPT_ATTR = SearchAttributeKey.for_keyword("MoatReceiptId")
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
 
 
@@ -248,6 +249,7 @@ class Ingest:
                     SearchAttributePair(TENANT_ATTR, tenant_id),
                     SearchAttributePair(CAPABILITY_ATTR, prepared.capability.id),
                     SearchAttributePair(KEY_ATTR, prepared.idempotency_key[:200]),
+                    SearchAttributePair(RECEIPT_ATTR, receipt_id),
                 ]
             ),
         )
