@@ -1,5 +1,5 @@
-"""The baseline: a bare Temporal workflow with Moat's three steps (policy, adapter, record)
-as trivial activities, so the bench can tell Temporal's own cost from Moat's.
+"""The baseline: a bare Temporal workflow with Moat's four steps (policy, adapter, record,
+manifest) as trivial activities, so the bench can tell Temporal's own cost from Moat's.
 
 Sandbox-friendly on purpose: only the SDK and the standard library, so the workflow sandbox
 re-imports nothing heavy per run.
@@ -41,7 +41,12 @@ async def record(payload: str) -> str:
     return payload
 
 
-ACTIVITIES = [policy, adapter, record]
+@activity.defn(name="bench.manifest")
+async def manifest(payload: str) -> str:
+    return payload
+
+
+ACTIVITIES = [policy, adapter, record, manifest]
 
 
 @workflow.defn(name=BARE_WORKFLOW)
@@ -53,7 +58,13 @@ class BareSteps:
             "bench.adapter", checked, result_type=str, start_to_close_timeout=_TIMEOUT,
             retry_policy=_RETRY,
         )  # fmt: skip
-        return await self._bookkeeping("bench.record", called, inp.local)
+        recorded = await self._bookkeeping("bench.record", called, inp.local)
+        # Moat's manifest step is always a regular activity (file I/O, signing).
+        written: str = await workflow.execute_activity(
+            "bench.manifest", recorded, result_type=str, start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+        )  # fmt: skip
+        return written
 
     async def _bookkeeping(self, name: str, payload: str, local: bool) -> str:
         if local:

@@ -3,7 +3,7 @@
 One run, the same servers (see ``bench.stack``):
 
 * fresh executes through the gateway (real HTTP, real worker) against a bare workflow with
-  the same three steps, for both modes of Moat's bookkeeping steps (local or regular
+  the same four steps, for both modes of Moat's bookkeeping steps (local or regular
   activities);
 * idempotent hits (answered from Postgres) against a bare endpoint doing one primary-key
   SELECT.
