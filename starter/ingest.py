@@ -90,11 +90,20 @@ def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> 
     try:
         req = ExecuteRequest.model_validate(raw)
     except ValidationError as err:
+        errors = err.errors()
+        key_only = all(tuple(e["loc"]) == ("idempotency_key",) for e in errors)
+        if key_only and isinstance(raw, dict) and isinstance(raw.get("idempotency_key"), str):
+            raise ApiError(
+                400,
+                "idempotency_key_invalid",
+                f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+                {"errors": field_errors(errors)},
+            ) from err
         raise ApiError(
             400,
             "schema_validation_failed",
             "The request does not match the schema.",
-            {"errors": field_errors(err.errors())},
+            {"errors": field_errors(errors)},
         ) from err
     if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
         raise ApiError(

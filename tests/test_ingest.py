@@ -49,8 +49,9 @@ def valid(**over: Any) -> dict[str, Any]:
             "schema_validation_failed",
         ),
         (json.dumps(valid(input={"n": 2**60})), 400, "schema_validation_failed"),
-        (json.dumps(valid(idempotency_key="")), 400, "schema_validation_failed"),
-        (json.dumps(valid(idempotency_key="k" * 257)), 400, "schema_validation_failed"),
+        (json.dumps(valid(idempotency_key="")), 400, "idempotency_key_invalid"),
+        (json.dumps(valid(idempotency_key="k" * 257)), 400, "idempotency_key_invalid"),
+        (json.dumps(valid(idempotency_key=7)), 400, "schema_validation_failed"),
         ("[" * 5000 + "]" * 5000, 400, "bad_json"),
     ],
 )

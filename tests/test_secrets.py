@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -61,6 +62,12 @@ async def test_secrets_never_reach_any_store(
     assert len(history.history.events) > 5
     assert TOKEN.encode() not in raw and PASSWORD.encode() not in raw
     assert b"binary/encrypted" in raw
+
+    # The run manifest (kept for years): tool parameters and outputs are redacted.
+    manifest = stack.settings.manifests_dir / stack.tenant_id / body["run_id"] / "manifest.json"
+    text_of_manifest = await asyncio.to_thread(manifest.read_text)
+    assert TOKEN not in text_of_manifest and PASSWORD not in text_of_manifest
+    assert '"user": "ada"' in text_of_manifest  # what is not secret is kept
 
     # Logs of gateway, worker and activities in this process.
     assert TOKEN not in caplog.text and PASSWORD not in caplog.text
