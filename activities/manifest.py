@@ -64,6 +64,17 @@ class ManifestActivities:
     @activity.defn(name="moat.write_manifest")
     async def write_manifest(self, inp: ManifestInput) -> ManifestRef:
         receipt = inp.receipt
+        if not inp.replayed and inp.run_id != receipt.run_id:
+            # The receipt was recorded by another run of this workflow: this run is a reset
+            # re-running the manifest step, and repeats nothing.
+            inp = inp.model_copy(
+                update={
+                    "replayed": True,
+                    "replay_reason": "workflow_reset",
+                    "tool": None,
+                    "dead_lettered": False,
+                }
+            )
         original = None
         if inp.replayed:
             async with self._sessions.begin() as session:

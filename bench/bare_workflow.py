@@ -20,7 +20,8 @@ _RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attem
 
 @dataclass
 class BareInput:
-    """``local``: policy and record run as local activities, as in Moat's local mode."""
+    """``local``: policy, record and manifest run as local activities, as in Moat's local
+    mode; the adapter call is always a regular activity."""
 
     payload: str
     local: bool = False
@@ -59,12 +60,7 @@ class BareSteps:
             retry_policy=_RETRY,
         )  # fmt: skip
         recorded = await self._bookkeeping("bench.record", called, inp.local)
-        # Moat's manifest step is always a regular activity (file I/O, signing).
-        written: str = await workflow.execute_activity(
-            "bench.manifest", recorded, result_type=str, start_to_close_timeout=_TIMEOUT,
-            retry_policy=_RETRY,
-        )  # fmt: skip
-        return written
+        return await self._bookkeeping("bench.manifest", recorded, inp.local)
 
     async def _bookkeeping(self, name: str, payload: str, local: bool) -> str:
         if local:

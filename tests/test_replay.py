@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import subprocess
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from starter.devstack import temporal_binary
 from store import repository as repo
 from store.models import ManifestRow, ReceiptRow
 from store.signing import Keyring, verify_manifest
-from tests.conftest import Stack
+from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider, Step
 
 
@@ -93,10 +94,20 @@ async def counts(stack: Stack) -> tuple[int, int, int]:
     return receipts, manifests, budget.used if budget else -1
 
 
+@pytest.fixture(params=[True, False], ids=["local-bookkeeping", "regular-bookkeeping"])
+async def either_stack(
+    request: pytest.FixtureRequest, make_stack: StackFactory
+) -> AsyncIterator[Stack]:
+    """Both modes of the bookkeeping steps: their histories differ, so resets do too."""
+    async with make_stack(http_allow_hosts=["127.0.0.1"], local_activities=request.param) as s:
+        yield s
+
+
 @pytest.mark.parametrize("kind", ["FirstWorkflowTask", "LastWorkflowTask"])
 async def test_reset_repeats_no_side_effect(
-    stack: Stack, provider: FakeProvider, kind: str
+    either_stack: Stack, provider: FakeProvider, kind: str
 ) -> None:
+    stack = either_stack
     url = provider.script(f"/reset-{kind}", Step(201, {"issue": 7}))
     async with stack.sessions.begin() as s:
         await repo.set_budget(s, stack.tenant_id, "http.request", 10, "day")

@@ -133,7 +133,7 @@ class ExecuteCapability:
     ) -> None:
         """Sign and store the run manifest. Its failure leaves the receipt standing."""
         try:
-            await workflow.execute_activity(
+            await self._bookkeeping(
                 WRITE_MANIFEST,
                 ManifestInput(
                     receipt=receipt,
@@ -145,10 +145,8 @@ class ExecuteCapability:
                     submitted_at=req.submitted_at,
                     dead_lettered=dead_lettered,
                 ),
-                result_type=ManifestRef,
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
-                retry_policy=BOOKKEEPING_RETRY,
+                ManifestRef,
+                req.local_activities,
             )
         except ActivityError:
             workflow.logger.exception("manifest of receipt %s not written", receipt.id)
