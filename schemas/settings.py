@@ -83,7 +83,8 @@ class MoatSettings(BaseSettings):
     )
     local_activities: bool = Field(
         default=True,
-        description="Run policy and record steps as local activities (chosen by bench/).",
+        description="Run the policy, record and manifest steps as local activities "
+        "(chosen by bench/).",
     )
     codec_keyring: Path | None = Field(
         default=None,
