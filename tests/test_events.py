@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError
@@ -83,6 +86,15 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
         run = await event_log.get_run(s, fast.tenant_id, body["receipt_id"])
     assert run is not None and run.status == RunStatus.FAILED
     assert (run.total_steps, run.failed_steps, run.retries) == (2, 1, 2)
+    # The dead-lettered run's manifest names its compensating action.
+    path = fast.settings.manifests_dir / fast.tenant_id / body["run_id"] / "manifest.json"
+    manifest = json.loads(await asyncio.to_thread(path.read_bytes))
+    assert manifest["outputs"]["compensating_action_ref"] == (
+        f"compensate/{fast.tenant_id}/{body['receipt_id']}"
+    )
+    assert manifest["metadata"]["dlq_entry"] is True
+    assert manifest["attempt"] == 2  # 0-based: the third attempt
+    assert manifest["tools"][0]["result"]["status"] == "failure"
 
 
 async def test_policy_denial_chain(stack: Stack, provider: FakeProvider) -> None:
