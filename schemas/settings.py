@@ -86,6 +86,11 @@ class MoatSettings(BaseSettings):
         description="Run the policy, record and manifest steps as local activities "
         "(chosen by bench/).",
     )
+    metrics_address: str | None = Field(
+        default=None,
+        description="host:port where this process serves Temporal SDK metrics for Prometheus "
+        "(/metrics). Unset: no metrics endpoint.",
+    )
     codec_keyring: Path | None = Field(
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",

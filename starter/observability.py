@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from temporalio.client import Interceptor
 from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 _configured = False
 
@@ -30,6 +31,17 @@ def setup(service: str, level: int = logging.INFO) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def temporal_runtime(metrics_address: str | None) -> Runtime | None:
+    """A Temporal runtime exporting the SDK's metrics (task latencies, poller counts,
+    activity failures, ...) for Prometheus at ``http://<address>/metrics``; None: the
+    default runtime, no metrics endpoint."""
+    if not metrics_address:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_address))
+    )
 
 
 def temporal_interceptors() -> list[Interceptor]:

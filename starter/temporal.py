@@ -11,6 +11,7 @@ from temporalio.envconfig import ClientConfig
 
 from schemas.settings import MoatSettings
 from starter.codec import data_converter
+from starter.observability import temporal_runtime
 
 
 async def connect(settings: MoatSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
@@ -24,4 +25,7 @@ async def connect(settings: MoatSettings, interceptors: Sequence[Interceptor] = 
         data_converter=data_converter(settings),
         interceptors=list(interceptors),
     )
+    runtime = temporal_runtime(settings.metrics_address)
+    if runtime is not None:
+        config["runtime"] = runtime
     return await Client.connect(**config)
