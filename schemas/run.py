@@ -78,14 +78,6 @@ class AdapterOutput(BaseModel):
     output: Any = Field(default=None, description="The redacted output.")
 
 
-class AdapterFailure(BaseModel):
-    """Details attached to an adapter's ApplicationError."""
-
-    taxonomy: ErrorTaxonomy
-    http_status: int | None = None
-    message: str = ""
-
-
 class RecordInput(BaseModel):
     """One attempt's outcome, to be written as receipt + outcome event (+ budget)."""
 
