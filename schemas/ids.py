@@ -17,8 +17,3 @@ def uuid7() -> uuid.UUID:
     value |= 0b10 << 62
     value |= rand & ((1 << 62) - 1)
     return uuid.UUID(int=value)
-
-
-def new_id(prefix: str) -> str:
-    """A prefixed, time-ordered id such as ``rcpt_0193…``."""
-    return f"{prefix}_{uuid7().hex}"

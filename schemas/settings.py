@@ -121,10 +121,6 @@ class MoatSettings(BaseSettings):
         return value
 
     @property
-    def embedded_database(self) -> bool:
-        return self.database_url is None
-
-    @property
     def sqlalchemy_url(self) -> str:
         """The owner's database URL (migrations, operator commands), in psycopg 3 form."""
         url = self.database_url or f"postgresql://postgres@127.0.0.1:{self.database_port}/moat"

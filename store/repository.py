@@ -90,11 +90,6 @@ async def get_tenant(session: AsyncSession, tenant_id: str) -> Tenant | None:
     return await session.get(Tenant, tenant_id)
 
 
-async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant | None:
-    result = await session.execute(select(Tenant).where(Tenant.name == name))
-    return result.scalar_one_or_none()
-
-
 def _hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
