@@ -43,14 +43,14 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
         for tenant_id in tenants:
             async with sessions.begin() as session:
                 await repo.set_tenant(session, tenant_id)
-                diffs = await event_log.verify(session, tenant_id)
-                checked += len(await event_log.rebuild(session, tenant_id))
+                rebuilt, diffs = await event_log.compare(session, tenant_id)
+                checked += len(rebuilt)
                 for diff in diffs:
                     differing += 1
                     for name, (stored, derived) in diff.fields.items():
                         table.add_row(tenant_id, diff.receipt_id, name, str(stored), str(derived))
                 if diffs and not verify_only:
-                    await event_log.repair(session, tenant_id, [d.receipt_id for d in diffs])
+                    await event_log.repair(session, rebuilt, diffs)
     finally:
         await engine.dispose()
     if differing:

@@ -129,9 +129,11 @@ class Difference:
         return f"Difference({self.receipt_id!r}, {self.fields!r})"
 
 
-async def verify(session: AsyncSession, tenant_id: str | None = None) -> list[Difference]:
-    """Every run whose stored state differs from its replayed events (or exists on one
-    side only), ordered by receipt id."""
+async def compare(
+    session: AsyncSession, tenant_id: str | None = None
+) -> tuple[dict[str, RunState], list[Difference]]:
+    """Replay the events once: the run states they give, and every run whose stored state
+    differs from them (or exists on one side only), ordered by receipt id."""
     rebuilt = await rebuild(session, tenant_id)
     stored = await stored_runs(session, tenant_id)
     out = []
@@ -144,17 +146,23 @@ async def verify(session: AsyncSession, tenant_id: str | None = None) -> list[Di
             continue
         da, db = a.model_dump(), b.model_dump()
         out.append(Difference(receipt_id, {k: (da[k], db[k]) for k in da if da[k] != db[k]}))
-    return out
+    return rebuilt, out
 
 
-async def repair(session: AsyncSession, tenant_id: str, receipt_ids: Sequence[str]) -> None:
-    """Rewrite the named runs' projection rows from their events."""
-    rebuilt = await rebuild(session, tenant_id)
-    for receipt_id in receipt_ids:
-        state = rebuilt.get(receipt_id)
-        row = await session.get(RunRow, receipt_id)
-        if state is None:
-            if row is not None:
-                await session.delete(row)
+async def verify(session: AsyncSession, tenant_id: str | None = None) -> list[Difference]:
+    """Every run whose stored state differs from its replayed events."""
+    return (await compare(session, tenant_id))[1]
+
+
+async def repair(
+    session: AsyncSession, rebuilt: dict[str, RunState], differences: Sequence[Difference]
+) -> None:
+    """Rewrite the differing runs' projection rows from the states their events give."""
+    for diff in differences:
+        state = rebuilt.get(diff.receipt_id)
+        if state is not None:
+            await _upsert(session, state)
             continue
-        await _upsert(session, state)
+        row = await session.get(RunRow, diff.receipt_id)
+        if row is not None:
+            await session.delete(row)
