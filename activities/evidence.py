@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from schemas.events import AggregateType, EventDraft, EventType, event_id
+from store import events as event_log
 
 
 class Chain:
@@ -46,6 +49,14 @@ class Chain:
         self.drafts.append(draft)
         self.cause = draft.id
         return draft
+
+
+async def continue_chain(
+    session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str, actor: str
+) -> Chain:
+    """A chain whose first event is caused by the execution's latest event so far."""
+    cause = await event_log.last_event_id(session, tenant_id, receipt_id)
+    return Chain(tenant_id, receipt_id, run_id, actor, cause)
 
 
 def step_id(receipt_id: str, step: str) -> str:

@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter
-from activities.evidence import Chain, step_id
+from activities.evidence import Chain, continue_chain, step_id
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.ids import uuid7
 from schemas.records import (
@@ -32,7 +32,7 @@ from schemas.records import (
 from schemas.run import AdapterInput, AdapterOutput, PolicyInput, PolicyOutcome, RecordInput
 from store import events as event_log
 from store import repository as repo
-from store.models import Tenant
+from store.models import PolicyDecisionRow, Tenant
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
 ADAPTER_STEP = "adapter"
@@ -80,18 +80,14 @@ class ExecuteActivities:
                 )
             if existing is None:
                 return await self._decide(session, inp, mode, tenant, now, events=True)
-            row = await repo.insert_policy_decision(
+            row = await _record_decision(
                 session,
-                id=decision_id_for(inp.receipt_id),
-                tenant_id=inp.tenant_id,
-                receipt_id=existing.id,
-                capability_id=inp.capability.id,
-                idempotency_key=inp.idempotency_key,
-                mode=mode.value,
-                decision=Decision.ALLOW.value,
-                rule_hit=RuleHit.IDEMPOTENT_HIT.value,
-                reason="receipt already recorded for this key",
-                is_synthetic=inp.is_synthetic,
+                inp,
+                mode,
+                existing.id,
+                Decision.ALLOW,
+                RuleHit.IDEMPOTENT_HIT,
+                "receipt already recorded for this key",
             )
             return PolicyOutcome(
                 policy_decision_id=row.id,
@@ -112,19 +108,7 @@ class ExecuteActivities:
         events: bool,
     ) -> PolicyOutcome:
         decision, rule, reason = await _evaluate(session, inp, mode, tenant, now)
-        row = await repo.insert_policy_decision(
-            session,
-            id=decision_id_for(inp.receipt_id),
-            tenant_id=inp.tenant_id,
-            receipt_id=inp.receipt_id,
-            capability_id=inp.capability.id,
-            idempotency_key=inp.idempotency_key,
-            mode=mode.value,
-            decision=decision.value,
-            rule_hit=rule.value,
-            reason=reason,
-            is_synthetic=inp.is_synthetic,
-        )
+        row = await _record_decision(session, inp, mode, inp.receipt_id, decision, rule, reason)
         # A retried check returns the decision first recorded, not a re-evaluation.
         outcome = PolicyOutcome(
             policy_decision_id=row.id,
@@ -168,7 +152,26 @@ class ExecuteActivities:
     async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
         info = activity.info()
         invoked_at = datetime.now(UTC)
-        await self._attempt_started(inp, info.workflow_run_id or "", info.attempt)
+        run_id = info.workflow_run_id or ""
+        if info.attempt == 1:
+            await self._adapter_event(
+                inp,
+                run_id,
+                EventType.STEP_STARTED,
+                AggregateType.STEP,
+                step=ADAPTER_STEP,
+                adapter_id=inp.capability.adapter_id,
+            )
+        else:
+            await self._adapter_event(
+                inp,
+                run_id,
+                EventType.STEP_RETRIED,
+                AggregateType.STEP,
+                f"STEP_RETRIED:{info.attempt}",
+                step=ADAPTER_STEP,
+                attempt=info.attempt,
+            )
         adapter = self._adapters.get(inp.capability.adapter)
         if adapter is None:
             raise ApplicationError(
@@ -179,10 +182,21 @@ class ExecuteActivities:
         try:
             out = await adapter(inp)
         except ApplicationError as err:
+            details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries
             if not err.non_retryable and retries_left:
-                await self._attempt_failed(inp, info.workflow_run_id or "", info.attempt, err)
-            details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+                delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else None
+                await self._adapter_event(
+                    inp,
+                    run_id,
+                    EventType.EFFECT_RETRYING,
+                    AggregateType.EFFECT,
+                    f"EFFECT_RETRYING:{info.attempt}",
+                    attempt=info.attempt,
+                    error_code=err.type,
+                    http_status=details.get("http_status"),
+                    retry_after_seconds=delay,
+                )
             raise ApplicationError(
                 err.message,
                 {**details, "attempt": info.attempt},
@@ -192,50 +206,23 @@ class ExecuteActivities:
             ) from err
         return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
 
-    async def _attempt_started(self, inp: AdapterInput, run_id: str, attempt: int) -> None:
-        async with self._sessions.begin() as session:
-            await repo.set_tenant(session, inp.tenant_id)
-            cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
-            chain = Chain(inp.tenant_id, inp.receipt_id, run_id, "moat.adapter", cause)
-            sid = step_id(inp.receipt_id, ADAPTER_STEP)
-            if attempt == 1:
-                chain.add(
-                    EventType.STEP_STARTED,
-                    AggregateType.STEP,
-                    sid,
-                    step=ADAPTER_STEP,
-                    adapter_id=inp.capability.adapter_id,
-                )
-            else:
-                chain.add(
-                    EventType.STEP_RETRIED,
-                    AggregateType.STEP,
-                    sid,
-                    name=f"STEP_RETRIED:{attempt}",
-                    step=ADAPTER_STEP,
-                    attempt=attempt,
-                )
-            await event_log.append(session, chain.drafts)
-
-    async def _attempt_failed(
-        self, inp: AdapterInput, run_id: str, attempt: int, err: ApplicationError
+    async def _adapter_event(
+        self,
+        inp: AdapterInput,
+        run_id: str,
+        event_type: EventType,
+        aggregate: AggregateType,
+        name: str | None = None,
+        **data: Any,
     ) -> None:
-        details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+        """One event of the adapter step, in a transaction of its own (the attempt itself is
+        the state it records)."""
         async with self._sessions.begin() as session:
             await repo.set_tenant(session, inp.tenant_id)
-            cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
-            chain = Chain(inp.tenant_id, inp.receipt_id, run_id, "moat.adapter", cause)
-            delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else None
-            chain.add(
-                EventType.EFFECT_RETRYING,
-                AggregateType.EFFECT,
-                step_id(inp.receipt_id, ADAPTER_STEP),
-                name=f"EFFECT_RETRYING:{attempt}",
-                attempt=attempt,
-                error_code=err.type,
-                http_status=details.get("http_status"),
-                retry_after_seconds=delay,
+            chain = await continue_chain(
+                session, inp.tenant_id, inp.receipt_id, run_id, "moat.adapter"
             )
+            chain.add(event_type, aggregate, step_id(inp.receipt_id, ADAPTER_STEP), name, **data)
             await event_log.append(session, chain.drafts)
 
     @activity.defn(name="moat.record_outcome")
@@ -270,6 +257,31 @@ class ExecuteActivities:
                 await repo.increment_budget(session, inp.tenant_id, inp.capability.id, now)
             await event_log.append(session, await _outcome_events(session, inp))
         return receipt
+
+
+async def _record_decision(
+    session: AsyncSession,
+    inp: PolicyInput,
+    mode: PolicyMode,
+    receipt_id: str,
+    decision: Decision,
+    rule: RuleHit,
+    reason: str,
+) -> PolicyDecisionRow:
+    """The execution's one decision (a fixed id: a retried check gets the first one back)."""
+    return await repo.insert_policy_decision(
+        session,
+        id=decision_id_for(inp.receipt_id),
+        tenant_id=inp.tenant_id,
+        receipt_id=receipt_id,
+        capability_id=inp.capability.id,
+        idempotency_key=inp.idempotency_key,
+        mode=mode.value,
+        decision=decision.value,
+        rule_hit=rule.value,
+        reason=reason,
+        is_synthetic=inp.is_synthetic,
+    )
 
 
 async def _evaluate(
@@ -314,8 +326,7 @@ def _receipt(inp: RecordInput, now: datetime) -> Receipt:
 
 
 async def _outcome_events(session: AsyncSession, inp: RecordInput) -> list[EventDraft]:
-    cause = await event_log.last_event_id(session, inp.tenant_id, inp.receipt_id)
-    chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.record", cause)
+    chain = await continue_chain(session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.record")
     sid = step_id(inp.receipt_id, ADAPTER_STEP)
     outcome: dict[str, Any] = {
         "status": inp.status,

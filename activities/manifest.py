@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.evidence import Chain
+from activities.evidence import continue_chain
 from schemas.canonical import sha256_digest
 from schemas.events import AggregateType, EventType
 from schemas.manifest import (
@@ -219,8 +219,9 @@ async def _index(
     ).scalar_one_or_none()
     if inserted is None:
         return
-    cause = await event_log.last_event_id(session, receipt.tenant_id, receipt.id)
-    chain = Chain(receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest", cause)
+    chain = await continue_chain(
+        session, receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest"
+    )
     if inp.replayed:
         chain.add(
             EventType.RUN_REPLAYED,

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.evidence import Chain
+from activities.evidence import continue_chain
 from schemas.events import AggregateType, EventType
 from schemas.retention import (
     IDEMPOTENCY_WINDOW_MINIMUM,
@@ -94,8 +94,9 @@ class RetentionActivities:
                     refused += 1  # compliance: the database keeps it 7 years, whatever we ask
                     continue
                 await asyncio.to_thread(self._store.delete, tenant_id, row.run_id)
-                cause = await event_log.last_event_id(session, tenant_id, row.receipt_id)
-                chain = Chain(tenant_id, row.receipt_id, row.run_id, "moat.retention", cause)
+                chain = await continue_chain(
+                    session, tenant_id, row.receipt_id, row.run_id, "moat.retention"
+                )
                 chain.add(
                     EventType.MANIFEST_EXPIRED,
                     AggregateType.MANIFEST,
