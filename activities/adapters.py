@@ -32,18 +32,21 @@ MAX_RETRY_AFTER = timedelta(minutes=10)
 
 
 def fail(
-    taxonomy: ErrorTaxonomy | str,
+    taxonomy: ErrorTaxonomy,
     message: str,
     *,
+    code: str | None = None,
     http_status: int | None = None,
     retryable: bool = True,
     retry_after: timedelta | None = None,
 ) -> ApplicationError:
-    kind = taxonomy.value if isinstance(taxonomy, ErrorTaxonomy) else taxonomy
+    """An adapter failure: ``type`` is its stable error code (the taxonomy value unless a more
+    precise ``code`` is given); the details carry the taxonomy and the provider's status."""
+    code = code or taxonomy.value
     return ApplicationError(
         message,
-        {"http_status": http_status},
-        type=kind,
+        {"http_status": http_status, "taxonomy": taxonomy.value, "error_code": code},
+        type=code,
         non_retryable=not retryable,
         next_retry_delay=retry_after,
     )
@@ -87,9 +90,10 @@ class HostGuard:
             address = ipaddress.ip_address(info[4][0])
             if not address.is_global or address.is_multicast:
                 raise fail(
-                    "host_not_allowed",
+                    ErrorTaxonomy.GATEWAY_ERROR,
                     f"{host} resolves to non-public address {address}; "
                     "add it to MOAT_HTTP_ALLOW_HOSTS to allow it",
+                    code="host_not_allowed",
                     retryable=False,
                 )
 

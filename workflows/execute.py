@@ -187,16 +187,13 @@ class ExecuteCapability:
                 ),
             )
         except ActivityError as err:
-            taxonomy, http_status = _classify(err.cause)
+            taxonomy, error_code, http_status = _classify(err.cause)
             status = (
                 ExecutionStatus.TIMEOUT
                 if taxonomy == ErrorTaxonomy.TIMEOUT
                 else ExecutionStatus.FAILURE
             )
-            error_code = taxonomy.value
             exhausted = err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
-            if isinstance(err.cause, ApplicationError) and err.cause.type == "host_not_allowed":
-                error_code = "host_not_allowed"
             failed = record.model_copy(
                 update={
                     "status": status,
@@ -253,28 +250,28 @@ class ExecuteCapability:
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
 
 
-def _attempt_of(cause: BaseException | None) -> int | None:
+def _details(cause: BaseException | None) -> dict[str, Any]:
     if isinstance(cause, ApplicationError) and cause.details:
         details = cause.details[0]
-        if isinstance(details, dict) and isinstance(details.get("attempt"), int):
-            return int(details["attempt"])
-    return None
+        if isinstance(details, dict):
+            return details
+    return {}
 
 
-def _classify(cause: BaseException | None) -> tuple[ErrorTaxonomy, int | None]:
-    """Taxonomy and provider status of the adapter's final failure."""
+def _attempt_of(cause: BaseException | None) -> int | None:
+    attempt = _details(cause).get("attempt")
+    return attempt if isinstance(attempt, int) else None
+
+
+def _classify(cause: BaseException | None) -> tuple[ErrorTaxonomy, str, int | None]:
+    """Taxonomy, error code and provider status of the adapter's final failure."""
     if isinstance(cause, TimeoutError):
-        return ErrorTaxonomy.TIMEOUT, None
+        return ErrorTaxonomy.TIMEOUT, ErrorTaxonomy.TIMEOUT.value, None
     if isinstance(cause, ApplicationError):
-        details = cause.details[0] if cause.details else {}
-        http_status = details.get("http_status") if isinstance(details, dict) else None
+        details = _details(cause)
         try:
-            taxonomy = ErrorTaxonomy(cause.type or "unknown")
+            taxonomy = ErrorTaxonomy(details.get("taxonomy") or cause.type or "unknown")
         except ValueError:
-            taxonomy = (
-                ErrorTaxonomy.GATEWAY_ERROR
-                if cause.type == "host_not_allowed"
-                else ErrorTaxonomy.UNKNOWN
-            )
-        return taxonomy, http_status
-    return ErrorTaxonomy.GATEWAY_ERROR, None
+            taxonomy = ErrorTaxonomy.UNKNOWN
+        return taxonomy, details.get("error_code") or taxonomy.value, details.get("http_status")
+    return ErrorTaxonomy.GATEWAY_ERROR, ErrorTaxonomy.GATEWAY_ERROR.value, None
