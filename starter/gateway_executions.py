@@ -14,15 +14,12 @@ from starter import observability
 from starter.errors import ApiError, documented_errors
 from starter.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway_deps import RECEIPT_ID, Deps, TenantKey, authenticate, deps_of
-from starter.ingest import KEY_ATTR, REPLAYED_HEADER, Prepared, prepare
+from starter.ingest import KEY_ATTR, REPLAYED_HEADER, prepare
 from store import repository as repo
 
 router = APIRouter()
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])")
-# Deeper inputs cannot cross into Temporal (serializers stop near 255 levels); real tool
-# inputs are a few levels deep.
-MAX_INPUT_DEPTH = 64
 POLL_AFTER_SECONDS = "1"
 
 _ENVELOPE_HEADERS = {
@@ -108,15 +105,7 @@ async def execute(
     body = await request.body()
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        try:
-            prepared = prepare(body, idempotency_key, deps.ingest.catalog)
-        except UnicodeError as err:
-            raise ApiError(
-                400,
-                "bad_json",
-                "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
-            ) from err
-        _check_limits(prepared)
+        prepared = prepare(body, idempotency_key, deps.ingest.catalog)
         answer = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
     headers: dict[str, str] = {}
     if answer is None:
@@ -137,50 +126,6 @@ async def execute(
     return JSONResponse(
         answer.envelope.model_dump(mode="json"), status_code=answer.status, headers=headers
     )
-
-
-def _check_limits(prepared: Prepared) -> None:
-    """What the schema does not state: the input's depth, and text that is stored as it is
-    (key, references) must be storable (no NUL, no lone surrogate). The input itself is only
-    hashed, so any text is fine there."""
-    req = prepared.request
-    if _depth(req.input) > MAX_INPUT_DEPTH:
-        raise ApiError(
-            400,
-            "schema_validation_failed",
-            f"The input is nested deeper than {MAX_INPUT_DEPTH} levels.",
-            {"errors": [{"loc": ["input"], "msg": "too deep", "type": "too_deep"}]},
-        )
-    fields = {
-        "idempotency_key": prepared.idempotency_key,
-        "connection_id": req.connection_id,
-        "capability_version": req.capability_version,
-    }
-    bad = [name for name, value in fields.items() if value is not None and not repo.storable(value)]
-    if bad:
-        raise ApiError(
-            400,
-            "schema_validation_failed",
-            "Text fields may not hold NUL characters or lone surrogates.",
-            {
-                "errors": [
-                    {"loc": [name], "msg": "unstorable text", "type": "string_type"} for name in bad
-                ]
-            },
-        )
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = (
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        )
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:

@@ -54,6 +54,9 @@ CAPABILITY_ATTR = SearchAttributeKey.for_keyword("MoatCapability")
 KEY_ATTR = SearchAttributeKey.for_keyword("MoatIdempotencyKey")
 RECEIPT_ATTR = SearchAttributeKey.for_keyword("MoatReceiptId")
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+# Deeper inputs cannot cross into Temporal (serializers stop near 255 levels); real tool
+# inputs are a few levels deep.
+MAX_INPUT_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,21 @@ class Answer:
 
 
 def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
-    """Parse → validate → check schema_version → canonicalize → derive the key."""
+    """Parse → validate → check schema_version → canonicalize → derive the key → check
+    what the schema does not state (depth, storable text)."""
+    try:
+        prepared = _prepare(body, header_key, catalog)
+    except UnicodeError as err:
+        raise ApiError(
+            400,
+            "bad_json",
+            "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
+        ) from err
+    _check_limits(prepared)
+    return prepared
+
+
+def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
     try:
         raw = json.loads(body)
     except (ValueError, RecursionError) as err:
@@ -147,6 +164,50 @@ def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> 
     return Prepared(
         request=req, capability=spec, idempotency_key=key or input_hash, input_hash=input_hash
     )
+
+
+def _check_limits(prepared: Prepared) -> None:
+    """What the schema does not state: the input's depth, and text that is stored as it is
+    (key, references) must be storable (no NUL, no lone surrogate). The input itself is only
+    hashed, so any text is fine there."""
+    req = prepared.request
+    if _depth(req.input) > MAX_INPUT_DEPTH:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            f"The input is nested deeper than {MAX_INPUT_DEPTH} levels.",
+            {"errors": [{"loc": ["input"], "msg": "too deep", "type": "too_deep"}]},
+        )
+    fields = {
+        "idempotency_key": prepared.idempotency_key,
+        "connection_id": req.connection_id,
+        "capability_version": req.capability_version,
+    }
+    bad = [name for name, value in fields.items() if value is not None and not repo.storable(value)]
+    if bad:
+        raise ApiError(
+            400,
+            "schema_validation_failed",
+            "Text fields may not hold NUL characters or lone surrogates.",
+            {
+                "errors": [
+                    {"loc": [name], "msg": "unstorable text", "type": "string_type"} for name in bad
+                ]
+            },
+        )
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _caller_key(header: str | None, field: str | None) -> str | None:
