@@ -13,10 +13,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
@@ -32,13 +30,7 @@ from bench.bare_workflow import ACTIVITIES, BareSteps
 from schemas.settings import MoatSettings
 from starter import observability
 from starter.codec import data_converter
-from starter.devstack import (
-    TEMPORAL_DYNAMIC_CONFIG,
-    EmbeddedPostgres,
-    free_port,
-    search_attribute_keys,
-    temporal_binary,
-)
+from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
 from starter.gateway import create_app
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
@@ -76,42 +68,6 @@ def select_app(sessions: async_sessionmaker[AsyncSession]) -> FastAPI:
 
 
 @asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
-    """Serve an ASGI app with uvicorn on a free loopback port; yields its base URL."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("uvicorn stopped before it started")
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-@asynccontextmanager
-async def temporal_env(state: Path | None) -> AsyncIterator[WorkflowEnvironment]:
-    """The dev server; ``state`` set: its SQLite file there (as ``moat up``), else in memory."""
-    env = await WorkflowEnvironment.start_local(
-        namespace=NAMESPACE,
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(temporal_binary()),
-        dev_server_extra_args=TEMPORAL_DYNAMIC_CONFIG,
-        dev_server_database_filename=str(state / "temporal.db") if state else None,
-        search_attributes=search_attribute_keys(),
-    )
-    try:
-        yield env
-    finally:
-        await env.shutdown()
-
-
-@asynccontextmanager
 async def bench_stack(*, tracing: bool, temporal_file: bool) -> AsyncIterator[BenchStack]:
     """Start everything, yield, then stop it all in reverse order and delete the state."""
     with tempfile.TemporaryDirectory(prefix="moat-bench-") as tmp:
@@ -127,7 +83,14 @@ async def bench_stack(*, tracing: bool, temporal_file: bool) -> AsyncIterator[Be
                 wait_seconds=30.0,
             )
             await asyncio.to_thread(upgrade, settings.sqlalchemy_url)
-            async with temporal_env(root if temporal_file else None) as env, AsyncExitStack() as st:
+            async with (
+                local_temporal(
+                    NAMESPACE,
+                    pydantic_data_converter,
+                    root / "temporal.db" if temporal_file else None,
+                ) as env,
+                AsyncExitStack() as st,
+            ):
                 yield await _start_processes(st, env, settings, tracing)
         finally:
             await asyncio.to_thread(pg.stop)
@@ -174,8 +137,8 @@ async def _start_processes(
     for local in (True, False):
         mode = settings.model_copy(update={"local_activities": local})
         app = create_app(mode, client=moat_client, sessions=app_sessions)
-        gateways[local] = await st.enter_async_context(serve(app))
-    select_url = await st.enter_async_context(serve(select_app(sessions)))
+        gateways[local] = await st.enter_async_context(serve_asgi(app))
+    select_url = await st.enter_async_context(serve_asgi(select_app(sessions)))
     async with sessions.begin() as session:
         tenant = await repo.create_tenant(session, f"bench-{uuid.uuid4().hex[:12]}")
         api_key = await repo.create_api_key(session, tenant.id, name="bench")

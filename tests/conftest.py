@@ -6,7 +6,6 @@ fakes (``tests.fakes.FakeProvider``, served over real HTTP on loopback).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-import uvicorn
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -33,13 +31,7 @@ from schemas.capabilities import (
 )
 from schemas.settings import MoatSettings
 from starter.codec import data_converter
-from starter.devstack import (
-    TEMPORAL_DYNAMIC_CONFIG,
-    EmbeddedPostgres,
-    free_port,
-    search_attribute_keys,
-    temporal_binary,
-)
+from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
 from starter.gateway import create_app
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
@@ -71,17 +63,8 @@ def base_settings(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> Mo
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal(base_settings: MoatSettings) -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        namespace=NAMESPACE,
-        data_converter=data_converter(base_settings),
-        dev_server_existing_path=str(temporal_binary()),
-        dev_server_extra_args=TEMPORAL_DYNAMIC_CONFIG,
-        search_attributes=search_attribute_keys(),
-    )
-    try:
+    async with local_temporal(NAMESPACE, data_converter(base_settings)) as env:
         yield env
-    finally:
-        await env.shutdown()
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -108,36 +91,10 @@ async def app_sessions(
     await eng.dispose()
 
 
-@asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
-    """Serve an ASGI app over real HTTP on a free loopback port."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            log_level="error",
-            lifespan="on",
-            timeout_graceful_shutdown=1,
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def provider() -> AsyncIterator[FakeProvider]:
     fake = FakeProvider()
-    async with serve(fake) as url:
+    async with serve_asgi(fake) as url:
         fake.base_url = url
         yield fake
 
@@ -214,7 +171,7 @@ async def make_stack(
             )
             async with worker:
                 app = create_app(settings, client=client, sessions=app_sessions, catalog=catalog)
-                async with serve(app) as url, httpx.AsyncClient(timeout=60) as http:
+                async with serve_asgi(app) as url, httpx.AsyncClient(timeout=60) as http:
                     stack = Stack(settings, url, client, sessions, "", "", http)
                     stack.tenant_id, stack.api_key = await stack.new_tenant()
                     yield stack
