@@ -75,18 +75,17 @@ class ManifestActivities:
                     "dead_lettered": False,
                 }
             )
-        original = None
-        if inp.replayed:
-            async with self._sessions.begin() as session:
-                await repo.set_tenant(session, receipt.tenant_id)
-                original = await _manifest_of(session, receipt.tenant_id, receipt.run_id)
         stored = await asyncio.to_thread(self._stored, receipt.tenant_id, inp.run_id)
-        if stored is not None and stored.correlation_id == receipt.id:
+        if stored is not None and stored[0].correlation_id == receipt.id:
             # A retried attempt: the run's manifest is written once, by the first attempt.
-            signed = stored
+            signed, digest = stored
             path = self._store.path_for(receipt.tenant_id, inp.run_id)
-            digest = sha256_digest(path.read_bytes())
         else:
+            original = None
+            if inp.replayed:
+                async with self._sessions.begin() as session:
+                    await repo.set_tenant(session, receipt.tenant_id)
+                    original = await _manifest_of(session, receipt.tenant_id, receipt.run_id)
             signed = sign_manifest(
                 self._build(inp, original), self._current_keyring(), signer="moat"
             )
@@ -98,12 +97,13 @@ class ManifestActivities:
             await _index(session, inp, str(path), digest, kid, signature.algorithm)
         return ManifestRef(path=str(path), sha256=digest, kid=kid)
 
-    def _stored(self, tenant_id: str, run_id: str) -> RunManifest | None:
+    def _stored(self, tenant_id: str, run_id: str) -> tuple[RunManifest, str] | None:
+        """The run's stored manifest and the digest of its bytes, if there is one."""
         try:
             data = self._store.read(tenant_id, run_id)
         except FileNotFoundError:
             return None
-        return RunManifest.model_validate(parse_document(data))
+        return RunManifest.model_validate(parse_document(data)), sha256_digest(data)
 
     def _build(self, inp: ManifestInput, original: ManifestRow | None) -> RunManifest:
         receipt = inp.receipt
