@@ -26,7 +26,6 @@ from schemas.capabilities import (
     BUILTIN_CAPABILITIES,
     CapabilityCatalog,
     CapabilitySpec,
-    EffectType,
     RetrySettings,
 )
 from schemas.settings import MoatSettings
@@ -190,16 +189,23 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def http_variant(
+    capability_id: str, timeout_seconds: float, max_retries: int, base_delay_seconds: float
+) -> CapabilitySpec:
+    """The built-in ``http.request`` under another id, with a test-sized timeout and retries."""
+    builtin = CapabilityCatalog().get("http.request")
+    assert builtin is not None
+    return builtin.model_copy(
+        update={
+            "id": capability_id,
+            "timeout_seconds": timeout_seconds,
+            "retry": RetrySettings(max_retries=max_retries, base_delay_seconds=base_delay_seconds),
+        }
+    )
+
+
 # Same adapter as http.request, with retries and timeout short enough for a test.
-FAST_HTTP = CapabilitySpec(
-    id="test.http",
-    version="1.0.0",
-    adapter="http",
-    adapter_id="http-adapter-v1",
-    effect_type=EffectType.API_CALL,
-    timeout_seconds=1.0,
-    retry=RetrySettings(max_retries=2, base_delay_seconds=0.05),
-)
+FAST_HTTP = http_variant("test.http", timeout_seconds=1.0, max_retries=2, base_delay_seconds=0.05)
 CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP))
 
 

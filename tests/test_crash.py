@@ -13,23 +13,12 @@ from sqlalchemy import func, select
 from schemas.capabilities import (
     BUILTIN_CAPABILITIES,
     CapabilityCatalog,
-    CapabilitySpec,
-    EffectType,
-    RetrySettings,
 )
 from store.models import ReceiptRow
-from tests.conftest import StackFactory, repo_root
+from tests.conftest import StackFactory, http_variant, repo_root
 from tests.fakes import FakeProvider, Step
 
-SHORT = CapabilitySpec(
-    id="test.short",
-    version="1.0.0",
-    adapter="http",
-    adapter_id="http-adapter-v1",
-    effect_type=EffectType.API_CALL,
-    timeout_seconds=2.0,
-    retry=RetrySettings(max_retries=3, base_delay_seconds=0.1),
-)
+SHORT = http_variant("test.short", timeout_seconds=2.0, max_retries=3, base_delay_seconds=0.1)
 
 
 def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
