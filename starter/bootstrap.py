@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -121,10 +122,7 @@ async def _ensure_demo_tenant(settings: MoatSettings) -> str:
             )
         await repo.set_tenant(session, tenant.id)
         key = await repo.create_api_key(session, tenant.id, name="moat up")
-    settings.home.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key + "\n")
+    _write_private(path, key, replace=True)
     return key
 
 
@@ -142,11 +140,16 @@ def ensure_admin_key(settings: MoatSettings) -> str:
     if path.exists():
         return path.read_text().strip()
     key = "moat_admin_" + secrets.token_urlsafe(32)
-    settings.home.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key + "\n")
+    _write_private(path, key, replace=False)
     return key
+
+
+def _write_private(path: Path, secret: str, *, replace: bool) -> None:
+    """A secret file readable by its owner only (mode 0600 from its creation)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
+    with os.fdopen(os.open(path, flags, 0o600), "w") as fh:
+        fh.write(secret + "\n")
 
 
 def demo_api_key(settings: MoatSettings) -> str | None:
