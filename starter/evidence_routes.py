@@ -117,5 +117,8 @@ async def jwks(request: Request) -> dict[str, Any]:
     """Every signing key's public half, the active one first; rotated keys stay listed so
     older manifests still verify."""
     path = deps_of(request).settings.signing_keyring_path
-    ring = await asyncio.to_thread(Keyring.load_or_create, path)
+    try:
+        ring = await asyncio.to_thread(Keyring.load, path)
+    except FileNotFoundError:
+        return {"keys": []}  # no worker has signed anything yet; only workers make keys
     return ring.jwks()
