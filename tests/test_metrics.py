@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import httpx
@@ -27,7 +28,16 @@ async def test_worker_metrics_endpoint(stack: Stack) -> None:
         worker_module.build_worker(client, settings, sessions, http_out),
         httpx.AsyncClient() as http,
     ):
-        response = await http.get(f"http://{address}/metrics")
+        # The worker's pollers report themselves once they have started polling.
+        for _ in range(100):
+            response = await http.get(f"http://{address}/metrics")
+            if worker_metric(response.text):
+                break
+            await asyncio.sleep(0.1)
     assert response.status_code == 200
     # The worker's pollers report themselves; Prometheus can scrape the SDK's metrics.
     assert "temporal_num_pollers" in response.text or "temporal_worker_task_slots" in response.text
+
+
+def worker_metric(text: str) -> bool:
+    return "temporal_num_pollers" in text or "temporal_worker_task_slots" in text
