@@ -2,7 +2,10 @@
 
 An adapter returns an ``AdapterOutput`` or raises ``ApplicationError`` whose ``type`` is an
 ``ErrorTaxonomy`` value and whose first detail carries the provider's HTTP status. 4xx
-(but 408/429) are non-retryable; 429/503 honour ``Retry-After``.
+(but 408/429) are non-retryable; 429/503 honour ``Retry-After``. A 409 on a retry is
+retryable: under the IETF Idempotency-Key draft a provider answers 409 while the request
+first sent with the same key is still being processed, which is what happens when our
+earlier attempt timed out on our side but is still running on theirs.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from schemas.run import AdapterInput, AdapterOutput
 Adapter = Callable[[AdapterInput], Awaitable[AdapterOutput]]
 
 RETRYABLE_STATUSES = frozenset({408, 429})
-RETRY_AFTER_STATUSES = frozenset({429, 503})
+RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
+IN_FLIGHT_STATUS = 409
 MAX_RETRY_AFTER = timedelta(minutes=10)
 
 
@@ -127,21 +131,29 @@ class HttpAdapter:
             ) from err
         except httpx.HTTPError as err:
             raise fail(ErrorTaxonomy.NETWORK_ERROR, f"{type(err).__name__}: {err}") from err
-        return _interpret(response)
+        return _interpret(response, retry=inp.attempt > 1)
 
 
-def _interpret(response: httpx.Response) -> AdapterOutput:
+def _interpret(response: httpx.Response, *, retry: bool = False) -> AdapterOutput:
     status = response.status_code
     if status < 300:
         output = redact(_body(response))
         return AdapterOutput(http_status=status, output=output, output_hash=redacted_hash(output))
-    taxonomy = taxonomy_for_http_status(status)
-    retryable = status >= 500 or status in RETRYABLE_STATUSES
     retry_after = (
         parse_retry_after(response.headers.get("retry-after"))
         if status in RETRY_AFTER_STATUSES
         else None
     )
+    if retry and status == IN_FLIGHT_STATUS:
+        # Our earlier attempt is still running at the provider: its outcome is not known yet.
+        raise fail(
+            ErrorTaxonomy.TIMEOUT,
+            "provider is still processing the earlier attempt with this Idempotency-Key (HTTP 409)",
+            http_status=status,
+            retry_after=retry_after,
+        )
+    taxonomy = taxonomy_for_http_status(status)
+    retryable = status >= 500 or status in RETRYABLE_STATUSES
     raise fail(
         taxonomy,
         f"provider answered HTTP {status}",

@@ -180,7 +180,7 @@ class ExecuteActivities:
                 non_retryable=True,
             )
         try:
-            out = await adapter(inp)
+            out = await adapter(inp.model_copy(update={"attempt": info.attempt}))
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries

@@ -68,6 +68,7 @@ class AdapterInput(BaseModel):
     connection_id: str | None = None
     idempotency_key: str = Field(description="Sent downstream as Idempotency-Key.")
     trace_id: str
+    attempt: int = Field(default=1, ge=1, description="Set by the activity: 1 on the first try.")
 
 
 class AdapterOutput(BaseModel):

@@ -206,7 +206,11 @@ def http_variant(
 
 # Same adapter as http.request, with retries and timeout short enough for a test.
 FAST_HTTP = http_variant("test.http", timeout_seconds=1.0, max_retries=2, base_delay_seconds=0.05)
-CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP))
+# The same with enough retries to outlast a provider that is still working on a timed-out call.
+PATIENT_HTTP = http_variant(
+    "test.http.patient", timeout_seconds=1.0, max_retries=5, base_delay_seconds=0.05
+)
+CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP, PATIENT_HTTP))
 
 
 @pytest_asyncio.fixture(loop_scope="session")

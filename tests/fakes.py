@@ -1,8 +1,9 @@
 """A local stand-in for third-party providers (Slack, GitHub, tenant webhooks).
 
 It behaves like the real ones where Moat cares: status codes, ``Retry-After``, slowness,
-and ``Idempotency-Key`` dedupe (a repeated key gets the first response back and causes no
-second effect, as Stripe and GitHub-style APIs do).
+and ``Idempotency-Key`` dedupe as the IETF draft and Stripe-style APIs do it: a repeated key
+gets the first response back and causes no second effect, and a repeat that arrives while the
+first request with that key is still being processed gets 409 Conflict.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Call:
     headers: dict[str, str]
     body: Any
     at: float
+    status: int | None = None  # what the provider answered; None until it has
 
 
 class FakeProvider:
@@ -44,6 +46,7 @@ class FakeProvider:
         self.effects: list[Call] = []
         self._scripts: dict[str, list[Step]] = defaultdict(list)
         self._replies: dict[str, tuple[int, Any]] = {}
+        self._in_flight: set[str] = set()
         self.base_url = ""
 
     def script(self, path: str, *steps: Step) -> str:
@@ -56,6 +59,9 @@ class FakeProvider:
 
     def effects_on(self, path: str) -> list[Call]:
         return [c for c in self.effects if c.path == path]
+
+    def statuses(self, path: str) -> list[int | None]:
+        return [c.status for c in self.calls_to(path)]
 
     def _next(self, path: str) -> Step:
         steps = self._scripts.get(path)
@@ -82,15 +88,30 @@ class FakeProvider:
         self.calls.append(call)
         key = request.headers.get("idempotency-key")
         if key and key in self._replies:
-            status, reply = self._replies[key]
-            response: Response = JSONResponse(
-                reply, status_code=status, headers={"Idempotent-Replayed": "true"}
-            )
-            await response(scope, receive, send)
+            call.status, reply = self._replies[key]
+            await JSONResponse(
+                reply, status_code=call.status, headers={"Idempotent-Replayed": "true"}
+            )(scope, receive, send)
+            return
+        if key and key in self._in_flight:
+            call.status = 409
+            await JSONResponse(
+                {
+                    "error": "idempotency_key_in_use",
+                    "message": "a request with this key is in progress",
+                },
+                status_code=409,
+            )(scope, receive, send)
             return
         step = self._next(call.path)
-        if step.delay:
-            await asyncio.sleep(step.delay)
+        if key:
+            self._in_flight.add(key)
+        try:
+            if step.delay:
+                await asyncio.sleep(step.delay)
+        finally:
+            self._in_flight.discard(key or "")
+        call.status = step.status
         if step.status < 300:
             self.effects.append(call)
             if key:

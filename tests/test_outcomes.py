@@ -25,6 +25,7 @@ def post(url: str, **extra: Any) -> dict[str, Any]:
         (401, "provider_auth_failure", 1),
         (403, "provider_auth_failure", 1),
         (404, "provider_not_found", 1),
+        (409, "provider_invalid_input", 1),  # a conflict on the first attempt is final
         (422, "provider_invalid_input", 1),
         (429, "provider_rate_limited", 3),
         (500, "provider_server_error", 3),
@@ -70,12 +71,35 @@ async def test_timed_out_call_finished_by_the_provider_is_not_repeated(
     # The first attempt times out on our side but the provider finishes it; the retry
     # carries the same Idempotency-Key and gets the stored result: one effect, a success.
     url = provider.script("/late", Step(200, {"done": True}, delay=1.5))
-    response = await fast.execute("test.http", post(url), key="late")
+    response = await fast.execute("test.http.patient", post(url), key="late")
     assert response.status_code == 200, response.text
     calls = provider.calls_to("/late")
     assert len(calls) >= 2
     assert len({c.headers["idempotency-key"] for c in calls}) == 1
     assert len(provider.effects_on("/late")) == 1
+
+
+async def test_retry_that_finds_the_provider_still_at_work_waits_for_it(
+    fast: Stack, provider: FakeProvider
+) -> None:
+    # The provider is still processing the timed-out first attempt when the retries arrive;
+    # it answers them 409 (IETF Idempotency-Key draft). Those 409s are retried, not final,
+    # and once the provider has finished, the next retry gets the original's result.
+    url = provider.script("/busy", Step(200, {"done": True}, delay=4.0))
+    response = await fast.execute("test.http.patient", post(url), key="busy")
+    assert response.status_code == 200, response.text
+    assert response.json()["receipt"]["status"] == "success"
+    statuses = provider.statuses("/busy")
+    assert statuses[0] == 200  # the original, answered after we stopped waiting
+    assert 409 in statuses[1:], statuses
+    assert statuses[-1] == 200, statuses
+    assert len(provider.effects_on("/busy")) == 1
+    events = await fast.http.get(
+        f"{fast.url}/v1/executions/{response.json()['receipt_id']}/events",
+        headers={"Authorization": f"Bearer {fast.api_key}"},
+    )
+    retrying = [e for e in events.json() if e["event_type"] == "EFFECT_RETRYING"]
+    assert 409 in {e["event_data"]["http_status"] for e in retrying}
 
 
 async def test_network_error_is_classified(fast: Stack) -> None:
