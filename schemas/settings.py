@@ -95,6 +95,13 @@ class MoatSettings(BaseSettings):
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
     )
+    codec_cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Browser origins (the Temporal Web UI's) allowed to call the gateway's /codec "
+            "endpoint, comma-separated. `moat up` sets its own UI's."
+        ),
+    )
     manifest_root: Path | None = Field(
         default=None, description="Where run manifests are stored. Unset: $MOAT_HOME/manifests."
     )
@@ -111,6 +118,13 @@ class MoatSettings(BaseSettings):
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
             return [h.strip().lower() for h in value.split(",") if h.strip()]
+        return value
+
+    @field_validator("codec_cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [o.strip().rstrip("/") for o in value.split(",") if o.strip()]
         return value
 
     @field_validator("admin_api_key")

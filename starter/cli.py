@@ -215,6 +215,23 @@ def budget_set(
     out.print(f"budget for {tenant_id} / {capability}: {limit} per {period.value}")
 
 
+@app.command("codec-url")
+def codec_url() -> None:
+    """The codec address to give a Temporal Web UI (its `codec.endpoint` setting), for the
+    gateway at MOAT_GATEWAY_URL with this admin key (MOAT_ADMIN_API_KEY, else `moat up`'s)."""
+    from starter.bootstrap import ADMIN_KEY_FILE
+    from starter.codec import ui_token
+
+    settings = _settings()
+    if settings.admin_api_key is not None:
+        admin_key = settings.admin_api_key.get_secret_value()
+    elif (settings.home / ADMIN_KEY_FILE).exists():
+        admin_key = (settings.home / ADMIN_KEY_FILE).read_text().strip()
+    else:
+        raise _fail("no admin key", "set MOAT_ADMIN_API_KEY (the gateway's)", code=2)
+    out.print(f"{settings.local_gateway_url}/codec/ui/{ui_token(admin_key)}", soft_wrap=True)
+
+
 @app.command()
 def execute(
     capability: Annotated[str, typer.Argument(help="Capability id, e.g. demo.echo.")],

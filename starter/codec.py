@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hmac
 import json
 import os
 from collections.abc import Sequence
@@ -92,3 +93,11 @@ def load_codec(settings: MoatSettings) -> EncryptionCodec:
 def data_converter(settings: MoatSettings) -> DataConverter:
     """Pydantic payloads, encrypted."""
     return dataclasses.replace(pydantic_data_converter, payload_codec=load_codec(settings))
+
+
+def ui_token(admin_key: str) -> str:
+    """The secret path segment of the codec endpoint the Temporal Web UI is given
+    (``/codec/ui/<token>``): the UI cannot send an ``Authorization`` header of its own. Derived
+    from the admin key, so it changes with it; it allows decoding payloads, nothing else."""
+    digest = hmac.new(admin_key.encode(), b"moat codec endpoint for the Temporal UI", "sha256")
+    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")

@@ -154,9 +154,11 @@ class TemporalDevServer(Service):
         namespace: str = "moat",
         db_file: Path | None = None,
         log_file: Path | None = None,
+        ui_codec_endpoint: str | None = None,
     ) -> None:
         self.port, self.ui_port, self.namespace = port, ui_port, namespace
         self.db_file, self.log_file = db_file, log_file
+        self.ui_codec_endpoint = ui_codec_endpoint
 
     @property
     def address(self) -> str:
@@ -166,6 +168,11 @@ class TemporalDevServer(Service):
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{self.ui_port}"
 
+    @property
+    def ui_origins(self) -> list[str]:
+        """Where a browser may load the UI from (for the codec endpoint's CORS)."""
+        return [self.ui_url, f"http://localhost:{self.ui_port}"]
+
     def start(self) -> str:
         """Start, wait until the namespace answers, register search attributes; the address."""
         require_free(self.port, self.ui_port)
@@ -173,6 +180,8 @@ class TemporalDevServer(Service):
                 "--port", str(self.port), "--ui-port", str(self.ui_port),
                 "--namespace", self.namespace, "--log-level", "warn",
                 "--ui-disable-news-fetch", *TEMPORAL_DYNAMIC_CONFIG]  # fmt: skip
+        if self.ui_codec_endpoint is not None:
+            argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         if self.db_file is not None:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
             argv += ["--db-filename", str(self.db_file)]

@@ -17,6 +17,7 @@ from temporalio.client import Client
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter import (
+    codec_routes,
     evidence_routes,
     gateway_admin,
     gateway_executions,
@@ -52,6 +53,11 @@ TAGS = [
     {"name": "receipts", "description": "The immutable record of every execution attempt."},
     {"name": "capabilities", "description": "What can be executed."},
     {"name": "admin", "description": "Tenants and API keys; the admin key only."},
+    {
+        "name": "codec",
+        "description": "Temporal's remote codec protocol, for ops: decode the encrypted "
+        "payloads in the Temporal Web UI and CLI. Admin key, or the UI's token path.",
+    },
     {"name": "health", "description": "Liveness."},
 ]
 
@@ -96,6 +102,7 @@ def create_app(
     )
     install(app)
     app.add_middleware(Boundary, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(codec_routes.CodecCors, origins=settings.codec_cors_origins)
 
     @app.get("/healthz", tags=["health"], summary="Liveness", responses=documented_errors(500))
     async def healthz() -> dict[str, str]:
@@ -105,5 +112,6 @@ def create_app(
     app.include_router(gateway_reads.router)
     app.include_router(gateway_admin.router)
     app.include_router(evidence_routes.router)
+    app.include_router(codec_routes.router)
     gateway_openapi.install(app, capabilities)
     return app

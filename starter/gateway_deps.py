@@ -59,7 +59,7 @@ AdminKey = Annotated[HTTPAuthorizationCredentials | None, Security(admin_bearer)
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def _unauthenticated(message: str) -> ApiError:
+def unauthenticated(message: str) -> ApiError:
     return ApiError(401, "unauthenticated", message, headers=_CHALLENGE)
 
 
@@ -68,15 +68,15 @@ async def authenticate(
 ) -> repo.AuthenticatedTenant:
     """The caller's tenant; the session's transaction is scoped to it from here on."""
     if credentials is None:
-        raise _unauthenticated("Send 'Authorization: Bearer <api key>'.")
+        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
     tenant = await repo.authenticate(session, credentials.credentials)
     if tenant is None:
-        raise _unauthenticated("The API key is unknown or revoked.")
+        raise unauthenticated("The API key is unknown or revoked.")
     await repo.set_tenant(session, tenant.tenant_id)
     return tenant
 
 
-def _same_secret(presented: str, expected: str) -> bool:
+def same_secret(presented: str, expected: str) -> bool:
     """Constant-time comparison that does not reveal the expected length either."""
     return hmac.compare_digest(
         hashlib.sha256(presented.encode()).digest(), hashlib.sha256(expected.encode()).digest()
@@ -87,10 +87,10 @@ async def require_admin(request: Request, credentials: AdminKey) -> None:
     """Guard of the admin routes: 401 without a valid key, 403 for a tenant's key or when
     the admin API is disabled."""
     if credentials is None:
-        raise _unauthenticated("Send 'Authorization: Bearer <admin key>'.")
+        raise unauthenticated("Send 'Authorization: Bearer <admin key>'.")
     deps = deps_of(request)
     configured = deps.settings.admin_api_key
-    if configured is not None and _same_secret(
+    if configured is not None and same_secret(
         credentials.credentials, configured.get_secret_value()
     ):
         return
@@ -102,4 +102,4 @@ async def require_admin(request: Request, credentials: AdminKey) -> None:
         raise ApiError(
             403, "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
         )
-    raise _unauthenticated("The admin key is wrong.")
+    raise unauthenticated("The admin key is wrong.")

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from schemas.settings import MoatSettings
 from starter.bootstrap import ADMIN_KEY_FILE, ensure_admin_key, ensure_demo_tenant
+from starter.codec import ui_token
 from starter.devstack import EmbeddedPostgres, TemporalDevServer
 from starter.processes import ChildProcess, Service, require_free
 from store import upgrade
@@ -92,6 +93,10 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     env = {"home": str(home)}
     ui_url = None
     require_free(settings.gateway_port)  # else a stranger could answer our health check
+    host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"
+    gateway_url = f"http://{host}:{settings.gateway_port}"
+    env["admin_api_key"] = admin_key = ensure_admin_key(settings)
+    codec_url = f"{gateway_url}/codec/ui/{ui_token(admin_key)}"
     if settings.database_url is None:
         pg = EmbeddedPostgres(home / "postgres", settings.database_port,
                               log_file=logs / "postgres.log")  # fmt: skip
@@ -102,7 +107,9 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     if settings.temporal_address is None:
         temporal = TemporalDevServer(settings.temporal_port, settings.temporal_ui_port,
                                      settings.temporal_namespace, home / "temporal.db",
-                                     logs / "temporal.log")  # fmt: skip
+                                     logs / "temporal.log", codec_url)  # fmt: skip
+        if not settings.codec_cors_origins:
+            env["codec_cors_origins"] = ",".join(temporal.ui_origins)
         stack.add("temporal", temporal)
         with _step(console, "starting Temporal dev server"):
             env["temporal_address"] = temporal.start()
@@ -112,7 +119,6 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     with _step(console, "migrating the database"):
         upgrade(settings.sqlalchemy_url)
         api_key = ensure_demo_tenant(settings)
-    env["admin_api_key"] = ensure_admin_key(settings)
     children = {}
     for name in ("worker", "gateway"):
         child = ChildProcess([sys.executable, "-m", "starter.cli", name], logs / f"{name}.log",
@@ -121,12 +127,12 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
         child.start()
         stack.write_pid(name, child.pid)
         children[name] = child
-    host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"
-    gateway_url = f"http://{host}:{settings.gateway_port}"
     with _step(console, "starting worker and gateway"):
         children["gateway"].wait_ready("gateway", lambda: _healthy(gateway_url), timeout=60)
     admin = "MOAT_ADMIN_API_KEY" if settings.admin_api_key else str(home / ADMIN_KEY_FILE)
-    console.print(_banner(gateway_url, ui_url, api_key, admin, logs))
+    # The dev server's UI is given the codec address; an external UI must be told it.
+    codec = "the UI decodes payloads through the gateway" if ui_url else codec_url
+    console.print(_banner(gateway_url, ui_url, api_key, admin, codec, logs))
 
 
 def _supervise(stack: _Stack, console: Console) -> int:
@@ -139,12 +145,15 @@ def _supervise(stack: _Stack, console: Console) -> int:
     return 1
 
 
-def _banner(gateway_url: str, ui_url: str | None, api_key: str, admin: str, logs: Path) -> Panel:
+def _banner(
+    gateway_url: str, ui_url: str | None, api_key: str, admin: str, codec: str, logs: Path
+) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_row("gateway", gateway_url)
     grid.add_row("API docs", f"{gateway_url}/docs")
     if ui_url:
         grid.add_row("Temporal UI", ui_url)
+    grid.add_row("payload codec", codec)
     grid.add_row("demo API key", api_key)
     grid.add_row("admin key", admin)
     grid.add_row("try", 'moat execute demo.echo --input \'{"hello":"world"}\'')

@@ -1,0 +1,161 @@
+"""The remote codec endpoint: ops read Moat's encrypted Temporal payloads in the Web UI and CLI.
+
+Temporal stores every payload encrypted (``starter.codec``), so its UI shows ciphertext
+until it is given a codec endpoint. This is Temporal's remote codec protocol:
+``POST …/decode`` and ``POST …/encode`` with ``{"payloads": [...]}`` (``Payload`` messages in
+proto3 JSON, bytes base64) answered in the same shape.
+
+Two doors, both behind a secret, because decoded payloads hold callers' raw input:
+- ``/codec/decode`` and ``/codec/encode`` take the admin key as a bearer (the ``temporal``
+  CLI: ``--codec-endpoint <gateway>/codec --codec-auth 'Bearer <admin key>'``);
+- ``/codec/ui/<token>/…`` is the address given to the Web UI, which cannot add an
+  ``Authorization`` header: the token is derived from the admin key (``moat up`` configures
+  its UI with it). Browsers reach it only from ``MOAT_CODEC_CORS_ORIGINS``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from google.protobuf import json_format
+from pydantic import BaseModel, Field
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+from temporalio.api.common.v1 import Payload, Payloads
+
+from starter.codec import ui_token
+from starter.errors import ApiError, documented_errors
+from starter.gateway_deps import deps_of, require_admin, same_secret, unauthenticated
+
+log = logging.getLogger("moat.codec")
+
+PREFIX = "/codec"
+
+
+# Base64 as proto3 JSON reads it: standard or URL-safe alphabet, padding optional.
+_B64 = "[A-Za-z0-9+/_-]"
+Base64 = Annotated[str, Field(pattern=rf"^(?:{_B64}{{4}})*(?:{_B64}{{2}}(?:==)?|{_B64}{{3}}=?)?$")]
+
+
+class CodecPayload(BaseModel):
+    """A Temporal ``Payload`` in proto3 JSON."""
+
+    metadata: dict[str, Base64] = Field(
+        default_factory=dict, description="Metadata values, base64 (e.g. `encoding`)."
+    )
+    data: Base64 = Field(default="", description="The payload's bytes, base64.")
+
+
+class CodecPayloads(BaseModel):
+    """The body of both directions; its size is bounded by the gateway's body limit."""
+
+    payloads: list[CodecPayload]
+
+
+async def require_ui_token(request: Request, token: Annotated[str, Path(max_length=128)]) -> None:
+    """The UI door: the path token must be the one derived from the admin key."""
+    configured = deps_of(request).settings.admin_api_key
+    if configured is None:
+        raise ApiError(
+            403, "forbidden", "The codec endpoint is off: the gateway has no MOAT_ADMIN_API_KEY."
+        )
+    if not same_secret(token, ui_token(configured.get_secret_value())):
+        raise unauthenticated(
+            "This codec address is not (or no longer) valid; `moat up` prints the current one."
+        )
+
+
+router = APIRouter(prefix=PREFIX, tags=["codec"], responses=documented_errors(400, 401, 403, 500))
+
+
+async def _transcode(
+    request: Request, body: CodecPayloads, direction: Literal["decode", "encode"], door: str
+) -> CodecPayloads:
+    codec = deps_of(request).client.data_converter.payload_codec
+    if codec is None:
+        raise ApiError(403, "forbidden", "This gateway's Temporal client has no payload codec.")
+    try:
+        parsed = json_format.ParseDict(body.model_dump(), Payloads())
+    except json_format.ParseError as err:
+        raise ApiError(
+            400, "schema_validation_failed", f"The payloads are not valid: {err}"
+        ) from err
+    source: list[Payload] = list(parsed.payloads)
+    try:
+        done = await (codec.decode(source) if direction == "decode" else codec.encode(source))
+    except Exception as err:  # unknown key id, tampered ciphertext, unparseable plaintext
+        raise ApiError(
+            422,
+            "payload_not_decodable",
+            "A payload could not be decoded with this gateway's codec keyring.",
+            {"reason": type(err).__name__},
+        ) from err
+    log.info(
+        "codec %s: %d payload(s), namespace %s, via %s",
+        direction,
+        len(source),
+        request.headers.get("x-namespace", "-"),
+        door,
+    )
+    answer = json_format.MessageToDict(Payloads(payloads=done))
+    return CodecPayloads.model_validate({"payloads": answer.get("payloads", [])})
+
+
+Namespace = Annotated[
+    str | None,
+    Header(alias="X-Namespace", max_length=256, description="Sent by the Temporal UI."),
+]
+
+DECODE = "Decode Temporal payloads (remote codec protocol)"
+ENCODE = "Encode Temporal payloads (remote codec protocol)"
+UNDECODABLE = documented_errors(422)
+ADMIN_DOOR = [Depends(require_admin)]
+UI_DOOR = [Depends(require_ui_token)]
+
+
+@router.post("/decode", summary=DECODE, dependencies=ADMIN_DOOR, responses=UNDECODABLE)
+async def decode(request: Request, body: CodecPayloads, _ns: Namespace = None) -> CodecPayloads:
+    """Decrypt payloads; the admin key is the bearer."""
+    return await _transcode(request, body, "decode", "admin key")
+
+
+@router.post("/encode", summary=ENCODE, dependencies=ADMIN_DOOR, responses=UNDECODABLE)
+async def encode(request: Request, body: CodecPayloads, _ns: Namespace = None) -> CodecPayloads:
+    """Encrypt payloads (the UI encodes what it sends, e.g. a signal's input)."""
+    return await _transcode(request, body, "encode", "admin key")
+
+
+@router.post("/ui/{token}/decode", summary=DECODE, dependencies=UI_DOOR, responses=UNDECODABLE)
+async def ui_decode(request: Request, body: CodecPayloads, _ns: Namespace = None) -> CodecPayloads:
+    """The Web UI's door to `decode`: the token in the path is the credential."""
+    return await _transcode(request, body, "decode", "UI token")
+
+
+@router.post("/ui/{token}/encode", summary=ENCODE, dependencies=UI_DOOR, responses=UNDECODABLE)
+async def ui_encode(request: Request, body: CodecPayloads, _ns: Namespace = None) -> CodecPayloads:
+    """The Web UI's door to `encode`."""
+    return await _transcode(request, body, "encode", "UI token")
+
+
+class CodecCors:
+    """CORS for the codec paths only, for the configured origins (the Temporal UI's); every
+    other route stays same-origin."""
+
+    def __init__(self, app: ASGIApp, origins: list[str]) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=["POST"],
+            allow_headers=["Content-Type", "X-Namespace", "Authorization"],
+            allow_credentials=True,
+            max_age=600,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PREFIX + "/"):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

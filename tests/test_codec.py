@@ -1,0 +1,181 @@
+"""The remote codec endpoint: ops decode Moat's encrypted payloads in the Temporal UI and CLI,
+and nobody else can."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+from typing import Any
+
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payloads
+from temporalio.api.enums.v1 import EventType
+
+from starter.codec import ui_token
+from starter.devstack import temporal_binary
+from tests.conftest import ADMIN_KEY, Stack, StackFactory
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+UI_ORIGIN = "http://127.0.0.1:8233"
+MARKER = "codec-marker-7f3a"
+
+
+async def _started_input(stack: Stack, workflow_id: str) -> dict[str, Any]:
+    """The run's input payloads exactly as Temporal stores them, in proto3 JSON."""
+    history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
+    started = next(
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+    )
+    stored = Payloads(payloads=started.workflow_execution_started_event_attributes.input.payloads)
+    return json_format.MessageToDict(stored)
+
+
+def _texts(answer: dict[str, Any]) -> list[str]:
+    return [
+        base64.b64decode(p.get("data", "")).decode(errors="replace") for p in answer["payloads"]
+    ]
+
+
+async def _run(stack: Stack, key: str) -> str:
+    response = await stack.execute("demo.echo", {"note": MARKER}, key=key)
+    assert response.status_code == 200, response.text
+    workflow_id: str = response.json()["workflow_id"]
+    return workflow_id
+
+
+async def test_ui_door_decodes_a_stored_run_input(stack: Stack) -> None:
+    stored = await _started_input(stack, await _run(stack, "codec-ui"))
+    assert MARKER not in json.dumps(stored)
+    assert MARKER not in "".join(_texts(stored))  # ciphertext, even base64-decoded
+    url = f"{stack.url}/codec/ui/{ui_token(ADMIN_KEY)}/decode"
+    answer = await stack.http.post(url, json=stored, headers={"X-Namespace": "moat"})
+    assert answer.status_code == 200, answer.text
+    decoded = answer.json()
+    assert MARKER in "".join(_texts(decoded))
+    encodings = {base64.b64decode(p["metadata"]["encoding"]) for p in decoded["payloads"]}
+    assert encodings == {b"json/plain"}
+
+
+async def test_encode_then_decode_round_trips(stack: Stack) -> None:
+    plain = {
+        "payloads": [
+            {
+                "metadata": {"encoding": base64.b64encode(b"json/plain").decode()},
+                "data": base64.b64encode(b'{"signal":"approve"}').decode(),
+            }
+        ]
+    }
+    encoded = await stack.http.post(f"{stack.url}/codec/encode", json=plain, headers=ADMIN)
+    assert encoded.status_code == 200, encoded.text
+    payload = encoded.json()["payloads"][0]
+    assert base64.b64decode(payload["metadata"]["encoding"]) == b"binary/encrypted"
+    assert b"approve" not in base64.b64decode(payload["data"])
+    decoded = await stack.http.post(f"{stack.url}/codec/decode", json=encoded.json(), headers=ADMIN)
+    assert decoded.status_code == 200, decoded.text
+    assert decoded.json() == plain
+
+
+async def test_decoding_needs_the_admin_key_or_the_ui_token(stack: Stack) -> None:
+    body = {"payloads": []}
+    cases = [
+        (f"{stack.url}/codec/decode", {}, 401, "unauthenticated"),
+        (f"{stack.url}/codec/decode", {"Authorization": "Bearer nope"}, 401, "unauthenticated"),
+        # A tenant's key reads its own receipts, never the raw payloads of every tenant.
+        (
+            f"{stack.url}/codec/decode",
+            {"Authorization": f"Bearer {stack.api_key}"},
+            403,
+            "forbidden",
+        ),
+        (f"{stack.url}/codec/ui/not-the-token/decode", {}, 401, "unauthenticated"),
+        (f"{stack.url}/codec/ui/{ADMIN_KEY}/decode", {}, 401, "unauthenticated"),
+    ]
+    for url, headers, status, code in cases:
+        answer = await stack.http.post(url, json=body, headers=headers)
+        assert answer.status_code == status, (url, answer.text)
+        assert answer.json()["error"]["code"] == code
+
+
+async def test_without_an_admin_key_the_codec_is_off(make_stack: StackFactory) -> None:
+    async with make_stack(admin_api_key=None) as stack:
+        url = f"{stack.url}/codec/ui/{ui_token(ADMIN_KEY)}/decode"
+        answer = await stack.http.post(url, json={"payloads": []})
+        assert answer.status_code == 403
+        assert answer.json()["error"]["code"] == "forbidden"
+
+
+async def test_bad_payloads_are_refused_with_the_envelope(stack: Stack) -> None:
+    stored = await _started_input(stack, await _run(stack, "codec-bad"))
+    tampered = json.loads(json.dumps(stored))
+    data = bytearray(base64.b64decode(tampered["payloads"][0]["data"]))
+    data[-1] ^= 0x01
+    tampered["payloads"][0]["data"] = base64.b64encode(bytes(data)).decode()
+    url = f"{stack.url}/codec/decode"
+    answer = await stack.http.post(url, json=tampered, headers=ADMIN)
+    assert answer.status_code == 422
+    assert answer.json()["error"]["code"] == "payload_not_decodable"
+    for body in ({"payloads": [{"data": "%%% not base64"}]}, {"payloads": "x"}, {}):
+        answer = await stack.http.post(url, json=body, headers=ADMIN)
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.json()["error"]["code"] == "schema_validation_failed"
+
+
+async def test_cors_admits_the_ui_origin_on_codec_paths_only(make_stack: StackFactory) -> None:
+    async with make_stack(codec_cors_origins=[UI_ORIGIN]) as stack:
+        url = f"{stack.url}/codec/ui/{ui_token(ADMIN_KEY)}/decode"
+        preflight = {
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,x-namespace",
+        }
+        ok = await stack.http.options(url, headers={"Origin": UI_ORIGIN, **preflight})
+        assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == UI_ORIGIN
+        other = await stack.http.options(url, headers={"Origin": "http://evil.test", **preflight})
+        assert "access-control-allow-origin" not in other.headers
+        answer = await stack.http.post(url, json={"payloads": []}, headers={"Origin": UI_ORIGIN})
+        assert answer.status_code == 200
+        assert answer.headers["access-control-allow-origin"] == UI_ORIGIN
+        # The tenant API stays same-origin: no browser page may call it with a user's key.
+        receipts = await stack.http.get(f"{stack.url}/v1/receipts", headers={"Origin": UI_ORIGIN})
+        assert "access-control-allow-origin" not in receipts.headers
+
+
+async def test_temporal_cli_shows_decoded_history_through_the_codec(stack: Stack) -> None:
+    workflow_id = await _run(stack, "codec-cli")
+    base = [
+        str(temporal_binary()),
+        "workflow",
+        "show",
+        "--workflow-id",
+        workflow_id,
+        "--namespace",
+        stack.settings.temporal_namespace,
+        "--address",
+        stack.client.service_client.config.target_host,
+        "--output",
+        "json",
+    ]
+
+    def started_input(*extra: str) -> list[dict[str, Any]]:
+        done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        first = json.loads(done.stdout)["events"][0]
+        payloads: list[dict[str, Any]] = first["workflowExecutionStartedEventAttributes"]["input"][
+            "payloads"
+        ]
+        return payloads
+
+    raw = await asyncio.to_thread(started_input)
+    assert {base64.b64decode(p["metadata"]["encoding"]) for p in raw} == {b"binary/encrypted"}
+    assert MARKER not in "".join(_texts({"payloads": raw}))
+    decoded = await asyncio.to_thread(
+        started_input,
+        "--codec-endpoint",
+        f"{stack.url}/codec",
+        "--codec-auth",
+        f"Bearer {ADMIN_KEY}",
+    )
+    assert {base64.b64decode(p["metadata"]["encoding"]) for p in decoded} == {b"json/plain"}
+    assert MARKER in "".join(_texts({"payloads": decoded}))
