@@ -2,10 +2,11 @@
 
 An adapter returns an ``AdapterOutput`` or raises ``ApplicationError`` whose ``type`` is an
 ``ErrorTaxonomy`` value and whose first detail carries the provider's HTTP status. 4xx
-(but 408/429) are non-retryable; 429/503 honour ``Retry-After``. A 409 on a retry is
-retryable: under the IETF Idempotency-Key draft a provider answers 409 while the request
-first sent with the same key is still being processed, which is what happens when our
-earlier attempt timed out on our side but is still running on theirs.
+(but 408/429) are non-retryable; 429/503 honour ``Retry-After``. A 409 to a request that
+may have been sent before (a retry, or a reset or resumed run) is retryable: under the IETF
+Idempotency-Key draft a provider answers 409 while the request first sent with the same key
+is still being processed, which is what happens when our earlier attempt timed out on our
+side, or its run was terminated, while it was still running on theirs.
 """
 
 from __future__ import annotations
@@ -131,10 +132,10 @@ class HttpAdapter:
             ) from err
         except httpx.HTTPError as err:
             raise fail(ErrorTaxonomy.NETWORK_ERROR, f"{type(err).__name__}: {err}") from err
-        return _interpret(response, retry=inp.attempt > 1)
+        return _interpret(response, repeat=inp.repeat)
 
 
-def _interpret(response: httpx.Response, *, retry: bool = False) -> AdapterOutput:
+def _interpret(response: httpx.Response, *, repeat: bool = False) -> AdapterOutput:
     status = response.status_code
     if status < 300:
         output = redact(_body(response))
@@ -144,8 +145,8 @@ def _interpret(response: httpx.Response, *, retry: bool = False) -> AdapterOutpu
         if status in RETRY_AFTER_STATUSES
         else None
     )
-    if retry and status == IN_FLIGHT_STATUS:
-        # Our earlier attempt is still running at the provider: its outcome is not known yet.
+    if repeat and status == IN_FLIGHT_STATUS:
+        # Our earlier request is still running at the provider: its outcome is not known yet.
         raise fail(
             ErrorTaxonomy.TIMEOUT,
             "provider is still processing the earlier attempt with this Idempotency-Key (HTTP 409)",

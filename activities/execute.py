@@ -79,7 +79,8 @@ class ExecuteActivities:
                     type="idempotency_key_busy",
                 )
             if existing is None:
-                return await self._decide(session, inp, mode, tenant, now, events=True)
+                outcome = await self._decide(session, inp, mode, tenant, now, events=True)
+                return outcome.model_copy(update={"resumed": not claim.taken_now})
             row = await _record_decision(
                 session,
                 inp,

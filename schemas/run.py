@@ -58,6 +58,12 @@ class PolicyOutcome(BaseModel):
     mode: PolicyMode
     existing_receipt: Receipt | None = None
     reason: str = ""
+    resumed: bool = Field(
+        default=False,
+        description="The execution held its key before this check: a retried check, a reset "
+        "run, or a new run resuming an execution whose run ended before recording. An "
+        "earlier request with its downstream Idempotency-Key may still be in flight.",
+    )
 
 
 class AdapterInput(BaseModel):
@@ -69,6 +75,12 @@ class AdapterInput(BaseModel):
     idempotency_key: str = Field(description="Sent downstream as Idempotency-Key.")
     trace_id: str
     attempt: int = Field(default=1, ge=1, description="Set by the activity: 1 on the first try.")
+    resumed: bool = Field(default=False, description="See ``PolicyOutcome.resumed``.")
+
+    @property
+    def repeat(self) -> bool:
+        """Whether a request with this Idempotency-Key may have been sent before."""
+        return self.attempt > 1 or self.resumed
 
 
 class AdapterOutput(BaseModel):
@@ -112,6 +124,9 @@ class ExecuteResult(BaseModel):
     receipt: Receipt | None = None
     replayed: bool = False
     plan: PolicyOutcome | None = None
+    request_id: str | None = Field(
+        default=None, description="The request that started this run (attached ones differ)."
+    )
 
 
 def workflow_id_for(tenant_id: str, idempotency_key: str) -> str:

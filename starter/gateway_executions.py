@@ -14,7 +14,7 @@ from starter import observability
 from starter.errors import ApiError, documented_errors
 from starter.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway_deps import RECEIPT_ID, Deps, TenantKey, authenticate, deps_of
-from starter.ingest import KEY_ATTR, REPLAYED_HEADER, prepare
+from starter.ingest import KEY_ATTR, REPLAYED_HEADER, Answer, prepare
 from store import repository as repo
 
 router = APIRouter()
@@ -106,9 +106,11 @@ async def execute(
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         prepared = prepare(body, idempotency_key, deps.ingest.catalog)
-        answer = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
+        found = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
     headers: dict[str, str] = {}
-    if answer is None:
+    if isinstance(found, Answer):
+        answer = found
+    else:
         wait, applied = _wait_budget(prefer, deps)
         if applied:
             headers["Preference-Applied"] = applied
@@ -119,6 +121,7 @@ async def execute(
             trace_id,
             submitted_at,
             wait,
+            found,
         )
     headers.update(answer.headers)
     if answer.status == 202:

@@ -84,6 +84,14 @@ class Answer:
         return headers
 
 
+@dataclass(frozen=True)
+class Unfinished:
+    """The key is held by an execution with no receipt yet: its run is still going, or it
+    ended before recording (terminated, timed out). ``run`` continues that execution."""
+
+    receipt_id: str
+
+
 def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
     """Parse → validate → check schema_version → canonicalize → derive the key → check
     what the schema does not state (depth, storable text)."""
@@ -245,8 +253,9 @@ class Ingest:
 
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
-    ) -> Answer | None:
-        """The stored answer for a live key, from Postgres alone; None to go on to Temporal."""
+    ) -> Answer | Unfinished | None:
+        """The stored answer for a live key, from Postgres alone; otherwise go on to Temporal
+        with the execution that holds the key (``Unfinished``) or a new one (None)."""
         if prepared.request.dry_run:
             return None
         found = await repo.find_live_claim(
@@ -258,7 +267,7 @@ class Ingest:
         if claim.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, claim.receipt_id)
         if receipt is None:
-            return None  # still running: attach to the run
+            return Unfinished(claim.receipt_id)
         await repo.insert_policy_decision(
             session,
             id=str(uuid7()),
@@ -282,9 +291,16 @@ class Ingest:
         trace_id: str,
         submitted_at: datetime,
         wait_seconds: float,
+        unfinished: Unfinished | None = None,
     ) -> Answer:
-        """Start the run, or attach to the one already running for this key, and wait."""
-        receipt_id = str(uuid7())
+        """Start the run, or attach to the one already running for this key, and wait.
+
+        An unfinished execution keeps its receipt id: attached to while its run goes on,
+        resumed by a new run once it has ended without recording. The new run derives the
+        same downstream ``Idempotency-Key``, so the provider dedupes an effect the ended run
+        may already have caused."""
+        receipt_id = unfinished.receipt_id if unfinished else str(uuid7())
+        request_id = str(uuid7())
         req = prepared.request
         workflow_id = workflow_id_for(tenant_id, prepared.idempotency_key)
         if req.dry_run:
@@ -298,7 +314,7 @@ class Ingest:
             capability=prepared.capability,
             input=req.input,
             connection_id=req.connection_id,
-            request_id=str(uuid7()),
+            request_id=request_id,
             trace_id=trace_id,
             submitted_at=submitted_at,
             idempotency_ttl_seconds=ttl_seconds,
@@ -313,7 +329,11 @@ class Ingest:
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             result_type=ExecuteResult,
-            memo={"receipt_id": receipt_id, "input_hash": prepared.input_hash},
+            memo={
+                "receipt_id": receipt_id,
+                "input_hash": prepared.input_hash,
+                "request_id": request_id,
+            },
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(TENANT_ATTR, tenant_id),
@@ -326,7 +346,7 @@ class Ingest:
         try:
             result = await asyncio.wait_for(handle.result(), wait_seconds)
         except TimeoutError:
-            return await self._accepted(handle, receipt_id, prepared, trace_id)
+            return await self._accepted(handle, receipt_id, request_id, prepared, trace_id)
         except WorkflowFailureError as err:
             raise ApiError(
                 500,
@@ -340,9 +360,9 @@ class Ingest:
             raise ApiError(
                 500, "gateway_error", "The run returned no receipt.", {"workflow_id": workflow_id}
             )
-        return self._finished(
-            result.receipt, result.replayed or result.receipt.id != receipt_id, prepared
-        )
+        # Attached to a run another request started: the answer is that request's.
+        attached = result.request_id != request_id or result.receipt.id != receipt_id
+        return self._finished(result.receipt, result.replayed or attached, prepared)
 
     def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Answer:
         if receipt.input_hash != prepared.input_hash:
@@ -351,7 +371,7 @@ class Ingest:
         return Answer(status, envelope, replayed=replayed)
 
     async def _accepted(
-        self, handle: Any, receipt_id: str, prepared: Prepared, trace_id: str
+        self, handle: Any, receipt_id: str, request_id: str, prepared: Prepared, trace_id: str
     ) -> Answer:
         try:
             memo = await (await handle.describe()).memo()
@@ -368,10 +388,11 @@ class Ingest:
             workflow_id=handle.id,
             run_id=handle.result_run_id,
         )
+        attached = memo.get("request_id", request_id) != request_id or running_id != receipt_id
         return Answer(
             202,
             envelope,
-            replayed=running_id != receipt_id,
+            replayed=attached,
             location=f"/v1/executions/{running_id}",
         )
 

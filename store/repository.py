@@ -237,9 +237,10 @@ class Claim:
     workflow_id: str
     first_seen_at: datetime
     expires_at: datetime
+    taken_now: bool = False  # claim_key: this call took it (or re-armed it once expired)
 
 
-def _claim(row: IdempotencyClaim) -> Claim:
+def _claim(row: IdempotencyClaim, *, taken_now: bool = False) -> Claim:
     return Claim(
         key=row.idempotency_key,
         receipt_id=row.receipt_id,
@@ -247,6 +248,7 @@ def _claim(row: IdempotencyClaim) -> Claim:
         workflow_id=row.workflow_id,
         first_seen_at=row.first_seen_at,
         expires_at=row.expires_at,
+        taken_now=taken_now,
     )
 
 
@@ -320,7 +322,7 @@ async def claim_key(
     ).returning(IdempotencyClaim)
     won = (await session.execute(upsert)).scalar_one_or_none()
     if won is not None:
-        return _claim(won)
+        return _claim(won, taken_now=True)
     held = await session.get(IdempotencyClaim, (tenant_id, key), populate_existing=True)
     assert held is not None
     return _claim(held)

@@ -66,6 +66,9 @@ async def test_concurrent_duplicates_execute_once(stack: Stack, provider: FakePr
     assert not failed, failed
     receipt_ids = {r.json()["receipt_id"] for r in responses}
     assert len(receipt_ids) == 1
+    # One request started the run; every other one attached to it or got its stored receipt.
+    fresh = [r for r in responses if "x-moat-idempotent-replayed" not in r.headers]
+    assert len(fresh) == 1
     assert len(provider.calls_to("/storm")) == 1
     assert await count(stack, ReceiptRow, tenant_id=stack.tenant_id) == 1
     async with stack.sessions() as s:

@@ -78,7 +78,7 @@ class ExecuteCapability:
             reason = "workflow_reset" if existing.id == req.receipt_id else "idempotent_hit"
             await self._manifest(req, existing, policy, replay_reason=reason)
             self._set_status(existing)
-            return ExecuteResult(receipt=existing, replayed=True)
+            return ExecuteResult(receipt=existing, replayed=True, request_id=req.request_id)
 
         record = RecordInput(
             receipt_id=req.receipt_id,
@@ -108,7 +108,7 @@ class ExecuteCapability:
                 update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
             )
         else:
-            record, tool = await self._call_adapter(req, record)
+            record, tool = await self._call_adapter(req, record, policy.resumed)
 
         receipt: Receipt = await self._bookkeeping(
             RECORD_OUTCOME, record, Receipt, req.local_activities
@@ -119,7 +119,7 @@ class ExecuteCapability:
             # run; this run leaves a replayed manifest of its own beside it.
             await self._manifest(req, receipt, policy, replay_reason="workflow_reset")
         self._set_status(receipt)
-        return ExecuteResult(receipt=receipt)
+        return ExecuteResult(receipt=receipt, request_id=req.request_id)
 
     async def _manifest(
         self,
@@ -152,7 +152,7 @@ class ExecuteCapability:
             workflow.logger.exception("manifest of receipt %s not written", receipt.id)
 
     async def _call_adapter(
-        self, req: ExecuteWorkflowInput, record: RecordInput
+        self, req: ExecuteWorkflowInput, record: RecordInput, resumed: bool
     ) -> tuple[RecordInput, ToolCall]:
         cap = req.capability
         retry = cap.retry_settings
@@ -175,6 +175,7 @@ class ExecuteCapability:
                     connection_id=req.connection_id,
                     idempotency_key=key,
                     trace_id=req.trace_id,
+                    resumed=resumed,
                 ),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
