@@ -26,14 +26,13 @@ from temporalio.exceptions import ApplicationError
 from schemas.canonical import redact, redacted_hash
 from schemas.capabilities import HttpRequestInput
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
-from schemas.run import AdapterInput, AdapterOutput
+from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
 Adapter = Callable[[AdapterInput], Awaitable[AdapterOutput]]
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
 IN_FLIGHT_STATUS = 409
-MAX_RETRY_AFTER = timedelta(minutes=10)
 
 
 def fail(

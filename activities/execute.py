@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -29,7 +29,14 @@ from schemas.records import (
     Receipt,
     RuleHit,
 )
-from schemas.run import AdapterInput, AdapterOutput, PolicyInput, PolicyOutcome, RecordInput
+from schemas.run import (
+    AdapterInput,
+    AdapterOutput,
+    PolicyInput,
+    PolicyOutcome,
+    RecordInput,
+    longest_run_seconds,
+)
 from store import events as event_log
 from store import repository as repo
 from store.models import PolicyDecisionRow, Tenant
@@ -108,8 +115,18 @@ class ExecuteActivities:
         *,
         events: bool,
     ) -> PolicyOutcome:
-        decision, rule, reason = await _evaluate(session, inp, mode, tenant, now)
+        decision, rule, reason, budget = await _evaluate(session, inp, mode, tenant, now)
         row = await _record_decision(session, inp, mode, inp.receipt_id, decision, rule, reason)
+        if budget is not None and not inp.dry_run and row.decision != Decision.DENY.value:
+            # The execution holds its unit until it records: concurrent checks count it.
+            await repo.hold_budget(
+                session,
+                inp.tenant_id,
+                inp.capability.id,
+                inp.receipt_id,
+                budget,
+                now + timedelta(seconds=longest_run_seconds(inp.capability)),
+            )
         # A retried check returns the decision first recorded, not a re-evaluation.
         outcome = PolicyOutcome(
             policy_decision_id=row.id,
@@ -253,9 +270,11 @@ class ExecuteActivities:
                     adapter_id=receipt.adapter_id,
                 ),
             )
-            # Bill once: only a success, only when its receipt is first written.
+            # Bill once: only a success, only when its receipt is first written; the unit
+            # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.is_synthetic:
                 await repo.increment_budget(session, inp.tenant_id, inp.capability.id, now)
+            await repo.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
             await event_log.append(session, await _outcome_events(session, inp))
         return receipt
 
@@ -287,18 +306,29 @@ async def _record_decision(
 
 async def _evaluate(
     session: AsyncSession, inp: PolicyInput, mode: PolicyMode, tenant: Tenant | None, now: datetime
-) -> tuple[Decision, RuleHit, str]:
+) -> tuple[Decision, RuleHit, str, repo.BudgetState | None]:
+    """The decision, and the budget it was taken against (None when none applies)."""
     if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
-        return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode"
+        return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode", None
     if inp.is_synthetic:
-        return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied"
-    budget = await repo.budget_state(session, inp.tenant_id, inp.capability.id, now)
+        return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
+    budget = await repo.budget_state(
+        session,
+        inp.tenant_id,
+        inp.capability.id,
+        now,
+        lock=not inp.dry_run,
+        exclude_receipt=inp.receipt_id,
+    )
     if budget is not None and budget.exhausted:
-        reason = f"budget {budget.used}/{budget.limit} per {budget.period} used up"
+        reason = (
+            f"budget {budget.limit} per {budget.period} used up: {budget.used} used, "
+            f"{budget.held} in flight"
+        )
         if mode == PolicyMode.AUDIT:
-            return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason
-        return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason
-    return Decision.ALLOW, RuleHit.ALLOWED, ""
+            return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
+        return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
+    return Decision.ALLOW, RuleHit.ALLOWED, "", budget
 
 
 def _receipt(inp: RecordInput, now: datetime) -> Receipt:

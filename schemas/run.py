@@ -6,7 +6,7 @@ One pydantic model per workflow and activity, so fields can be added compatibly.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -127,6 +127,22 @@ class ExecuteResult(BaseModel):
     request_id: str | None = Field(
         default=None, description="The request that started this run (attached ones differ)."
     )
+
+
+# How long the workflow gives its steps (workflows/execute.py uses these).
+ADAPTER_TIMEOUT_SLACK = timedelta(seconds=5)  # beyond the capability's own HTTP timeout
+BOOKKEEPING_DEADLINE = timedelta(minutes=10)  # each bookkeeping step, retries included
+MAX_RETRY_AFTER = timedelta(minutes=10)  # the longest provider Retry-After honoured
+
+
+def longest_run_seconds(capability: CapabilitySpec) -> float:
+    """How long an execution of ``capability`` can take at most: every adapter attempt
+    running to its timeout, each followed by the longest wait (backoff or ``Retry-After``),
+    plus the bookkeeping steps' deadlines. A budget hold lasts that long."""
+    retry = capability.retry_settings
+    wait = max(retry.max_delay_seconds, MAX_RETRY_AFTER.total_seconds())
+    per_attempt = capability.timeout_seconds + ADAPTER_TIMEOUT_SLACK.total_seconds() + wait
+    return (retry.max_retries + 1) * per_attempt + 3 * BOOKKEEPING_DEADLINE.total_seconds()
 
 
 def workflow_id_for(tenant_id: str, idempotency_key: str) -> str:

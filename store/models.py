@@ -172,6 +172,20 @@ class BudgetUsage(Base):
     used: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class BudgetHold(Base):
+    """One unit of a budget held by an allowed execution until it records (migration 0004)."""
+
+    __tablename__ = "budget_holds"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    receipt_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    capability_id: Mapped[str] = mapped_column(String(200))
+    period: Mapped[str] = mapped_column(String(8))
+    period_start: Mapped[date] = mapped_column(Date)
+    expires_at: Mapped[datetime] = mapped_column(_tz())
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
 class OrchestrationEvent(Base):
     """Seed 001's event log: append-only (the database refuses UPDATE and DELETE)."""
 

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from sqlalchemy import func, select, text, tuple_, update
+from sqlalchemy import delete, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -20,6 +20,7 @@ from schemas.records import OutcomeEvent, Receipt
 from store.models import (
     ApiKey,
     Budget,
+    BudgetHold,
     BudgetUsage,
     IdempotencyClaim,
     OutcomeEventRow,
@@ -467,30 +468,87 @@ async def set_budget(
 class BudgetState:
     limit: int
     period: str
+    period_start: date
     used: int
+    held: int = 0  # executions allowed and not recorded yet
 
     @property
     def exhausted(self) -> bool:
-        return self.used >= self.limit
+        return self.used + self.held >= self.limit
 
 
 async def budget_state(
-    session: AsyncSession, tenant_id: str, capability_id: str, now: datetime
+    session: AsyncSession,
+    tenant_id: str,
+    capability_id: str,
+    now: datetime,
+    *,
+    lock: bool = False,
+    exclude_receipt: str | None = None,
 ) -> BudgetState | None:
-    budget = await session.get(Budget, (tenant_id, capability_id))
+    """The budget of a capability in the current period: successes counted, and units held
+    by executions in flight (other than ``exclude_receipt``). ``lock`` takes the budget row
+    FOR UPDATE, so concurrent checks of one budget see each other's holds."""
+    query = select(Budget).where(
+        Budget.tenant_id == tenant_id, Budget.capability_id == capability_id
+    )
+    budget = (
+        await session.execute(query.with_for_update() if lock else query)
+    ).scalar_one_or_none()
     if budget is None:
         return None
+    start = period_start(budget.period, now)
     used = (
         await session.execute(
             select(BudgetUsage.used).where(
                 BudgetUsage.tenant_id == tenant_id,
                 BudgetUsage.capability_id == capability_id,
                 BudgetUsage.period == budget.period,
-                BudgetUsage.period_start == period_start(budget.period, now),
+                BudgetUsage.period_start == start,
             )
         )
     ).scalar_one_or_none()
-    return BudgetState(limit=budget.limit, period=budget.period, used=used or 0)
+    holds = select(func.count()).where(
+        BudgetHold.tenant_id == tenant_id,
+        BudgetHold.capability_id == capability_id,
+        BudgetHold.period == budget.period,
+        BudgetHold.period_start == start,
+        BudgetHold.expires_at > now,
+    )
+    if exclude_receipt is not None:
+        holds = holds.where(BudgetHold.receipt_id != exclude_receipt)
+    held = (await session.execute(holds)).scalar_one()
+    return BudgetState(
+        limit=budget.limit, period=budget.period, period_start=start, used=used or 0, held=held
+    )
+
+
+async def hold_budget(
+    session: AsyncSession,
+    tenant_id: str,
+    capability_id: str,
+    receipt_id: str,
+    state: BudgetState,
+    expires_at: datetime,
+) -> None:
+    """Hold one unit for an allowed execution (once: a retried check finds it there)."""
+    stmt = insert(BudgetHold).values(
+        tenant_id=tenant_id,
+        receipt_id=receipt_id,
+        capability_id=capability_id,
+        period=state.period,
+        period_start=state.period_start,
+        expires_at=expires_at,
+    )
+    await session.execute(stmt.on_conflict_do_nothing())
+
+
+async def release_budget_hold(session: AsyncSession, tenant_id: str, receipt_id: str) -> None:
+    await session.execute(
+        delete(BudgetHold).where(
+            BudgetHold.tenant_id == tenant_id, BudgetHold.receipt_id == receipt_id
+        )
+    )
 
 
 async def increment_budget(

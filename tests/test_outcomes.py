@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -209,8 +210,40 @@ async def test_budget_exhausted_is_policy_denied(stack: Stack, provider: FakePro
                 )
             )
         ).scalar_one()
-    assert state is not None and state.used == 1
+    assert state is not None and (state.used, state.held) == (1, 0)
     assert rule == "BUDGET_EXCEEDED"
+
+
+async def test_concurrent_executions_never_overshoot_the_budget(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    # 20 executions with different keys at once against a limit of 5: each allowed one
+    # holds its unit while its provider call is in flight, so exactly 5 run.
+    url = provider.script("/capped", Step(200, delay=0.5))
+    async with stack.sessions.begin() as s:
+        await repo.set_budget(s, stack.tenant_id, "http.request", 5, "day")
+    responses = await asyncio.gather(
+        *(stack.execute("http.request", post(url), key=f"cap-{i}") for i in range(20))
+    )
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 5 + [403] * 15, [r.text for r in responses if r.status_code >= 500]
+    denied = [r.json() for r in responses if r.status_code == 403]
+    assert {d["error"]["code"] for d in denied} == {"budget_exceeded"}
+    assert len(provider.calls_to("/capped")) == 5
+    async with stack.sessions() as s:
+        state = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
+    assert state is not None and (state.used, state.held) == (5, 0)  # holds became uses
+
+
+async def test_a_failed_execution_gives_its_unit_back(fast: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/refused", Step(400))
+    async with fast.sessions.begin() as s:
+        await repo.set_budget(s, fast.tenant_id, "test.http", 1, "day")
+    failed = await fast.execute("test.http", post(url), key="gives-back")
+    assert failed.status_code == 502
+    provider.script("/refused", Step(200))
+    ok = await fast.execute("test.http", post(url), key="after-failure")
+    assert ok.status_code == 200, ok.text
 
 
 async def test_failures_do_not_consume_budget(fast: Stack, provider: FakeProvider) -> None:
@@ -221,7 +254,7 @@ async def test_failures_do_not_consume_budget(fast: Stack, provider: FakeProvide
     await fast.execute("test.http", post(url), key="f2")
     async with fast.sessions() as s:
         state = await repo.budget_state(s, fast.tenant_id, "test.http", datetime.now(UTC))
-    assert state is not None and state.used == 0
+    assert state is not None and (state.used, state.held) == (0, 0)
 
 
 async def test_loopback_is_refused_unless_allow_listed(

@@ -17,6 +17,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
     from schemas.records import Decision, ErrorTaxonomy, ExecutionStatus, Receipt, RuleHit
     from schemas.run import (
+        ADAPTER_TIMEOUT_SLACK,
+        BOOKKEEPING_DEADLINE,
         WORKFLOW_NAME,
         AdapterInput,
         AdapterOutput,
@@ -45,7 +47,6 @@ BOOKKEEPING_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
 )
 BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
-BOOKKEEPING_DEADLINE = timedelta(minutes=10)
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -179,7 +180,8 @@ class ExecuteCapability:
                 ),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
-                start_to_close_timeout=timedelta(seconds=cap.timeout_seconds + 5),
+                start_to_close_timeout=timedelta(seconds=cap.timeout_seconds)
+                + ADAPTER_TIMEOUT_SLACK,
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=retry.base_delay_seconds),
                     backoff_coefficient=2.0,
