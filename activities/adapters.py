@@ -74,24 +74,42 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> timedel
     return max(timedelta(0), min(delay, MAX_RETRY_AFTER))
 
 
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def resolve(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to, as the system resolver gives them."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
 class HostGuard:
-    """Refuses loopback, private, link-local and reserved targets unless allow-listed."""
+    """Refuses loopback, private, link-local and reserved targets unless allow-listed (by
+    name, or by address for a name that resolves to it).
 
-    def __init__(self, allow_hosts: Iterable[str]) -> None:
-        self._allow = {h.lower() for h in allow_hosts}
+    ``check`` resolves a name once and returns the vetted address the request must then be
+    sent to, so the name cannot resolve elsewhere between the check and the connection
+    (DNS rebinding)."""
 
-    async def check(self, host: str, port: int) -> None:
+    def __init__(self, allow_hosts: Iterable[str], resolver: Resolver = resolve) -> None:
+        self._allow = {h.lower().strip("[]") for h in allow_hosts}
+        self._resolve = resolver
+
+    async def check(self, host: str, port: int) -> str | None:
+        """The address to connect to; None for a host allow-listed by name (sent as is)."""
         host = host.lower().strip("[]")
         if host in self._allow:
-            return
+            return None
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
-            )
+            addresses = await self._resolve(host, port)
         except OSError as err:
             raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: {err}") from err
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0])
+        if not addresses:
+            raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: no address")
+        for text in addresses:
+            address = ipaddress.ip_address(text.split("%")[0])  # drop an IPv6 zone id
+            if str(address) in self._allow:
+                continue
             if not address.is_global or address.is_multicast:
                 raise fail(
                     ErrorTaxonomy.GATEWAY_ERROR,
@@ -100,6 +118,7 @@ class HostGuard:
                     code="host_not_allowed",
                     retryable=False,
                 )
+        return addresses[0]
 
 
 class HttpAdapter:
@@ -112,8 +131,19 @@ class HttpAdapter:
     async def __call__(self, inp: AdapterInput) -> AdapterOutput:
         req = HttpRequestInput.model_validate(inp.input)
         url = httpx.URL(str(req.url))
-        await self._guard.check(url.host, url.port or (443 if url.scheme == "https" else 80))
+        pinned = await self._guard.check(
+            url.host, url.port or (443 if url.scheme == "https" else 80)
+        )
         headers = {k: v for k, v in req.headers.items() if k.lower() != "idempotency-key"}
+        extensions: dict[str, Any] = {}
+        if pinned is not None:
+            # Connect to the address the guard vetted; the provider still sees its own name
+            # (Host header, and TLS server name, which the certificate is checked against).
+            headers = {k: v for k, v in headers.items() if k.lower() != "host"}
+            headers["Host"] = url.netloc.decode("ascii")
+            if url.scheme == "https":
+                extensions["sni_hostname"] = url.host
+            url = url.copy_with(host=pinned)
         headers["Idempotency-Key"] = inp.idempotency_key
         headers.setdefault("User-Agent", "moat/0.1")
         propagate.inject(headers)  # traceparent: the provider call joins the run's trace
@@ -124,6 +154,7 @@ class HttpAdapter:
                 headers=headers,
                 json=req.json_body if req.json_body is not None else None,
                 timeout=inp.capability.timeout_seconds,
+                extensions=extensions,
             )
         except httpx.TimeoutException as err:
             raise fail(
