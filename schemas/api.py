@@ -3,7 +3,7 @@ capability list and the admin resources (tenants, API keys)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -97,3 +97,14 @@ class NewApiKey(ApiKeyInfo):
 class NewTenant(BaseModel):
     tenant: TenantInfo
     api_key: NewApiKey
+
+
+class BudgetInfo(BaseModel):
+    """A budget and where it stands in the current period."""
+
+    capability_id: str
+    limit: int
+    period: Literal["day", "month"]
+    period_start: date
+    used: int = Field(description="Successful executions counted this period.")
+    in_flight: int = Field(description="Executions allowed and not recorded yet.")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.api import ApiKeyInfo, NewApiKey, TenantInfo
+from schemas.api import ApiKeyInfo, BudgetInfo, NewApiKey, TenantInfo
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
@@ -106,6 +106,24 @@ async def set_budget(
         row = await _tenant(session, tenant)
         await repo.set_budget(session, row.id, capability_id, limit, period)
         return row.id
+
+
+async def list_budgets(settings: MoatSettings, tenant: str) -> tuple[str, list[BudgetInfo]]:
+    """A tenant's budgets and where each stands this period; the tenant id first."""
+    async with _transaction(settings) as session:
+        row = await _tenant(session, tenant)
+        budgets = await repo.list_budgets(session, row.id, datetime.now(UTC))
+    return row.id, [
+        BudgetInfo(
+            capability_id=capability_id,
+            limit=state.limit,
+            period=state.period,
+            period_start=state.period_start,
+            used=state.used,
+            in_flight=state.held,
+        )
+        for capability_id, state in budgets
+    ]
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:

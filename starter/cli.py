@@ -196,6 +196,38 @@ class Period(StrEnum):
     month = "month"
 
 
+@budget_app.command("list")
+def budget_list(
+    tenant: Annotated[str, typer.Argument(help="Tenant id or name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """A tenant's budgets: limit, successes used this period, executions in flight."""
+    from starter.bootstrap import list_budgets
+
+    try:
+        tenant_id, budgets = asyncio.run(list_budgets(_settings(), tenant))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps([b.model_dump(mode="json") for b in budgets]))
+        return
+    if not budgets:
+        out.print(f"{tenant_id} has no budgets: every capability is unlimited")
+        return
+    table = Table("capability", "limit", "period", "since", "used", "in flight", "left")
+    for b in budgets:
+        table.add_row(
+            b.capability_id,
+            str(b.limit),
+            b.period,
+            f"{b.period_start:%F}",
+            str(b.used),
+            str(b.in_flight),
+            str(max(0, b.limit - b.used - b.in_flight)),
+        )
+    out.print(table)
+
+
 @budget_app.command("set")
 def budget_set(
     tenant: Annotated[str, typer.Argument(help="Tenant id or name.")],

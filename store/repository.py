@@ -523,6 +523,25 @@ async def budget_state(
     )
 
 
+async def list_budgets(
+    session: AsyncSession, tenant_id: str, now: datetime
+) -> list[tuple[str, BudgetState]]:
+    """Every budget of a tenant with its state in the current period, by capability."""
+    capabilities = (
+        await session.execute(
+            select(Budget.capability_id)
+            .where(Budget.tenant_id == tenant_id)
+            .order_by(Budget.capability_id)
+        )
+    ).scalars()
+    out = []
+    for capability_id in capabilities.all():
+        state = await budget_state(session, tenant_id, capability_id, now)
+        if state is not None:
+            out.append((capability_id, state))
+    return out
+
+
 async def hold_budget(
     session: AsyncSession,
     tenant_id: str,

@@ -145,6 +145,18 @@ def test_cli_tenant_and_key_commands(base_settings: Any, monkeypatch: pytest.Mon
     dup = runner.invoke(cli, ["tenant", "create", name])
     assert dup.exit_code == 1 and "already exists" in dup.output
 
+    none = runner.invoke(cli, ["budget", "list", name])
+    assert none.exit_code == 0 and "no budgets" in none.output
+    budget = runner.invoke(cli, ["budget", "set", name, "http.request", "7", "--period", "month"])
+    assert budget.exit_code == 0, budget.output
+    listed = runner.invoke(cli, ["budget", "list", name, "--json"])
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.output)
+    assert (row["capability_id"], row["limit"], row["period"]) == ("http.request", 7, "month")
+    assert (row["used"], row["in_flight"]) == (0, 0)
+    table = runner.invoke(cli, ["budget", "list", name])
+    assert table.exit_code == 0 and "http.request" in table.output and "in flight" in table.output
+
 
 async def test_keys_are_stored_hashed(stack: Stack) -> None:
     async with stack.sessions() as s:
