@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,6 +31,8 @@ from store import make_engine, make_sessionmaker
 from store import repository as repo
 from store.manifests import ManifestStore
 from workflows import ExecuteCapability, ManifestRetention
+
+log = logging.getLogger("moat.worker")
 
 
 @asynccontextmanager
@@ -80,7 +83,7 @@ def build_worker(
 
 async def run(settings: MoatSettings) -> None:
     """Run one worker until SIGINT/SIGTERM, then shut down cleanly."""
-    observability.setup("moat-worker")
+    observability.setup("moat-worker", log_format=settings.log_format)
     client = await connect(settings, observability.temporal_interceptors())
     async with activity_deps(settings) as (sessions, http):
         async with sessions.begin() as session:
@@ -92,7 +95,13 @@ async def run(settings: MoatSettings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         async with worker:
+            log.info(
+                "worker polling task queue %s in namespace %s",
+                settings.task_queue,
+                settings.temporal_namespace,
+            )
             await stop.wait()
+        log.info("worker stopped")
 
 
 if __name__ == "__main__":

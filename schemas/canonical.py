@@ -69,6 +69,14 @@ def is_secret_value(value: str) -> bool:
     return any(p.search(value) for p in SECRET_VALUE_PATTERNS)
 
 
+def redact_text(text: str) -> str:
+    """``text`` with every well-known secret value format replaced by ``[REDACTED]`` (for
+    free text such as log lines, where there are no keys to go by)."""
+    for pattern in SECRET_VALUE_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
 def redact(value: Any) -> Any:
     """A deep copy of ``value`` with every secret replaced by ``"[REDACTED]"``."""
     if isinstance(value, dict):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
@@ -94,6 +94,10 @@ class MoatSettings(BaseSettings):
     codec_keyring: Path | None = Field(
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="json",
+        description="Worker and gateway logs: one JSON object per line (with trace_id), or text.",
     )
     codec_cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -75,6 +75,7 @@ def gateway() -> None:
         host=settings.gateway_host,
         port=settings.gateway_port,
         log_level="warning",
+        log_config=None,  # uvicorn's own lines go through Moat's log format too
     )
 
 

@@ -71,7 +71,7 @@ def create_app(
 ) -> FastAPI:
     """The gateway. Without ``sessions``/``client`` it connects to the configured Postgres
     (as the application role) and Temporal in its lifespan."""
-    observability.setup("moat-gateway")
+    observability.setup("moat-gateway", log_format=settings.log_format)
     capabilities = catalog or CapabilityCatalog()
 
     @asynccontextmanager

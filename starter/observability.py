@@ -1,36 +1,122 @@
-"""Tracing and logging, set up once by every entry point (gateway, worker, CLI).
+"""Tracing and logging, set up once by every entry point (gateway, worker).
 
-The envelope's ``trace_id`` is the OpenTelemetry trace id of the request; the Temporal
-interceptor carries it into the workflow and its activities.
+- **Traces**: the envelope's ``trace_id`` is the OpenTelemetry trace id of the request; the
+  Temporal interceptor carries it into the workflow and its activities, and the adapter
+  into the provider call (``traceparent``). Spans are exported over OTLP/HTTP when the
+  standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``) is set.
+- **Logs**: one JSON object per line (``MOAT_LOG_FORMAT=text`` for plain lines) with the
+  current ``trace_id`` and ``span_id``, so a log line leads to its trace and back.
+- **No secret in a log**: every record's message and traceback are passed through the
+  secret-value redaction when the record is made, whichever handler writes it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import traceback
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from temporalio.client import Interceptor
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from schemas.canonical import redact_text
+
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
 _configured = False
 
 
-def setup(service: str, level: int = logging.INFO) -> None:
-    """Install the tracer provider and a structured-ish log format (idempotent)."""
+def setup(service: str, level: int = logging.INFO, log_format: str = "json") -> None:
+    """Install the tracer provider (with an OTLP exporter when configured), the log format
+    and the redaction of log records (idempotent: the first call wins)."""
     global _configured
     if _configured:
         return
     _configured = True
-    from opentelemetry.sdk.resources import Resource
-
-    trace.set_tracer_provider(TracerProvider(resource=Resource.create({"service.name": service})))
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    exporter = span_exporter_from_env(os.environ)
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    install_redaction()
+    root = logging.getLogger()
+    if not root.handlers:  # like basicConfig: a host that configured logging keeps its own
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            JsonFormatter(service)
+            if log_format == "json"
+            else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+        )
+        root.addHandler(handler)
+        root.setLevel(level)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def span_exporter_from_env(environ: Mapping[str, str]) -> SpanExporter | None:
+    """An OTLP/HTTP span exporter when an OTLP endpoint is configured (the exporter reads
+    the rest of the standard ``OTEL_EXPORTER_OTLP_*`` settings itself)."""
+    if not any(environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
+        return None
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+_factory = logging.getLogRecordFactory()
+
+
+def _redacting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    record = _factory(*args, **kwargs)
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call; let the handler report it as logging does
+        return record
+    record.msg, record.args = redact_text(message), None
+    if record.exc_info and record.exc_info[1] is not None:
+        record.exc_text = redact_text("".join(traceback.format_exception(*record.exc_info)))
+    return record
+
+
+def install_redaction() -> None:
+    """Redact every log record of this process as it is made (idempotent)."""
+    if logging.getLogRecordFactory() is not _redacting_factory:
+        logging.setLogRecordFactory(_redacting_factory)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, trace and span ids, and the
+    traceback when there is one."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "service": self.service,
+        }
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            entry["trace_id"] = format(context.trace_id, "032x")
+            entry["span_id"] = format(context.span_id, "016x")
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exception"] = record.exc_text
+        return json.dumps(entry, ensure_ascii=False, default=str)
 
 
 def temporal_runtime(metrics_address: str | None) -> Runtime | None:

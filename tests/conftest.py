@@ -29,6 +29,7 @@ from schemas.capabilities import (
     RetrySettings,
 )
 from schemas.settings import MoatSettings
+from starter import observability
 from starter.codec import data_converter
 from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
 from starter.gateway import create_app
@@ -161,7 +162,10 @@ async def make_stack(
         settings = base_settings.model_copy(
             update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides}
         )
-        client = temporal.client
+        # As in production (starter.temporal.connect): traced through Temporal.
+        client = Client(
+            **{**temporal.client.config(), "interceptors": observability.temporal_interceptors()}
+        )
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
             worker = (
                 worker_module.build_worker(client, settings, wsessions, http_out)

@@ -122,6 +122,14 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(tmp_path: Path) -> None:
         )
         assert preflight.headers.get("access-control-allow-origin") == ui
 
+    # The worker logs JSON lines (MOAT_LOG_FORMAT's default).
+    lines = (tmp_path / "home" / "logs" / "worker.log").read_text().splitlines()
+    entries = [json.loads(line) for line in lines if line.startswith("{")]
+    assert any(
+        e["service"] == "moat-worker" and e["message"].startswith("worker polling task queue")
+        for e in entries
+    ), lines
+
     with moat_up(env):  # the same home: the same tenant, key and receipt
         again = moat(env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1")
         assert again.returncode == 0, again.stderr
