@@ -54,6 +54,7 @@ SECRET_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"\bmoat_[a-z0-9]+_[A-Za-z0-9_-]{20,}",  # our own API keys
         r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWTs
         r"://[^/\s:@]+:[^/\s@]+@",  # credentials in URLs
+        r"/codec/ui/[A-Za-z0-9_-]{20,}",  # our codec endpoint's UI token, in a URL or path
     )
 )
 

@@ -163,8 +163,11 @@ class Boundary:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        name = f"{scope['method']} {scope['path']}"
-        with self.tracer.start_as_current_span(name, record_exception=False):
+        # Named by the route's template once routed ("GET /v1/receipts/{receipt_id}"): a raw
+        # path may hold a credential (the codec's UI token) and has unbounded cardinality.
+        with self.tracer.start_as_current_span(
+            f"{scope['method']} (unrouted)", record_exception=False
+        ) as span:
             trace_id = current_trace_id()
             started = False
 
@@ -196,6 +199,10 @@ class Boundary:
                 if started:
                     raise  # the answer is under way; only dropping the connection is left
                 await _gateway_error(trace_id)(scope, receive, send_traced)
+            finally:
+                route = scope.get("route")
+                if route is not None and hasattr(route, "path"):
+                    span.update_name(f"{scope['method']} {route.path}")
 
     async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
         """The request with its body read up front (at most ``max_body_bytes``), or None

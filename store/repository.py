@@ -498,16 +498,20 @@ async def budget_state(
     if budget is None:
         return None
     start = period_start(budget.period, now)
-    used = (
-        await session.execute(
-            select(BudgetUsage.used).where(
-                BudgetUsage.tenant_id == tenant_id,
-                BudgetUsage.capability_id == capability_id,
-                BudgetUsage.period == budget.period,
-                BudgetUsage.period_start == start,
-            )
+    # Uses and holds in one statement, so one snapshot: the record step turns a hold into a
+    # use in one transaction, and a check must never see neither (it would overshoot). The
+    # snapshot is taken after the lock above was granted, so it sees every hold committed
+    # by the checks this one waited for.
+    used_query = (
+        select(BudgetUsage.used)
+        .where(
+            BudgetUsage.tenant_id == tenant_id,
+            BudgetUsage.capability_id == capability_id,
+            BudgetUsage.period == budget.period,
+            BudgetUsage.period_start == start,
         )
-    ).scalar_one_or_none()
+        .scalar_subquery()
+    )
     holds = select(func.count()).where(
         BudgetHold.tenant_id == tenant_id,
         BudgetHold.capability_id == capability_id,
@@ -517,9 +521,14 @@ async def budget_state(
     )
     if exclude_receipt is not None:
         holds = holds.where(BudgetHold.receipt_id != exclude_receipt)
-    held = (await session.execute(holds)).scalar_one()
+    statement = select(func.coalesce(used_query, 0), holds.scalar_subquery())
+    row = (await session.execute(statement)).one()
     return BudgetState(
-        limit=budget.limit, period=budget.period, period_start=start, used=used or 0, held=held
+        limit=budget.limit,
+        period=budget.period,
+        period_start=start,
+        used=int(row[0]),
+        held=int(row[1]),
     )
 
 
@@ -550,7 +559,15 @@ async def hold_budget(
     state: BudgetState,
     expires_at: datetime,
 ) -> None:
-    """Hold one unit for an allowed execution (once: a retried check finds it there)."""
+    """Hold one unit for an allowed execution (once: a retried check finds it there), and
+    drop the budget's expired holds (left by runs that ended without recording)."""
+    await session.execute(
+        delete(BudgetHold).where(
+            BudgetHold.tenant_id == tenant_id,
+            BudgetHold.capability_id == capability_id,
+            BudgetHold.expires_at <= func.now(),
+        )
+    )
     stmt = insert(BudgetHold).values(
         tenant_id=tenant_id,
         receipt_id=receipt_id,

@@ -179,3 +179,30 @@ async def test_temporal_cli_shows_decoded_history_through_the_codec(stack: Stack
     )
     assert {base64.b64decode(p["metadata"]["encoding"]) for p in decoded} == {b"json/plain"}
     assert MARKER in "".join(_texts({"payloads": decoded}))
+
+
+async def test_the_ui_token_stays_out_of_traces_and_logs(stack: Stack) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from schemas.canonical import redact_text
+
+    token = ui_token(ADMIN_KEY)
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    spans = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(spans)
+    provider.add_span_processor(processor)
+    try:
+        answer = await stack.http.post(
+            f"{stack.url}/codec/ui/{token}/decode", json={"payloads": []}
+        )
+    finally:
+        processor.shutdown()
+    assert answer.status_code == 200
+    names = [s.name for s in spans.get_finished_spans()]
+    assert "POST /codec/ui/{token}/decode" in names  # the route's template, not the path
+    assert not [n for n in names if token in n]
+    assert token not in redact_text(f"GET {stack.url}/codec/ui/{token}/decode 200")

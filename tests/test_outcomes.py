@@ -10,7 +10,13 @@ import pytest
 from sqlalchemy import func, select, update
 
 from store import repository as repo
-from store.models import IdempotencyClaim, OutcomeEventRow, PolicyDecisionRow, ReceiptRow
+from store.models import (
+    BudgetHold,
+    IdempotencyClaim,
+    OutcomeEventRow,
+    PolicyDecisionRow,
+    ReceiptRow,
+)
 from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider, Step
 
@@ -233,6 +239,39 @@ async def test_concurrent_executions_never_overshoot_the_budget(
     async with stack.sessions() as s:
         state = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
     assert state is not None and (state.used, state.held) == (5, 0)  # holds became uses
+
+
+async def test_a_hold_left_by_an_ended_run_counts_until_it_expires(
+    fast: Stack, provider: FakeProvider
+) -> None:
+    # A run terminated before recording leaves its hold: it counts while the run could
+    # still be going, and is dropped once expired.
+    url = provider.script("/held", Step(200))
+    now = datetime.now(UTC)
+    async with fast.sessions.begin() as s:
+        await repo.set_budget(s, fast.tenant_id, "test.http", 1, "day")
+        state = await repo.budget_state(s, fast.tenant_id, "test.http", now)
+        assert state is not None
+        await repo.hold_budget(
+            s, fast.tenant_id, "test.http", "ended-run", state, now + timedelta(minutes=5)
+        )
+    denied = await fast.execute("test.http", post(url), key="while-held")
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "budget_exceeded"
+    async with fast.sessions.begin() as s:
+        await s.execute(
+            update(BudgetHold)
+            .filter_by(tenant_id=fast.tenant_id, receipt_id="ended-run")
+            .values(expires_at=now - timedelta(seconds=1))
+        )
+    allowed = await fast.execute("test.http", post(url), key="after-expiry")
+    assert allowed.status_code == 200, allowed.text
+    async with fast.sessions() as s:
+        left = (
+            (await s.execute(select(BudgetHold.receipt_id).filter_by(tenant_id=fast.tenant_id)))
+            .scalars()
+            .all()
+        )
+    assert left == []  # the expired hold was dropped, the new one turned into a use
 
 
 async def test_a_failed_execution_gives_its_unit_back(fast: Stack, provider: FakeProvider) -> None:
