@@ -96,7 +96,7 @@ async def test_terminated_run_is_resumed_without_a_second_effect(
     key resumes that execution: the same receipt id, hence the same downstream
     Idempotency-Key; the provider's 409 (original still in progress) is waited out, and the
     provider's dedupe leaves one effect."""
-    url = provider.script("/terminated", Step(200, {"sent": True}, delay=3.0))
+    url = provider.script("/terminated", Step(200, {"sent": True}, delay=5.0))
     body = {"method": "POST", "url": url, "json": {"x": 1}}
     first = await stack.execute("http.request", body, key="term", headers_extra=WAIT_0)
     assert first.status_code == 202, first.text
