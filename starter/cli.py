@@ -18,6 +18,7 @@ from starter.runs_cli import runs_app
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold keys and secrets
     help="Moat: durable, idempotent execution of agents' side effects.",
 )
 tenant_app = typer.Typer(no_args_is_help=True, help="Tenants.")
@@ -47,8 +48,9 @@ def _fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
 
 @app.command()
 def up() -> None:
-    """Run the whole stack on embedded defaults (Temporal dev server + UI, PostgreSQL,
-    migrations, one worker, the gateway) until Ctrl-C."""
+    """Run the whole stack on embedded defaults until Ctrl-C.
+
+    Temporal dev server and its UI, PostgreSQL, migrations, one worker and the gateway."""
     from starter.up import run_up
 
     raise typer.Exit(run_up(_settings()))
@@ -250,8 +252,10 @@ def budget_set(
 
 @app.command("codec-url")
 def codec_url() -> None:
-    """The codec address to give a Temporal Web UI (its `codec.endpoint` setting), for the
-    gateway at MOAT_GATEWAY_URL with this admin key (MOAT_ADMIN_API_KEY, else `moat up`'s)."""
+    """Print the codec address to give a Temporal Web UI.
+
+    For the gateway at MOAT_GATEWAY_URL and its admin key (MOAT_ADMIN_API_KEY, else the one
+    `moat up` keeps); set it as the UI's `codec.endpoint`."""
     from starter.bootstrap import ADMIN_KEY_FILE
     from starter.codec import ui_token
 
@@ -316,7 +320,28 @@ def execute(
 
 
 def main() -> None:
-    app()
+    """The console script: the app, with the services it cannot reach named plainly."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    try:
+        app()
+    except (OperationalError, InterfaceError) as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        err.print(f"[bold red]error:[/] cannot reach PostgreSQL: {reason}")
+        err.print(
+            "[dim]start the stack with `make up`, or point MOAT_DATABASE_URL at a running "
+            "PostgreSQL[/]"
+        )
+        raise SystemExit(1) from None
+    except RuntimeError as exc:
+        if not str(exc).startswith("Failed client connect"):
+            raise
+        err.print(f"[bold red]error:[/] cannot reach Temporal: {exc}")
+        err.print(
+            "[dim]start the stack with `make up`, or point MOAT_TEMPORAL_ADDRESS at a "
+            "running Temporal[/]"
+        )
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from starter.devstack import (
     temporal_binary,
 )
 from starter.processes import ChildProcess, run_sync
+from tests.conftest import repo_root
 
 
 def _gone(pid: int) -> bool:
@@ -119,3 +122,26 @@ def test_temporal_reuses_its_db_and_completes_search_attributes(tmp_path: Path) 
 def _answers(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_cli_names_a_service_it_cannot_reach_without_a_traceback() -> None:
+    closed = free_port()  # nothing listens there
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOAT_")}
+    cases = [
+        (["tenant", "list"], {"MOAT_DATABASE_URL": f"postgresql://moat@127.0.0.1:{closed}/moat"},
+         "cannot reach PostgreSQL", "MOAT_DATABASE_URL"),
+        (["worker"], {"MOAT_TEMPORAL_ADDRESS": f"127.0.0.1:{closed}"},
+         "cannot reach Temporal", "MOAT_TEMPORAL_ADDRESS"),
+    ]  # fmt: skip
+    for args, extra, message, hint in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "starter.cli", *args],
+            cwd=repo_root(),
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stderr
+        assert message in done.stderr and hint in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
