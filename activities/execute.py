@@ -117,6 +117,7 @@ class ExecuteActivities:
     ) -> PolicyOutcome:
         decision, rule, reason, budget = await _evaluate(session, inp, mode, tenant, now)
         row = await _record_decision(session, inp, mode, inp.receipt_id, decision, rule, reason)
+        held = False
         if budget is not None and not inp.dry_run and row.decision != Decision.DENY.value:
             # The execution holds its unit until it records: concurrent checks count it.
             await repo.hold_budget(
@@ -127,6 +128,7 @@ class ExecuteActivities:
                 budget,
                 now + timedelta(seconds=longest_run_seconds(inp.capability)),
             )
+            held = True
         # A retried check returns the decision first recorded, not a re-evaluation.
         outcome = PolicyOutcome(
             policy_decision_id=row.id,
@@ -134,6 +136,7 @@ class ExecuteActivities:
             rule_hit=RuleHit(row.rule_hit),
             mode=PolicyMode(row.mode),
             reason=row.reason,
+            budget_held=held,
         )
         if events:
             chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.policy")
@@ -274,7 +277,8 @@ class ExecuteActivities:
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.is_synthetic:
                 await repo.increment_budget(session, inp.tenant_id, inp.capability.id, now)
-            await repo.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
+            if inp.budget_held:
+                await repo.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
             await event_log.append(session, await _outcome_events(session, inp))
         return receipt
 

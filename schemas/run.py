@@ -64,6 +64,9 @@ class PolicyOutcome(BaseModel):
         "run, or a new run resuming an execution whose run ended before recording. An "
         "earlier request with its downstream Idempotency-Key may still be in flight.",
     )
+    budget_held: bool = Field(
+        default=False, description="The execution holds a unit of its budget until it records."
+    )
 
 
 class AdapterInput(BaseModel):
@@ -115,6 +118,9 @@ class RecordInput(BaseModel):
     output_hash: str | None = None
     adapter_called: bool = False
     retry_exhausted: bool = False
+    # False when the policy step took no budget hold, so there is none to give back; an
+    # input from before this field looks for one.
+    budget_held: bool = True
 
 
 class ExecuteResult(BaseModel):

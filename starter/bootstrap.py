@@ -75,7 +75,7 @@ async def create_key(settings: MoatSettings, tenant: str, name: str = "") -> New
     async with _transaction(settings) as session:
         row = await _tenant(session, tenant)
         key, secret = await repo.issue_api_key(session, row.id, name)
-    return NewApiKey(**repo.to_key_info(key).model_dump(), api_key=secret)
+    return repo.to_new_key(key, secret)
 
 
 async def list_keys(settings: MoatSettings, tenant: str) -> list[ApiKeyInfo]:
@@ -149,16 +149,21 @@ def ensure_demo_tenant(settings: MoatSettings) -> str:
     return asyncio.run(_ensure_demo_tenant(settings))
 
 
-def ensure_admin_key(settings: MoatSettings) -> str:
-    """The admin key of the local stack: the configured one, else one generated on first use
-    and kept (mode 0600) in ``$MOAT_HOME``."""
+def admin_key(settings: MoatSettings) -> str | None:
+    """The admin key: the configured one, else the one ``moat up`` keeps in ``$MOAT_HOME``."""
     if settings.admin_api_key is not None:
         return settings.admin_api_key.get_secret_value()
     path = settings.home / ADMIN_KEY_FILE
-    if path.exists():
-        return path.read_text().strip()
-    key = "moat_admin_" + secrets.token_urlsafe(32)
-    _write_private(path, key, replace=False)
+    return path.read_text().strip() if path.exists() else None
+
+
+def ensure_admin_key(settings: MoatSettings) -> str:
+    """The admin key of the local stack, generated on first use and kept (mode 0600) in
+    ``$MOAT_HOME`` when none is configured."""
+    key = admin_key(settings)
+    if key is None:
+        key = "moat_admin_" + secrets.token_urlsafe(32)
+        _write_private(settings.home / ADMIN_KEY_FILE, key, replace=False)
     return key
 
 

@@ -256,17 +256,14 @@ def codec_url() -> None:
 
     For the gateway at MOAT_GATEWAY_URL and its admin key (MOAT_ADMIN_API_KEY, else the one
     `moat up` keeps); set it as the UI's `codec.endpoint`."""
-    from starter.bootstrap import ADMIN_KEY_FILE
+    from starter.bootstrap import admin_key
     from starter.codec import ui_token
 
     settings = _settings()
-    if settings.admin_api_key is not None:
-        admin_key = settings.admin_api_key.get_secret_value()
-    elif (settings.home / ADMIN_KEY_FILE).exists():
-        admin_key = (settings.home / ADMIN_KEY_FILE).read_text().strip()
-    else:
+    key = admin_key(settings)
+    if key is None:
         raise _fail("no admin key", "set MOAT_ADMIN_API_KEY (the gateway's)", code=2)
-    out.print(f"{settings.local_gateway_url}/codec/ui/{ui_token(admin_key)}", soft_wrap=True)
+    out.print(f"{settings.local_gateway_url}/codec/ui/{ui_token(key)}", soft_wrap=True)
 
 
 @app.command()

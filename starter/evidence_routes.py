@@ -12,17 +12,19 @@ from sqlalchemy import select
 
 from schemas.events import Event
 from starter.errors import ApiError, documented_errors
-from starter.gateway_deps import RECEIPT_ID, TenantKey, authenticate, deps_of
+from starter.gateway_deps import (
+    RECEIPT_ID,
+    TenantKey,
+    authenticate,
+    deps_of,
+    execution_not_found,
+)
 from store import events as event_log
 from store.manifests import ManifestStore
 from store.models import ManifestRow
 from store.signing import Keyring
 
 router = APIRouter()
-
-
-def _not_found(receipt_id: str) -> ApiError:
-    return ApiError(404, "execution_not_found", f"No execution {receipt_id}.")
 
 
 @router.get(
@@ -39,10 +41,10 @@ async def get_events(request: Request, receipt_id: str, credentials: TenantKey) 
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
-            raise _not_found(receipt_id)
+            raise execution_not_found(receipt_id)
         events = await event_log.events_of(session, tenant.tenant_id, receipt_id)
     if not events:
-        raise _not_found(receipt_id)
+        raise execution_not_found(receipt_id)
     return events
 
 
@@ -79,7 +81,7 @@ async def get_manifest(
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
-            raise _not_found(receipt_id)
+            raise execution_not_found(receipt_id)
         stmt = select(ManifestRow).where(
             ManifestRow.tenant_id == tenant.tenant_id, ManifestRow.receipt_id == receipt_id
         )

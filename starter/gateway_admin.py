@@ -55,7 +55,7 @@ async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
         raise ApiError(409, "conflict", f"A tenant named {body.name!r} exists.") from err
     return NewTenant(
         tenant=repo.to_tenant_info(tenant),
-        api_key=NewApiKey(**repo.to_key_info(key).model_dump(), api_key=secret),
+        api_key=repo.to_new_key(key, secret),
     )
 
 
@@ -92,7 +92,7 @@ async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) 
         if await repo.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
         key, secret = await repo.issue_api_key(session, tenant_id, body.name)
-    return NewApiKey(**repo.to_key_info(key).model_dump(), api_key=secret)
+    return repo.to_new_key(key, secret)
 
 
 @router.get(

@@ -42,6 +42,12 @@ def deps_of(request: Request) -> Deps:
 # Receipt ids are UUIDs; anything else names no receipt (and never reaches a query).
 RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
+
+def execution_not_found(receipt_id: str) -> ApiError:
+    """The 404 of every execution route (another tenant's executions included)."""
+    return ApiError(404, "execution_not_found", f"No execution {receipt_id[:80]!r}.")
+
+
 tenant_bearer = HTTPBearer(
     scheme_name="TenantKey",
     description="A tenant's API key: `Authorization: Bearer moat_<id>_<secret>`.",

@@ -11,9 +11,16 @@ from temporalio.service import RPCError
 
 from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
 from starter import observability
-from starter.errors import ApiError, documented_errors
 from starter.errors import EnvelopeJSONResponse as JSONResponse
-from starter.gateway_deps import RECEIPT_ID, Deps, TenantKey, authenticate, deps_of
+from starter.errors import documented_errors
+from starter.gateway_deps import (
+    RECEIPT_ID,
+    Deps,
+    TenantKey,
+    authenticate,
+    deps_of,
+    execution_not_found,
+)
 from starter.ingest import KEY_ATTR, REPLAYED_HEADER, Answer, prepare
 from store import repository as repo
 
@@ -161,7 +168,7 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
-            raise _no_execution(receipt_id)
+            raise execution_not_found(receipt_id)
         receipt = await repo.get_receipt(session, tenant.tenant_id, receipt_id)
         claim = (
             None
@@ -177,7 +184,7 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
     else:
         found = await _running_workflow(deps, tenant.tenant_id, receipt_id)
         if found is None:
-            raise _no_execution(receipt_id)
+            raise execution_not_found(receipt_id)
         key, workflow_id = found
     running = Envelope(
         receipt_id=receipt_id,
@@ -191,10 +198,6 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
         status_code=202,
         headers={"Location": f"/v1/executions/{receipt_id}", "Retry-After": POLL_AFTER_SECONDS},
     )
-
-
-def _no_execution(receipt_id: str) -> ApiError:
-    return ApiError(404, "execution_not_found", f"No execution {receipt_id[:80]!r}.")
 
 
 async def _running_workflow(

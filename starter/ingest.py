@@ -418,5 +418,5 @@ def _key_reused(key: str, receipt_id: str | None) -> ApiError:
         422,
         "idempotency_key_reused",
         "This idempotency key was already used with a different request.",
-        {"idempotency_key": redact({"k": key})["k"], "original_receipt_id": receipt_id},
+        {"idempotency_key": redact(key), "original_receipt_id": receipt_id},
     )

@@ -26,7 +26,7 @@ from schemas.settings import MoatSettings
 from starter.bootstrap import ADMIN_KEY_FILE, ensure_admin_key, ensure_demo_tenant
 from starter.codec import ui_token
 from starter.devstack import EmbeddedPostgres, TemporalDevServer
-from starter.processes import ChildProcess, Service, require_free
+from starter.processes import ChildProcess, Service, pid_alive, require_free
 from store import upgrade
 
 
@@ -128,7 +128,7 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
         stack.write_pid(name, child.pid)
         children[name] = child
     with _step(console, "starting worker and gateway"):
-        children["gateway"].wait_ready("gateway", lambda: _healthy(gateway_url), timeout=60)
+        children["gateway"].wait_ready("gateway", lambda: healthy(gateway_url), timeout=60)
     admin = "MOAT_ADMIN_API_KEY" if settings.admin_api_key else str(home / ADMIN_KEY_FILE)
     # The dev server's UI is given the codec address; an external UI must be told it.
     codec = "the UI decodes payloads through the gateway" if ui_url else codec_url
@@ -161,7 +161,8 @@ def _banner(
     return Panel(grid, title="Moat is up", subtitle="Ctrl-C to stop", expand=False)
 
 
-def _healthy(base_url: str) -> bool:
+def healthy(base_url: str) -> bool:
+    """Whether a gateway answers its health check at ``base_url``."""
     try:
         return httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
@@ -174,12 +175,11 @@ def _live_pids(run_dir: Path) -> list[tuple[str, int]]:
     for pidfile in sorted(run_dir.glob("*.pid")):
         try:
             pid = int(pidfile.read_text().strip())
-            os.kill(pid, 0)
-        except (ValueError, ProcessLookupError):
+        except ValueError:
+            pid = None
+        if pid is None or not pid_alive(pid):
             pidfile.unlink(missing_ok=True)
             continue
-        except PermissionError:
-            pass  # alive, another user's
         if pid != os.getpid():
             live.append((pidfile.stem, pid))
     return live

@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from schemas.api import ApiKeyInfo, TenantInfo
+from schemas.api import ApiKeyInfo, NewApiKey, TenantInfo
 from schemas.records import OutcomeEvent, Receipt
 from store.models import (
     ApiKey,
@@ -128,6 +128,11 @@ def to_key_info(row: ApiKey) -> ApiKeyInfo:
         created_at=row.created_at,
         revoked_at=row.revoked_at,
     )
+
+
+def to_new_key(row: ApiKey, secret: str) -> NewApiKey:
+    """A key just issued: as listed, plus its secret (shown this once)."""
+    return NewApiKey(**to_key_info(row).model_dump(), api_key=secret)
 
 
 async def issue_api_key(
@@ -497,6 +502,13 @@ async def budget_state(
     ).scalar_one_or_none()
     if budget is None:
         return None
+    return await _state_of(session, budget, now, exclude_receipt)
+
+
+async def _state_of(
+    session: AsyncSession, budget: Budget, now: datetime, exclude_receipt: str | None = None
+) -> BudgetState:
+    tenant_id, capability_id = budget.tenant_id, budget.capability_id
     start = period_start(budget.period, now)
     # Uses and holds in one statement, so one snapshot: the record step turns a hold into a
     # use in one transaction, and a check must never see neither (it would overshoot). The
@@ -536,19 +548,12 @@ async def list_budgets(
     session: AsyncSession, tenant_id: str, now: datetime
 ) -> list[tuple[str, BudgetState]]:
     """Every budget of a tenant with its state in the current period, by capability."""
-    capabilities = (
+    budgets = (
         await session.execute(
-            select(Budget.capability_id)
-            .where(Budget.tenant_id == tenant_id)
-            .order_by(Budget.capability_id)
+            select(Budget).where(Budget.tenant_id == tenant_id).order_by(Budget.capability_id)
         )
     ).scalars()
-    out = []
-    for capability_id in capabilities.all():
-        state = await budget_state(session, tenant_id, capability_id, now)
-        if state is not None:
-            out.append((capability_id, state))
-    return out
+    return [(b.capability_id, await _state_of(session, b, now)) for b in budgets.all()]
 
 
 async def hold_budget(

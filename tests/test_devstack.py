@@ -23,16 +23,8 @@ from starter.devstack import (
     free_port,
     temporal_binary,
 )
-from starter.processes import ChildProcess, run_sync
+from starter.processes import ChildProcess, pid_alive, run_sync
 from tests.conftest import repo_root
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_postgres_keeps_data_across_restarts(tmp_path: Path) -> None:
@@ -43,7 +35,7 @@ def test_postgres_keeps_data_across_restarts(tmp_path: Path) -> None:
             conn.execute("CREATE TABLE kept (x int)")
             conn.execute("INSERT INTO kept VALUES (42)")
         pid = pg.pid
-    assert pid is not None and _gone(pid)
+    assert pid is not None and not pid_alive(pid)
     assert not (data / "postmaster.pid").exists()
 
     with EmbeddedPostgres(data, port) as pg, psycopg.connect(pg.url) as conn:
@@ -116,7 +108,7 @@ def test_temporal_reuses_its_db_and_completes_search_attributes(tmp_path: Path) 
             assert retention == 48 * 3600
             assert wanted <= attributes
             pid = server.pid
-        assert pid is not None and _gone(pid)
+        assert pid is not None and not pid_alive(pid)
 
 
 def _answers(port: int) -> bool:

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 
 from starter.codec import ui_token
-from starter.processes import free_port
+from starter.processes import free_port, pid_alive
+from starter.up import healthy
 from tests.conftest import repo_root
 
 NAMES = ("postgres", "temporal", "worker", "gateway")
@@ -32,14 +33,6 @@ def _environment(home: Path) -> dict[str, str]:
         "MOAT_GATEWAY_PORT": free_port(),
     }
     return {**env, **{k: str(v) for k, v in ports.items()}, "MOAT_HOME": str(home)}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @contextmanager
@@ -58,13 +51,13 @@ def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
     )
     try:
         deadline = time.monotonic() + 120
-        while not _answers(gateway + "/healthz"):
+        while not healthy(gateway):
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline, "moat up did not come up in 120 s"
             time.sleep(0.2)
         run = home / "run"
         pids = {name: int((run / f"{name}.pid").read_text()) for name in NAMES}
-        assert all(_alive(pid) for pid in pids.values()), pids
+        assert all(pid_alive(pid) for pid in pids.values()), pids
         yield pids
     finally:
         if proc.poll() is None:
@@ -72,14 +65,7 @@ def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
         code = proc.wait(60)
     assert code == 0, proc.stdout.read() if proc.stdout else ""
     assert not list((home / "run").glob("*.pid"))
-    assert not [name for name, pid in pids.items() if _alive(pid)]
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    assert not [name for name, pid in pids.items() if pid_alive(pid)]
 
 
 def moat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -97,6 +97,7 @@ class ExecuteCapability:
             is_synthetic=req.is_synthetic,
             success=False,
             status=ExecutionStatus.POLICY_DENIED,
+            budget_held=policy.budget_held,
         )
         tool: ToolCall | None = None
         if policy.decision == Decision.DENY:
@@ -231,16 +232,8 @@ class ExecuteCapability:
         )
 
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any], local: bool) -> Any:
-        if local:
-            return await workflow.execute_local_activity(
-                name,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
-                retry_policy=BOOKKEEPING_RETRY,
-            )
-        return await workflow.execute_activity(
+        execute = workflow.execute_local_activity if local else workflow.execute_activity
+        return await execute(
             name,
             arg,
             result_type=result_type,
