@@ -7,7 +7,7 @@ fakes (``tests.fakes.FakeProvider``, served over real HTTP on loopback).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +42,19 @@ ADMIN_KEY = "moat_admin_" + "test" * 10
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    """The session's PostgreSQL, migrated; its ``data_dir`` is what it keeps on disk."""
     pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", free_port(), fast=True)
     url = pg.start()
     upgrade(MoatSettings(database_url=url).sqlalchemy_url)
-    yield url
+    yield pg
     pg.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(postgres_server: EmbeddedPostgres) -> str:
+    """The owner's URL of the session's PostgreSQL."""
+    return postgres_server.url
 
 
 @pytest.fixture(scope="session")
