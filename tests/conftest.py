@@ -160,18 +160,24 @@ async def make_stack(
     sessions: async_sessionmaker[AsyncSession],
     app_sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[StackFactory]:
-    """``async with make_stack(**settings) as stack`` — settings override the defaults."""
+    """``async with make_stack(**settings) as stack`` — settings override the defaults;
+    ``temporal_env`` runs it on another Temporal server than the session's."""
 
     @asynccontextmanager
     async def factory(
-        catalog: CapabilityCatalog | None = None, *, with_worker: bool = True, **overrides: Any
+        catalog: CapabilityCatalog | None = None,
+        *,
+        with_worker: bool = True,
+        temporal_env: WorkflowEnvironment | None = None,
+        **overrides: Any,
     ) -> AsyncIterator[Stack]:
         settings = base_settings.model_copy(
             update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides}
         )
         # As in production (starter.temporal.connect): traced through Temporal.
+        env = temporal_env or temporal
         client = Client(
-            **{**temporal.client.config(), "interceptors": observability.temporal_interceptors()}
+            **{**env.client.config(), "interceptors": observability.temporal_interceptors()}
         )
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
             worker = (

@@ -1,7 +1,8 @@
 """No raw secret at rest: each case runs one execution with secrets in play, then searches
 every store a run touches for them: the HTTP answer, Postgres (its rows, and its files on
-disk, WAL included), Temporal's history as the server keeps it, the tenant's manifest
-folder, log records and JSON log lines, and every exported span.
+disk, WAL included), Temporal's history as the server hands it out and the server's
+database file, the tenant's manifest folder, log records and JSON log lines, and every
+exported span.
 
 A new way for a secret to come in is one more ``Case`` in ``CASES``.
 """
@@ -13,7 +14,7 @@ import io
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +23,21 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import pytest_asyncio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.testing import WorkflowEnvironment
 
 from schemas.canonical import REDACTED
-from starter.devstack import EmbeddedPostgres
+from schemas.settings import MoatSettings
+from starter.codec import data_converter
+from starter.devstack import EmbeddedPostgres, local_temporal
 from starter.observability import JsonFormatter
-from tests.conftest import Stack
+from tests.conftest import NAMESPACE, Stack, StackFactory
 from tests.fakes import Call, FakeProvider, Step
 
 
@@ -96,11 +101,32 @@ CASES = [
 ]
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def temporal_on_disk(
+    base_settings: MoatSettings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[WorkflowEnvironment, Path]]:
+    """A dev server of this module's own that keeps its state in a database file (the
+    session's keeps it in memory), and the folder of that file."""
+    folder = tmp_path_factory.mktemp("temporal")
+    converter = data_converter(base_settings)
+    async with local_temporal(NAMESPACE, converter, folder / "temporal.db") as env:
+        yield env, folder
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    make_stack: StackFactory, temporal_on_disk: tuple[WorkflowEnvironment, Path]
+) -> AsyncIterator[Stack]:
+    async with make_stack(http_allow_hosts=["127.0.0.1"], temporal_env=temporal_on_disk[0]) as s:
+        yield s
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 async def test_secrets_never_reach_any_store(
     stack: Stack,
     provider: FakeProvider,
     postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
     caplog: pytest.LogCaptureFixture,
     case: Case,
 ) -> None:
@@ -121,6 +147,7 @@ async def test_secrets_never_reach_any_store(
         stack=stack,
         workflow=(body["workflow_id"], body["run_id"]),
         data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
         logs=caplog.text + json_lines.getvalue(),
         spans=spans.get_finished_spans(),
     )
@@ -140,6 +167,7 @@ async def assert_nowhere_at_rest(
     stack: Stack,
     workflow: tuple[str, str],
     data_dir: Path,
+    temporal_dir: Path,
     logs: str,
     spans: tuple[ReadableSpan, ...],
 ) -> None:
@@ -183,6 +211,11 @@ async def assert_nowhere_at_rest(
     raw = history.SerializeToString()
     assert b"binary/encrypted" in raw
     absent("Temporal's history", raw)
+    # The server's own database file (and its write-ahead log): the run is there.
+    stored = await asyncio.to_thread(lambda: dict(_files_under(temporal_dir)))
+    assert any(workflow_id.encode() in data for data in stored.values())
+    for file, data in stored.items():
+        absent(f"Temporal's file {file.name}", data)
 
     # Everything under the tenant's manifest folder (kept for years).
     tenant_folder = stack.settings.manifests_dir / stack.tenant_id
