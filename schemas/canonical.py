@@ -2,6 +2,11 @@
 
 Raw inputs and outputs are never stored: they are redacted (seed 000's key deny-list plus
 well-known secret value formats), canonicalized, and only the digest is kept.
+
+URLs inside strings are redacted piece by piece, so a record still says where a call went:
+userinfo, the values of query (and fragment) parameters whose names are secret, and the
+secret path of well-known incoming-webhook URLs become ``[REDACTED]``; every other byte
+is kept, so a URL without secrets is unchanged and its hash stays stable.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from typing import Any
+from urllib.parse import unquote_plus
 
 import rfc8785
 
@@ -32,7 +38,38 @@ REDACTED_KEY_PATTERNS: tuple[str, ...] = (
     "accesskey",
     "client_secret",
     "refresh_token",
+    "cookie",
+    "set-cookie",
+    "session",
 )
+
+# Query (and fragment) parameter names that are secrets only in a URL, where short names
+# are the norm: signed-URL signatures (Azure SAS ``sig``, CloudFront ``Signature``), API
+# keys (Google ``key``), OAuth authorization codes. Matched whole, case-insensitively; the
+# key deny-list above also applies, by substring (``access_token``, ``X-Amz-Credential``).
+URL_SECRET_PARAMS: frozenset[str] = frozenset(
+    {"key", "sig", "signature", "code", "auth", "pass", "pwd", "jwt", "otp"}
+)
+URL_SECRET_PARAM_PATTERNS: tuple[str, ...] = (*REDACTED_KEY_PATTERNS, "signature")
+
+# Incoming-webhook URLs whose path is the credential: (host, the public start of the path).
+# Whatever follows that start is replaced; scheme, host and the start are kept.
+WEBHOOK_URLS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (re.compile(host, re.IGNORECASE), re.compile(path, re.IGNORECASE))
+    for host, path in (
+        (r"hooks\.slack\.com", r"/(?:services|triggers|workflows)/"),
+        (r"(?:[a-z0-9-]+\.)?discord(?:app)?\.com", r"/api(?:/v\d+)?/webhooks/"),
+        (r"[a-z0-9-]+\.webhook\.office\.com", r"/webhookb2/"),
+        (r"outlook\.office(?:365)?\.com", r"/webhook/"),
+        (r"hooks\.zapier\.com", r"/hooks/catch/"),
+        (r"maker\.ifttt\.com", r"/trigger/[^/]+/with/key/"),
+    )
+)
+
+# A URL in free text: a scheme, ``://``, and everything up to whitespace or a delimiter
+# that cannot be part of it unescaped.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`]+")
+_AUTHORITY_END = re.compile(r"[/?#]")
 
 # Values that are secrets whatever key they sit under.
 SECRET_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
@@ -70,12 +107,88 @@ def is_secret_value(value: str) -> bool:
     return any(p.search(value) for p in SECRET_VALUE_PATTERNS)
 
 
+def is_secret_param(name: str) -> bool:
+    """True when a URL query or fragment parameter (its decoded name) holds a secret."""
+    lowered = name.lower()
+    return lowered in URL_SECRET_PARAMS or any(p in lowered for p in URL_SECRET_PARAM_PATTERNS)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the secret parts of every URL in it replaced by ``[REDACTED]``; all
+    other characters are kept as they are."""
+    if "://" not in text:
+        return text
+    return _URL.sub(lambda m: _redact_url(m.group()), text)
+
+
+def _redact_url(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    end = _AUTHORITY_END.search(rest)
+    authority, tail = (rest[: end.start()], rest[end.start() :]) if end else (rest, "")
+    userinfo, _, hostport = authority.rpartition("@")
+    if userinfo and userinfo != REDACTED:
+        # A user name alone is often the token itself (``https://<token>@host/``).
+        authority = f"{REDACTED}@{hostport}"
+    tail, hash_, fragment = tail.partition("#")
+    path, question, query = tail.partition("?")
+    path = _redact_webhook_path(_hostname(hostport), path)
+    query = _redact_params(query)
+    # OAuth's implicit flow returns ``#access_token=…`` in the fragment.
+    fragment = _redact_params(fragment)
+    return f"{scheme}://{authority}{path}{question}{query}{hash_}{fragment}"
+
+
+def _hostname(hostport: str) -> str:
+    if hostport.startswith("["):
+        return hostport[1:].partition("]")[0]
+    return hostport.rpartition(":")[0] if ":" in hostport else hostport
+
+
+def _redact_webhook_path(host: str, path: str) -> str:
+    for host_pattern, path_pattern in WEBHOOK_URLS:
+        if host_pattern.fullmatch(host):
+            start = path_pattern.match(path)
+            if start and path[start.end() :] not in ("", REDACTED):
+                return path[: start.end()] + REDACTED
+    return path
+
+
+def _redact_params(params: str) -> str:
+    """``a=1&b=2`` with the values of secret parameters replaced; a value that is not
+    secret may itself hold a URL (``?next=https://…``), redacted in turn."""
+    if "=" not in params:
+        return params
+    parts = []
+    for part in params.split("&"):
+        name, eq, value = part.partition("=")
+        if eq and value and value != REDACTED and is_secret_param(unquote_plus(name)):
+            value = REDACTED
+        elif eq:
+            value = redact_urls(value)
+        parts.append(f"{name}{eq}{value}")
+    return "&".join(parts)
+
+
 def redact_text(text: str) -> str:
     """``text`` with every well-known secret value format replaced by ``[REDACTED]`` (for
-    free text such as log lines, where there are no keys to go by)."""
+    free text such as log lines, where there are no keys to go by), and the secret parts
+    of every URL in it."""
+    # URLs first: a value pattern rewrites ``://user:pw@`` and the URL would no longer
+    # be recognised, with its query still in clear.
+    text = redact_urls(text)
     for pattern in SECRET_VALUE_PATTERNS:
         text = pattern.sub(REDACTED, text)
     return text
+
+
+def redact_string(value: str) -> str:
+    """A string as ``redact`` leaves it: ``[REDACTED]`` when it holds a secret value of a
+    well-known format, else with the secret parts of its URLs replaced."""
+    if is_secret_value(value):
+        return REDACTED
+    redacted = redact_urls(value)
+    # Cutting a URL apart must not leave behind a value pattern the whole did not show.
+    return REDACTED if redacted != value and is_secret_value(redacted) else redacted
 
 
 def redact(value: Any) -> Any:
@@ -84,8 +197,8 @@ def redact(value: Any) -> Any:
         return {k: (REDACTED if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
-    if isinstance(value, str) and is_secret_value(value):
-        return REDACTED
+    if isinstance(value, str):
+        return redact_string(value)
     return value
 
 

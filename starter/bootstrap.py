@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import ApiKeyInfo, BudgetInfo, NewApiKey, TenantInfo
-from schemas.settings import MoatSettings
+from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
 from store.models import Tenant
@@ -165,6 +166,18 @@ def ensure_admin_key(settings: MoatSettings) -> str:
         key = "moat_admin_" + secrets.token_urlsafe(32)
         _write_private(settings.home / ADMIN_KEY_FILE, key, replace=False)
     return key
+
+
+def ensure_database_passwords(settings: MoatSettings) -> dict[str, str]:
+    """The embedded Postgres's role passwords (owner and application role), generated on
+    first use and kept (mode 0600) in ``$MOAT_HOME``."""
+    roles = (OWNER_DATABASE_ROLE, APP_DATABASE_ROLE)
+    known = {role: settings.embedded_database_password(role) for role in roles}
+    if all(known.values()):
+        return {role: password for role, password in known.items() if password}
+    passwords = {role: known[role] or secrets.token_urlsafe(32) for role in roles}
+    _write_private(settings.database_passwords_path, json.dumps(passwords), replace=True)
+    return passwords
 
 
 def _write_private(path: Path, secret: str, *, replace: bool) -> None:

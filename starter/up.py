@@ -22,8 +22,13 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from schemas.settings import MoatSettings
-from starter.bootstrap import ADMIN_KEY_FILE, ensure_admin_key, ensure_demo_tenant
+from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
+from starter.bootstrap import (
+    ADMIN_KEY_FILE,
+    ensure_admin_key,
+    ensure_database_passwords,
+    ensure_demo_tenant,
+)
 from starter.codec import ui_token
 from starter.devstack import EmbeddedPostgres, TemporalDevServer
 from starter.processes import ChildProcess, Service, pid_alive, require_free
@@ -97,12 +102,17 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     gateway_url = f"http://{host}:{settings.gateway_port}"
     env["admin_api_key"] = admin_key = ensure_admin_key(settings)
     codec_url = f"{gateway_url}/codec/ui/{ui_token(admin_key)}"
+    pg = None
     if settings.database_url is None:
+        # Every process derives the URLs from the passwords kept in the home, so none of
+        # them is in an environment or on a command line.
+        passwords = ensure_database_passwords(settings)
         pg = EmbeddedPostgres(home / "postgres", settings.database_port,
-                              log_file=logs / "postgres.log")  # fmt: skip
+                              log_file=logs / "postgres.log",
+                              password=passwords[OWNER_DATABASE_ROLE])  # fmt: skip
         stack.add("postgres", pg)
         with _step(console, "starting PostgreSQL"):
-            env["database_url"] = pg.start()
+            pg.start()
         stack.write_pid("postgres", pg.pid)
     if settings.temporal_address is None:
         temporal = TemporalDevServer(settings.temporal_port, settings.temporal_ui_port,
@@ -118,6 +128,8 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
         ui_url = f"{temporal.ui_url}/namespaces/{settings.temporal_namespace}/workflows"
     with _step(console, "migrating the database"):
         upgrade(settings.sqlalchemy_url)
+        if pg is not None:  # the migration creates the application role
+            pg.set_password(APP_DATABASE_ROLE, passwords[APP_DATABASE_ROLE])
         api_key = ensure_demo_tenant(settings)
     children = {}
     for name in ("worker", "gateway"):

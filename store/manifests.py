@@ -4,6 +4,9 @@ A manifest is evidence, so it is never replaced: it is written to a temporary fi
 flushed, then hard-linked into place, which fails if the name exists. Readers therefore
 see either no manifest or a complete one, and a crash mid-write leaves no half file that
 would block the retried activity. Deletion exists only for retention.
+
+Manifests are readable by Moat's own user only: files 0600, and every folder Moat makes
+under the root (the root itself when it creates it, tenant and run folders always) 0700.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from schemas.canonical import sha256_digest
 from schemas.manifest import RunManifest, parse_document, signing_input
 
 MANIFEST_NAME = "manifest.json"
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 
 
 class ManifestExistsError(FileExistsError):
@@ -53,6 +58,16 @@ def manifest_bytes(manifest: RunManifest) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
+def _private_dir(path: Path) -> None:
+    """``path`` as a folder only its owner can enter, also when an earlier version made it
+    open to others."""
+    try:
+        path.mkdir(mode=DIR_MODE)
+    except FileExistsError:
+        if path.stat().st_mode & 0o777 != DIR_MODE:
+            path.chmod(DIR_MODE)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -77,9 +92,12 @@ class ManifestStore:
         Raises ``ManifestExistsError`` if any manifest is already stored for the run."""
         path = self.path_for(manifest.tenant_id, manifest.run_id)
         data = manifest_bytes(manifest)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # A root that exists is the operator's to set up; one we create is private.
+        self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        _private_dir(path.parent.parent)
+        _private_dir(path.parent)
         tmp = path.with_name(f".{MANIFEST_NAME}.{secrets.token_hex(8)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -104,7 +122,7 @@ class ManifestStore:
             if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             except FileExistsError:
                 raise ManifestExistsError(f"a manifest is already stored at {path}") from None
             with os.fdopen(fd, "wb") as fh:

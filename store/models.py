@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    false,
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -49,7 +50,8 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     policy_mode: Mapped[str] = mapped_column(String(16), default="standard")
-    allow_bypass: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set by the owner role only; the application role cannot write it (column privileges).
+    allow_bypass: Mapped[bool] = mapped_column(Boolean, server_default=false())
     idempotency_ttl_seconds: Mapped[int] = mapped_column(Integer, default=86400)
     retention_mode: Mapped[str] = mapped_column(String(16), default="standard")
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import string
 from collections.abc import AsyncIterator, Sequence
@@ -14,6 +13,7 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import delete, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import defer
 
 from schemas.api import ApiKeyInfo, NewApiKey, TenantInfo
 from schemas.records import OutcomeEvent, Receipt
@@ -75,12 +75,12 @@ async def create_tenant(
     """Create a tenant; the rest of the transaction is scoped to it (``set_tenant``)."""
     tenant_id = _new_tenant_id()
     await set_tenant(session, tenant_id)
+    # ``allow_bypass`` is left to the column default: only the owner role may set it.
     tenant = Tenant(
         id=tenant_id,
         name=name,
         policy_mode=policy_mode,
         idempotency_ttl_seconds=idempotency_ttl_seconds,
-        allow_bypass=False,
     )
     session.add(tenant)
     await session.flush()
@@ -93,6 +93,10 @@ async def get_tenant(session: AsyncSession, tenant_id: str) -> Tenant | None:
 
 def _hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# The application role may not read ``secret_hash``: queries it runs load keys without it.
+_WITHOUT_HASH = defer(ApiKey.secret_hash, raiseload=True)
 
 
 async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
@@ -145,7 +149,7 @@ async def issue_api_key(
     row = ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret), name=name)
     session.add(row)
     await session.flush()
-    await session.refresh(row)
+    await session.refresh(row, ["created_at", "revoked_at"])
     return row, key_prefix(key_id) + secret
 
 
@@ -158,15 +162,17 @@ async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
     """The tenant an API key id belongs to (revoked or not), before any tenant is set."""
     if not storable(key_id):
         return None
-    result = await session.execute(
-        text("SELECT tenant_id FROM moat_lookup_api_key(:key_id)"), {"key_id": key_id}
-    )
-    return result.scalar_one_or_none()
+    result = await session.execute(text("SELECT moat_api_key_tenant(:key_id)"), {"key_id": key_id})
+    tenant_id: str | None = result.scalar_one()
+    return tenant_id
 
 
 async def list_api_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKey]:
     result = await session.execute(
-        select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at, ApiKey.id)
+        select(ApiKey)
+        .options(_WITHOUT_HASH)
+        .where(ApiKey.tenant_id == tenant_id)
+        .order_by(ApiKey.created_at, ApiKey.id)
     )
     return result.scalars().all()
 
@@ -178,7 +184,7 @@ async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> A
         .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
         .values(revoked_at=now)
     )
-    return await session.get(ApiKey, key_id, populate_existing=True)
+    return await session.get(ApiKey, key_id, populate_existing=True, options=[_WITHOUT_HASH])
 
 
 @dataclass(frozen=True)
@@ -193,28 +199,26 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     """The tenant a presented API key belongs to, or None (unknown, malformed, revoked).
 
     Asked before any tenant is known, so through ``moat_lookup_api_key``, the database's
-    one door to API keys across tenants (row-level security keeps the tables closed)."""
+    one door to API keys across tenants (row-level security keeps the tables closed). The
+    database compares the hashes: the stored one never leaves it."""
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
         return None
-    if not storable(parts[1]):
+    if not storable(parts[1]) or not storable(parts[2]):
         return None
     row = (
         await session.execute(
             text(
-                "SELECT secret_hash, revoked_at, tenant_id, policy_mode, idempotency_ttl_seconds"
-                " FROM moat_lookup_api_key(:key_id)"
+                "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds"
+                " FROM moat_lookup_api_key(:key_id, :secret_hash)"
             ),
-            {"key_id": parts[1]},
+            {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])},
         )
     ).one_or_none()
-    # Hash even when the id is unknown, so timing does not tell ids apart.
-    candidate = _hash_secret(parts[2])
     if row is None:
-        hmac.compare_digest(candidate, "0" * 64)
         return None
-    secret_hash, revoked_at, tenant_id, mode, ttl = row
-    if not hmac.compare_digest(candidate, secret_hash) or revoked_at is not None:
+    tenant_id, revoked_at, mode, ttl = row
+    if revoked_at is not None:
         return None
     return AuthenticatedTenant(
         tenant_id=tenant_id, key_id=parts[1], policy_mode=mode, idempotency_ttl_seconds=ttl

@@ -7,7 +7,7 @@ fakes (``tests.fakes.FakeProvider``, served over real HTTP on loopback).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +42,19 @@ ADMIN_KEY = "moat_admin_" + "test" * 10
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    """The session's PostgreSQL, migrated; its ``data_dir`` is what it keeps on disk."""
     pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", free_port(), fast=True)
     url = pg.start()
     upgrade(MoatSettings(database_url=url).sqlalchemy_url)
-    yield url
+    yield pg
     pg.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(postgres_server: EmbeddedPostgres) -> str:
+    """The owner's URL of the session's PostgreSQL."""
+    return postgres_server.url
 
 
 @pytest.fixture(scope="session")
@@ -153,18 +160,24 @@ async def make_stack(
     sessions: async_sessionmaker[AsyncSession],
     app_sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[StackFactory]:
-    """``async with make_stack(**settings) as stack`` — settings override the defaults."""
+    """``async with make_stack(**settings) as stack`` — settings override the defaults;
+    ``temporal_env`` runs it on another Temporal server than the session's."""
 
     @asynccontextmanager
     async def factory(
-        catalog: CapabilityCatalog | None = None, *, with_worker: bool = True, **overrides: Any
+        catalog: CapabilityCatalog | None = None,
+        *,
+        with_worker: bool = True,
+        temporal_env: WorkflowEnvironment | None = None,
+        **overrides: Any,
     ) -> AsyncIterator[Stack]:
         settings = base_settings.model_copy(
             update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides}
         )
         # As in production (starter.temporal.connect): traced through Temporal.
+        env = temporal_env or temporal
         client = Client(
-            **{**temporal.client.config(), "interceptors": observability.temporal_interceptors()}
+            **{**env.client.config(), "interceptors": observability.temporal_interceptors()}
         )
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
             worker = (

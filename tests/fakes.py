@@ -36,6 +36,7 @@ class Call:
     body: Any
     at: float
     status: int | None = None  # what the provider answered; None until it has
+    query: str = ""  # the query string as sent, undecoded
 
 
 class FakeProvider:
@@ -84,6 +85,7 @@ class FakeProvider:
             dict(request.headers),
             body,
             asyncio.get_running_loop().time(),
+            query=request.url.query,
         )
         self.calls.append(call)
         key = request.headers.get("idempotency-key")

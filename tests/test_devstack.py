@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
+from schemas.settings import MoatSettings
+from starter.bootstrap import ensure_database_passwords
 from starter.devstack import (
     SEARCH_ATTRIBUTES,
     EmbeddedPostgres,
@@ -59,6 +62,75 @@ def test_postgres_refuses_a_live_data_dir_and_recovers_after_a_crash(tmp_path: P
 
     with EmbeddedPostgres(data, free_port(), fast=True) as pg, psycopg.connect(pg.url) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+PASSWORD = "pw-" + "Kq7" * 10
+
+
+@pytest.fixture
+def no_client_passwords(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """libpq would otherwise supply a password from the environment or ~/.pgpass."""
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-pgpass"))
+
+
+def _refused(**params: object) -> None:
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(connect_timeout=10, dbname="moat", **params).close()
+
+
+@pytest.mark.usefixtures("no_client_passwords")
+def test_postgres_with_a_password_refuses_connections_without_it(tmp_path: Path) -> None:
+    data, port = tmp_path / "pg", free_port()
+    with EmbeddedPostgres(data, port, fast=True, password=PASSWORD) as pg:
+        assert pg.url == f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/moat"
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute("CREATE ROLE moat_app LOGIN")
+        pg.set_password("moat_app", "app-" + PASSWORD)
+        for user in ("postgres", "moat_app"):
+            _refused(host="127.0.0.1", port=port, user=user)
+            _refused(host="127.0.0.1", port=port, user=user, password="wrong")
+            if (data / f".s.PGSQL.{port}").exists():  # the unix socket holds too
+                _refused(host=str(data), port=port, user=user)
+        app_url = f"postgresql://moat_app:app-{PASSWORD}@127.0.0.1:{port}/moat"
+        with psycopg.connect(app_url) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("moat_app",)
+    # Passwords travel as SCRAM verifiers: not even the server's log has them.
+    assert PASSWORD not in (data / "server.log").read_text()
+
+
+@pytest.mark.usefixtures("no_client_passwords")
+def test_a_trusting_cluster_is_switched_to_passwords(tmp_path: Path) -> None:
+    """A home made before passwords: its cluster trusted every local connection."""
+    data, port = tmp_path / "pg", free_port()
+    with EmbeddedPostgres(data, port, fast=True) as pg, psycopg.connect(pg.url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    for _ in range(2):  # switched once, then started as it is
+        with EmbeddedPostgres(data, port, fast=True, password=PASSWORD) as pg:
+            _refused(host="127.0.0.1", port=port, user="postgres")
+            with psycopg.connect(pg.url) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_settings_derive_the_embedded_urls_from_the_kept_passwords(tmp_path: Path) -> None:
+    settings = MoatSettings(home=tmp_path / "home", database_port=5999)
+    assert settings.sqlalchemy_url == "postgresql+psycopg://postgres@127.0.0.1:5999/moat"
+    passwords = ensure_database_passwords(settings)
+    assert ensure_database_passwords(settings) == passwords  # kept, not regenerated
+    assert set(passwords) == {"postgres", "moat_app"}
+    assert stat.S_IMODE(settings.database_passwords_path.stat().st_mode) == 0o600
+    owner, app = passwords["postgres"], passwords["moat_app"]
+    assert owner != app
+    assert settings.sqlalchemy_url == f"postgresql+psycopg://postgres:{owner}@127.0.0.1:5999/moat"
+    assert settings.app_sqlalchemy_url == (
+        f"postgresql+psycopg://moat_app:{app}@127.0.0.1:5999/moat"
+    )
+    # An external database is configured whole: nothing from the home is added to it.
+    external = settings.model_copy(update={"database_url": "postgresql://o:pw@db:5432/m"})
+    assert external.app_sqlalchemy_url == "postgresql+psycopg://moat_app@db:5432/m"
+    # Settings may be logged: their URLs' passwords are not shown.
+    assert "pw@" not in repr(external) and "o:***@db" in repr(external)
+    assert owner not in repr(settings) + str(settings)
 
 
 def test_servers_refuse_a_busy_port(tmp_path: Path) -> None:

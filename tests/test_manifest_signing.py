@@ -339,6 +339,45 @@ def test_write_once(tmp_path: Path, ring: Keyring) -> None:
     assert store.delete("tenant-001", "run_a1b2c3") and not path.parent.exists()
 
 
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """The usual umask (022), under which a plain mkdir or open makes world-readable
+    entries: the modes below must come from the store, not from the umask."""
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_manifests_are_readable_by_their_owner_only(tmp_path: Path, ring: Keyring) -> None:
+    root = tmp_path / "home" / "manifests"
+    path, _ = ManifestStore(root).write(sign_manifest(make_manifest(), ring))
+    assert _mode(path) == 0o600
+    assert _mode(path.parent) == 0o700  # the run's folder
+    assert _mode(path.parent.parent) == 0o700  # the tenant's
+    assert _mode(root) == 0o700  # created by the store
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_an_existing_root_is_kept_and_older_open_folders_are_closed(
+    tmp_path: Path, ring: Keyring
+) -> None:
+    root = tmp_path / "shared"
+    root.mkdir(mode=0o750)
+    (root / "tenant-001").mkdir(mode=0o755)  # made by an earlier version
+    path, _ = ManifestStore(root).write(sign_manifest(make_manifest(), ring))
+    assert _mode(root) == 0o750  # the operator's folder, as the operator set it up
+    assert _mode(path.parent.parent) == 0o700
+    assert _mode(path.parent) == 0o700
+    assert _mode(path) == 0o600
+
+
 @pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "../x", "a\x00b", "a\\b", " a"])
 def test_path_traversal_is_rejected(tmp_path: Path, bad: str) -> None:
     store = ManifestStore(tmp_path)

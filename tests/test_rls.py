@@ -3,18 +3,23 @@ the application role the gateway and worker use (and for a non-superuser owner).
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import uuid
 
 import psycopg
 import pytest
+from alembic import command
+from alembic.config import Config
 from psycopg import sql
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.settings import APP_DATABASE_ROLE, MoatSettings
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
+from store.db import MIGRATIONS
 from tests.conftest import Stack
 
 TENANT_COLUMN = """
@@ -239,3 +244,135 @@ async def test_a_non_superuser_owner_is_held_by_the_policies_too(
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(owner)))
+
+
+async def test_the_app_role_cannot_grant_a_tenant_privileges(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """``allow_bypass`` (and the policy and retention modes) change through the owner only,
+    even for the app role's own tenant; creating a tenant cannot choose bypass either."""
+    statements = [
+        "UPDATE tenants SET allow_bypass = true WHERE id = :t",
+        "UPDATE tenants SET policy_mode = 'bypass' WHERE id = :t",
+        "UPDATE tenants SET retention_mode = 'standard' WHERE id = :t",
+        "DELETE FROM tenants WHERE id = :t",
+        "INSERT INTO tenants (id, name, allow_bypass) VALUES (:t || 'x', :t || 'x', true)",
+    ]
+    for statement in statements:
+        async with app_sessions() as s:
+            await repo.set_tenant(s, stack.tenant_id)
+            with pytest.raises(ProgrammingError, match="permission denied"):
+                await s.execute(text(statement), {"t": stack.tenant_id})
+    async with stack.sessions() as s:
+        allowed = (
+            await s.execute(
+                text("SELECT allow_bypass FROM tenants WHERE id = :t"), {"t": stack.tenant_id}
+            )
+        ).scalar_one()
+    assert allowed is False
+    # What the app role does legitimately still works: a tenant created by the admin API
+    # (the column default applies), a key issued, listed and revoked.
+    async with app_sessions.begin() as s:
+        tenant = await repo.create_tenant(s, f"t-{uuid.uuid4().hex[:12]}")
+        key_row, _ = await repo.issue_api_key(s, tenant.id, "second")
+        assert [k.id for k in await repo.list_api_keys(s, tenant.id)] == [key_row.id]
+        revoked = await repo.revoke_api_key(s, key_row.id, key_row.created_at)
+        assert revoked is not None and revoked.revoked_at == key_row.created_at
+        await s.refresh(tenant)
+        assert tenant.allow_bypass is False
+
+
+async def test_key_hashes_never_reach_the_app_role(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    key_id, secret = stack.api_key.split("_", 2)[1:]
+    right = hashlib.sha256(secret.encode()).hexdigest()
+    lookup = "SELECT * FROM moat_lookup_api_key(:id, :hash)"
+    async with app_sessions() as s:
+        # A wrong secret's hash finds nothing, not even that the key exists.
+        for wrong in ("0" * 64, hashlib.sha256(b"guess").hexdigest(), right[:-1], ""):
+            rows = (await s.execute(text(lookup), {"id": key_id, "hash": wrong})).all()
+            assert rows == []
+        found = (await s.execute(text(lookup), {"id": key_id, "hash": right})).mappings().one()
+        assert found["tenant_id"] == stack.tenant_id
+        assert "secret_hash" not in found and right not in map(str, found.values())
+        # The revocation path learns the tenant of a key id, and nothing else.
+        tenant = (
+            await s.execute(text("SELECT moat_api_key_tenant(:id)"), {"id": key_id})
+        ).scalar_one()
+        assert tenant == stack.tenant_id
+        # The table itself: every column but the hash, for the transaction's tenant.
+        await repo.set_tenant(s, stack.tenant_id)
+        ids = (await s.execute(text("SELECT id FROM api_keys"))).scalars().all()
+        assert ids == [key_id]
+        for query in ("SELECT secret_hash FROM api_keys", "SELECT * FROM api_keys"):
+            with pytest.raises(ProgrammingError, match="permission denied"):
+                await s.execute(text(query))
+            await s.rollback()
+            await repo.set_tenant(s, stack.tenant_id)
+        # The old one-argument lookup, which returned the hash for any key id, is gone.
+        with pytest.raises(ProgrammingError, match="does not exist"):
+            await s.execute(text("SELECT * FROM moat_lookup_api_key(:id)"), {"id": key_id})
+        await s.rollback()
+        # No function the app role may call returns the hash, by name or as a key row.
+        leaking = (
+            await s.execute(
+                text(
+                    "SELECT p.oid::regprocedure::text FROM pg_proc p"
+                    " JOIN pg_namespace n ON n.oid = p.pronamespace"
+                    " WHERE n.nspname = current_schema()"
+                    " AND has_function_privilege(current_user, p.oid, 'EXECUTE')"
+                    " AND ('secret_hash' = ANY(coalesce(p.proargnames, '{}'))"
+                    "      OR p.prorettype = 'api_keys'::regtype)"
+                )
+            )
+        ).all()
+        assert leaking == []
+
+
+async def test_the_hardening_migration_downgrades_to_the_old_lookup(
+    base_settings: MoatSettings,
+) -> None:
+    """On a database of its own: down to 0004 restores the old function and grants, and up
+    again restores the hardening."""
+    admin_url = _psycopg(base_settings.sqlalchemy_url)
+    database = f"moat_down_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    url = base_settings.sqlalchemy_url.rsplit("/", 1)[0] + f"/{database}"
+
+    def migrate(direction: str, revision: str) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        engine = create_engine(url)
+        try:
+            with engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                getattr(command, direction)(cfg, revision)
+        finally:
+            engine.dispose()
+
+    def lookup_columns() -> list[str]:
+        with psycopg.connect(_psycopg(url)) as conn:
+            rows = conn.execute(
+                "SELECT p.proargnames FROM pg_proc p WHERE p.proname = 'moat_lookup_api_key'"
+            ).fetchall()
+        return [name for (names,) in rows for name in names]
+
+    def app_may_update_tenants() -> bool:
+        with psycopg.connect(_psycopg(url)) as conn:
+            row = conn.execute(
+                "SELECT has_table_privilege(%s, 'tenants', 'UPDATE')", (APP_DATABASE_ROLE,)
+            ).fetchone()
+        return bool(row and row[0])
+
+    try:
+        await asyncio.to_thread(upgrade, url)
+        assert "secret_hash" not in lookup_columns() and not app_may_update_tenants()
+        await asyncio.to_thread(migrate, "downgrade", "0004")
+        assert "secret_hash" in lookup_columns() and app_may_update_tenants()
+        await asyncio.to_thread(migrate, "upgrade", "head")
+        assert "secret_hash" not in lookup_columns() and not app_may_update_tenants()
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))

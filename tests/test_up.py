@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psycopg
+import pytest
 
 from starter.codec import ui_token
 from starter.processes import free_port, pid_alive
@@ -79,7 +82,11 @@ def moat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_moat_up_runs_the_stack_and_keeps_its_data(tmp_path: Path) -> None:
+def test_moat_up_runs_the_stack_and_keeps_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)  # libpq would send it
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-pgpass"))
     env = _environment(tmp_path / "home")
     gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
     ui = f"http://127.0.0.1:{env['MOAT_TEMPORAL_UI_PORT']}"
@@ -108,6 +115,15 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(tmp_path: Path) -> None:
         )
         assert preflight.headers.get("access-control-allow-origin") == ui
 
+        # The database asks for the passwords `moat up` generated, kept for its user only.
+        kept = tmp_path / "home" / "db-passwords.json"
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        passwords = json.loads(kept.read_text())
+        port = env["MOAT_DATABASE_PORT"]
+        for role in ("postgres", "moat_app"):
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(f"postgresql://{role}@127.0.0.1:{port}/moat", connect_timeout=10)
+
     # The worker logs JSON lines (MOAT_LOG_FORMAT's default).
     lines = (tmp_path / "home" / "logs" / "worker.log").read_text().splitlines()
     entries = [json.loads(line) for line in lines if line.startswith("{")]
@@ -121,3 +137,7 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(tmp_path: Path) -> None:
         assert again.returncode == 0, again.stderr
         assert "idempotent replay" in again.stderr
         assert json.loads(again.stdout)["receipt_id"] == envelope["receipt_id"]
+
+    # No log of any process names a database password.
+    for log in (tmp_path / "home" / "logs").iterdir():
+        assert not any(pw in log.read_text() for pw in passwords.values()), log.name
