@@ -30,6 +30,7 @@ from starter.temporal import connect
 from store import make_engine, make_sessionmaker
 from store import repository as repo
 from store.manifests import ManifestStore
+from store.signing import Keyring
 from workflows import ExecuteCapability, ManifestRetention
 
 log = logging.getLogger("moat.worker")
@@ -50,6 +51,16 @@ async def activity_deps(
         await engine.dispose()
 
 
+def signing_keyring(settings: MoatSettings) -> Keyring:
+    """The keyring that signs manifests. A configured one (``MOAT_SIGNING_KEYRING``, e.g. a
+    mounted secret shared by every worker) must exist: a worker minting a key of its own would
+    sign manifests nobody can verify. Only the development default under ``MOAT_HOME`` is
+    created on first use, with its public JWK Set beside it for the gateway."""
+    if settings.signing_keyring is not None:
+        return Keyring.load_provided(settings.signing_keyring)
+    return Keyring.load_or_create(settings.signing_keyring_path, jwks_path=settings.jwks_file)
+
+
 def build_worker(
     client: Client,
     settings: MoatSettings,
@@ -63,7 +74,7 @@ def build_worker(
     }
     acts = ExecuteActivities(sessions, adapters)
     store = ManifestStore(settings.manifests_dir)
-    manifests = ManifestActivities(sessions, store, settings.signing_keyring_path)
+    manifests = ManifestActivities(sessions, store, signing_keyring(settings))
     retention = RetentionActivities(sessions, store)
     return Worker(
         client,
