@@ -167,17 +167,6 @@ class Keyring:
             ring._save()
             return ring
 
-    @classmethod
-    def load_provided(cls, path: Path, setting: str = "MOAT_SIGNING_KEYRING") -> Keyring:
-        """The keyring an operator provides (e.g. a mounted secret); never created here, so a
-        missing file cannot turn into a key of this process's own that nobody publishes."""
-        if not path.exists():
-            raise KeyringMissingError(
-                f"{setting} points at {path}, which does not exist; create the keyring with "
-                "`moat keys rotate` and mount it on every worker"
-            )
-        return cls.load(path)
-
     @property
     def active_kid(self) -> str:
         return self._active

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +17,11 @@ from typer.testing import CliRunner
 
 import worker as worker_module
 from schemas.settings import MoatSettings
+from starter.devstack import free_port
 from starter.evidence_cli import keys_app, manifest_app
 from store.manifests import ManifestStore
 from store.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
-from tests.conftest import StackFactory
+from tests.conftest import StackFactory, repo_root
 from tests.test_manifest_signing import make_manifest
 
 runner = CliRunner()
@@ -38,6 +42,26 @@ async def test_worker_never_creates_a_configured_keyring(
     async with worker_module.activity_deps(settings) as (sessions, http):
         with pytest.raises(FileNotFoundError, match=r"MOAT_SIGNING_KEYRING.*moat keys rotate"):
             worker_module.build_worker(temporal.client, settings, sessions, http)
+    assert not mounted.parent.exists()
+
+
+def test_moat_worker_names_the_missing_keyring_without_a_traceback(tmp_path: Path) -> None:
+    """Checked before anything else: no Temporal or PostgreSQL is needed to be told."""
+    mounted = tmp_path / "not-mounted" / "signing-keys.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOAT_")}
+    closed = f"127.0.0.1:{free_port()}"
+    env.update(MOAT_SIGNING_KEYRING=str(mounted), MOAT_TEMPORAL_ADDRESS=closed)
+    done = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "worker"],
+        cwd=repo_root(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "MOAT_SIGNING_KEYRING" in done.stderr and "moat keys rotate" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
     assert not mounted.parent.exists()
 
 
