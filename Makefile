@@ -1,4 +1,5 @@
-# Each target bootstraps .venv from requirements.lock when it is missing or stale.
+# Each target bootstraps .venv from requirements.lock when it is missing or stale. Every
+# locked file is checked against its hash; the project itself (editable) comes after, alone.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
@@ -26,9 +27,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.execute_latency
 
-# Re-resolve requirements.lock from pyproject.toml (needs uv: pip install uv).
+# Re-resolve the locks from pyproject.toml, with hashes (needs uv: pip install uv). Versions
+# already locked are kept (uv prefers the output file's pins; add --upgrade to move them);
+# the runtime lock (the production image) is constrained to the same versions.
 lock:
-	uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header \
+		--generate-hashes -o requirements.lock
+	uv pip compile pyproject.toml --python-version 3.11 --no-header \
+		--generate-hashes -c requirements.lock -o requirements-runtime.lock
 
 clean:
 	rm -rf $(VENV)

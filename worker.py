@@ -30,6 +30,7 @@ from starter.temporal import connect
 from store import make_engine, make_sessionmaker
 from store import repository as repo
 from store.manifests import ManifestStore
+from store.signing import Keyring, KeyringMissingError
 from workflows import ExecuteCapability, ManifestRetention
 
 log = logging.getLogger("moat.worker")
@@ -50,12 +51,29 @@ async def activity_deps(
         await engine.dispose()
 
 
+def signing_keyring(settings: MoatSettings) -> Keyring:
+    """The keyring that signs manifests. A configured one (``MOAT_SIGNING_KEYRING``, e.g. a
+    mounted secret shared by every worker) must exist: a worker minting a key of its own would
+    sign manifests nobody can verify. Only the development default under ``MOAT_HOME`` is
+    created on first use, with its public JWK Set beside it for the gateway."""
+    path = settings.signing_keyring
+    if path is not None:
+        if not path.exists():
+            raise KeyringMissingError(
+                f"MOAT_SIGNING_KEYRING points at {path}, which does not exist; create the "
+                "keyring with `moat keys rotate` and mount it on every worker"
+            )
+        return Keyring.load(path)  # only read: a read-only mount is enough
+    return Keyring.load_or_create(settings.signing_keyring_path, jwks_path=settings.jwks_file)
+
+
 def build_worker(
     client: Client,
     settings: MoatSettings,
     sessions: async_sessionmaker[AsyncSession],
     http: httpx.AsyncClient,
     task_queue: str | None = None,
+    keyring: Keyring | None = None,
 ) -> Worker:
     adapters: dict[str, Adapter] = {
         "http": HttpAdapter(http, HostGuard(settings.http_allow_hosts)),
@@ -63,7 +81,7 @@ def build_worker(
     }
     acts = ExecuteActivities(sessions, adapters)
     store = ManifestStore(settings.manifests_dir)
-    manifests = ManifestActivities(sessions, store, settings.signing_keyring_path)
+    manifests = ManifestActivities(sessions, store, keyring or signing_keyring(settings))
     retention = RetentionActivities(sessions, store)
     return Worker(
         client,
@@ -84,12 +102,13 @@ def build_worker(
 async def run(settings: MoatSettings) -> None:
     """Run one worker until SIGINT/SIGTERM, then shut down cleanly."""
     observability.setup("moat-worker", log_format=settings.log_format)
+    keyring = signing_keyring(settings)  # a missing keyring stops the worker before it polls
     client = await connect(settings, observability.temporal_interceptors())
     async with activity_deps(settings) as (sessions, http):
         async with sessions.begin() as session:
             await repo.ensure_outcome_partitions(session, datetime.now(UTC))
         await ensure_retention_schedule(client, settings)
-        worker = build_worker(client, settings, sessions, http)
+        worker = build_worker(client, settings, sessions, http, keyring=keyring)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -41,24 +41,30 @@ from store.signing import Keyring, sign_manifest
 _MANIFEST_NAMESPACE = uuid.UUID("9b2e4c1a-7f3d-4e8b-a6c5-1d0f2e3b4a59")
 
 
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """What changes when the file is replaced: an atomic rename or a Kubernetes secret
+    update (a symlink swapped to a new file) gives a new inode even within one mtime tick."""
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class ManifestActivities:
     """Built once in ``worker.py`` with the store, the keyring and the sessionmaker."""
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], store: ManifestStore, keyring_path: Path
+        self, sessions: async_sessionmaker[AsyncSession], store: ManifestStore, keyring: Keyring
     ) -> None:
         self._sessions = sessions
         self._store = store
-        self._keyring_path = keyring_path
-        self._keyring = Keyring.load_or_create(keyring_path)
-        self._keyring_mtime = keyring_path.stat().st_mtime
+        self._keyring = keyring
+        self._keyring_stamp = _stamp(keyring.path)
         self._worker_id = socket.gethostname()
 
     def _current_keyring(self) -> Keyring:
-        """Pick up ``moat keys rotate`` without a restart."""
-        mtime = self._keyring_path.stat().st_mtime
-        if mtime != self._keyring_mtime:
-            self._keyring, self._keyring_mtime = Keyring.load(self._keyring_path), mtime
+        """Pick up ``moat keys rotate`` (or an updated secret mount) without a restart."""
+        stamp = _stamp(self._keyring.path)
+        if stamp != self._keyring_stamp:
+            self._keyring, self._keyring_stamp = Keyring.load(self._keyring.path), stamp
         return self._keyring
 
     @activity.defn(name="moat.write_manifest")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 APP_DATABASE_ROLE = "moat_app"
@@ -54,6 +54,16 @@ class MoatSettings(BaseSettings):
     task_queue: str = "moat-execute"
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8000
+    admin_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description=(
+            "Port of a second listener for the admin routes (/v1/admin/…, and the codec door "
+            "that takes the admin key), so they can stay off the public network. Unset: they "
+            "are served on the gateway port."
+        ),
+    )
     gateway_url: str | None = Field(
         default=None, description="Where `moat execute` sends requests. Unset: the local gateway."
     )
@@ -116,7 +126,17 @@ class MoatSettings(BaseSettings):
     )
     signing_keyring: Path | None = Field(
         default=None,
-        description="Manifest signing keyring. Unset: $MOAT_HOME/signing-keys.json.",
+        description=(
+            "Manifest signing keyring (private keys; workers only). Set, it must exist: "
+            "workers never create it. Unset: $MOAT_HOME/signing-keys.json, created on first use."
+        ),
+    )
+    jwks_path: Path | None = Field(
+        default=None,
+        description=(
+            "The public JWK Set the gateway serves at /.well-known/jwks.json, written at key "
+            "creation and rotation. Unset: jwks.json beside the signing keyring."
+        ),
     )
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
@@ -142,6 +162,15 @@ class MoatSettings(BaseSettings):
         if value is not None and len(value.get_secret_value()) < MIN_ADMIN_KEY_LENGTH:
             raise ValueError(f"admin_api_key must be at least {MIN_ADMIN_KEY_LENGTH} characters")
         return value
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> MoatSettings:
+        if self.admin_port is not None and self.admin_port == self.gateway_port:
+            raise ValueError(
+                "admin_port must differ from gateway_port (unset it to serve the admin routes "
+                "on the gateway port)"
+            )
+        return self
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -201,6 +230,10 @@ class MoatSettings(BaseSettings):
     @property
     def signing_keyring_path(self) -> Path:
         return self.signing_keyring or self.home / "signing-keys.json"
+
+    @property
+    def jwks_file(self) -> Path:
+        return self.jwks_path or self.signing_keyring_path.with_name("jwks.json")
 
     @property
     def run_dir(self) -> Path:

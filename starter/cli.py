@@ -66,19 +66,12 @@ def worker() -> None:
 
 @app.command()
 def gateway() -> None:
-    """Run the HTTP gateway against the configured Temporal and Postgres."""
-    import uvicorn
+    """Run the HTTP gateway against the configured Temporal and Postgres.
 
-    from starter.gateway import create_app
+    With MOAT_ADMIN_PORT set, the admin routes listen on that port only."""
+    from starter.gateway import serve
 
-    settings = _settings()
-    uvicorn.run(
-        create_app(settings),
-        host=settings.gateway_host,
-        port=settings.gateway_port,
-        log_level="warning",
-        log_config=None,  # uvicorn's own lines go through Moat's log format too
-    )
+    raise typer.Exit(asyncio.run(serve(_settings())))
 
 
 @app.command()
@@ -318,10 +311,16 @@ def execute(
 
 def main() -> None:
     """The console script: the app, with the services it cannot reach named plainly."""
+    from rich.markup import escape
     from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from store.signing import KeyringMissingError
 
     try:
         app()
+    except KeyringMissingError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        raise SystemExit(1) from None
     except (OperationalError, InterfaceError) as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
         err.print(f"[bold red]error:[/] cannot reach PostgreSQL: {reason}")

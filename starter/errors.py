@@ -267,6 +267,7 @@ ERROR_DESCRIPTIONS = {
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",
     500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
+    503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet.",
 }
 
 

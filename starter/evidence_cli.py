@@ -176,15 +176,31 @@ def inspect(file: Annotated[Path, typer.Argument(help="A manifest.json.")]) -> N
 
 @keys_app.command("rotate")
 def rotate(alg: Annotated[Alg, typer.Option("--alg", help="Algorithm.")] = Alg.ES256) -> None:
-    """Add a signing key and make it active; older keys still verify older manifests."""
-    path = _keyring_path()
+    """Add a signing key and make it active; older keys still verify older manifests.
+    Writes the public JWKS (MOAT_JWKS_PATH) as well: publish it before the keyring."""
+    settings = MoatSettings()
+    path = settings.signing_keyring_path
     existed = path.exists()
-    ring = Keyring.load_or_create(path, alg.value)
+    ring = Keyring.load_or_create(path, alg.value, jwks_path=settings.jwks_file)
     kid = ring.rotate(alg.value) if existed else ring.active_kid
     out.print(
-        f"active signing key: {kid} ({alg.value}); {len(ring.keys)} key(s) in {path}",
+        f"active signing key: {kid} ({alg.value}); {len(ring.keys)} key(s) in {path}; "
+        f"public JWKS in {settings.jwks_file}",
         soft_wrap=True,
     )
+
+
+@keys_app.command("publish")
+def publish() -> None:
+    """Write the keyring's public JWKS (MOAT_JWKS_PATH), which the gateway serves, without
+    rotating: e.g. for a keyring made before the JWKS file existed."""
+    settings = MoatSettings()
+    path = settings.signing_keyring_path
+    if not path.exists():
+        raise _stop(f"no signing keyring at {path}", UNREADABLE, "create one: moat keys rotate")
+    ring = Keyring.load(path, settings.jwks_file)
+    written = ring.publish()
+    out.print(f"public JWKS of {len(ring.keys)} key(s) written to {written}", soft_wrap=True)
 
 
 @keys_app.command("list")

@@ -4,6 +4,7 @@ that verify them (``/.well-known/jwks.json``)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -22,7 +23,9 @@ from starter.gateway_deps import (
 from store import events as event_log
 from store.manifests import ManifestStore
 from store.models import ManifestRow
-from store.signing import Keyring
+from store.signing import MalformedError, PublishedJwks
+
+log = logging.getLogger("moat.gateway")
 
 router = APIRouter()
 
@@ -113,14 +116,29 @@ async def get_manifest(
     "/.well-known/jwks.json",
     tags=["evidence"],
     summary="Public keys that verify run manifests (JWK Set)",
-    responses=documented_errors(500),
+    responses=documented_errors(500, 503),
 )
 async def jwks(request: Request) -> dict[str, Any]:
     """Every signing key's public half, the active one first; rotated keys stay listed so
     older manifests still verify."""
-    path = deps_of(request).settings.signing_keyring_path
+    settings = deps_of(request).settings
+    published: PublishedJwks = request.app.state.jwks
     try:
-        ring = await asyncio.to_thread(Keyring.load, path)
+        return await asyncio.to_thread(published.current)
     except FileNotFoundError:
-        return {"keys": []}  # no worker has signed anything yet; only workers make keys
-    return ring.jwks()
+        if settings.jwks_path is None and settings.signing_keyring is None:
+            return {"keys": []}  # development: no worker has made the first key yet
+        log.error("no public JWKS at %s", published.path)
+        raise _jwks_unavailable() from None
+    except (OSError, MalformedError) as exc:
+        log.error("cannot serve the public JWKS at %s: %s", published.path, exc)
+        raise _jwks_unavailable() from None
+
+
+def _jwks_unavailable() -> ApiError:
+    return ApiError(
+        503,
+        "jwks_unavailable",
+        "The gateway has no readable public key set; an operator publishes it with "
+        "`moat keys publish` (or `moat keys rotate`) at MOAT_JWKS_PATH.",
+    )

@@ -2,16 +2,26 @@
 
 Routes live in ``gateway_executions`` and ``gateway_reads`` (tenants), ``gateway_admin``
 (operators) and ``evidence_routes``; this module builds the app: dependencies, error
-envelope, OpenAPI document.
+envelope, OpenAPI document, and serves it (``moat gateway``).
+
+The routes that take the admin key can get a listener of their own (``MOAT_ADMIN_PORT``), so
+a deployment keeps them on an internal network while the API faces the world: then the main
+app does not route them at all, and the admin app serves only them (and the health check).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+import uvicorn
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.routing import BaseRoute
 from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
@@ -26,10 +36,11 @@ from starter import (
     observability,
 )
 from starter.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
-from starter.gateway_deps import Deps
+from starter.gateway_deps import Deps, require_admin
 from starter.ingest import Ingest
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
+from store.signing import PublishedJwks
 
 DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
@@ -62,15 +73,32 @@ TAGS = [
 ]
 
 
+def takes_admin_key(route: BaseRoute) -> bool:
+    """Whether a route is guarded by the admin key (the admin API, the operators' codec
+    door): the routes ``MOAT_ADMIN_PORT`` moves to their own listener."""
+    return isinstance(route, APIRoute) and any(
+        d.dependency is require_admin for d in route.dependencies
+    )
+
+
+def _only(router: APIRouter, keep: Callable[[BaseRoute], bool]) -> APIRouter:
+    return APIRouter(routes=[route for route in router.routes if keep(route)])
+
+
 def create_app(
     settings: MoatSettings,
     *,
     client: Client | None = None,
     sessions: async_sessionmaker[AsyncSession] | None = None,
     catalog: CapabilityCatalog | None = None,
+    admin: bool = False,
 ) -> FastAPI:
     """The gateway. Without ``sessions``/``client`` it connects to the configured Postgres
-    (as the application role) and Temporal in its lifespan."""
+    (as the application role) and Temporal in its lifespan.
+
+    With ``MOAT_ADMIN_PORT`` set, the admin-key routes are left out of this app and
+    ``admin=True`` builds the app that serves them: the admin API and both codec doors (the
+    Web UI's too, for a UI that reaches only the internal network)."""
     observability.setup("moat-gateway", log_format=settings.log_format)
     capabilities = catalog or CapabilityCatalog()
 
@@ -92,7 +120,7 @@ def create_app(
                 await engine.dispose()
 
     app = FastAPI(
-        title="Moat",
+        title="Moat admin" if admin else "Moat",
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
@@ -108,10 +136,93 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(gateway_executions.router)
-    app.include_router(gateway_reads.router)
-    app.include_router(gateway_admin.router)
-    app.include_router(evidence_routes.router)
-    app.include_router(codec_routes.router)
+    if admin:
+        routers = [gateway_admin.router, codec_routes.router]
+    else:
+        routers = [
+            gateway_executions.router,
+            gateway_reads.router,
+            gateway_admin.router,
+            evidence_routes.router,
+            codec_routes.router,
+        ]
+    for router in routers:
+        if settings.admin_port is not None and not admin:
+            router = _only(router, lambda route: not takes_admin_key(route))
+        app.include_router(router)
+    app.state.jwks = PublishedJwks(settings.jwks_file)
     gateway_openapi.install(app, capabilities)
     return app
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT/SIGTERM to ``serve``, which stops every listener
+    of the process together (uvicorn's own handlers would each stop only their server)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _server(app: FastAPI, settings: MoatSettings, port: int) -> _Server:
+    return _Server(
+        uvicorn.Config(
+            app,
+            host=settings.gateway_host,
+            port=port,
+            log_level="warning",
+            log_config=None,  # uvicorn's own lines go through Moat's log format too
+        )
+    )
+
+
+STARTUP_FAILURE = 3  # uvicorn's exit code when an app cannot start
+
+
+async def serve(settings: MoatSettings, stop: asyncio.Event | None = None) -> int:
+    """``moat gateway``: the API on ``MOAT_GATEWAY_PORT`` and, with ``MOAT_ADMIN_PORT``, the
+    admin routes on that port, sharing one database pool and one Temporal client. Runs until
+    ``stop`` is set, or SIGINT/SIGTERM without one; then both drain and close. Returns the
+    exit code: 0 when stopped, ``STARTUP_FAILURE`` when a listener ended on its own."""
+    loop = asyncio.get_running_loop()
+    servers: list[_Server] = []
+    handled: list[signal.Signals] = []
+    if stop is None:
+        stop = asyncio.Event()
+
+        def on_signal(event: asyncio.Event = stop) -> None:
+            if event.is_set():  # a second signal: stop waiting for requests still open
+                for server in servers:
+                    server.force_exit = True
+            event.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+            handled.append(sig)
+    engine = None
+    try:
+        if settings.admin_port is None:
+            servers.append(_server(create_app(settings), settings, settings.gateway_port))
+        else:
+            engine = make_engine(settings.app_sqlalchemy_url)
+            client = await connect(settings, observability.temporal_interceptors())
+            sessions = make_sessionmaker(engine)
+            public = create_app(settings, client=client, sessions=sessions)
+            admin = create_app(settings, client=client, sessions=sessions, admin=True)
+            servers += [
+                _server(public, settings, settings.gateway_port),
+                _server(admin, settings, settings.admin_port),
+            ]
+        running = [asyncio.create_task(server.serve()) for server in servers]
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([*running, stopped], return_when=asyncio.FIRST_COMPLETED)
+        for server in servers:  # one ending (e.g. its port is taken) ends them all
+            server.should_exit = True
+        stopped.cancel()
+        await asyncio.gather(*running)
+        return 0 if stop.is_set() else STARTUP_FAILURE
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+        if engine is not None:
+            await engine.dispose()

@@ -9,6 +9,8 @@ Registered header names only: strict libraries refuse private ones.
 
 The keyring is a JSON file (mode 0600, replaced atomically under a lock) of private JWKs.
 Rotation adds a key and makes it active; old keys stay so older manifests still verify.
+Whoever creates or rotates the keyring also writes its public JWK Set (``jwks_path``): the
+gateway serves that file and never needs the private keys.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ _KEY_TYPES: dict[str, tuple[type[ECKey] | type[RSAKey], str]] = {
     "RS256": (RSAKey, "RSA"),
 }
 _PUBLIC_MEMBERS = ("kty", "crv", "x", "y", "n", "e")
+# Members that only a private (or symmetric) JWK carries (RFC 7518 section 6).
+_PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 
 
 class VerificationError(Exception):
@@ -51,6 +55,10 @@ class UnknownKeyError(VerificationError):
 
 class BadSignatureError(VerificationError):
     """The signature does not match the content (tampered), or there is none."""
+
+
+class KeyringMissingError(FileNotFoundError):
+    """A keyring that must be provided (mounted) is not there; nothing creates it silently."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,23 @@ def _import(entry: Mapping[str, Any]) -> SigningKey:
     return SigningKey(kid=entry["kid"], alg=alg, created_at=created, jwk=key)
 
 
+def _write_atomically(path: Path, document: Mapping[str, Any], mode: int) -> None:
+    """Replace ``path`` with ``document`` as JSON: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")  # only ever under _locked
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(document, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Serialize creation and rotation between processes (gateway, workers, CLI)."""
@@ -100,29 +125,45 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class Keyring:
-    """Private signing keys, one of them active. Build with ``load`` or ``load_or_create``."""
+    """Private signing keys, one of them active. Build with ``load`` or ``load_or_create``.
 
-    def __init__(self, path: Path, keys: list[SigningKey], active_kid: str) -> None:
+    With a ``jwks_path``, every change of the keyring also writes its public JWK Set there."""
+
+    def __init__(
+        self,
+        path: Path,
+        keys: list[SigningKey],
+        active_kid: str,
+        jwks_path: Path | None = None,
+    ) -> None:
         if active_kid not in {k.kid for k in keys}:
             raise ValueError(f"keyring: active kid {active_kid!r} is not in the keyring")
         self.path = path
+        self.jwks_path = jwks_path
         self._keys = list(keys)
         self._active = active_kid
 
     @classmethod
-    def load(cls, path: Path) -> Keyring:
-        """The keyring at ``path``; ``FileNotFoundError`` when there is none."""
+    def load(cls, path: Path, jwks_path: Path | None = None) -> Keyring:
+        """The keyring at ``path``; ``FileNotFoundError`` when there is none. Reads only:
+        works on a read-only mount."""
         ring = json.loads(path.read_text())
-        return cls(path, [_import(entry) for entry in ring["keys"]], ring["active"])
+        return cls(path, [_import(entry) for entry in ring["keys"]], ring["active"], jwks_path)
 
     @classmethod
-    def load_or_create(cls, path: Path, alg: Algorithm = "ES256") -> Keyring:
-        """The keyring at ``path``, created with one ``alg`` key if missing."""
+    def load_or_create(
+        cls, path: Path, alg: Algorithm = "ES256", *, jwks_path: Path | None = None
+    ) -> Keyring:
+        """The keyring at ``path``, created with one ``alg`` key if missing. A ``jwks_path``
+        that does not exist yet is written from an existing keyring too."""
         with _locked(path):
             if path.exists():
-                return cls.load(path)
+                ring = cls.load(path, jwks_path)
+                if jwks_path is not None and not jwks_path.exists():
+                    ring._publish()
+                return ring
             key = _generate(alg)
-            ring = cls(path, [key], key.kid)
+            ring = cls(path, [key], key.kid, jwks_path)
             ring._save()
             return ring
 
@@ -152,6 +193,18 @@ class Keyring:
         ordered = sorted(self._keys, key=lambda k: k.kid != self._active)
         return {"keys": [k.public_jwk() for k in ordered]}
 
+    def publish(self) -> Path:
+        """(Re)write the public JWK Set at ``jwks_path``; returns the path."""
+        if self.jwks_path is None:
+            raise ValueError("keyring: no jwks_path to publish to")
+        with _locked(self.path):
+            self._publish()
+        return self.jwks_path
+
+    def _publish(self) -> None:
+        if self.jwks_path is not None:
+            _write_atomically(self.jwks_path, self.jwks(), 0o644)
+
     def sign_detached(self, payload: bytes) -> str:
         """Compact JWS of ``payload`` with the active key, payload part left empty."""
         key = next(k for k in self._keys if k.kid == self._active)
@@ -161,6 +214,8 @@ class Keyring:
         return jws.detach_content(compact)
 
     def _save(self) -> None:
+        # The public set first: a key is published before anything can sign with it.
+        self._publish()
         ring = {
             "active": self._active,
             "keys": [
@@ -173,18 +228,45 @@ class Keyring:
                 for k in self._keys
             ],
         }
-        tmp = self.path.with_name(f".{self.path.name}.tmp")  # only ever under _locked
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(ring, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _write_atomically(self.path, ring, 0o600)
+
+
+def public_jwks(document: Any) -> dict[str, Any]:
+    """A JWK Set reduced to public members, for serving. Refuses (``MalformedError``)
+    anything that is not a set of EC/RSA public keys with a kid, and any key carrying private
+    material, so a private keyring given by mistake is never served."""
+    keys = []
+    for jwk in _jwks_keys(document):
+        if _PRIVATE_MEMBERS & jwk.keys():
+            raise MalformedError("the JWK Set holds private key material; publish public keys only")
+        if jwk.get("kty") not in ("EC", "RSA") or not isinstance(jwk.get("kid"), str):
+            raise MalformedError("not a JWK Set of public EC or RSA keys with a kid")
+        members = (*_PUBLIC_MEMBERS, "kid", "alg", "use")
+        keys.append({k: jwk[k] for k in members if k in jwk})
+    return {"keys": keys}
+
+
+class PublishedJwks:
+    """The public JWK Set file a gateway serves, parsed again only when the file changes
+    (a new inode, modification time or size: an atomic replace, or a remounted secret)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+        self._document: dict[str, Any] = {"keys": []}
+
+    def current(self) -> dict[str, Any]:
+        """The set as last written; ``FileNotFoundError`` when there is none yet,
+        ``MalformedError`` when the file is not a public JWK Set."""
+        st = os.stat(self.path)
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if seen != self._seen:
+            try:
+                document = json.loads(self.path.read_bytes())
+            except ValueError as exc:
+                raise MalformedError(f"the JWKS file is not JSON: {exc}") from None
+            self._document, self._seen = public_jwks(document), seen
+        return self._document
 
 
 def _jwks_keys(jwks: Mapping[str, Any]) -> list[Mapping[str, Any]]:
