@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from schemas.hosts import AllowHosts
+
 APP_DATABASE_ROLE = "moat_app"
 MIN_ADMIN_KEY_LENGTH = 32
 
@@ -55,11 +57,13 @@ class MoatSettings(BaseSettings):
     api_key: str | None = Field(
         default=None, description="API key `moat execute` uses. Unset: the demo tenant's key."
     )
-    http_allow_hosts: Annotated[list[str], NoDecode] = Field(
+    http_allow_hosts: Annotated[AllowHosts, NoDecode] = Field(
         default_factory=list,
         description=(
-            "Hosts the http.request adapter may call besides public ones. Empty: public hosts "
-            "only, never loopback or private ranges."
+            "Non-public hosts the http.request adapter may call for every tenant, "
+            "comma-separated: host (ports 80 and 443 only) or host:port, IPv6 as "
+            "[address]:port; an address also admits names resolving to it. Empty: public "
+            "hosts only, never loopback or private ranges (tenants may have lists of their own)."
         ),
     )
     idempotency_ttl_seconds: int = Field(
@@ -121,7 +125,7 @@ class MoatSettings(BaseSettings):
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
-            return [h.strip().lower() for h in value.split(",") if h.strip()]
+            return [h.strip() for h in value.split(",") if h.strip()]
         return value
 
     @field_validator("codec_cors_origins", mode="before")
@@ -155,6 +159,13 @@ class MoatSettings(BaseSettings):
         owner = urlsplit(self.sqlalchemy_url)
         host = owner.netloc.rpartition("@")[2]
         return urlunsplit(owner._replace(netloc=f"{APP_DATABASE_ROLE}@{host}"))
+
+    @property
+    def owner_database_configured(self) -> bool:
+        """Whether this process knows the owner's URL: given explicitly, or the embedded
+        database (no URL given at all). A process given only the application role's URL
+        does not."""
+        return self.database_url is not None or self.database_app_url is None
 
     @property
     def manifests_dir(self) -> Path:
