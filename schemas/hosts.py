@@ -2,8 +2,8 @@
 
 An entry is ``host`` (ports 80 and 443 only) or ``host:port`` (that port only); an IPv6
 address is written in brackets, ``[fd00::5]:8443`` (``[fd00::5]`` or ``fd00::5`` alone for
-80 and 443). The same rules read the process-wide setting, a tenant's list (admin API, CLI)
-and the worker's guard, so an entry means the same everywhere.
+80 and 443). The process-wide setting, the tenants' lists (admin API, CLI) and the worker's
+guard all read entries with these rules, so an entry means the same everywhere.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ DEFAULT_PORTS = frozenset({80, 443})
 MAX_ENTRIES = 100
 MAX_NAME_LENGTH = 253  # the longest DNS name
 
-_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
-_PORT = re.compile(r"^[0-9]{1,5}$")
-_BRACKETED = re.compile(r"^\[([^\]]*)\](?::(.*))?$")
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+_BRACKETED = re.compile(r"\[([^\]]*)\](?::(.*))?", re.DOTALL)
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -87,7 +87,7 @@ def parse_allow_entry(text: str) -> AllowEntry:
     if any(c in raw for c in "/@?#"):
         raise _bad(text, "a host, not a URL")
     port_text: str | None = None
-    bracketed = _BRACKETED.match(raw)
+    bracketed = _BRACKETED.fullmatch(raw)
     if bracketed:
         host, port_text = bracketed.group(1), bracketed.group(2)
         if not _is_ipv6(host):
@@ -110,7 +110,7 @@ def parse_allow_entry(text: str) -> AllowEntry:
 def _port(text: str, port_text: str | None) -> int | None:
     if port_text is None:
         return None
-    if not _PORT.match(port_text) or not 1 <= int(port_text) <= 65535:
+    if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
         raise _bad(text, "the port must be a number from 1 to 65535")
     return int(port_text)
 
@@ -135,7 +135,7 @@ def _check_name(text: str, host: str) -> None:
     if not host or len(host) > MAX_NAME_LENGTH:
         raise _bad(text, "no host name")
     labels = host.split(".")
-    if not all(_LABEL.match(label) for label in labels):
+    if not all(_LABEL.fullmatch(label) for label in labels):
         raise _bad(
             text,
             "a host name has letters, digits, '-' and '_' only (no scheme, path, wildcard "

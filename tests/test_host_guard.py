@@ -324,6 +324,7 @@ def test_entries_are_stored_normalized(entry: str, stored: str) -> None:
         "[api.example.com]:443",
         "fe80::1%eth0",
         "127.1",
+        "bad\nname.example.com",
     ],
 )
 def test_a_bad_entry_is_refused_at_settings_load(
