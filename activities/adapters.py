@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -23,8 +23,10 @@ import httpx
 from opentelemetry import propagate
 from temporalio.exceptions import ApplicationError
 
+from activities.addresses import is_public
 from schemas.canonical import redact, redacted_hash
 from schemas.capabilities import HttpRequestInput
+from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
@@ -84,21 +86,24 @@ async def resolve(host: str, port: int) -> list[str]:
 
 
 class HostGuard:
-    """Refuses loopback, private, link-local and reserved targets unless allow-listed (by
-    name, or by address for a name that resolves to it).
+    """Refuses targets that are not public (see ``activities.addresses``) unless an
+    allow-list entry admits the host and port: by name, or by address for a name that
+    resolves to it.
 
     ``check`` resolves a name once and returns the vetted address the request must then be
     sent to, so the name cannot resolve elsewhere between the check and the connection
     (DNS rebinding)."""
 
     def __init__(self, allow_hosts: Iterable[str], resolver: Resolver = resolve) -> None:
-        self._allow = {h.lower().strip("[]") for h in allow_hosts}
+        self._allow = tuple(parse_allow_entry(h) for h in allow_hosts)
         self._resolve = resolver
 
-    async def check(self, host: str, port: int) -> str | None:
-        """The address to connect to; None for a host allow-listed by name (sent as is)."""
-        host = host.lower().strip("[]")
-        if host in self._allow:
+    async def check(self, host: str, port: int, tenant_allow: Iterable[str] = ()) -> str | None:
+        """The address to connect to; None for a host allow-listed by name (sent as is).
+        ``tenant_allow`` adds the calling tenant's own entries to the worker's."""
+        allow = self._allow + _entries(tenant_allow)
+        host = canonical_host(host)
+        if any(entry.admits(host, port) for entry in allow):
             return None
         try:
             addresses = await self._resolve(host, port)
@@ -107,18 +112,60 @@ class HostGuard:
         if not addresses:
             raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: no address")
         for text in addresses:
-            address = ipaddress.ip_address(text.split("%")[0])  # drop an IPv6 zone id
-            if str(address) in self._allow:
+            # Drop an IPv6 zone id; an IPv4-mapped address is judged as the IPv4 it reaches.
+            address = judged_address(ipaddress.ip_address(text.split("%")[0]))
+            if any(entry.admits(str(address), port) for entry in allow):
                 continue
-            if not address.is_global or address.is_multicast:
+            if not is_public(address):
                 raise fail(
                     ErrorTaxonomy.GATEWAY_ERROR,
-                    f"{host} resolves to non-public address {address}; "
-                    "add it to MOAT_HTTP_ALLOW_HOSTS to allow it",
+                    f"{host} resolves to non-public address {address}; an operator can "
+                    f"allow-list {entry_for(host, port)} (MOAT_HTTP_ALLOW_HOSTS, or the "
+                    "tenant's list) to allow it",
                     code="host_not_allowed",
                     retryable=False,
                 )
         return addresses[0]
+
+
+def _entries(texts: Iterable[str]) -> tuple[AllowEntry, ...]:
+    """Parsed entries; one that does not parse (validated when written, so never expected)
+    admits nothing."""
+    entries = []
+    for text in texts:
+        try:
+            entries.append(parse_allow_entry(text))
+        except ValueError:
+            continue
+    return tuple(entries)
+
+
+# Headers that describe this one connection or the message's framing, not the request:
+# the HTTP client writes its own, and an agent's copy would travel beside them (two framings
+# of one body, a second Host) or steer a proxy. Any header starting "proxy-" goes too.
+DROPPED_HEADERS = frozenset(
+    {
+        "host",
+        "transfer-encoding",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "idempotency-key",  # Moat sends its own, derived from the execution
+    }
+)
+
+
+def agent_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The agent's headers that may go out: none of ``DROPPED_HEADERS`` nor ``Proxy-*``,
+    whatever their case."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if name.lower() not in DROPPED_HEADERS and not name.lower().startswith("proxy-")
+    }
 
 
 class HttpAdapter:
@@ -132,14 +179,13 @@ class HttpAdapter:
         req = HttpRequestInput.model_validate(inp.input)
         url = httpx.URL(str(req.url))
         pinned = await self._guard.check(
-            url.host, url.port or (443 if url.scheme == "https" else 80)
+            url.host, url.port or (443 if url.scheme == "https" else 80), inp.http_allow_hosts
         )
-        headers = {k: v for k, v in req.headers.items() if k.lower() != "idempotency-key"}
+        headers = agent_headers(req.headers)
         extensions: dict[str, Any] = {}
         if pinned is not None:
             # Connect to the address the guard vetted; the provider still sees its own name
             # (Host header, and TLS server name, which the certificate is checked against).
-            headers = {k: v for k, v in headers.items() if k.lower() != "host"}
             headers["Host"] = url.netloc.decode("ascii")
             if url.scheme == "https":
                 extensions["sni_hostname"] = url.host

@@ -137,6 +137,7 @@ class ExecuteActivities:
             mode=PolicyMode(row.mode),
             reason=row.reason,
             budget_held=held,
+            http_allow_hosts=list(tenant.http_allow_hosts) if tenant is not None else [],
         )
         if events:
             chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.policy")

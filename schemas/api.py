@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.capabilities import EffectType, RetrySettings
 from schemas.execute import Envelope, ErrorBody
+from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
 
 # Printable names without control characters; Postgres text cannot hold NUL anyway.
@@ -69,6 +70,24 @@ class TenantInfo(BaseModel):
     policy_mode: PolicyMode
     idempotency_ttl_seconds: int
     created_at: datetime
+    http_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Non-public hosts this tenant's http.request may call besides the "
+        "worker's own list: host (ports 80 and 443) or host:port.",
+    )
+
+
+class TenantUpdate(BaseModel):
+    """Body of ``PATCH /v1/admin/tenants/{tenant_id}``: the fields to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    http_allow_hosts: AllowHosts | None = Field(
+        default=None,
+        description="Replaces the tenant's allow-list: host (ports 80 and 443) or host:port, "
+        "IPv6 as [address]:port; [] empties it.",
+        examples=[["api.example.com", "10.0.0.5:8443"]],
+    )
 
 
 class ApiKeyCreate(BaseModel):

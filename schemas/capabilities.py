@@ -93,7 +93,12 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         version="1.0.0",
         adapter="http",
         adapter_id="http-adapter-v1",
-        description="A generic HTTP call to an allowed host, with Idempotency-Key sent.",
+        description=(
+            "A generic HTTP call to a public or allow-listed host, with Idempotency-Key sent. "
+            "Headers that belong to the connection or the message framing (Host, "
+            "Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, TE, Trailer, "
+            "Proxy-*) are dropped from `headers`: the HTTP client writes its own."
+        ),
         effect_type=EffectType.API_CALL,
         timeout_seconds=30.0,
     ),

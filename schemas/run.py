@@ -67,6 +67,10 @@ class PolicyOutcome(BaseModel):
     budget_held: bool = Field(
         default=False, description="The execution holds a unit of its budget until it records."
     )
+    http_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="The tenant's own allow-list entries (host[:port]), read with its policy.",
+    )
 
 
 class AdapterInput(BaseModel):
@@ -79,6 +83,10 @@ class AdapterInput(BaseModel):
     trace_id: str
     attempt: int = Field(default=1, ge=1, description="Set by the activity: 1 on the first try.")
     resumed: bool = Field(default=False, description="See ``PolicyOutcome.resumed``.")
+    http_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="The tenant's allow-list entries, added to the worker's own.",
+    )
 
     @property
     def repeat(self) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import ApiKeyInfo, BudgetInfo, NewApiKey, TenantInfo
+from schemas.hosts import normalize_allow_list
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
@@ -69,6 +70,19 @@ async def create_tenant(settings: MoatSettings, name: str) -> NewTenant:
 async def list_tenants(settings: MoatSettings) -> list[TenantInfo]:
     async with _transaction(settings) as session:
         return [repo.to_tenant_info(t) for t in await repo.list_tenants(session)]
+
+
+async def set_allow_hosts(
+    settings: MoatSettings, tenant: str, hosts: list[str] | None
+) -> TenantInfo:
+    """Replace a tenant's (id or name) http.request allow-list with ``hosts``; None leaves
+    it as it is. ValueError names an entry that is not host[:port]."""
+    entries = None if hosts is None else normalize_allow_list(hosts)
+    async with _transaction(settings) as session:
+        row = await _tenant(session, tenant)
+        if entries is not None:
+            await repo.set_http_allow_hosts(session, row.id, entries)
+        return repo.to_tenant_info(row)
 
 
 async def create_key(settings: MoatSettings, tenant: str, name: str = "") -> NewApiKey:

@@ -116,13 +116,48 @@ def tenant_list(
     if as_json:
         out.print_json(json.dumps([t.model_dump(mode="json") for t in tenants]))
         return
-    table = Table("name", "policy", "TTL (s)", "created")
+    table = Table("name", "policy", "TTL (s)", "created", "allowed hosts")
     table.add_column("id", no_wrap=True)
     for t in tenants:
         table.add_row(
-            t.name, t.policy_mode, str(t.idempotency_ttl_seconds), f"{t.created_at:%F}", t.id
+            t.name,
+            t.policy_mode,
+            str(t.idempotency_ttl_seconds),
+            f"{t.created_at:%F}",
+            ", ".join(t.http_allow_hosts),
+            t.id,
         )
     out.print(table)
+
+
+@tenant_app.command("allow-hosts")
+def tenant_allow_hosts(
+    tenant: Annotated[str, typer.Argument(help="Tenant id or name.")],
+    hosts: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="host (ports 80 and 443 only) or host:port, IPv6 as [address]:port.",
+            show_default=False,
+        ),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Empty the tenant's list.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Set the non-public hosts a tenant's http.request may call, besides the worker's own
+    list (MOAT_HTTP_ALLOW_HOSTS); the given entries replace the list. No entries: show it."""
+    from starter.bootstrap import set_allow_hosts
+
+    if clear and hosts:
+        raise _fail("give entries or --clear, not both", code=2)
+    try:
+        info = asyncio.run(set_allow_hosts(_settings(), tenant, [] if clear else hosts))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps(info.http_allow_hosts))
+        return
+    listed = ", ".join(info.http_allow_hosts) or "none (public hosts only)"
+    out.print(f"allowed hosts of {info.id}: {listed}", soft_wrap=True)
 
 
 @key_app.command("create")

@@ -90,11 +90,14 @@ def create_app(
     *,
     client: Client | None = None,
     sessions: async_sessionmaker[AsyncSession] | None = None,
+    owner_sessions: async_sessionmaker[AsyncSession] | None = None,
     catalog: CapabilityCatalog | None = None,
     admin: bool = False,
 ) -> FastAPI:
     """The gateway. Without ``sessions``/``client`` it connects to the configured Postgres
-    (as the application role) and Temporal in its lifespan.
+    (as the application role) and Temporal in its lifespan. ``owner_sessions`` (else the
+    owner's URL, when one is configured) serve the admin writes the application role may
+    not make.
 
     With ``MOAT_ADMIN_PORT`` set, the admin-key routes are left out of this app and
     ``admin=True`` builds the app that serves them: the admin API and both codec doors (the
@@ -104,19 +107,24 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = None
-        db, temporal = sessions, client
+        engines = []
+        db, owner, temporal = sessions, owner_sessions, client
         if db is None:
-            engine = make_engine(settings.app_sqlalchemy_url)
-            db = make_sessionmaker(engine)
+            engines.append(make_engine(settings.app_sqlalchemy_url))
+            db = make_sessionmaker(engines[-1])
+        if owner is None and settings.owner_database_configured:
+            engines.append(make_engine(settings.sqlalchemy_url, pool_size=1))
+            owner = make_sessionmaker(engines[-1])
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
         ingest = Ingest(settings, db, temporal, capabilities)
-        app.state.deps = Deps(settings=settings, sessions=db, client=temporal, ingest=ingest)
+        app.state.deps = Deps(
+            settings=settings, sessions=db, client=temporal, ingest=ingest, owner_sessions=owner
+        )
         try:
             yield
         finally:
-            if engine is not None:
+            for engine in engines:
                 await engine.dispose()
 
     app = FastAPI(

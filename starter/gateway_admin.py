@@ -13,7 +13,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from sqlalchemy.exc import IntegrityError
 
-from schemas.api import ApiKeyCreate, ApiKeyInfo, NewApiKey, NewTenant, TenantCreate, TenantInfo
+from schemas.api import (
+    ApiKeyCreate,
+    ApiKeyInfo,
+    NewApiKey,
+    NewTenant,
+    TenantCreate,
+    TenantInfo,
+    TenantUpdate,
+)
 from starter.errors import ApiError, documented_errors
 from starter.gateway_deps import deps_of, require_admin
 from store import repository as repo
@@ -77,6 +85,38 @@ async def get_tenant(request: Request, tenant_id: TenantId) -> TenantInfo:
     if tenant is None:
         raise _no_tenant(tenant_id)
     return repo.to_tenant_info(tenant)
+
+
+@router.patch(
+    "/tenants/{tenant_id}",
+    summary="Change a tenant's settings (its http.request host allow-list)",
+    response_model=TenantInfo,
+    responses=documented_errors(404),
+)
+async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdate) -> TenantInfo:
+    """Fields left out keep their value. `http_allow_hosts` replaces the tenant's list of
+    non-public hosts its `http.request` may call, besides the worker's own list: `host`
+    (ports 80 and 443 only) or `host:port`, IPv6 as `[address]:port`; an address also admits
+    names resolving to it. Written as the database owner role, so this gateway needs the
+    owner's URL (`MOAT_DATABASE_URL`)."""
+    owner = deps_of(request).owner_sessions
+    if owner is None:
+        raise ApiError(
+            403,
+            "forbidden",
+            "This gateway has no owner database URL (MOAT_DATABASE_URL), which a tenant's "
+            "allow-list is written with: set it on an internal gateway, or run "
+            "`moat tenant allow-hosts`.",
+        )
+    async with repo.tenant_transaction(owner, tenant_id) as session:
+        tenant = await repo.get_tenant(session, tenant_id)
+        if tenant is None:
+            raise _no_tenant(tenant_id)
+        if body.http_allow_hosts is not None:
+            tenant = await repo.set_http_allow_hosts(session, tenant_id, body.http_allow_hosts)
+            assert tenant is not None
+        info = repo.to_tenant_info(tenant)
+    return info
 
 
 @router.post(

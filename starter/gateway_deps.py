@@ -32,6 +32,9 @@ class Deps:
     sessions: async_sessionmaker[AsyncSession]
     client: Client
     ingest: Ingest
+    # As the owner role, for the admin writes the application role may not make (a
+    # tenant's host allow-list); None when this gateway has no owner URL.
+    owner_sessions: async_sessionmaker[AsyncSession] | None = None
 
 
 def deps_of(request: Request) -> Deps:

@@ -23,8 +23,9 @@ from sqlalchemy import (
     Text,
     false,
     func,
+    text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -55,6 +56,9 @@ class Tenant(Base):
     idempotency_ttl_seconds: Mapped[int] = mapped_column(Integer, default=86400)
     retention_mode: Mapped[str] = mapped_column(String(16), default="standard")
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    # Server default only: the application role may not write this column, so an INSERT
+    # must leave it out.
+    http_allow_hosts: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
 
 
 class ApiKey(Base):

@@ -91,6 +91,18 @@ async def get_tenant(session: AsyncSession, tenant_id: str) -> Tenant | None:
     return await session.get(Tenant, tenant_id)
 
 
+async def set_http_allow_hosts(
+    session: AsyncSession, tenant_id: str, hosts: list[str]
+) -> Tenant | None:
+    """Replace a tenant's allow-list (entries already normalized); None for no such tenant.
+    Only the owner role may write the column: the application role's UPDATE is refused."""
+    tenant = await get_tenant(session, tenant_id)
+    if tenant is not None:
+        tenant.http_allow_hosts = hosts
+        await session.flush()
+    return tenant
+
+
 def _hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 

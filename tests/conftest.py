@@ -186,7 +186,13 @@ async def make_stack(
                 else _nothing()
             )
             async with worker:
-                app = create_app(settings, client=client, sessions=app_sessions, catalog=catalog)
+                app = create_app(
+                    settings,
+                    client=client,
+                    sessions=app_sessions,
+                    owner_sessions=sessions,
+                    catalog=catalog,
+                )
                 async with serve_asgi(app) as url, httpx.AsyncClient(timeout=60) as http:
                     stack = Stack(settings, url, client, sessions, "", "", http)
                     stack.tenant_id, stack.api_key = await stack.new_tenant()
@@ -196,9 +202,9 @@ async def make_stack(
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
-    """The default stack: loopback allowed for the fake provider."""
-    async with make_stack(http_allow_hosts=["127.0.0.1"]) as s:
+async def stack(make_stack: StackFactory, provider: FakeProvider) -> AsyncIterator[Stack]:
+    """The default stack: the fake provider's loopback address and port allowed."""
+    async with make_stack(http_allow_hosts=[provider.allow_entry]) as s:
         yield s
 
 
@@ -231,6 +237,6 @@ CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP, PATIENT_HTTP))
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def fast(make_stack: StackFactory) -> AsyncIterator[Stack]:
-    async with make_stack(catalog=CATALOG, http_allow_hosts=["127.0.0.1"]) as s:
+async def fast(make_stack: StackFactory, provider: FakeProvider) -> AsyncIterator[Stack]:
+    async with make_stack(catalog=CATALOG, http_allow_hosts=[provider.allow_entry]) as s:
         yield s

@@ -37,6 +37,8 @@ class Call:
     at: float
     status: int | None = None  # what the provider answered; None until it has
     query: str = ""  # the query string as sent, undecoded
+    # Every header line as received, repeats included (``headers`` keeps one per name).
+    raw_headers: list[tuple[str, str]] = field(default_factory=list)
 
 
 class FakeProvider:
@@ -49,6 +51,11 @@ class FakeProvider:
         self._replies: dict[str, tuple[int, Any]] = {}
         self._in_flight: set[str] = set()
         self.base_url = ""
+
+    @property
+    def allow_entry(self) -> str:
+        """The allow-list entry (``127.0.0.1:<port>``) that lets Moat call this provider."""
+        return self.base_url.removeprefix("http://")
 
     def script(self, path: str, *steps: Step) -> str:
         """Queue answers for ``path`` (the last one repeats); returns the full URL."""
@@ -86,6 +93,9 @@ class FakeProvider:
             body,
             asyncio.get_running_loop().time(),
             query=request.url.query,
+            raw_headers=[
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
+            ],
         )
         self.calls.append(call)
         key = request.headers.get("idempotency-key")

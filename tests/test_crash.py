@@ -38,7 +38,7 @@ async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakePr
     catalog = CapabilityCatalog((*BUILTIN_CAPABILITIES, SHORT))
     url = provider.script("/crash", Step(200, {"sent": True}, delay=1.0))
     async with make_stack(
-        catalog=catalog, with_worker=False, http_allow_hosts=["127.0.0.1"]
+        catalog=catalog, with_worker=False, http_allow_hosts=[provider.allow_entry]
     ) as stack:
         s = stack.settings
         env = {
@@ -46,7 +46,7 @@ async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakePr
             "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
             "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
             "MOAT_TASK_QUEUE": s.task_queue,
-            "MOAT_HTTP_ALLOW_HOSTS": "127.0.0.1",
+            "MOAT_HTTP_ALLOW_HOSTS": provider.allow_entry,
             "MOAT_HOME": str(s.home),
         }
         first = spawn_worker(env)

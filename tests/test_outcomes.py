@@ -17,7 +17,7 @@ from store.models import (
     PolicyDecisionRow,
     ReceiptRow,
 )
-from tests.conftest import Stack, StackFactory
+from tests.conftest import CATALOG, Stack, StackFactory
 from tests.fakes import FakeProvider, Step
 
 
@@ -109,11 +109,13 @@ async def test_retry_that_finds_the_provider_still_at_work_waits_for_it(
     assert 409 in {e["event_data"]["http_status"] for e in retrying}
 
 
-async def test_network_error_is_classified(fast: Stack) -> None:
+async def test_network_error_is_classified(make_stack: StackFactory) -> None:
     from starter.devstack import free_port
 
-    url = f"http://127.0.0.1:{free_port()}/nothing-listens"
-    response = await fast.execute("test.http", post(url), key="net")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/nothing-listens"
+    async with make_stack(catalog=CATALOG, http_allow_hosts=[f"127.0.0.1:{port}"]) as fast:
+        response = await fast.execute("test.http", post(url), key="net")
     assert response.json()["error"]["code"] == "network_error"
 
 

@@ -96,10 +96,11 @@ async def counts(stack: Stack) -> tuple[int, int, int]:
 
 @pytest.fixture(params=[True, False], ids=["local-bookkeeping", "regular-bookkeeping"])
 async def either_stack(
-    request: pytest.FixtureRequest, make_stack: StackFactory
+    request: pytest.FixtureRequest, make_stack: StackFactory, provider: FakeProvider
 ) -> AsyncIterator[Stack]:
     """Both modes of the bookkeeping steps: their histories differ, so resets do too."""
-    async with make_stack(http_allow_hosts=["127.0.0.1"], local_activities=request.param) as s:
+    allow = [provider.allow_entry]
+    async with make_stack(http_allow_hosts=allow, local_activities=request.param) as s:
         yield s
 
 

@@ -376,3 +376,42 @@ async def test_the_hardening_migration_downgrades_to_the_old_lookup(
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
+
+
+async def test_the_app_role_cannot_set_a_tenant_allow_list(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """The host allow-list opens a path into private networks: the gateway and worker's role
+    may not write it, for its own tenant either; operators do, as the owner."""
+    async with app_sessions() as s:
+        await repo.set_tenant(s, stack.tenant_id)
+        with pytest.raises(ProgrammingError, match="permission denied"):
+            await s.execute(
+                text("UPDATE tenants SET http_allow_hosts = '{169.254.169.254}' WHERE id = :t"),
+                {"t": stack.tenant_id},
+            )
+        await s.rollback()
+        # Nor by creating a tenant that has one from the start.
+        tenant_id = f"ten_{uuid.uuid4().hex[:16]}"
+        await repo.set_tenant(s, tenant_id)
+        with pytest.raises(ProgrammingError, match="permission denied"):
+            await s.execute(
+                text(
+                    "INSERT INTO tenants (id, name, http_allow_hosts)"
+                    " VALUES (:t, :t, '{169.254.169.254}')"
+                ),
+                {"t": tenant_id},
+            )
+        await s.rollback()
+    async with app_sessions.begin() as s:
+        # The admin path's tenant creation, as the app role, still works (default: empty).
+        tenant = await repo.create_tenant(s, f"app-made-{uuid.uuid4().hex[:8]}")
+        assert tenant.http_allow_hosts == []
+    async with stack.sessions.begin() as s:
+        await repo.set_tenant(s, stack.tenant_id)
+        row = await repo.set_http_allow_hosts(s, stack.tenant_id, ["10.0.0.5:8443"])
+        assert row is not None  # the owner may
+    async with app_sessions.begin() as s:
+        await repo.set_tenant(s, stack.tenant_id)
+        tenant = await repo.get_tenant(s, stack.tenant_id)
+        assert tenant is not None and tenant.http_allow_hosts == ["10.0.0.5:8443"]

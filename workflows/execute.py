@@ -110,7 +110,7 @@ class ExecuteCapability:
                 update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
             )
         else:
-            record, tool = await self._call_adapter(req, record, policy.resumed)
+            record, tool = await self._call_adapter(req, record, policy)
 
         receipt: Receipt = await self._bookkeeping(
             RECORD_OUTCOME, record, Receipt, req.local_activities
@@ -154,7 +154,7 @@ class ExecuteCapability:
             workflow.logger.exception("manifest of receipt %s not written", receipt.id)
 
     async def _call_adapter(
-        self, req: ExecuteWorkflowInput, record: RecordInput, resumed: bool
+        self, req: ExecuteWorkflowInput, record: RecordInput, policy: PolicyOutcome
     ) -> tuple[RecordInput, ToolCall]:
         cap = req.capability
         retry = cap.retry_settings
@@ -177,7 +177,8 @@ class ExecuteCapability:
                     connection_id=req.connection_id,
                     idempotency_key=key,
                     trace_id=req.trace_id,
-                    resumed=resumed,
+                    resumed=policy.resumed,
+                    http_allow_hosts=policy.http_allow_hosts,
                 ),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.

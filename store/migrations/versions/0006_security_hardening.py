@@ -16,7 +16,7 @@
   the owner role.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-02
 """
 
@@ -24,7 +24,7 @@ from alembic import op
 from sqlalchemy import text
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
@@ -32,6 +32,10 @@ APP_ROLE = "moat_app"
 DEFINER_SCOPE = "moat.definer_scope"
 KEY_COLUMNS = "id, tenant_id, name, created_at, revoked_at"
 TENANT_INSERT_COLUMNS = "id, name, policy_mode, idempotency_ttl_seconds, retention_mode, created_at"
+# What the previous revision let the app role write: every column but http_allow_hosts.
+TENANT_PREVIOUS_COLUMNS = (
+    "id, name, policy_mode, allow_bypass, idempotency_ttl_seconds, retention_mode, created_at"
+)
 
 PREVIOUS = f"previous text := current_setting('{DEFINER_SCOPE}', true);"
 SCOPE_ON = f"PERFORM set_config('{DEFINER_SCOPE}', 'on', true);"
@@ -126,7 +130,9 @@ GRANT EXECUTE ON FUNCTION moat_lookup_api_key(text) TO {APP_ROLE};
 REVOKE ALL ON api_keys FROM {APP_ROLE};
 GRANT SELECT, INSERT, UPDATE, DELETE ON api_keys TO {APP_ROLE};
 REVOKE ALL ON tenants FROM {APP_ROLE};
-GRANT SELECT, INSERT, UPDATE, DELETE ON tenants TO {APP_ROLE};
+GRANT SELECT, DELETE ON tenants TO {APP_ROLE};
+GRANT INSERT ({TENANT_PREVIOUS_COLUMNS}) ON tenants TO {APP_ROLE};
+GRANT UPDATE ({TENANT_PREVIOUS_COLUMNS}) ON tenants TO {APP_ROLE};
 """
 
 
