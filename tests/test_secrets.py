@@ -115,9 +115,13 @@ async def temporal_on_disk(
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack(
-    make_stack: StackFactory, temporal_on_disk: tuple[WorkflowEnvironment, Path]
+    make_stack: StackFactory,
+    provider: FakeProvider,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
 ) -> AsyncIterator[Stack]:
-    async with make_stack(http_allow_hosts=["127.0.0.1"], temporal_env=temporal_on_disk[0]) as s:
+    async with make_stack(
+        http_allow_hosts=[provider.allow_entry], temporal_env=temporal_on_disk[0]
+    ) as s:
         yield s
 
 
