@@ -13,6 +13,9 @@ from typing import Any
 import rfc8785
 
 REDACTED = "[REDACTED]"
+# JSON this deep is refused (input) or not recorded (a provider's output): real tool data is
+# a few levels deep, and Temporal's serializers stop near 255 levels.
+MAX_JSON_DEPTH = 64
 
 REDACTED_KEY_PATTERNS: tuple[str, ...] = (
     "authorization",
@@ -87,6 +90,19 @@ def redact(value: Any) -> Any:
     if isinstance(value, str) and is_secret_value(value):
         return REDACTED
     return value
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def canonical_bytes(value: Any) -> bytes:

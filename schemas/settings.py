@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES
+
 APP_DATABASE_ROLE = "moat_app"
 MIN_ADMIN_KEY_LENGTH = 32
 
@@ -60,6 +62,15 @@ class MoatSettings(BaseSettings):
         description=(
             "Hosts the http.request adapter may call besides public ones. Empty: public hosts "
             "only, never loopback or private ranges."
+        ),
+    )
+    http_max_response_bytes: int = Field(
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        ge=1,
+        description=(
+            "Most bytes of a provider's answer the http.request adapter reads. A larger "
+            "answer is cut there: the output keeps only how many bytes were read and their "
+            "sha256, and the envelope carries a provider_response_truncated warning."
         ),
     )
     idempotency_ttl_seconds: int = Field(
