@@ -44,7 +44,6 @@ class Call:
     body: Any
     at: float
     status: int | None = None  # what the provider answered; None until it has
-    streamed: int | None = None  # bytes of a streamed body handed to the server so far
 
 
 class FakeProvider:
@@ -99,7 +98,7 @@ class FakeProvider:
         if key and key in self._replies:
             first = self._replies[key]
             call.status = first.status
-            replay = self._response(first, call, {"Idempotent-Replayed": "true"})
+            replay = self._response(first, {"Idempotent-Replayed": "true"})
             await replay(scope, receive, send)
             return
         if key and key in self._in_flight:
@@ -125,13 +124,12 @@ class FakeProvider:
             self.effects.append(call)
             if key:
                 self._replies[key] = step
-        await self._response(step, call, step.headers)(scope, receive, send)
+        await self._response(step, step.headers)(scope, receive, send)
 
-    def _response(self, step: Step, call: Call, headers: dict[str, str]) -> Response:
+    def _response(self, step: Step, headers: dict[str, str]) -> Response:
         if step.stream_bytes:
-            call.streamed = 0
             return StreamingResponse(
-                self._stream(call, step.stream_bytes),
+                self._stream(step.stream_bytes),
                 status_code=step.status,
                 headers=headers,
                 media_type="application/octet-stream",
@@ -143,14 +141,13 @@ class FakeProvider:
         return JSONResponse(step.body, status_code=step.status, headers=headers)
 
     @staticmethod
-    async def _stream(call: Call, size: int) -> AsyncIterator[bytes]:
+    async def _stream(size: int) -> AsyncIterator[bytes]:
         chunk = b"x" * CHUNK
         sent = 0
         while sent < size:
             part = chunk[: size - sent]
             yield part
             sent += len(part)
-            call.streamed = sent
 
 
 class RawProvider:
