@@ -72,10 +72,12 @@ def _assert_secret_absent(err: ApplicationError) -> None:
     assert err.__cause__ is None  # Temporal would record a cause's text too
 
 
-async def test_a_header_value_with_a_newline_is_refused_without_repeating_it() -> None:
+async def test_a_header_value_with_a_newline_is_refused_without_repeating_it(
+    provider: FakeProvider,
+) -> None:
+    url = provider.script("/newline-direct", Step(200, {"ok": True}))
     inp = _adapter_input(
-        FAST_HTTP,
-        {"method": "GET", "url": "http://127.0.0.1:9/", "headers": {"X-Api-Key": SECRET + "\n"}},
+        FAST_HTTP, {"method": "GET", "url": url, "headers": {"X-Api-Key": SECRET + "\n"}}
     )
     async with http_client() as client:
         with pytest.raises(ApplicationError) as caught:
@@ -84,6 +86,7 @@ async def test_a_header_value_with_a_newline_is_refused_without_repeating_it() -
     assert caught.value.type == "schema_validation_failed"
     assert caught.value.non_retryable
     assert "headers.X-Api-Key" in caught.value.message
+    assert provider.calls_to("/newline-direct") == []
 
 
 async def test_an_http_library_error_is_reported_by_type_only() -> None:
