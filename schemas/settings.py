@@ -70,7 +70,8 @@ class MoatSettings(BaseSettings):
         description=(
             "Most bytes of a provider's answer the http.request adapter reads. A larger "
             "answer is cut there: the output keeps only how many bytes were read and their "
-            "sha256, and the envelope carries a provider_response_truncated warning."
+            "sha256, and the envelope carries a provider_response_truncated warning. The "
+            "output travels in Temporal payloads: keep this under their size limit."
         ),
     )
     idempotency_ttl_seconds: int = Field(
