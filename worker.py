@@ -22,6 +22,7 @@ from activities import (
     ManifestActivities,
     RetentionActivities,
     echo_adapter,
+    http_client,
 )
 from schemas.settings import MoatSettings
 from starter import observability
@@ -43,7 +44,7 @@ async def activity_deps(
     """The sessionmaker (as the application role, under row-level security) and HTTP client
     the activities share for the worker's lifetime."""
     engine = make_engine(settings.app_sqlalchemy_url)
-    http = httpx.AsyncClient(follow_redirects=False, limits=httpx.Limits(max_connections=200))
+    http = http_client(max_connections=200)
     try:
         yield make_sessionmaker(engine), http
     finally:
@@ -76,7 +77,11 @@ def build_worker(
     keyring: Keyring | None = None,
 ) -> Worker:
     adapters: dict[str, Adapter] = {
-        "http": HttpAdapter(http, HostGuard(settings.http_allow_hosts)),
+        "http": HttpAdapter(
+            http,
+            HostGuard(settings.http_allow_hosts),
+            max_response_bytes=settings.http_max_response_bytes,
+        ),
         "echo": echo_adapter,
     }
     acts = ExecuteActivities(sessions, adapters)

@@ -1,6 +1,6 @@
 """Every side effect of a run: policy, adapters, outcome records."""
 
-from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter
+from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
 from activities.execute import ExecuteActivities
 from activities.manifest import ManifestActivities
 from activities.retention import RetentionActivities
@@ -13,4 +13,5 @@ __all__ = [
     "ManifestActivities",
     "RetentionActivities",
     "echo_adapter",
+    "http_client",
 ]

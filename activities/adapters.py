@@ -7,25 +7,38 @@ may have been sent before (a retry, or a reset or resumed run) is retryable: und
 Idempotency-Key draft a provider answers 409 while the request first sent with the same key
 is still being processed, which is what happens when our earlier attempt timed out on our
 side, or its run was terminated, while it was still running on theirs.
+
+A failure's message is Moat's own wording and the exception's type, never a third-party
+exception's text, and never chained to that exception: the text may repeat the request or
+the answer (an HTTP library refusing a header quotes its value, a secret), and a message
+reaches the logs, Temporal's history and the run manifest. Adapters keep no state between
+calls (no cookie jar): one client serves every tenant.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import http.cookiejar
 import ipaddress
+import json
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, cast
 
 import httpx
+import rfc8785
 from opentelemetry import propagate
+from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.addresses import is_public
-from schemas.canonical import redact, redacted_hash
-from schemas.capabilities import HttpRequestInput
+from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
+from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
 from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
@@ -35,6 +48,24 @@ Adapter = Callable[[AdapterInput], Awaitable[AdapterOutput]]
 RETRYABLE_STATUSES = frozenset({408, 429})
 RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
 IN_FLIGHT_STATUS = 409
+INVALID_RESPONSE = "provider_invalid_response"
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that stores nothing: a cookie one tenant's provider set would otherwise
+    be sent with the next tenant's call to the same address."""
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
+
+
+def http_client(max_connections: int = 200) -> httpx.AsyncClient:
+    """The HTTP client adapters share: no cookies kept, no redirects followed."""
+    return httpx.AsyncClient(
+        follow_redirects=False,
+        cookies=_NoCookies(),
+        limits=httpx.Limits(max_connections=max_connections),
+    )
 
 
 def fail(
@@ -108,7 +139,10 @@ class HostGuard:
         try:
             addresses = await self._resolve(host, port)
         except OSError as err:
-            raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: {err}") from err
+            # The resolver's own wording stays out of the failure, like every library's.
+            raise fail(
+                ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host} ({type(err).__name__})"
+            ) from None
         if not addresses:
             raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: no address")
         for text in addresses:
@@ -169,14 +203,24 @@ def agent_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class HttpAdapter:
-    """``http.request``: one HTTP call, ``Idempotency-Key`` sent downstream."""
+    """``http.request``: one HTTP call, ``Idempotency-Key`` sent downstream. The answer's
+    body is read up to ``max_response_bytes``; a larger one is cut (see ``_Body``).
 
-    def __init__(self, client: httpx.AsyncClient, guard: HostGuard) -> None:
+    ``client`` should come from ``http_client``, which keeps no cookies."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        guard: HostGuard,
+        *,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
         self._client = client
         self._guard = guard
+        self._max_response_bytes = max_response_bytes
 
     async def __call__(self, inp: AdapterInput) -> AdapterOutput:
-        req = HttpRequestInput.model_validate(inp.input)
+        req = _request(inp)
         url = httpx.URL(str(req.url))
         pinned = await self._guard.check(
             url.host, url.port or (443 if url.scheme == "https" else 80), inp.http_allow_hosts
@@ -194,28 +238,84 @@ class HttpAdapter:
         headers.setdefault("User-Agent", "moat/0.1")
         propagate.inject(headers)  # traceparent: the provider call joins the run's trace
         try:
-            response = await self._client.request(
+            async with self._client.stream(
                 req.method,
                 url,
                 headers=headers,
                 json=req.json_body if req.json_body is not None else None,
                 timeout=inp.capability.timeout_seconds,
                 extensions=extensions,
-            )
-        except httpx.TimeoutException as err:
+            ) as response:
+                # Only a success's body is recorded; leaving unread closes the connection.
+                body = (
+                    await _read(response, self._max_response_bytes)
+                    if response.status_code < 300
+                    else None
+                )
+        except httpx.TimeoutException:
             raise fail(
                 ErrorTaxonomy.TIMEOUT, f"no answer within {inp.capability.timeout_seconds}s"
-            ) from err
+            ) from None
         except httpx.HTTPError as err:
-            raise fail(ErrorTaxonomy.NETWORK_ERROR, f"{type(err).__name__}: {err}") from err
-        return _interpret(response, repeat=inp.repeat)
+            raise fail(
+                ErrorTaxonomy.NETWORK_ERROR,
+                "the provider could not be reached, or its answer was not valid HTTP "
+                f"({type(err).__name__})",
+            ) from None
+        return _interpret(response, body, repeat=inp.repeat)
 
 
-def _interpret(response: httpx.Response, *, repeat: bool = False) -> AdapterOutput:
+def _request(inp: AdapterInput) -> HttpRequestInput:
+    """The input, validated again: a run may have been started past the gateway's checks."""
+    try:
+        return HttpRequestInput.model_validate(inp.input)
+    except ValidationError as err:
+        # Locations and types only: a refused value may be a secret.
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'input'} ({e['type']})" for e in err.errors()
+        )
+        raise fail(
+            ErrorTaxonomy.GATEWAY_ERROR,
+            f"the input does not match {inp.capability.id}'s input schema: {where}",
+            code="schema_validation_failed",
+            retryable=False,
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Body:
+    """What was read of an answer: all of it (``content``), or, past the limit, only how
+    many bytes arrived before reading stopped and their sha256 (``content`` None). Reading
+    stops there rather than running to the end, which may be gigabytes away."""
+
+    content: bytes | None
+    bytes_read: int
+    sha256: str
+    limit: int
+
+
+async def _read(response: httpx.Response, limit: int) -> _Body:
+    digest = hashlib.sha256()
+    chunks: list[bytes] = []
+    size = 0
+    # Closed when reading stops early (httpx declares an iterator; it is a generator).
+    chunks_in = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+    async with aclosing(chunks_in) as stream:
+        async for chunk in stream:
+            digest.update(chunk)
+            size += len(chunk)
+            if size > limit:
+                return _Body(None, size, "sha256:" + digest.hexdigest(), limit)
+            chunks.append(chunk)
+    return _Body(b"".join(chunks), size, "sha256:" + digest.hexdigest(), limit)
+
+
+def _interpret(
+    response: httpx.Response, body: _Body | None, *, repeat: bool = False
+) -> AdapterOutput:
     status = response.status_code
     if status < 300:
-        output = redact(_body(response))
-        return AdapterOutput(http_status=status, output=output, output_hash=redacted_hash(output))
+        return _output(status, body, response.encoding or "utf-8")
     retry_after = (
         parse_retry_after(response.headers.get("retry-after"))
         if status in RETRY_AFTER_STATUSES
@@ -240,13 +340,52 @@ def _interpret(response: httpx.Response, *, repeat: bool = False) -> AdapterOutp
     )
 
 
-def _body(response: httpx.Response) -> Any:
-    if not response.content:
-        return None
+def _output(status: int, body: _Body | None, encoding: str) -> AdapterOutput:
+    if body is not None and body.content is None:
+        cut: dict[str, Any] = {
+            "truncated": True,
+            "limit_bytes": body.limit,
+            "bytes_read": body.bytes_read,
+            "bytes_read_sha256": body.sha256,
+        }
+        return AdapterOutput(
+            http_status=status, output=cut, output_hash=redacted_hash(cut), truncated=True
+        )
+    content = (body.content if body is not None else None) or b""
     try:
-        return response.json()
+        value = json.loads(content) if content else None
+    except RecursionError:
+        raise _too_deep(status) from None
     except ValueError:
-        return {"text_sha256": redacted_hash(response.text), "length": len(response.content)}
+        return _opaque(status, content, encoding)
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise _too_deep(status)
+    output = redact(value)
+    try:
+        output_hash = redacted_hash(output)
+    except rfc8785.CanonicalizationError:
+        # JSON outside I-JSON (integers beyond 2^53, NaN, lone surrogates): kept as text is.
+        return _opaque(status, content, encoding)
+    return AdapterOutput(http_status=status, output=output, output_hash=output_hash)
+
+
+def _opaque(status: int, content: bytes, encoding: str) -> AdapterOutput:
+    """An answer that is not recordable JSON: its hash and length stand for it."""
+    text = content.decode(encoding, errors="replace")
+    output = {"text_sha256": redacted_hash(text), "length": len(content)}
+    return AdapterOutput(http_status=status, output=output, output_hash=redacted_hash(output))
+
+
+def _too_deep(status: int) -> ApplicationError:
+    # Not retried: the call took effect, and a repeat would only be answered the same.
+    return fail(
+        ErrorTaxonomy.UNKNOWN,
+        f"the provider answered HTTP {status} with JSON nested deeper than {MAX_JSON_DEPTH} "
+        "levels, which Moat does not record; the call may have taken effect",
+        code=INVALID_RESPONSE,
+        http_status=status,
+        retryable=False,
+    )
 
 
 async def echo_adapter(inp: AdapterInput) -> AdapterOutput:

@@ -7,6 +7,7 @@ same transaction.
 
 from __future__ import annotations
 
+import traceback
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import Adapter
+from activities.adapters import Adapter, fail
 from activities.evidence import Chain, continue_chain, step_id
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.ids import uuid7
@@ -202,7 +203,7 @@ class ExecuteActivities:
                 non_retryable=True,
             )
         try:
-            out = await adapter(inp.model_copy(update={"attempt": info.attempt}))
+            out = await _guarded(adapter, inp.model_copy(update={"attempt": info.attempt}))
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries
@@ -219,13 +220,14 @@ class ExecuteActivities:
                     http_status=details.get("http_status"),
                     retry_after_seconds=delay,
                 )
+            # Not chained: Temporal records a cause's text, which Moat did not write.
             raise ApplicationError(
                 err.message,
                 {**details, "attempt": info.attempt},
                 type=err.type,
                 non_retryable=err.non_retryable,
                 next_retry_delay=err.next_retry_delay,
-            ) from err
+            ) from None
         return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
 
     async def _adapter_event(
@@ -282,6 +284,32 @@ class ExecuteActivities:
                 await repo.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
             await event_log.append(session, await _outcome_events(session, inp))
         return receipt
+
+
+async def _guarded(adapter: Adapter, inp: AdapterInput) -> AdapterOutput:
+    """The adapter's answer; any fault it did not classify becomes an ``unknown`` failure,
+    retried like a provider's server error (a provider oddity may pass, and the downstream
+    ``Idempotency-Key`` keeps a repeat from taking effect twice).
+
+    Only the fault's type is reported, and its stack without values in the worker log: its
+    text may repeat the input or the provider's answer, secrets included."""
+    try:
+        return await adapter(inp)
+    except ApplicationError:
+        raise
+    except Exception as err:
+        name = type(err).__name__
+        activity.logger.warning(
+            "adapter %s failed with %s at\n%s",
+            inp.capability.adapter,
+            name,
+            "".join(traceback.format_tb(err.__traceback__)),
+        )
+        raise fail(
+            ErrorTaxonomy.UNKNOWN,
+            f"the {inp.capability.adapter} adapter failed unexpectedly ({name}); the trace id "
+            "identifies the fault",
+        ) from None
 
 
 async def _record_decision(

@@ -19,6 +19,9 @@ from urllib.parse import unquote_plus
 import rfc8785
 
 REDACTED = "[REDACTED]"
+# JSON this deep is refused (input) or not recorded (a provider's output): real tool data is
+# a few levels deep, and Temporal's serializers stop near 255 levels.
+MAX_JSON_DEPTH = 64
 
 REDACTED_KEY_PATTERNS: tuple[str, ...] = (
     "authorization",
@@ -200,6 +203,19 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return redact_string(value)
     return value
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def canonical_bytes(value: Any) -> bytes:

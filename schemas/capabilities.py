@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic_core import PydanticCustomError
+
+# The most of a provider's answer ``http.request`` reads (``MOAT_HTTP_MAX_RESPONSE_BYTES``).
+DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
 
 
 class EffectType(StrEnum):
@@ -56,15 +61,64 @@ class CapabilitySpec(BaseModel):
         return self.retry or RETRY_DEFAULTS[self.effect_type]
 
 
+# RFC 9110: a field name is a token; a field value is visible characters with spaces or
+# tabs only between them. Only ASCII, because that is all an HTTP library sends. A control
+# character (a newline pasted with a key) would otherwise reach the HTTP library, whose
+# refusal repeats the value, a secret, in its error text.
+HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
+HEADER_VALUE_PATTERN = r"^(?:[!-~](?:[ \t!-~]*[!-~])?)?$"
+_HEADER_NAME = re.compile(HEADER_NAME_PATTERN)
+_HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
+
+
+def _header_value(value: str) -> str:
+    if not _HEADER_VALUE.fullmatch(value):
+        # The message never repeats the value: it is often a credential.
+        raise PydanticCustomError(
+            "header_value_invalid",
+            "header values may hold visible ASCII characters, with spaces or tabs only "
+            "between them: remove control characters (CR, LF, NUL, …), leading or trailing "
+            "white space (often a newline pasted with a key) and non-ASCII characters",
+        )
+    return value
+
+
+HeaderValue = Annotated[str, AfterValidator(_header_value)]
+
+
 class HttpRequestInput(BaseModel):
     """Input of ``http.request``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # A refused value may be a secret: the error text never shows it.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
     url: HttpUrl
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict,
+        json_schema_extra={
+            "propertyNames": {"pattern": HEADER_NAME_PATTERN},
+            "additionalProperties": {"type": "string", "pattern": HEADER_VALUE_PATTERN},
+        },
+    )
     json_body: Any = Field(default=None, alias="json")
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_names(cls, value: object) -> object:
+        """Names are checked before values, so that a value's error, which names its header
+        in its location, only ever names a valid one; a bad name is given by its position,
+        as it may be a pasted ``Name: secret`` line."""
+        if isinstance(value, dict):
+            for position, name in enumerate(value, start=1):
+                if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+                    raise PydanticCustomError(
+                        "header_name_invalid",
+                        "header name number {position} is not an RFC 9110 token: use "
+                        "letters, digits and !#$%&'*+-.^_`|~ only",
+                        {"position": position},
+                    )
+        return value
 
 
 class EchoInput(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.records import ExecutionStatus, Receipt
+from schemas.records import RESPONSE_TRUNCATED, ExecutionStatus, Receipt
 
 SUPPORTED_SCHEMA_VERSIONS = ("1",)
 MAX_IDEMPOTENCY_KEY_LENGTH = 256
@@ -69,6 +69,11 @@ class Envelope(BaseModel):
     receipt: Receipt | None = None
     plan: Plan | None = None
     error: ErrorBody | None = None
+    warnings: list[ErrorBody] = Field(
+        default_factory=list,
+        description="What the caller should know about an `executed` run, e.g. "
+        "`provider_response_truncated`: the provider's answer was larger than Moat reads.",
+    )
 
 
 ERROR_MESSAGES: dict[str, str] = {
@@ -83,13 +88,26 @@ ERROR_MESSAGES: dict[str, str] = {
     "policy_denied": "Policy denied the execution.",
     "budget_exceeded": "The tenant's budget for this capability is used up for the period.",
     "host_not_allowed": "The target host is not allowed (loopback/private or not allow-listed).",
+    "provider_invalid_response": "The provider answered with a body Moat cannot record (e.g. "
+    "JSON nested too deeply); the call may have taken effect, so it was not retried.",
+    "schema_validation_failed": "The input does not match the capability's input schema.",
     "unknown": "The execution failed for an unknown reason.",
+}
+
+WARNING_MESSAGES: dict[str, str] = {
+    RESPONSE_TRUNCATED: "The provider's answer was larger than the most Moat reads "
+    "(MOAT_HTTP_MAX_RESPONSE_BYTES): the call took effect, and its recorded output holds only "
+    "the number of bytes read and their sha256.",
 }
 
 
 def envelope_for_receipt(receipt: Receipt) -> tuple[int, Envelope]:
     """The HTTP status and envelope for a finished execution, fresh or replayed alike."""
     if receipt.status == ExecutionStatus.SUCCESS:
+        # A success's error code, when it has one, is a warning (the receipt is all a replay
+        # has, so fresh and replayed answers say the same).
+        code = receipt.error_code
+        warnings = [ErrorBody(code=code, message=WARNING_MESSAGES.get(code, code))] if code else []
         return 200, Envelope(
             receipt_id=receipt.id,
             trace_id=receipt.trace_id,
@@ -98,6 +116,7 @@ def envelope_for_receipt(receipt: Receipt) -> tuple[int, Envelope]:
             workflow_id=receipt.workflow_id,
             run_id=receipt.run_id,
             receipt=receipt,
+            warnings=warnings,
         )
     code = receipt.error_code or "unknown"
     details: dict[str, Any] = {"receipt_status": receipt.status.value}

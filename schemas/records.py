@@ -32,6 +32,11 @@ class ErrorTaxonomy(StrEnum):
     UNKNOWN = "unknown"
 
 
+# The error code a *success* receipt carries when the provider's answer was larger than the
+# adapter reads: the call took effect, its output keeps only the size read and a hash.
+RESPONSE_TRUNCATED = "provider_response_truncated"
+
+
 def taxonomy_for_http_status(status: int) -> ErrorTaxonomy:
     """Map a provider's HTTP status to the taxonomy (seed 000)."""
     if 200 <= status < 400:

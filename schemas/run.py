@@ -100,6 +100,11 @@ class AdapterOutput(BaseModel):
     attempt: int = 1
     output_hash: str
     output: Any = Field(default=None, description="The redacted output.")
+    truncated: bool = Field(
+        default=False,
+        description="The provider's answer was larger than the adapter reads: ``output`` "
+        "says how much was read and its hash, not what it held.",
+    )
 
 
 class RecordInput(BaseModel):

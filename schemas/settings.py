@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES
 from schemas.hosts import AllowHosts
 
 APP_DATABASE_ROLE = "moat_app"
@@ -79,6 +80,16 @@ class MoatSettings(BaseSettings):
             "comma-separated: host (ports 80 and 443 only) or host:port, IPv6 as "
             "[address]:port; an address also admits names resolving to it. Empty: public "
             "hosts only, never loopback or private ranges (tenants may have lists of their own)."
+        ),
+    )
+    http_max_response_bytes: int = Field(
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        ge=1,
+        description=(
+            "Most bytes of a provider's answer the http.request adapter reads. A larger "
+            "answer is cut there: the output keeps only how many bytes were read and their "
+            "sha256, and the envelope carries a provider_response_truncated warning. The "
+            "output travels in Temporal payloads: keep this under their size limit."
         ),
     )
     idempotency_ttl_seconds: int = Field(

@@ -25,7 +25,7 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError
 
-from schemas.canonical import redact, redacted_hash
+from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
 from schemas.execute import (
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -54,9 +54,7 @@ CAPABILITY_ATTR = SearchAttributeKey.for_keyword("MoatCapability")
 KEY_ATTR = SearchAttributeKey.for_keyword("MoatIdempotencyKey")
 RECEIPT_ATTR = SearchAttributeKey.for_keyword("MoatReceiptId")
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
-# Deeper inputs cannot cross into Temporal (serializers stop near 255 levels); real tool
-# inputs are a few levels deep.
-MAX_INPUT_DEPTH = 64
+MAX_INPUT_DEPTH = MAX_JSON_DEPTH
 
 
 @dataclass(frozen=True)
@@ -179,7 +177,7 @@ def _check_limits(prepared: Prepared) -> None:
     (key, references) must be storable (no NUL, no lone surrogate). The input itself is only
     hashed, so any text is fine there."""
     req = prepared.request
-    if _depth(req.input) > MAX_INPUT_DEPTH:
+    if json_depth(req.input) > MAX_INPUT_DEPTH:
         raise ApiError(
             400,
             "schema_validation_failed",
@@ -203,19 +201,6 @@ def _check_limits(prepared: Prepared) -> None:
                 ]
             },
         )
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = (
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        )
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def _caller_key(header: str | None, field: str | None) -> str | None:

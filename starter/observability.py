@@ -58,7 +58,9 @@ def setup(service: str, level: int = logging.INFO, log_format: str = "json") -> 
         )
         root.addHandler(handler)
         root.setLevel(level)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The HTTP libraries' debug lines quote providers' headers and errors: secrets, at times.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def span_exporter_from_env(environ: Mapping[str, str]) -> SpanExporter | None:

@@ -4,6 +4,8 @@ It behaves like the real ones where Moat cares: status codes, ``Retry-After``, s
 and ``Idempotency-Key`` dedupe as the IETF draft and Stripe-style APIs do it: a repeated key
 gets the first response back and causes no second effect, and a repeat that arrives while the
 first request with that key is still being processed gets 409 Conflict.
+
+``RawProvider`` answers bytes that are not valid HTTP, for what a library makes of them.
 """
 
 from __future__ import annotations
@@ -11,21 +13,27 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+CHUNK = 64 * 1024
 
 
 @dataclass
 class Step:
-    """One scripted answer."""
+    """One scripted answer: ``body`` as JSON, or ``raw`` bytes as they are, or a body of
+    ``stream_bytes`` bytes sent in chunks and never held whole."""
 
     status: int = 200
     body: Any = field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    raw: bytes | None = None
+    stream_bytes: int = 0
 
 
 @dataclass
@@ -48,7 +56,7 @@ class FakeProvider:
         self.calls: list[Call] = []
         self.effects: list[Call] = []
         self._scripts: dict[str, list[Step]] = defaultdict(list)
-        self._replies: dict[str, tuple[int, Any]] = {}
+        self._replies: dict[str, Step] = {}
         self._in_flight: set[str] = set()
         self.base_url = ""
 
@@ -100,10 +108,10 @@ class FakeProvider:
         self.calls.append(call)
         key = request.headers.get("idempotency-key")
         if key and key in self._replies:
-            call.status, reply = self._replies[key]
-            await JSONResponse(
-                reply, status_code=call.status, headers={"Idempotent-Replayed": "true"}
-            )(scope, receive, send)
+            first = self._replies[key]
+            call.status = first.status
+            replay = self._response(first, {"Idempotent-Replayed": "true"})
+            await replay(scope, receive, send)
             return
         if key and key in self._in_flight:
             call.status = 409
@@ -127,6 +135,60 @@ class FakeProvider:
         if step.status < 300:
             self.effects.append(call)
             if key:
-                self._replies[key] = (step.status, step.body)
-        response = JSONResponse(step.body, status_code=step.status, headers=step.headers)
-        await response(scope, receive, send)
+                self._replies[key] = step
+        await self._response(step, step.headers)(scope, receive, send)
+
+    def _response(self, step: Step, headers: dict[str, str]) -> Response:
+        if step.stream_bytes:
+            return StreamingResponse(
+                self._stream(step.stream_bytes),
+                status_code=step.status,
+                headers=headers,
+                media_type="application/octet-stream",
+            )
+        if step.raw is not None:
+            return Response(
+                step.raw, status_code=step.status, headers=headers, media_type="application/json"
+            )
+        return JSONResponse(step.body, status_code=step.status, headers=headers)
+
+    @staticmethod
+    async def _stream(size: int) -> AsyncIterator[bytes]:
+        chunk = b"x" * CHUNK
+        sent = 0
+        while sent < size:
+            part = chunk[: size - sent]
+            yield part
+            sent += len(part)
+
+
+class RawProvider:
+    """A loopback TCP server that reads a request's head and answers ``answer`` as it is."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.requests = 0
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> RawProvider:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+            writer.write(self.answer)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()

@@ -74,6 +74,58 @@ async def test_schema_errors_name_the_fields(stack: Stack) -> None:
     assert ["input", "method"] in locs and ["input", "url"] in locs
 
 
+HEADER_SECRET = "k9Zp" + "5b1e" * 8  # matches no redaction format: only not echoing hides it
+NAME_REFUSED = "header_name_invalid"
+
+
+@pytest.mark.parametrize(
+    ("headers", "loc", "type_"),
+    [
+        ({"X-Api-Key": HEADER_SECRET + "\n"}, ["input", "headers", "X-Api-Key"], None),
+        (
+            {"X-Api-Key": HEADER_SECRET + "\r\nX-Injected: 1"},
+            ["input", "headers", "X-Api-Key"],
+            None,
+        ),
+        ({"X-Api-Key": "\x00" + HEADER_SECRET}, ["input", "headers", "X-Api-Key"], None),
+        ({"X-Api-Key": " " + HEADER_SECRET}, ["input", "headers", "X-Api-Key"], None),
+        ({"X-Api-Key": HEADER_SECRET + "\u00e9"}, ["input", "headers", "X-Api-Key"], None),
+        ({"X-Api-Key: " + HEADER_SECRET: "v"}, ["input", "headers"], NAME_REFUSED),
+        ({"Authorization " + HEADER_SECRET: "\n"}, ["input", "headers"], NAME_REFUSED),
+    ],
+)
+async def test_header_names_and_values_are_checked_without_echoing_them(
+    stack: Stack, headers: dict[str, str], loc: list[str], type_: str | None
+) -> None:
+    body = valid(
+        capability_id="http.request",
+        input={"method": "GET", "url": "http://127.0.0.1:9/", "headers": headers},
+    )
+    response = await raw_post(stack, json.dumps(body))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "schema_validation_failed"
+    assert [(e["loc"], e["type"]) for e in error["details"]["errors"]] == [
+        (loc, type_ or "header_value_invalid")
+    ]
+    assert HEADER_SECRET not in response.text
+
+
+async def test_well_formed_headers_pass_ingest(stack: Stack) -> None:
+    body = valid(
+        capability_id="http.request",
+        input={
+            "method": "GET",
+            "url": "http://127.0.0.1:9/",
+            "headers": {"X-Api-Key": "a b\tc!~", "X-Empty": "", "x-custom_#1": "v"},
+        },
+        dry_run=True,
+    )
+    response = await raw_post(stack, json.dumps(body))
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "planned"
+
+
 @pytest.mark.parametrize("key", ["", "k" * 257])
 async def test_bad_idempotency_key_header(stack: Stack, key: str) -> None:
     response = await raw_post(stack, json.dumps(valid()), {"Idempotency-Key": key})

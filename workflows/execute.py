@@ -15,7 +15,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 
 with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
-    from schemas.records import Decision, ErrorTaxonomy, ExecutionStatus, Receipt, RuleHit
+    from schemas.records import (
+        RESPONSE_TRUNCATED,
+        Decision,
+        ErrorTaxonomy,
+        ExecutionStatus,
+        Receipt,
+        RuleHit,
+    )
     from schemas.run import (
         ADAPTER_TIMEOUT_SLACK,
         BOOKKEEPING_DEADLINE,
@@ -211,7 +218,7 @@ class ExecuteCapability:
             )
             attempts = _attempt_of(err.cause) or (retry.max_retries + 1 if exhausted else 1)
             return failed, tool.model_copy(
-                update={"error": f"{error_code}: {err.cause}", "attempts": attempts}
+                update={"error": _tool_error(err.cause, error_code), "attempts": attempts}
             )
         succeeded = record.model_copy(
             update={
@@ -221,6 +228,8 @@ class ExecuteCapability:
                 "http_status": out.http_status,
                 "output_hash": out.output_hash,
                 "adapter_called": True,
+                # A success's error code is a warning the envelope passes on.
+                "error_code": RESPONSE_TRUNCATED if out.truncated else None,
             }
         )
         return succeeded, tool.model_copy(
@@ -258,6 +267,17 @@ def _details(cause: BaseException | None) -> dict[str, Any]:
 def _attempt_of(cause: BaseException | None) -> int | None:
     attempt = _details(cause).get("attempt")
     return attempt if isinstance(attempt, int) else None
+
+
+def _tool_error(cause: BaseException | None, error_code: str) -> str:
+    """The manifest's account of a failure: Moat's own message for a failure an adapter
+    classified, only the type for anything else (its text may hold what the call carried)."""
+    if isinstance(cause, ApplicationError) and "error_code" in _details(cause):
+        return f"{error_code}: {cause.message}"
+    if isinstance(cause, TimeoutError):
+        return f"{error_code}: {cause}"
+    kind = cause.type if isinstance(cause, ApplicationError) else type(cause).__name__
+    return f"{error_code}: {kind}"
 
 
 def _classify(cause: BaseException | None) -> tuple[ErrorTaxonomy, str, int | None]:
