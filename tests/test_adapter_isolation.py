@@ -28,7 +28,7 @@ from schemas.run import (
     workflow_id_for,
 )
 from store.manifests import ManifestStore
-from tests.conftest import FAST_HTTP, Stack, StackFactory
+from tests.conftest import CATALOG, FAST_HTTP, Stack, StackFactory
 from tests.fakes import FakeProvider, RawProvider, Step
 from workflows import ExecuteCapability
 
@@ -81,7 +81,7 @@ async def test_a_header_value_with_a_newline_is_refused_without_repeating_it(
     )
     async with http_client() as client:
         with pytest.raises(ApplicationError) as caught:
-            await HttpAdapter(client, HostGuard(["127.0.0.1"]))(inp)
+            await HttpAdapter(client, HostGuard([provider.allow_entry]))(inp)
     _assert_secret_absent(caught.value)
     assert caught.value.type == "schema_validation_failed"
     assert caught.value.non_retryable
@@ -94,7 +94,7 @@ async def test_an_http_library_error_is_reported_by_type_only() -> None:
     answer = f"HTTP/1.1 200 OK\r\nX-Debug: {SECRET}\x00\r\nContent-Length: 0\r\n\r\n".encode()
     async with RawProvider(answer) as raw, http_client() as client:
         with pytest.raises(ApplicationError) as caught:
-            await HttpAdapter(client, HostGuard(["127.0.0.1"]))(
+            await HttpAdapter(client, HostGuard([raw.url.removeprefix("http://")]))(
                 _adapter_input(FAST_HTTP, {"method": "GET", "url": f"{raw.url}/debug"})
             )
     assert raw.requests == 1
@@ -163,18 +163,20 @@ async def test_a_newline_header_past_the_gateway_leaves_no_secret(
 
 
 async def test_a_provider_answer_outside_http_leaves_no_secret(
-    fast: Stack, caplog: pytest.LogCaptureFixture
+    make_stack: StackFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     answer = f"HTTP/1.1 200 OK\r\nX-Debug: {SECRET}\x00\r\nContent-Length: 0\r\n\r\n".encode()
     async with RawProvider(answer) as raw:
-        response = await fast.execute("test.http", {"method": "GET", "url": f"{raw.url}/x"})
-    assert response.status_code == 502, response.text
-    body = response.json()
-    assert body["error"]["code"] == "network_error"
-    assert raw.requests == FAST_HTTP.retry_settings.max_retries + 1  # retried, as before
-    assert SECRET not in response.text
-    await _assert_nowhere(fast, body["workflow_id"], body["run_id"], caplog)
+        allow = [raw.url.removeprefix("http://")]
+        async with make_stack(catalog=CATALOG, http_allow_hosts=allow) as fast:
+            response = await fast.execute("test.http", {"method": "GET", "url": f"{raw.url}/x"})
+            assert response.status_code == 502, response.text
+            body = response.json()
+            assert body["error"]["code"] == "network_error"
+            assert raw.requests == FAST_HTTP.retry_settings.max_retries + 1  # retried, as before
+            assert SECRET not in response.text
+            await _assert_nowhere(fast, body["workflow_id"], body["run_id"], caplog)
 
 
 BOOM = CapabilitySpec(

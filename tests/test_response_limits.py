@@ -25,9 +25,9 @@ HUGE = 64 * 1024 * 1024
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def capped(make_stack: StackFactory) -> AsyncIterator[Stack]:
+async def capped(make_stack: StackFactory, provider: FakeProvider) -> AsyncIterator[Stack]:
     async with make_stack(
-        catalog=CATALOG, http_allow_hosts=["127.0.0.1"], http_max_response_bytes=LIMIT
+        catalog=CATALOG, http_allow_hosts=[provider.allow_entry], http_max_response_bytes=LIMIT
     ) as s:
         yield s
 
@@ -99,10 +99,14 @@ async def test_an_answer_of_exactly_the_limit_is_kept_whole(provider: FakeProvid
     document = json.dumps({"pad": "y" * 1000}).encode()
     url = provider.script("/exact", Step(200, raw=document))
     async with http_client() as client:
-        whole = HttpAdapter(client, HostGuard(["127.0.0.1"]), max_response_bytes=len(document))
+        whole = HttpAdapter(
+            client, HostGuard([provider.allow_entry]), max_response_bytes=len(document)
+        )
         out = await whole(_input(url))
         assert out.output == {"pad": "y" * 1000} and not out.truncated
-        short = HttpAdapter(client, HostGuard(["127.0.0.1"]), max_response_bytes=len(document) - 1)
+        short = HttpAdapter(
+            client, HostGuard([provider.allow_entry]), max_response_bytes=len(document) - 1
+        )
         out = await short(_input(url))
     assert out.truncated and out.output["bytes_read"] == len(document)
     assert out.output["bytes_read_sha256"] == "sha256:" + hashlib.sha256(document).hexdigest()
@@ -112,7 +116,7 @@ async def test_json_outside_i_json_is_kept_as_opaque_text(provider: FakeProvider
     document = b'{"id": 1152921504606846976}'  # beyond 2^53: no canonical form
     url = provider.script("/big-int", Step(200, raw=document))
     async with http_client() as client:
-        out = await HttpAdapter(client, HostGuard(["127.0.0.1"]))(_input(url))
+        out = await HttpAdapter(client, HostGuard([provider.allow_entry]))(_input(url))
     assert out.output == {"text_sha256": out.output["text_sha256"], "length": len(document)}
     assert not out.truncated
 
@@ -123,6 +127,6 @@ async def test_a_failed_answer_is_classified_without_reading_its_body(
     url = provider.script("/boom", Step(500, stream_bytes=HUGE))
     async with http_client() as client:
         with pytest.raises(ApplicationError) as caught:
-            await HttpAdapter(client, HostGuard(["127.0.0.1"]))(_input(url))
+            await HttpAdapter(client, HostGuard([provider.allow_entry]))(_input(url))
     assert caught.value.type == "provider_server_error"
     assert caught.value.details[0]["http_status"] == 500
