@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -56,12 +56,16 @@ def build_worker(
     sessions: async_sessionmaker[AsyncSession],
     http: httpx.AsyncClient,
     task_queue: str | None = None,
+    adapters: Mapping[str, Adapter] | None = None,
 ) -> Worker:
-    adapters: dict[str, Adapter] = {
+    """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
+    name (tests plant adapters that fail in ways a real provider cannot be made to)."""
+    by_name: dict[str, Adapter] = {
         "http": HttpAdapter(http, HostGuard(settings.http_allow_hosts)),
         "echo": echo_adapter,
+        **(adapters or {}),
     }
-    acts = ExecuteActivities(sessions, adapters)
+    acts = ExecuteActivities(sessions, by_name)
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, settings.signing_keyring_path)
     retention = RetentionActivities(sessions, store)

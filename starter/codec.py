@@ -1,7 +1,9 @@
 """Encryption of Temporal payloads (AES-256-GCM, key id in the payload metadata).
 
 Workflow inputs carry the caller's raw input (headers with tokens included); with this
-codec Temporal only ever stores ciphertext. Old keys stay in the keyring so history
+codec Temporal only ever stores ciphertext. Failures are converted with their message and
+stack trace moved into an encoded payload, so the text of an exception (which may repeat a
+header value) is ciphertext too. Old keys stay in the keyring so history
 written before a rotation still decodes.
 """
 
@@ -18,7 +20,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    PayloadCodec,
+)
 
 from schemas.settings import MoatSettings
 
@@ -91,8 +97,13 @@ def load_codec(settings: MoatSettings) -> EncryptionCodec:
 
 
 def data_converter(settings: MoatSettings) -> DataConverter:
-    """Pydantic payloads, encrypted."""
-    return dataclasses.replace(pydantic_data_converter, payload_codec=load_codec(settings))
+    """Pydantic payloads, encrypted, failures' messages and stack traces included. Every
+    Temporal client Moat builds (worker, gateway, CLI, tests, bench) takes this one."""
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=load_codec(settings),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
 
 
 def ui_token(admin_key: str) -> str:
