@@ -77,6 +77,22 @@ async def test_encode_then_decode_round_trips(stack: Stack) -> None:
     assert decoded.json() == plain
 
 
+async def test_decode_shows_payloads_no_codec_wrote_as_they_are(stack: Stack) -> None:
+    # History holds some (a header, a run someone started without the codec): ops still
+    # read them, while the worker refuses them as input.
+    plain = {
+        "payloads": [
+            {
+                "metadata": {"encoding": base64.b64encode(b"json/plain").decode()},
+                "data": base64.b64encode(b'{"started":"elsewhere"}').decode(),
+            }
+        ]
+    }
+    decoded = await stack.http.post(f"{stack.url}/codec/decode", json=plain, headers=ADMIN)
+    assert decoded.status_code == 200, decoded.text
+    assert decoded.json() == plain
+
+
 async def test_decoding_needs_the_admin_key_or_the_ui_token(stack: Stack) -> None:
     body = {"payloads": []}
     cases = [

@@ -70,9 +70,7 @@ async def test_a_secret_in_a_failure_message_is_stored_encrypted(
         assert all(f.HasField("encoded_attributes") for f in chain)
 
         # Through the codec, the failure is whole again: message and type.
-        decoded: BaseException | None = await stack.client.data_converter.decode_failure(
-            failure
-        )
+        decoded: BaseException | None = await stack.client.data_converter.decode_failure(failure)
         errors = []
         while decoded is not None:
             errors.append(decoded)
