@@ -30,6 +30,7 @@ from starter.temporal import connect
 from store import make_engine, make_sessionmaker
 from store import repository as repo
 from store.manifests import ManifestStore
+from store.start_keys import StartKeyring
 from workflows import ExecuteCapability, ManifestRetention
 
 log = logging.getLogger("moat.worker")
@@ -65,7 +66,7 @@ def build_worker(
         "echo": echo_adapter,
         **(adapters or {}),
     }
-    acts = ExecuteActivities(sessions, by_name)
+    acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings))
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, settings.signing_keyring_path)
     retention = RetentionActivities(sessions, store)

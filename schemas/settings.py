@@ -113,6 +113,11 @@ class MoatSettings(BaseSettings):
         default=None,
         description="Manifest signing keyring. Unset: $MOAT_HOME/signing-keys.json.",
     )
+    start_keyring: Path | None = Field(
+        default=None,
+        description="HMAC keys with which gateways sign the runs they start and workers check "
+        "them; every gateway and worker needs the same file. Unset: $MOAT_HOME/start-keys.json.",
+    )
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )
@@ -163,6 +168,10 @@ class MoatSettings(BaseSettings):
     @property
     def signing_keyring_path(self) -> Path:
         return self.signing_keyring or self.home / "signing-keys.json"
+
+    @property
+    def start_keyring_path(self) -> Path:
+        return self.start_keyring or self.home / "start-keys.json"
 
     @property
     def run_dir(self) -> Path:

@@ -30,6 +30,7 @@ from starter.gateway_deps import Deps
 from starter.ingest import Ingest
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
+from store.start_keys import StartKeyring
 
 DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
@@ -83,7 +84,7 @@ def create_app(
             db = make_sessionmaker(engine)
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
-        ingest = Ingest(settings, db, temporal, capabilities)
+        ingest = Ingest(settings, db, temporal, capabilities, StartKeyring.from_settings(settings))
         app.state.deps = Deps(settings=settings, sessions=db, client=temporal, ingest=ingest)
         try:
             yield

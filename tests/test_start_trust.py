@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,32 +20,47 @@ from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.start import START_NOT_SIGNED
 from starter.codec import PLAINTEXT_REFUSED
-from store.models import IdempotencyClaim, ReceiptRow
+from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
+from store.start_keys import StartKeyring
 from tests.conftest import Stack
 from tests.fakes import FakeProvider
 
-# A run that never reaches its first activity ends within seconds; bounded all the same.
+# A refused run ends within seconds; bounded all the same.
 RESULT_WAIT = 60
+
+
+def keyring(stack: Stack) -> StartKeyring:
+    """The gateway's and worker's start keyring."""
+    return StartKeyring.from_settings(stack.settings)
+
+
+def _hashed(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the gateway hashes into ``input_hash`` (http.request, no version or connection)."""
+    return {
+        "capability_id": "http.request",
+        "capability_version": None,
+        "connection_id": None,
+        "input": payload,
+    }
 
 
 def forged_input(stack: Stack, tenant_id: str, url: str, key: str) -> ExecuteWorkflowInput:
     """What the gateway would have built for this tenant: every field valid-looking."""
     capability = CapabilityCatalog().get("http.request")
     assert capability is not None
-    payload: dict[str, Any] = {"method": "POST", "url": url, "json": {"pay": 100}}
+    payload: dict[str, Any] = {
+        "method": "POST",
+        "url": url,
+        "headers": {"Authorization": "Bearer the-tenants-own-token-1234567890"},
+        "json": {"pay": 100},
+    }
     return ExecuteWorkflowInput(
         receipt_id=str(uuid7()),
         tenant_id=tenant_id,
         idempotency_key=key,
-        input_hash=redacted_hash(
-            {
-                "capability_id": capability.id,
-                "capability_version": None,
-                "connection_id": None,
-                "input": payload,
-            }
-        ),
+        input_hash=redacted_hash(_hashed(payload)),
         capability=capability,
         input=payload,
         request_id=str(uuid7()),
@@ -70,15 +86,29 @@ async def assert_nothing_happened(
 ) -> None:
     assert provider.calls_to(path) == []
     async with stack.sessions() as s:
-        receipts = await s.scalar(
-            select(func.count()).select_from(ReceiptRow).filter_by(tenant_id=tenant_id)
+        counts = [
+            await s.scalar(select(func.count()).select_from(table).filter_by(tenant_id=tenant_id))
+            for table in (ReceiptRow, IdempotencyClaim, PolicyDecisionRow)
+        ]
+    assert counts == [0, 0, 0]  # no receipt, no key taken, no policy decision
+
+
+def refusal_of(err: WorkflowFailureError) -> ApplicationError:
+    """The application error that failed the run (directly, or as an activity's cause)."""
+    cause: BaseException | None = err.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError), err
+    return cause
+
+
+async def refused_events(stack: Stack, tenant_id: str) -> list[OrchestrationEvent]:
+    async with stack.sessions() as s:
+        return list(
+            (await s.execute(select(OrchestrationEvent).filter_by(tenant_id=tenant_id)))
+            .scalars()
+            .all()
         )
-        claims = await s.scalar(
-            select(func.count())
-            .select_from(IdempotencyClaim)
-            .filter_by(tenant_id=tenant_id, idempotency_key=key)
-        )
-    assert (receipts, claims) == (0, 0)
 
 
 async def test_a_plaintext_start_is_refused_by_the_worker(
@@ -86,6 +116,8 @@ async def test_a_plaintext_start_is_refused_by_the_worker(
 ) -> None:
     url = provider.script("/plaintext")
     arg = forged_input(stack, stack.tenant_id, url, "forged-plaintext")
+    # Even validly signed: what did not come through the codec is not read at all.
+    arg = keyring(stack).signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
     # Someone with access to the namespace but not to Moat's codec keyring.
     plain = Client(
         stack.client.service_client,
@@ -105,3 +137,99 @@ async def test_a_plaintext_start_is_refused_by_the_worker(
     await assert_nothing_happened(
         stack, provider, "/plaintext", stack.tenant_id, arg.idempotency_key
     )
+
+
+async def test_an_unsigned_start_through_the_codec_is_refused(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    # Someone holding the codec keyring (or the admin key's /codec/encode) but not the
+    # start keyring: the payloads are encrypted, the start is not signed.
+    url = provider.script("/unsigned")
+    arg = forged_input(stack, stack.tenant_id, url, "forged-unsigned")
+    handle = await start(stack.client, stack, arg)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), RESULT_WAIT)
+    cause = refusal_of(failed.value)
+    assert (cause.type, cause.non_retryable) == (START_NOT_SIGNED, True)
+    assert cause.details == ({"reason": "unsigned"},)
+    types = [e.event_type for e in (await handle.fetch_history()).events]
+    assert types[-1] == HistoryEventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+    assert HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in types  # no adapter
+    await assert_nothing_happened(
+        stack, provider, "/unsigned", stack.tenant_id, arg.idempotency_key
+    )
+    # The attempt is on record for the tenant it named, apart from any real execution.
+    events = await refused_events(stack, stack.tenant_id)
+    assert [(e.event_type, e.correlation_id) for e in events] == [
+        ("RUN_FAILED", f"refused:{handle.result_run_id}")
+    ]
+    assert events[0].event_data["error_code"] == START_NOT_SIGNED
+    assert events[0].event_data["claimed_receipt_id"] == arg.receipt_id
+
+
+def _swap_tenant(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
+    return arg.model_copy(update={"tenant_id": victim})
+
+
+def _made_synthetic(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
+    # Synthetic probes skip budgets.
+    return arg.model_copy(update={"is_synthetic": True})
+
+
+def _swap_a_secret(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
+    headers = {"Authorization": "Bearer attacker-chosen-token-1234567890"}
+    forged = arg.model_copy(update={"input": {**arg.input, "headers": headers}})
+    # The redacted input hash cannot tell the two apart; the signature can.
+    assert redacted_hash(_hashed(forged.input)) == arg.input_hash
+    return forged
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [_swap_tenant, _made_synthetic, _swap_a_secret],
+    ids=["tenant-swapped", "made-synthetic", "secret-swapped"],
+)
+async def test_a_signed_start_altered_is_refused(
+    stack: Stack, provider: FakeProvider, tamper: Any
+) -> None:
+    url = provider.script("/altered")
+    victim, _ = await stack.new_tenant()
+    # Signed for the caller's own tenant, as the gateway would, then altered.
+    own = forged_input(stack, stack.tenant_id, url, "altered")
+    signed = keyring(stack).signed(own, workflow_id_for(own.tenant_id, own.idempotency_key))
+    forged = tamper(signed, victim)
+    handle = await start(stack.client, stack, forged)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), RESULT_WAIT)
+    cause = refusal_of(failed.value)
+    assert cause.type == START_NOT_SIGNED
+    assert cause.details == ({"reason": "mismatch"},)
+    for tenant in (victim, stack.tenant_id):
+        await assert_nothing_happened(stack, provider, "/altered", tenant, own.idempotency_key)
+    assert [e.event_type for e in await refused_events(stack, forged.tenant_id)] == ["RUN_FAILED"]
+
+
+async def test_a_start_signed_with_a_key_outside_the_ring_is_refused(
+    stack: Stack, provider: FakeProvider, tmp_path: Path
+) -> None:
+    url = provider.script("/other-key")
+    other = StartKeyring.from_settings(stack.settings.model_copy(update={"home": tmp_path}))
+    arg = forged_input(stack, stack.tenant_id, url, "other-key")
+    arg = other.signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
+    handle = await start(stack.client, stack, arg)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), RESULT_WAIT)
+    cause = refusal_of(failed.value)
+    assert cause.details == ({"reason": "unknown_key"},)
+    await assert_nothing_happened(stack, provider, "/other-key", stack.tenant_id, "other-key")
+
+
+async def test_a_signed_start_runs(stack: Stack, provider: FakeProvider) -> None:
+    # The control: the same forged-looking input, signed as the gateway signs, executes.
+    url = provider.script("/signed")
+    arg = forged_input(stack, stack.tenant_id, url, "signed")
+    arg = keyring(stack).signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
+    handle = await start(stack.client, stack, arg)
+    result = await asyncio.wait_for(handle.result(), RESULT_WAIT)
+    assert result.receipt is not None and result.receipt.status.value == "success"
+    assert len(provider.calls_to("/signed")) == 1
