@@ -95,6 +95,12 @@ class MoatSettings(BaseSettings):
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
     )
+    codec_door: Path | None = Field(
+        default=None,
+        description="Token file of the Temporal Web UI's codec door (/codec/ui/<token>/…), "
+        "written by `moat codec rotate`; every gateway reads the same file. Unset: "
+        "$MOAT_HOME/codec-door.json.",
+    )
     log_format: Literal["json", "text"] = Field(
         default="json",
         description="Worker and gateway logs: one JSON object per line (with trace_id), or text.",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hmac
 import json
 import os
 from collections.abc import Sequence
@@ -136,11 +135,3 @@ def data_converter(settings: MoatSettings) -> DataConverter:
         payload_codec=load_codec(settings),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )
-
-
-def ui_token(admin_key: str) -> str:
-    """The secret path segment of the codec endpoint the Temporal Web UI is given
-    (``/codec/ui/<token>``): the UI cannot send an ``Authorization`` header of its own. Derived
-    from the admin key, so it changes with it; it allows decoding payloads, nothing else."""
-    digest = hmac.new(admin_key.encode(), b"moat codec endpoint for the Temporal UI", "sha256")
-    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
