@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
+import worker as worker_module
 from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
@@ -24,7 +25,7 @@ from schemas.start import START_NOT_SIGNED
 from starter.codec import PLAINTEXT_REFUSED
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
 from store.start_keys import StartKeyring
-from tests.conftest import Stack
+from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider
 
 # A refused run ends within seconds; bounded all the same.
@@ -233,3 +234,21 @@ async def test_a_signed_start_runs(stack: Stack, provider: FakeProvider) -> None
     result = await asyncio.wait_for(handle.result(), RESULT_WAIT)
     assert result.receipt is not None and result.receipt.status.value == "success"
     assert len(provider.calls_to("/signed")) == 1
+
+
+async def test_gateway_and_worker_with_different_start_keyrings_say_so(
+    make_stack: StackFactory, tmp_path: Path
+) -> None:
+    async with make_stack(with_worker=False) as stack:
+        # A worker deployed without the gateways' keyring (it made one of its own).
+        other = stack.settings.model_copy(update={"home": tmp_path})
+        async with (
+            worker_module.activity_deps(other) as (sessions, http),
+            worker_module.build_worker(stack.client, other, sessions, http),
+        ):
+            response = await stack.execute("demo.echo", {"n": 1}, key="keyrings-differ")
+        assert response.status_code == 500, response.text
+        error = response.json()["error"]
+        assert error["code"] == "gateway_error"
+        assert error["details"]["reason"] == START_NOT_SIGNED
+        assert "MOAT_START_KEYRING" in error["message"]
