@@ -21,7 +21,7 @@ from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
-from schemas.start import START_NOT_SIGNED
+from schemas.start import START_NOT_SIGNED, StartClaims
 from starter.codec import PLAINTEXT_REFUSED
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
 from store.start_keys import StartKeyring
@@ -47,7 +47,7 @@ def _hashed(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def forged_input(stack: Stack, tenant_id: str, url: str, key: str) -> ExecuteWorkflowInput:
+def forged_input(tenant_id: str, url: str, key: str = "k") -> ExecuteWorkflowInput:
     """What the gateway would have built for this tenant: every field valid-looking."""
     capability = CapabilityCatalog().get("http.request")
     assert capability is not None
@@ -116,7 +116,7 @@ async def test_a_plaintext_start_is_refused_by_the_worker(
     stack: Stack, provider: FakeProvider
 ) -> None:
     url = provider.script("/plaintext")
-    arg = forged_input(stack, stack.tenant_id, url, "forged-plaintext")
+    arg = forged_input(stack.tenant_id, url, "forged-plaintext")
     # Even validly signed: what did not come through the codec is not read at all.
     arg = keyring(stack).signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
     # Someone with access to the namespace but not to Moat's codec keyring.
@@ -146,7 +146,7 @@ async def test_an_unsigned_start_through_the_codec_is_refused(
     # Someone holding the codec keyring (or the admin key's /codec/encode) but not the
     # start keyring: the payloads are encrypted, the start is not signed.
     url = provider.script("/unsigned")
-    arg = forged_input(stack, stack.tenant_id, url, "forged-unsigned")
+    arg = forged_input(stack.tenant_id, url, "forged-unsigned")
     handle = await start(stack.client, stack, arg)
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(handle.result(), RESULT_WAIT)
@@ -196,7 +196,7 @@ async def test_a_signed_start_altered_is_refused(
     url = provider.script("/altered")
     victim, _ = await stack.new_tenant()
     # Signed for the caller's own tenant, as the gateway would, then altered.
-    own = forged_input(stack, stack.tenant_id, url, "altered")
+    own = forged_input(stack.tenant_id, url, "altered")
     signed = keyring(stack).signed(own, workflow_id_for(own.tenant_id, own.idempotency_key))
     forged = tamper(signed, victim)
     handle = await start(stack.client, stack, forged)
@@ -215,7 +215,7 @@ async def test_a_start_signed_with_a_key_outside_the_ring_is_refused(
 ) -> None:
     url = provider.script("/other-key")
     other = StartKeyring.from_settings(stack.settings.model_copy(update={"home": tmp_path}))
-    arg = forged_input(stack, stack.tenant_id, url, "other-key")
+    arg = forged_input(stack.tenant_id, url, "other-key")
     arg = other.signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
     handle = await start(stack.client, stack, arg)
     with pytest.raises(WorkflowFailureError) as failed:
@@ -228,7 +228,7 @@ async def test_a_start_signed_with_a_key_outside_the_ring_is_refused(
 async def test_a_signed_start_runs(stack: Stack, provider: FakeProvider) -> None:
     # The control: the same forged-looking input, signed as the gateway signs, executes.
     url = provider.script("/signed")
-    arg = forged_input(stack, stack.tenant_id, url, "signed")
+    arg = forged_input(stack.tenant_id, url, "signed")
     arg = keyring(stack).signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
     handle = await start(stack.client, stack, arg)
     result = await asyncio.wait_for(handle.result(), RESULT_WAIT)
@@ -252,3 +252,17 @@ async def test_gateway_and_worker_with_different_start_keyrings_say_so(
         assert error["code"] == "gateway_error"
         assert error["details"]["reason"] == START_NOT_SIGNED
         assert "MOAT_START_KEYRING" in error["message"]
+
+
+def test_the_start_keyring_is_private_and_never_silently_replaced(tmp_path: Path) -> None:
+    from schemas.settings import MoatSettings
+
+    dev = MoatSettings(home=tmp_path / "home")
+    first = StartKeyring.from_settings(dev)  # created on first use, when none is configured
+    assert dev.start_keyring_path.stat().st_mode & 0o777 == 0o600
+    again = StartKeyring.from_settings(dev)
+    claims = StartClaims.of_start(forged_input("ten_x", "http://example.test/"), "wf")
+    assert again.refusal(claims, first.sign(claims)) is None
+    configured = MoatSettings(home=tmp_path / "home", start_keyring=tmp_path / "missing.json")
+    with pytest.raises(FileNotFoundError, match="MOAT_START_KEYRING"):
+        StartKeyring.from_settings(configured)
