@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -32,6 +32,7 @@ from store import make_engine, make_sessionmaker
 from store import repository as repo
 from store.manifests import ManifestStore
 from store.signing import Keyring, KeyringMissingError
+from store.start_keys import StartKeyring
 from workflows import ExecuteCapability, ManifestRetention
 
 log = logging.getLogger("moat.worker")
@@ -75,16 +76,20 @@ def build_worker(
     http: httpx.AsyncClient,
     task_queue: str | None = None,
     keyring: Keyring | None = None,
+    adapters: Mapping[str, Adapter] | None = None,
 ) -> Worker:
-    adapters: dict[str, Adapter] = {
+    """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
+    name (tests plant adapters that fail in ways a real provider cannot be made to)."""
+    by_name: dict[str, Adapter] = {
         "http": HttpAdapter(
             http,
             HostGuard(settings.http_allow_hosts),
             max_response_bytes=settings.http_max_response_bytes,
         ),
         "echo": echo_adapter,
+        **(adapters or {}),
     }
-    acts = ExecuteActivities(sessions, adapters)
+    acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings))
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or signing_keyring(settings))
     retention = RetentionActivities(sessions, store)

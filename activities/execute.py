@@ -38,12 +38,15 @@ from schemas.run import (
     RecordInput,
     longest_run_seconds,
 )
+from schemas.start import START_NOT_SIGNED, StartClaims
 from store import events as event_log
 from store import repository as repo
 from store.models import PolicyDecisionRow, Tenant
+from store.start_keys import StartKeyring
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
 ADAPTER_STEP = "adapter"
+TENANT_ID_MAX = 64  # the tenants.id column
 
 
 def decision_id_for(receipt_id: str) -> str:
@@ -55,13 +58,29 @@ class ExecuteActivities:
     """Built once in ``worker.py`` with its dependencies."""
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], adapters: Mapping[str, Adapter]
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        adapters: Mapping[str, Adapter],
+        start_keys: StartKeyring,
     ) -> None:
         self._sessions = sessions
         self._adapters = adapters
+        self._start_keys = start_keys
 
     @activity.defn(name="moat.check_policy")
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
+        # First of all: nothing of a run the gateway did not vouch for is acted on.
+        refusal = self._start_keys.refusal(StartClaims.of_policy(inp), inp.start_signature)
+        if refusal is not None:
+            await self._record_refused_start(inp, refusal)
+            raise ApplicationError(
+                f"The run's start is not signed by a Moat gateway for what it names ({refusal}); "
+                "executions start through the gateway's API. If a gateway did start it, give "
+                "the gateways and workers the same MOAT_START_KEYRING.",
+                {"reason": refusal},
+                type=START_NOT_SIGNED,
+                non_retryable=True,
+            )
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
             await repo.set_tenant(session, inp.tenant_id)
@@ -105,6 +124,41 @@ class ExecuteActivities:
                 mode=mode,
                 existing_receipt=existing,
             )
+
+    async def _record_refused_start(self, inp: PolicyInput, reason: str) -> None:
+        """A ``RUN_FAILED`` event for a refused start, in the log of the tenant it names,
+        when that tenant exists: it is the one someone tried to act for. The event gets a
+        correlation id of its own, never the claimed receipt id, so an unsigned start can
+        neither join a real execution's chain nor move its projection; no receipt, policy
+        decision or idempotency claim is written."""
+        claimed = {
+            "workflow_id": inp.workflow_id,
+            "claimed_receipt_id": inp.receipt_id,
+            "capability_id": inp.capability.id,
+        }
+        activity.logger.warning(
+            "refused a start not signed by a gateway (%s) naming tenant %r: %s",
+            reason,
+            inp.tenant_id[:64],
+            claimed,
+        )
+        if len(inp.tenant_id) > TENANT_ID_MAX or not repo.storable(inp.tenant_id):
+            return
+        async with self._sessions.begin() as session:
+            await repo.set_tenant(session, inp.tenant_id)
+            if await repo.get_tenant(session, inp.tenant_id) is None:
+                return
+            correlation = f"refused:{inp.run_id}"
+            chain = Chain(inp.tenant_id, correlation, inp.run_id, "moat.policy")
+            chain.add(
+                EventType.RUN_FAILED,
+                AggregateType.RUN,
+                correlation,
+                error_code=START_NOT_SIGNED,
+                reason=reason,
+                **{k: v[:300] for k, v in claimed.items() if repo.storable(v)},
+            )
+            await event_log.append(session, chain.drafts)
 
     async def _decide(
         self,

@@ -34,6 +34,11 @@ class ExecuteWorkflowInput(BaseModel):
     idempotency_ttl_seconds: int = 24 * 3600
     local_activities: bool = True
     dry_run: bool = False
+    start_signature: str = Field(
+        default="",
+        description="The gateway's signature of what it vouches for (schemas.start); the "
+        "policy step refuses a run without a valid one.",
+    )
 
 
 class PolicyInput(BaseModel):
@@ -47,6 +52,9 @@ class PolicyInput(BaseModel):
     idempotency_ttl_seconds: int
     is_synthetic: bool = False
     dry_run: bool = False
+    connection_id: str | None = None
+    input_digest: str = Field(default="", description="schemas.start.input_digest of the input.")
+    start_signature: str = ""
 
 
 class PolicyOutcome(BaseModel):

@@ -125,6 +125,12 @@ class MoatSettings(BaseSettings):
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
     )
+    codec_door: Path | None = Field(
+        default=None,
+        description="Token file of the Temporal Web UI's codec door (/codec/ui/<token>/…), "
+        "written by `moat codec rotate`; every gateway reads the same file. Unset: "
+        "$MOAT_HOME/codec-door.json.",
+    )
     log_format: Literal["json", "text"] = Field(
         default="json",
         description="Worker and gateway logs: one JSON object per line (with trace_id), or text.",
@@ -152,6 +158,11 @@ class MoatSettings(BaseSettings):
             "The public JWK Set the gateway serves at /.well-known/jwks.json, written at key "
             "creation and rotation. Unset: jwks.json beside the signing keyring."
         ),
+    )
+    start_keyring: Path | None = Field(
+        default=None,
+        description="HMAC keys with which gateways sign the runs they start and workers check "
+        "them; every gateway and worker needs the same file. Unset: $MOAT_HOME/start-keys.json.",
     )
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
@@ -256,6 +267,10 @@ class MoatSettings(BaseSettings):
     @property
     def jwks_file(self) -> Path:
         return self.jwks_path or self.signing_keyring_path.with_name("jwks.json")
+
+    @property
+    def start_keyring_path(self) -> Path:
+        return self.start_keyring or self.home / "start-keys.json"
 
     @property
     def run_dir(self) -> Path:

@@ -24,9 +24,13 @@ app = typer.Typer(
 tenant_app = typer.Typer(no_args_is_help=True, help="Tenants.")
 key_app = typer.Typer(no_args_is_help=True, help="API keys (moat_<id>_<secret>, stored hashed).")
 budget_app = typer.Typer(no_args_is_help=True, help="Per-tenant, per-capability budgets.")
+codec_app = typer.Typer(
+    no_args_is_help=True, help="The Temporal Web UI's codec address (decode only), rotated."
+)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(budget_app, name="budget")
+app.add_typer(codec_app, name="codec")
 app.add_typer(runs_app, name="runs")
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(keys_app, name="keys")
@@ -278,20 +282,61 @@ def budget_set(
     out.print(f"budget for {tenant_id} / {capability}: {limit} per {period.value}")
 
 
-@app.command("codec-url")
-def codec_url() -> None:
-    """Print the codec address to give a Temporal Web UI.
+def _door_url(settings: MoatSettings, token: str) -> str:
+    return f"{settings.local_gateway_url}/codec/ui/{token}"
 
-    For the gateway at MOAT_GATEWAY_URL and its admin key (MOAT_ADMIN_API_KEY, else the one
-    `moat up` keeps); set it as the UI's `codec.endpoint`."""
-    from starter.bootstrap import admin_key
-    from starter.codec import ui_token
+
+@codec_app.command("url")
+def codec_url() -> None:
+    """Print the codec address to give a Temporal Web UI (decode only).
+
+    For the gateway at MOAT_GATEWAY_URL and the door file it reads (MOAT_CODEC_DOOR, else
+    the one `moat up` keeps in MOAT_HOME); set it as the UI's `codec.endpoint`."""
+    from starter.codec_door import current_token
 
     settings = _settings()
-    key = admin_key(settings)
-    if key is None:
-        raise _fail("no admin key", "set MOAT_ADMIN_API_KEY (the gateway's)", code=2)
-    out.print(f"{settings.local_gateway_url}/codec/ui/{ui_token(key)}", soft_wrap=True)
+    try:
+        token = current_token(settings)
+    except FileNotFoundError as exc:
+        raise _fail(str(exc), code=2) from None
+    out.print(_door_url(settings, token), soft_wrap=True)
+
+
+@codec_app.command("rotate")
+def codec_rotate(
+    grace: Annotated[
+        int,
+        typer.Option(
+            "--grace",
+            min=0,
+            help="Seconds the previous address keeps working (0: refused at once, for a "
+            "token that leaked).",
+        ),
+    ] = 3600,
+) -> None:
+    """Give the Web UI's codec door a new token; the previous one is retired.
+
+    Writes MOAT_CODEC_DOOR (else MOAT_HOME's door file), creating it if needed; gateways
+    that read the file accept the new address at once and the old one until the grace
+    period ends. Then give the UI the new address (restart `moat up`, or redeploy it)."""
+    from datetime import timedelta
+
+    from starter.codec_door import rotate
+
+    settings = _settings()
+    token = rotate(settings, grace=timedelta(seconds=grace))
+    out.print(_door_url(settings, token), soft_wrap=True)
+    when = f"for {grace} s more" if grace else "no longer"
+    err.print(
+        f"the previous codec address works {when}; give the Temporal Web UI this one "
+        "(`moat up` gives its UI the current one when it starts)"
+    )
+
+
+@app.command("codec-url")
+def codec_url_alias() -> None:
+    """Print the codec address to give a Temporal Web UI (the same as `moat codec url`)."""
+    codec_url()
 
 
 @app.command()

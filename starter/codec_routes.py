@@ -8,14 +8,18 @@ proto3 JSON, bytes base64) answered in the same shape.
 Two doors, both behind a secret, because decoded payloads hold callers' raw input:
 - ``/codec/decode`` and ``/codec/encode`` take the admin key as a bearer (the ``temporal``
   CLI: ``--codec-endpoint <gateway>/codec --codec-auth 'Bearer <admin key>'``);
-- ``/codec/ui/<token>/…`` is the address given to the Web UI, which cannot add an
-  ``Authorization`` header: the token is derived from the admin key (``moat up`` configures
-  its UI with it). Browsers reach it only from ``MOAT_CODEC_CORS_ORIGINS``.
+- ``/codec/ui/<token>/decode`` is the address given to the Web UI, which cannot add an
+  ``Authorization`` header: the token is the codec door's own rotated secret
+  (``starter.codec_door``; ``moat up`` configures its UI with it). It only decodes: a token
+  in a URL ends up in browser history and proxy logs, so it must not also let its holder
+  encrypt payloads that a worker would accept as Moat's own. Browsers reach it only from
+  ``MOAT_CODEC_CORS_ORIGINS``.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Request
@@ -25,9 +29,10 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.api.common.v1 import Payload, Payloads
 
-from starter.codec import ui_token
+from starter.codec import EncryptionCodec
+from starter.codec_door import DoorFile, door_path
 from starter.errors import ApiError, documented_errors
-from starter.gateway_deps import deps_of, require_admin, same_secret, unauthenticated
+from starter.gateway_deps import deps_of, require_admin, unauthenticated
 
 log = logging.getLogger("moat.codec")
 
@@ -54,16 +59,29 @@ class CodecPayloads(BaseModel):
     payloads: list[CodecPayload]
 
 
+def _door_file(request: Request) -> DoorFile:
+    state = request.app.state
+    door: DoorFile | None = getattr(state, "codec_door", None)
+    if door is None:
+        door = state.codec_door = DoorFile(door_path(deps_of(request).settings))
+    return door
+
+
 async def require_ui_token(request: Request, token: Annotated[str, Path(max_length=128)]) -> None:
-    """The UI door: the path token must be the one derived from the admin key."""
-    configured = deps_of(request).settings.admin_api_key
-    if configured is None:
+    """The UI door: the path token must be the door's current token, or a retired one still
+    within its grace period."""
+    door = _door_file(request).load()
+    if door is None:
         raise ApiError(
-            403, "forbidden", "The codec endpoint is off: the gateway has no MOAT_ADMIN_API_KEY."
+            403,
+            "forbidden",
+            "The Web UI's codec door is not set up on this gateway: create its token file "
+            "with `moat codec rotate` (MOAT_CODEC_DOOR), or use the admin key at /codec.",
         )
-    if not same_secret(token, ui_token(configured.get_secret_value())):
+    if not door.admits(token, datetime.now(UTC)):
         raise unauthenticated(
-            "This codec address is not (or no longer) valid; `moat up` prints the current one."
+            "This codec address is not (or no longer) valid; `moat codec url` prints the "
+            "current one."
         )
 
 
@@ -76,6 +94,10 @@ async def _transcode(
     codec = deps_of(request).client.data_converter.payload_codec
     if codec is None:
         raise ApiError(403, "forbidden", "This gateway's Temporal client has no payload codec.")
+    if direction == "decode" and isinstance(codec, EncryptionCodec):
+        # History also holds payloads no Moat codec wrote (a run started by someone else):
+        # shown as they are; only the worker and the gateway's own client refuse them.
+        codec = codec.accepting_plaintext()
     try:
         parsed = json_format.ParseDict(body.model_dump(), Payloads())
     except json_format.ParseError as err:
@@ -133,10 +155,14 @@ async def ui_decode(request: Request, body: CodecPayloads, _ns: Namespace = None
     return await _transcode(request, body, "decode", "UI token")
 
 
-@router.post("/ui/{token}/encode", summary=ENCODE, dependencies=UI_DOOR, responses=UNDECODABLE)
-async def ui_encode(request: Request, body: CodecPayloads, _ns: Namespace = None) -> CodecPayloads:
-    """The Web UI's door to `encode`."""
-    return await _transcode(request, body, "encode", "UI token")
+@router.post("/ui/{token}/encode", include_in_schema=False)
+async def ui_encode(token: Annotated[str, Path(max_length=128)]) -> None:
+    """The Web UI's door decodes only, whatever the token."""
+    raise ApiError(
+        403,
+        "forbidden",
+        "The Web UI's codec door only decodes; encoding takes the admin key (POST /codec/encode).",
+    )
 
 
 class CodecCors:

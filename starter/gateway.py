@@ -41,6 +41,7 @@ from starter.ingest import Ingest
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
 from store.signing import PublishedJwks
+from store.start_keys import StartKeyring
 
 DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
@@ -117,7 +118,7 @@ def create_app(
             owner = make_sessionmaker(engines[-1])
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
-        ingest = Ingest(settings, db, temporal, capabilities)
+        ingest = Ingest(settings, db, temporal, capabilities, StartKeyring.from_settings(settings))
         app.state.deps = Deps(
             settings=settings, sessions=db, client=temporal, ingest=ingest, owner_sessions=owner
         )

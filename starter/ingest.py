@@ -23,6 +23,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
@@ -46,8 +47,10 @@ from schemas.run import (
     workflow_id_for,
 )
 from schemas.settings import MoatSettings
+from schemas.start import START_NOT_SIGNED
 from starter.errors import ApiError, field_errors
 from store import repository as repo
+from store.start_keys import StartKeyring
 
 TENANT_ATTR = SearchAttributeKey.for_keyword("MoatTenant")
 CAPABILITY_ATTR = SearchAttributeKey.for_keyword("MoatCapability")
@@ -230,11 +233,13 @@ class Ingest:
         sessions: async_sessionmaker[AsyncSession],
         client: Client,
         catalog: CapabilityCatalog,
+        start_keys: StartKeyring,
     ) -> None:
         self._settings = settings
         self._sessions = sessions
         self._client = client
         self.catalog = catalog
+        self._start_keys = start_keys
 
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
@@ -306,6 +311,7 @@ class Ingest:
             local_activities=self._settings.local_activities,
             dry_run=req.dry_run,
         )
+        arg = self._start_keys.signed(arg, workflow_id)
         handle = await self._client.start_workflow(
             WORKFLOW_NAME,
             arg,
@@ -333,6 +339,14 @@ class Ingest:
         except TimeoutError:
             return await self._accepted(handle, receipt_id, request_id, prepared, trace_id)
         except WorkflowFailureError as err:
+            if _refused_start(err):
+                raise ApiError(
+                    500,
+                    "gateway_error",
+                    "A worker refused this gateway's signature on the run: gateways and "
+                    "workers must share the same MOAT_START_KEYRING.",
+                    {"workflow_id": workflow_id, "reason": START_NOT_SIGNED},
+                ) from err
             raise ApiError(
                 500,
                 "gateway_error",
@@ -380,6 +394,15 @@ class Ingest:
             replayed=attached,
             location=f"/v1/executions/{running_id}",
         )
+
+
+def _refused_start(err: WorkflowFailureError) -> bool:
+    cause: BaseException | None = err.cause
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == START_NOT_SIGNED:
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Answer:

@@ -29,7 +29,7 @@ from starter.bootstrap import (
     ensure_database_passwords,
     ensure_demo_tenant,
 )
-from starter.codec import ui_token
+from starter.codec_door import current_token
 from starter.devstack import EmbeddedPostgres, TemporalDevServer
 from starter.processes import ChildProcess, Service, pid_alive, require_free
 from store import upgrade
@@ -100,8 +100,8 @@ def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) 
     require_free(settings.gateway_port)  # else a stranger could answer our health check
     host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"
     gateway_url = f"http://{host}:{settings.gateway_port}"
-    env["admin_api_key"] = admin_key = ensure_admin_key(settings)
-    codec_url = f"{gateway_url}/codec/ui/{ui_token(admin_key)}"
+    env["admin_api_key"] = ensure_admin_key(settings)
+    codec_url = f"{gateway_url}/codec/ui/{current_token(settings)}"
     pg = None
     if settings.database_url is None:
         # Every process derives the URLs from the passwords kept in the home, so none of

@@ -7,7 +7,7 @@ fakes (``tests.fakes.FakeProvider``, served over real HTTP on loopback).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 import worker as worker_module
+from activities import Adapter
 from schemas.capabilities import (
     BUILTIN_CAPABILITIES,
     CapabilityCatalog,
@@ -169,6 +170,7 @@ async def make_stack(
         *,
         with_worker: bool = True,
         temporal_env: WorkflowEnvironment | None = None,
+        adapters: Mapping[str, Adapter] | None = None,
         **overrides: Any,
     ) -> AsyncIterator[Stack]:
         settings = base_settings.model_copy(
@@ -181,7 +183,7 @@ async def make_stack(
         )
         async with worker_module.activity_deps(settings) as (wsessions, http_out):
             worker = (
-                worker_module.build_worker(client, settings, wsessions, http_out)
+                worker_module.build_worker(client, settings, wsessions, http_out, adapters=adapters)
                 if with_worker
                 else _nothing()
             )

@@ -14,9 +14,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
 
-from activities import ExecuteActivities, HostGuard, HttpAdapter, ManifestActivities, http_client
+from activities import HostGuard, HttpAdapter, http_client
 from schemas.capabilities import CapabilitySpec, EffectType, RetrySettings
 from schemas.ids import uuid7
 from schemas.run import (
@@ -27,10 +26,9 @@ from schemas.run import (
     ExecuteWorkflowInput,
     workflow_id_for,
 )
-from store.manifests import ManifestStore
+from store.start_keys import StartKeyring
 from tests.conftest import CATALOG, FAST_HTTP, Stack, StackFactory
 from tests.fakes import FakeProvider, RawProvider, Step
-from workflows import ExecuteCapability
 
 # Matches none of the redaction's secret formats: only never writing it keeps it out.
 SECRET = "k9Zp" + uuid.uuid4().hex
@@ -123,22 +121,26 @@ async def _assert_nowhere(stack: Stack, workflow_id: str, run_id: str, caplog: A
 
 
 async def _start(stack: Stack, capability: CapabilitySpec, input: dict[str, Any]) -> ExecuteResult:
-    """Start a run directly in Temporal, past the gateway's checks (as an older gateway, or
-    anyone able to start workflows, could)."""
+    """Start a run directly in Temporal, past the gateway's checks but signed with the
+    start keyring (as an older gateway without those checks would)."""
     key = f"direct-{uuid.uuid4().hex}"
     workflow_id = workflow_id_for(stack.tenant_id, key)
+    keyring = StartKeyring.from_settings(stack.settings)
     result: ExecuteResult = await stack.client.execute_workflow(
         WORKFLOW_NAME,
-        ExecuteWorkflowInput(
-            receipt_id=str(uuid7()),
-            tenant_id=stack.tenant_id,
-            idempotency_key=key,
-            input_hash="sha256:" + "0" * 64,
-            capability=capability,
-            input=input,
-            request_id=str(uuid7()),
-            trace_id="0" * 32,
-            submitted_at=datetime.now(UTC),
+        keyring.signed(
+            ExecuteWorkflowInput(
+                receipt_id=str(uuid7()),
+                tenant_id=stack.tenant_id,
+                idempotency_key=key,
+                input_hash="sha256:" + "0" * 64,
+                capability=capability,
+                input=input,
+                request_id=str(uuid7()),
+                trace_id="0" * 32,
+                submitted_at=datetime.now(UTC),
+            ),
+            workflow_id,
         ),
         id=workflow_id,
         task_queue=stack.settings.task_queue,
@@ -203,25 +205,8 @@ async def test_an_unexpected_adapter_fault_is_classified_and_worded_by_moat(
         attempts += 1
         raise RuntimeError(f"the provider said {SECRET}")
 
-    async with make_stack(with_worker=False) as stack:
-        acts = ExecuteActivities(app_sessions, {"boom": boom})
-        manifests = ManifestActivities(
-            app_sessions,
-            ManifestStore(stack.settings.manifests_dir),
-            stack.settings.signing_keyring_path,
-        )
-        async with Worker(
-            stack.client,
-            task_queue=stack.settings.task_queue,
-            workflows=[ExecuteCapability],
-            activities=[
-                acts.check_policy,
-                acts.call_adapter,
-                acts.record_outcome,
-                manifests.write_manifest,
-            ],
-        ):
-            result = await _start(stack, BOOM, {"anything": 1})
+    async with make_stack(adapters={"boom": boom}) as stack:
+        result = await _start(stack, BOOM, {"anything": 1})
         receipt = result.receipt
         assert receipt is not None
         assert receipt.status == "failure" and receipt.error_code == "unknown"

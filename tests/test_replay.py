@@ -29,6 +29,7 @@ from starter.devstack import temporal_binary
 from store import repository as repo
 from store.models import ManifestRow, ReceiptRow
 from store.signing import Keyring, verify_manifest
+from store.start_keys import StartKeyring
 from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider, Step
 
@@ -173,6 +174,8 @@ async def test_new_run_after_temporal_forgot_serves_the_stored_receipt(
         trace_id="0" * 32,
         submitted_at=datetime.now(UTC),
     )
+    # Signed as the gateway signs what it starts.
+    arg = StartKeyring.from_settings(stack.settings).signed(arg, first["workflow_id"])
     result = await client.execute_workflow(
         "ExecuteCapability",
         arg,

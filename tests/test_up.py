@@ -19,7 +19,7 @@ import httpx
 import psycopg
 import pytest
 
-from starter.codec import ui_token
+from starter.codec_door import Door
 from starter.processes import free_port, pid_alive
 from starter.up import healthy
 from tests.conftest import repo_root
@@ -99,10 +99,11 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
 
         # The dev server's UI was started with Moat's codec address, and the gateway lets
         # that UI's origin call it.
-        admin_key = (tmp_path / "home" / "admin_api_key").read_text().strip()
-        codec = f"{gateway}/codec/ui/{ui_token(admin_key)}"
+        door = Door.read(tmp_path / "home" / "codec-door.json")
+        codec = f"{gateway}/codec/ui/{door.token}"
         settings = httpx.get(f"{ui}/api/v1/settings", timeout=10).json()
         assert settings["Codec"]["Endpoint"] == codec
+        assert moat(env, "codec", "url").stdout.strip() == codec
         assert moat(env, "codec-url").stdout.strip() == codec
         preflight = httpx.options(
             f"{codec}/decode",

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         downstream_idempotency_key,
     )
+    from schemas.start import input_digest
 
 CHECK_POLICY = "moat.check_policy"
 CALL_ADAPTER = "moat.call_adapter"
@@ -74,6 +75,9 @@ class ExecuteCapability:
                 idempotency_ttl_seconds=req.idempotency_ttl_seconds,
                 is_synthetic=req.is_synthetic,
                 dry_run=req.dry_run,
+                connection_id=req.connection_id,
+                input_digest=input_digest(req.input),
+                start_signature=req.start_signature,
             ),
             PolicyOutcome,
             req.local_activities,

@@ -1,0 +1,101 @@
+"""What the gateway vouches for when it starts a run.
+
+Anyone able to start a workflow in the namespace could name any tenant in the input; only
+the gateway has authenticated the caller. So the gateway signs these claims (HMAC-SHA256,
+with a key it shares with the workers) and the run's policy step checks them before
+anything else. The claims are everything that decides what a run does and on whose behalf:
+who (tenant), which execution (workflow id, receipt id, idempotency key and its window),
+what (capability, the raw input and its redacted hash, connection), and how (dry run,
+synthetic probe, which skips budgets). Labels (trace and request ids, submission time) are
+left out: swapping them changes nothing a run does.
+
+A field added to the claims later must be added under a new version, so that runs started
+(and signed) before it can still be reset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_json
+
+from schemas.capabilities import CapabilitySpec
+from schemas.run import ExecuteWorkflowInput, PolicyInput
+
+CLAIMS_VERSION = "v1"
+START_NOT_SIGNED = "start_not_signed"
+
+
+def input_digest(value: Mapping[str, Any]) -> str:
+    """SHA-256 of a run's raw input. Unlike ``input_hash`` (over the redacted input) it binds
+    secret values too. Computed on the JSON that carries the input through Temporal, so the
+    gateway (before) and the worker (after) get the same bytes."""
+    return "sha256:" + hashlib.sha256(to_json(value)).hexdigest()
+
+
+def _capability(spec: CapabilitySpec) -> dict[str, Any]:
+    # Without defaults: a field added to the spec later leaves old runs' claims unchanged.
+    return spec.model_dump(mode="json", exclude_defaults=True)
+
+
+class StartClaims(BaseModel):
+    """The signed content of a start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    workflow_id: str
+    tenant_id: str
+    receipt_id: str
+    idempotency_key: str
+    idempotency_ttl_seconds: int
+    input_hash: str
+    input_digest: str
+    capability: dict[str, Any]
+    connection_id: str | None
+    is_synthetic: bool
+    dry_run: bool
+
+    @classmethod
+    def of_start(cls, req: ExecuteWorkflowInput, workflow_id: str) -> StartClaims:
+        """What the gateway signs for the run it starts under ``workflow_id``."""
+        return cls(
+            workflow_id=workflow_id,
+            tenant_id=req.tenant_id,
+            receipt_id=req.receipt_id,
+            idempotency_key=req.idempotency_key,
+            idempotency_ttl_seconds=req.idempotency_ttl_seconds,
+            input_hash=req.input_hash,
+            input_digest=input_digest(req.input),
+            capability=_capability(req.capability),
+            connection_id=req.connection_id,
+            is_synthetic=req.is_synthetic,
+            dry_run=req.dry_run,
+        )
+
+    @classmethod
+    def of_policy(cls, inp: PolicyInput) -> StartClaims:
+        """What the policy step acts on; its workflow id is the running one's."""
+        return cls(
+            workflow_id=inp.workflow_id,
+            tenant_id=inp.tenant_id,
+            receipt_id=inp.receipt_id,
+            idempotency_key=inp.idempotency_key,
+            idempotency_ttl_seconds=inp.idempotency_ttl_seconds,
+            input_hash=inp.input_hash,
+            input_digest=inp.input_digest,
+            capability=_capability(inp.capability),
+            connection_id=inp.connection_id,
+            is_synthetic=inp.is_synthetic,
+            dry_run=inp.dry_run,
+        )
+
+    def message(self) -> bytes:
+        """The bytes the HMAC covers: version, then the claims as sorted compact JSON."""
+        body = json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        )
+        return f"moat start {CLAIMS_VERSION}\n{body}".encode()

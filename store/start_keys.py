@@ -1,0 +1,106 @@
+"""The keys that sign run starts: gateways sign what they vouch for, workers check it.
+
+The keyring is a JSON file (mode 0600) ``{"active": kid, "keys": {kid: base64url key}}``
+that every gateway and worker shares. A signature is ``v1.<kid>.<base64url HMAC-SHA256>``:
+gateways sign with the active key and workers accept any key of the ring, so a key is
+rotated by adding it everywhere first, then making it active, and removed only once no run
+signed with it can still be reset.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from schemas.run import ExecuteWorkflowInput
+from schemas.settings import MoatSettings
+from schemas.start import CLAIMS_VERSION, StartClaims
+
+MIN_KEY_BYTES = 32
+
+
+class StartKeyring:
+    """HMAC keys, one of them active. Build with ``from_settings``."""
+
+    def __init__(self, keys: Mapping[str, bytes], active: str) -> None:
+        if active not in keys:
+            raise ValueError(f"start keyring: active key {active!r} is not in the keyring")
+        short = [kid for kid, key in keys.items() if len(key) < MIN_KEY_BYTES]
+        if short:
+            raise ValueError(f"start keyring: keys {short} are shorter than {MIN_KEY_BYTES} bytes")
+        self._keys = dict(keys)
+        self._active = active
+
+    @classmethod
+    def from_settings(cls, settings: MoatSettings) -> StartKeyring:
+        """The ring at ``MOAT_START_KEYRING``, or at ``$MOAT_HOME/start-keys.json``, which is
+        created with a fresh key on first use (development only: a configured keyring that
+        is missing is an error, never silently replaced by a key no other process has)."""
+        path = settings.start_keyring_path
+        if not path.exists():
+            if settings.start_keyring is not None:
+                raise FileNotFoundError(
+                    f"MOAT_START_KEYRING points at {path}, which does not exist; mount the "
+                    "keyring every gateway and worker shares"
+                )
+            _create(path)
+        ring = json.loads(path.read_text())
+        keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
+        return cls(keys, ring["active"])
+
+    def sign(self, claims: StartClaims) -> str:
+        mac = self._mac(self._keys[self._active], claims)
+        return f"{CLAIMS_VERSION}.{self._active}.{mac}"
+
+    def signed(self, req: ExecuteWorkflowInput, workflow_id: str) -> ExecuteWorkflowInput:
+        """``req`` with its signature for the run ``workflow_id``: the one way a legitimate
+        start of ``ExecuteCapability`` is made."""
+        claims = StartClaims.of_start(req, workflow_id)
+        return req.model_copy(update={"start_signature": self.sign(claims)})
+
+    def refusal(self, claims: StartClaims, signature: str) -> str | None:
+        """Why ``signature`` does not vouch for ``claims`` (None: it does)."""
+        if not signature:
+            return "unsigned"
+        version, _, rest = signature.partition(".")
+        kid, _, mac = rest.rpartition(".")
+        if version != CLAIMS_VERSION or not kid or not mac:
+            return "malformed"
+        key = self._keys.get(kid)
+        if key is None:
+            return "unknown_key"
+        if not hmac.compare_digest(mac.encode(), self._mac(key, claims).encode()):
+            return "mismatch"
+        return None
+
+    @staticmethod
+    def _mac(key: bytes, claims: StartClaims) -> str:
+        digest = hmac.new(key, claims.message(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _create(path: Path) -> None:
+    """Write a new one-key ring at ``path`` unless another process got there first (gateway
+    and worker start together): written aside, then linked into place, which fails when
+    the file exists, so nobody ever reads a half-written ring."""
+    kid = "s-" + secrets.token_hex(4)
+    ring = {"active": kid, "keys": {kid: base64.urlsafe_b64encode(os.urandom(32)).decode()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(ring, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
