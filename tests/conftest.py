@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from schemas.capabilities import (
     CapabilitySpec,
     RetrySettings,
 )
+from schemas.ids import uuid7
+from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.settings import MoatSettings
 from starter import observability
 from starter.codec import data_converter
@@ -36,6 +39,7 @@ from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_
 from starter.gateway import create_app
 from store import make_engine, make_sessionmaker, upgrade
 from store import repository as repo
+from store.start_keys import StartKeyring
 from tests.fakes import FakeProvider
 
 NAMESPACE = "moat"
@@ -144,6 +148,33 @@ class Stack:
             )
             key = await repo.create_api_key(session, tenant.id)
         return tenant.id, key
+
+    async def start_direct(
+        self, capability: CapabilitySpec, input: dict[str, Any]
+    ) -> ExecuteResult:
+        """Start a run directly in Temporal, past the gateway's checks but signed with the
+        start keyring (as an older gateway without those checks would)."""
+        key = f"direct-{uuid.uuid4().hex}"
+        workflow_id = workflow_id_for(self.tenant_id, key)
+        request = ExecuteWorkflowInput(
+            receipt_id=str(uuid7()),
+            tenant_id=self.tenant_id,
+            idempotency_key=key,
+            input_hash="sha256:" + "0" * 64,
+            capability=capability,
+            input=input,
+            request_id=str(uuid7()),
+            trace_id="0" * 32,
+            submitted_at=datetime.now(UTC),
+        )
+        result: ExecuteResult = await self.client.execute_workflow(
+            WORKFLOW_NAME,
+            StartKeyring.from_settings(self.settings).signed(request, workflow_id),
+            id=workflow_id,
+            task_queue=self.settings.task_queue,
+            result_type=ExecuteResult,
+        )
+        return result
 
 
 StackFactory = Callable[..., Any]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,16 +16,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities import HostGuard, HttpAdapter, http_client
 from schemas.capabilities import CapabilitySpec, EffectType, RetrySettings
-from schemas.ids import uuid7
 from schemas.run import (
-    WORKFLOW_NAME,
     AdapterInput,
     AdapterOutput,
-    ExecuteResult,
-    ExecuteWorkflowInput,
-    workflow_id_for,
 )
-from store.start_keys import StartKeyring
 from tests.conftest import CATALOG, FAST_HTTP, Stack, StackFactory
 from tests.fakes import FakeProvider, RawProvider, Step
 
@@ -120,42 +113,13 @@ async def _assert_nowhere(stack: Stack, workflow_id: str, run_id: str, caplog: A
     assert SECRET not in caplog.text
 
 
-async def _start(stack: Stack, capability: CapabilitySpec, input: dict[str, Any]) -> ExecuteResult:
-    """Start a run directly in Temporal, past the gateway's checks but signed with the
-    start keyring (as an older gateway without those checks would)."""
-    key = f"direct-{uuid.uuid4().hex}"
-    workflow_id = workflow_id_for(stack.tenant_id, key)
-    keyring = StartKeyring.from_settings(stack.settings)
-    result: ExecuteResult = await stack.client.execute_workflow(
-        WORKFLOW_NAME,
-        keyring.signed(
-            ExecuteWorkflowInput(
-                receipt_id=str(uuid7()),
-                tenant_id=stack.tenant_id,
-                idempotency_key=key,
-                input_hash="sha256:" + "0" * 64,
-                capability=capability,
-                input=input,
-                request_id=str(uuid7()),
-                trace_id="0" * 32,
-                submitted_at=datetime.now(UTC),
-            ),
-            workflow_id,
-        ),
-        id=workflow_id,
-        task_queue=stack.settings.task_queue,
-        result_type=ExecuteResult,
-    )
-    return result
-
-
 async def test_a_newline_header_past_the_gateway_leaves_no_secret(
     fast: Stack, provider: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     url = provider.script("/newline", Step(200, {"ok": True}))
-    result = await _start(
-        fast, FAST_HTTP, {"method": "GET", "url": url, "headers": {"X-Api-Key": SECRET + "\n"}}
+    result = await fast.start_direct(
+        FAST_HTTP, {"method": "GET", "url": url, "headers": {"X-Api-Key": SECRET + "\n"}}
     )
     receipt = result.receipt
     assert receipt is not None
@@ -206,7 +170,7 @@ async def test_an_unexpected_adapter_fault_is_classified_and_worded_by_moat(
         raise RuntimeError(f"the provider said {SECRET}")
 
     async with make_stack(adapters={"boom": boom}) as stack:
-        result = await _start(stack, BOOM, {"anything": 1})
+        result = await stack.start_direct(BOOM, {"anything": 1})
         receipt = result.receipt
         assert receipt is not None
         assert receipt.status == "failure" and receipt.error_code == "unknown"

@@ -33,6 +33,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.testing import WorkflowEnvironment
 
 from schemas.canonical import REDACTED
+from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.codec import data_converter
 from starter.devstack import EmbeddedPostgres, local_temporal
@@ -100,6 +101,9 @@ CASES = [
     ),
 ]
 
+BUILTIN_HTTP = CapabilityCatalog().get("http.request")
+assert BUILTIN_HTTP is not None
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def temporal_on_disk(
@@ -162,6 +166,41 @@ async def test_secrets_never_reach_any_store(
     )
     for kept in case.kept:
         assert kept in manifest
+
+
+NEWLINE_KEY = _unique("nl-")
+
+
+async def test_a_header_secret_with_a_newline_reaches_no_store(
+    stack: Stack,
+    provider: FakeProvider,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pasted header value with a trailing newline: the gateway refuses it without
+    repeating it, and a run that carries it anyway (started past the gateway's checks, as an
+    older gateway would) fails worded by Moat, so the HTTP library's error, which quotes the
+    value, is stored nowhere."""
+    url = provider.script("/secrets/newline", Step(200))
+    request = {"method": "GET", "url": url, "headers": {"X-Api-Key": NEWLINE_KEY + "\n"}}
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        refused = await stack.execute("http.request", request, key="s-newline")
+        result = await stack.start_direct(BUILTIN_HTTP, request)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "schema_validation_failed"
+    assert result.receipt is not None and result.receipt.status == "failure"
+    assert provider.calls_to("/secrets/newline") == []
+    await assert_nowhere_at_rest(
+        (NEWLINE_KEY,),
+        answer=refused,
+        stack=stack,
+        workflow=(result.receipt.workflow_id, result.receipt.run_id),
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )
 
 
 async def assert_nowhere_at_rest(
