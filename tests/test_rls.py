@@ -415,3 +415,29 @@ async def test_the_app_role_cannot_set_a_tenant_allow_list(
         await repo.set_tenant(s, stack.tenant_id)
         tenant = await repo.get_tenant(s, stack.tenant_id)
         assert tenant is not None and tenant.http_allow_hosts == ["10.0.0.5:8443"]
+
+
+async def test_a_revoked_key_cannot_be_brought_back(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """The app role may revoke (it sets ``revoked_at``), but never undo a revocation, nor
+    move its time, so a leaked key once revoked stays refused."""
+    async with app_sessions.begin() as s:
+        await repo.set_tenant(s, stack.tenant_id)
+        row, secret = await repo.issue_api_key(s, stack.tenant_id, "leaked")
+        revoked = await repo.revoke_api_key(s, row.id, row.created_at)
+        assert revoked is not None and revoked.revoked_at is not None
+    for value in ("NULL", "now() + interval '1 day'"):
+        async with app_sessions() as s:
+            await repo.set_tenant(s, stack.tenant_id)
+            with pytest.raises(DBAPIError, match="a revocation is final"):
+                await s.execute(
+                    text(f"UPDATE api_keys SET revoked_at = {value} WHERE id = :id"),
+                    {"id": row.id},
+                )
+    async with app_sessions.begin() as s:
+        await repo.set_tenant(s, stack.tenant_id)
+        # Revoking again keeps the first revocation, as before.
+        again = await repo.revoke_api_key(s, row.id, row.created_at)
+        assert again is not None and again.revoked_at == revoked.revoked_at
+        assert await repo.authenticate(s, secret) is None
