@@ -172,15 +172,24 @@ def _redact_params(params: str) -> str:
     return "&".join(parts)
 
 
+_MAX_TEXT_PASSES = 8
+
+
 def redact_text(text: str) -> str:
     """``text`` with every well-known secret value format replaced by ``[REDACTED]`` (for
     free text such as log lines, where there are no keys to go by), and the secret parts
     of every URL in it."""
     # URLs first: a value pattern rewrites ``://user:pw@`` and the URL would no longer
-    # be recognised, with its query still in clear.
-    text = redact_urls(text)
-    for pattern in SECRET_VALUE_PATTERNS:
-        text = pattern.sub(REDACTED, text)
+    # be recognised, with its query still in clear. A replacement can complete a pattern
+    # that was not there before (``://://user:pw@user:pw@``), so the passes repeat until
+    # nothing changes: redacting redacted text changes nothing.
+    for _ in range(_MAX_TEXT_PASSES):
+        before = text
+        text = redact_urls(text)
+        for pattern in SECRET_VALUE_PATTERNS:
+            text = pattern.sub(REDACTED, text)
+        if text == before:
+            break
     return text
 
 
