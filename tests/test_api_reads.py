@@ -7,8 +7,9 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from moat_client import MoatClient
+
 import worker as worker_module
-from starter.client import MoatClient
 from tests.conftest import Stack, StackFactory
 
 
