@@ -16,6 +16,7 @@ from moat_client.models import (
     Envelope,
     EnvelopeStatus,
     ErrorBody,
+    ErrorEnvelope,
     Receipt,
     ReceiptPage,
 )
@@ -211,11 +212,9 @@ class MoatClient:
     @staticmethod
     def _raise(response: httpx.Response) -> None:
         try:
-            envelope = Envelope.model_validate(response.json())
+            refusal = ErrorEnvelope.model_validate(response.json())
         except ValueError:
-            envelope = None
-        if envelope is None or envelope.error is None:
             raise MoatError(
                 response.status_code, ErrorBody(code="http_error", message=response.text[:200]), ""
-            )
-        raise MoatError(response.status_code, envelope.error, envelope.trace_id)
+            ) from None
+        raise MoatError(response.status_code, refusal.error, refusal.trace_id)

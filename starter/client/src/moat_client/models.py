@@ -95,6 +95,16 @@ class Envelope(BaseModel):
     warnings: list[ErrorBody] = Field(default_factory=list)
 
 
+class ErrorEnvelope(BaseModel):
+    """A refused request's answer: what ``MoatError`` is made of. Only ``trace_id`` and
+    ``error`` are read, the only fields the gateway promises in a refusal."""
+
+    model_config = ConfigDict(extra="allow")
+
+    trace_id: str
+    error: ErrorBody
+
+
 class ReceiptPage(BaseModel):
     """One page of receipts, newest first; pass ``next_cursor`` back as ``cursor``."""
 
