@@ -5,10 +5,10 @@ the gateway documents. A field renamed or retyped on one side fails here, named.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -210,7 +210,7 @@ async def test_every_request_is_a_documented_one(openapi: Schema, name: str) -> 
     if request.content:
         body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
         body_schema = openapi["components"]["schemas"][body_schema["$ref"].rsplit("/", 1)[1]]
-        body = httpx.Response(200, content=request.content).json()
+        body = json.loads(request.content)
         fields = body_schema["properties"]
         assert set(body) <= set(fields), f"{where}: body fields {set(body) - set(fields)} unknown"
         assert set(body_schema["required"]) <= set(body), f"{where}: a required field is missing"
@@ -221,14 +221,3 @@ async def test_every_request_is_a_documented_one(openapi: Schema, name: str) -> 
 def test_the_replayed_header_is_the_documented_one(openapi: Schema) -> None:
     headers = openapi["paths"]["/v1/executions"]["post"]["responses"]["200"]["headers"]
     assert REPLAYED_HEADER.lower() in {name.lower() for name in headers}
-
-
-def test_the_client_imports_nothing_of_the_server() -> None:
-    """Read from the source, so it holds however the test session has imported things."""
-    import moat_client
-
-    server = ("schemas", "store", "workflows", "activities", "worker", "starter", "temporalio")
-    imports = re.compile(r"^\s*(?:from|import)\s+([\w.]+)", re.MULTILINE)
-    for module in Path(moat_client.__file__).parent.glob("*.py"):
-        for name in imports.findall(module.read_text()):
-            assert name.split(".")[0] not in server, f"{module.name} imports {name}"
