@@ -1,5 +1,6 @@
 # Each target bootstraps .venv from requirements.lock when it is missing or stale. Every
-# locked file is checked against its hash; the project itself (editable) comes after, alone.
+# locked file is checked against its hash; the project and its client (both editable, their
+# dependencies all in the lock) come after, alone.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,10 +8,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lint bench lock clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e ./starter/client
 	touch $(STAMP)
 
 up: $(STAMP)

@@ -347,8 +347,9 @@ def execute(
     version: Annotated[str | None, typer.Option("--version", help="Capability version.")] = None,
 ) -> None:
     """Execute a capability through the gateway and print the envelope."""
+    from moat_client import MoatClientSync, MoatError
+
     from starter.bootstrap import demo_api_key
-    from starter.client import MoatClientSync, MoatError
 
     settings = _settings()
     try:

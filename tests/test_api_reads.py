@@ -1,5 +1,5 @@
 """Waiting, polling and reading through the HTTP API: Prefer: wait, 202 + Location, the
-execution envelope, receipt listing with filters and cursors, capabilities, OpenAPI."""
+execution envelope, receipt listing with filters and cursors, OpenAPI."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from moat_client import MoatClient
+
 import worker as worker_module
-from starter.client import MoatClient
 from tests.conftest import Stack, StackFactory
 
 
@@ -208,10 +209,3 @@ async def test_openapi_documents_every_route_and_error(stack: Stack) -> None:
     assert {"TenantKey", "AdminKey"} <= set(schema["components"]["securitySchemes"])
     docs = await stack.http.get(f"{stack.url}/docs")
     assert docs.status_code == 200 and "/openapi.json" in docs.text
-
-
-async def test_capabilities(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as client:
-        caps = {c.id: c for c in await client.capabilities()}
-    assert caps["http.request"].retry.max_retries == 5
-    assert "url" in caps["http.request"].input_schema["properties"]

