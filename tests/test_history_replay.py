@@ -15,8 +15,13 @@ from schemas.retention import RETENTION_WORKFLOW
 from schemas.run import WORKFLOW_NAME
 from tests.histories.corpus import Recorded, corpus, failures, replay
 from tests.histories.paths import PATHS
-from tests.histories.variants import StatusBeforeManifest, TimerBeforePolicy
+from tests.histories.variants import (
+    DryRunStatusUnguarded,
+    StatusBeforeManifest,
+    TimerBeforePolicy,
+)
 from workflows import ManifestRetention
+from workflows.execute import DRY_RUN_STATUS_PATCH
 
 CORPUS = corpus()
 
@@ -53,3 +58,15 @@ async def test_two_commands_swapped_are_caught() -> None:
         "execute_capability/reset_to_last_task_regular_bookkeeping.json",
     } <= set(failed)
     assert all(isinstance(err, NondeterminismError) for err in failed.values())
+
+
+async def test_a_change_behind_its_patch_replays_the_runs_before_it() -> None:
+    # Dry runs set their status since the patch; one recorded before it and one after.
+    before = "execute_capability/dry_run.json"
+    after = f"execute_capability/dry_run.{DRY_RUN_STATUS_PATCH}.json"
+    dry_runs = [r for r in CORPUS if r.name in (before, after)]
+    assert len(dry_runs) == 2
+    assert await failures(dry_runs) == {}
+    # The same change without the guard: the dry runs started before it would fail.
+    unguarded = await failures(dry_runs, [DryRunStatusUnguarded, ManifestRetention])
+    assert isinstance(unguarded.get(before), NondeterminismError)

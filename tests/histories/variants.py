@@ -1,6 +1,6 @@
 """Copies of ``ExecuteCapability`` changed as the versioning rule forbids: commands of
-existing paths moved without ``workflow.patched``. Replaying the corpus against them must
-fail, or the replay test would not catch the change it exists for."""
+existing paths added or moved without ``workflow.patched``. Replaying the corpus against
+them must fail, or the replay test would not catch the changes it exists for."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from schemas.execute import EnvelopeStatus
     from schemas.records import Receipt
-    from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput
+    from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, PolicyOutcome
 
-from workflows.execute import ExecuteCapability
+from workflows.execute import STATUS_ATTR, ExecuteCapability
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -42,3 +43,17 @@ class StatusBeforeManifest(ExecuteCapability):
 
     def _set_status(self, receipt: Receipt) -> None:
         pass  # already set, before the manifest
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class DryRunStatusUnguarded(ExecuteCapability):
+    """The dry-run status step as it would be without its ``workflow.patched`` guard."""
+
+    @workflow.run
+    async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
+        return await super().run(req)
+
+    def _planned(self, policy: PolicyOutcome) -> ExecuteResult:
+        planned = STATUS_ATTR.value_set(EnvelopeStatus.PLANNED.value)
+        workflow.upsert_search_attributes([planned])
+        return ExecuteResult(plan=policy)
