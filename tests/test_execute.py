@@ -11,6 +11,7 @@ from store import repository as repo
 from store.models import BudgetUsage, OutcomeEventRow, ReceiptRow
 from tests.conftest import Stack
 from tests.fakes import FakeProvider, Step
+from workflows.execute import STATUS_ATTR
 
 
 async def count(stack: Stack, model: Any, **where: Any) -> int:
@@ -80,3 +81,18 @@ async def test_concurrent_duplicates_execute_once(stack: Stack, provider: FakePr
             )
         ).scalar_one()
     assert used == 1
+
+
+async def test_a_dry_run_is_marked_planned(stack: Stack) -> None:
+    # Ops tell a finished dry run from a run still going by its status search attribute.
+    planned = await stack.execute("demo.echo", {"dry": 1}, key="dry-status", dry_run=True)
+    assert planned.json()["status"] == "planned", planned.text
+    query = f'MoatTenant = "{stack.tenant_id}"'
+    for _ in range(100):  # visibility catches up within moments
+        runs = [r async for r in stack.client.list_workflows(query)]
+        if runs:
+            break
+        await asyncio.sleep(0.05)
+    (run,) = runs
+    described = await stack.client.get_workflow_handle(run.id, run_id=run.run_id).describe()
+    assert described.typed_search_attributes.get(STATUS_ATTR) == "planned"

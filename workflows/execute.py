@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 
 with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
+    from schemas.execute import EnvelopeStatus
     from schemas.records import (
         RESPONSE_TRUNCATED,
         Decision,
@@ -47,6 +48,8 @@ RECORD_OUTCOME = "moat.record_outcome"
 WRITE_MANIFEST = "moat.write_manifest"
 
 STATUS_ATTR = SearchAttributeKey.for_keyword("MoatStatus")
+# Dry runs set MoatStatus too; those started before they did must replay without it.
+DRY_RUN_STATUS_PATCH = "dry-run-status"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -83,7 +86,7 @@ class ExecuteCapability:
             req.local_activities,
         )
         if req.dry_run:
-            return ExecuteResult(plan=policy)
+            return self._planned(policy)
         if policy.existing_receipt is not None:
             existing = policy.existing_receipt
             # Our own receipt: this run was reset; another's: a new run answering a stored one.
@@ -258,6 +261,14 @@ class ExecuteCapability:
 
     def _set_status(self, receipt: Receipt) -> None:
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
+
+    def _planned(self, policy: PolicyOutcome) -> ExecuteResult:
+        """A dry run's answer. Its ``MoatStatus = "planned"`` tells a finished dry run apart
+        from a run still going, in the Web UI and in visibility queries."""
+        if workflow.patched(DRY_RUN_STATUS_PATCH):
+            planned = STATUS_ATTR.value_set(EnvelopeStatus.PLANNED.value)
+            workflow.upsert_search_attributes([planned])
+        return ExecuteResult(plan=policy)
 
 
 def _details(cause: BaseException | None) -> dict[str, Any]:

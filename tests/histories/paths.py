@@ -1,0 +1,273 @@
+"""The paths through the workflows the corpus records: each driver runs one (or a pair)
+on the recording stack and names the runs whose histories are kept."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.retention import RETENTION_WORKFLOW, RetentionInput, RetentionReport
+from schemas.run import WORKFLOW_NAME
+from store import repository as repo
+from tests.fakes import Step
+from tests.histories.recorder import Recorder, Run
+
+
+def post(url: str) -> dict[str, Any]:
+    return {"method": "POST", "url": url, "json": {"text": "hello"}}
+
+
+ECHO = {"hello": "history"}
+
+
+# Each driver returns the runs it recorded, by path name.
+Driver = Callable[[Recorder], Awaitable[dict[str, Run]]]
+
+
+async def success_echo(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    answer = await rec.execute(gw, "demo.echo", ECHO, "success-echo")
+    assert answer["status"] == "executed", answer
+    return {"success_echo": await rec.latest(answer)}
+
+
+async def success_http(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    url = rec.provider.script("/success", Step(201, {"issue": 7}))
+    answer = await rec.execute(gw, "http.request", post(url), "success-http")
+    assert answer["status"] == "executed", answer
+    return {"success_http": await rec.latest(answer)}
+
+
+async def success_http_regular(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway(local_activities=False)
+    url = rec.provider.script("/success-regular", Step(200))
+    answer = await rec.execute(gw, "http.request", post(url), "success-regular")
+    assert answer["status"] == "executed", answer
+    return {"success_http_regular_bookkeeping": await rec.latest(answer)}
+
+
+async def retried_then_success(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    url = rec.provider.script("/flaky", Step(500), Step(502), Step(200))
+    answer = await rec.execute(gw, "test.http", post(url), "flaky")
+    assert answer["status"] == "executed", answer
+    return {"retried_then_success": await rec.latest(answer)}
+
+
+async def provider_refused(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    url = rec.provider.script("/gone", Step(404))
+    answer = await rec.execute(gw, "test.http", post(url), "gone")
+    assert answer["error"]["code"] == "provider_not_found", answer
+    return {"provider_refused": await rec.latest(answer)}
+
+
+async def dead_letter(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    url = rec.provider.script("/down", Step(500))
+    answer = await rec.execute(gw, "test.http", post(url), "down")
+    assert answer["error"]["code"] == "provider_server_error", answer
+    assert len(rec.provider.calls_to("/down")) == 3
+    return {"dead_letter": await rec.latest(answer)}
+
+
+async def timeout(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    url = rec.provider.script("/slow", Step(200, delay=4.0))
+    answer = await rec.execute(gw, "test.http", post(url), "slow")
+    assert answer["error"]["code"] == "timeout", answer
+    return {"timeout": await rec.latest(answer)}
+
+
+async def budget_denied(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    async with rec.sessions.begin() as session:
+        await repo.set_budget(session, gw.tenant_id, "demo.echo", 0, "day")
+    answer = await rec.execute(gw, "demo.echo", ECHO, "denied")
+    assert answer["error"]["code"] == "budget_exceeded", answer
+    return {"budget_denied": await rec.latest(answer)}
+
+
+async def dry_run(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    answer = await rec.execute(gw, "demo.echo", ECHO, "dry", dry_run=True)
+    assert answer["status"] == "planned", answer
+    # A dry run's answer names no run (it has its own workflow id, beside the key's).
+    return {"dry_run": await rec.only_run_of(gw.tenant_id)}
+
+
+async def idempotent_hit(rec: Recorder) -> dict[str, Run]:
+    """A new run for a key whose receipt is stored (a gateway racing the first run's end, or
+    Temporal having forgotten it): the policy step finds the receipt and the run answers it."""
+    gw = await rec.gateway()
+    answer = await rec.execute(gw, "demo.echo", ECHO, "hit")
+    assert answer["status"] == "executed", answer
+    run = await rec.start_direct(gw, "demo.echo", ECHO, "hit", sign=True)
+    return {"idempotent_hit_new_run": run}
+
+
+async def _reset(rec: Recorder, kind: str, *, local_activities: bool = True) -> Run:
+    gw = await rec.gateway(local_activities=local_activities)
+    key = f"reset-{kind}-{local_activities}"
+    answer = await rec.execute(gw, "demo.echo", ECHO, key)
+    assert answer["status"] == "executed", answer
+    return await rec.reset(await rec.latest(answer), kind)
+
+
+async def reset_first_task(rec: Recorder) -> dict[str, Run]:
+    return {"reset_to_first_task": await _reset(rec, "FirstWorkflowTask")}
+
+
+async def reset_last_task(rec: Recorder) -> dict[str, Run]:
+    return {"reset_to_last_task": await _reset(rec, "LastWorkflowTask")}
+
+
+async def reset_last_task_regular(rec: Recorder) -> dict[str, Run]:
+    run = await _reset(rec, "LastWorkflowTask", local_activities=False)
+    return {"reset_to_last_task_regular_bookkeeping": run}
+
+
+async def terminated_and_resumed(rec: Recorder) -> dict[str, Run]:
+    """Ops terminate a run mid-call; the next request with the key resumes the execution."""
+    gw = await rec.gateway()
+    url = rec.provider.script("/terminated", Step(200, {"sent": True}, delay=3.0))
+    first = await rec.execute(gw, "http.request", post(url), "terminated", wait=0)
+    assert first["status"] == "accepted", first
+    for _ in range(200):
+        if rec.provider.calls_to("/terminated"):
+            break
+        await asyncio.sleep(0.05)
+    handle = rec.client.get_workflow_handle(first["workflow_id"])
+    terminated = Run(WORKFLOW_NAME, handle.id, (await handle.describe()).run_id)
+    await handle.terminate("recording the resumed path")
+    again = await rec.execute(gw, "http.request", post(url), "terminated")
+    assert again["status"] == "executed", again
+    return {
+        "terminated_mid_call": terminated,
+        "resumed_after_termination": await rec.latest(again),
+    }
+
+
+async def unsigned_start(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    return {
+        "refused_unsigned_start": await rec.start_direct(
+            gw, "demo.echo", ECHO, "unsigned", sign=False
+        )
+    }
+
+
+async def retention(rec: Recorder) -> dict[str, Run]:
+    """As the retention schedule starts it (no ``as_of``: the run's own start time)."""
+    workflow_id = f"manifest-retention-{uuid.uuid4().hex[:8]}"
+    handle = await rec.client.start_workflow(
+        RETENTION_WORKFLOW,
+        RetentionInput(),
+        id=workflow_id,
+        task_queue=rec.settings.task_queue,
+        result_type=RetentionReport,
+    )
+    await handle.result()
+    return {"scheduled_run": Run(RETENTION_WORKFLOW, workflow_id, handle.result_run_id or "")}
+
+
+@dataclass(frozen=True)
+class RecordedPath:
+    name: str
+    workflow_type: str
+    about: str  # what the path is, as its history file says
+
+
+def _execute(name: str, about: str) -> RecordedPath:
+    return RecordedPath(name, WORKFLOW_NAME, about)
+
+
+DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {
+    success_echo: (
+        _execute("success_echo", "demo.echo executed: policy, adapter, record, manifest, status"),
+    ),
+    success_http: (_execute("success_http", "http.request executed against the provider (201)"),),
+    success_http_regular: (
+        _execute(
+            "success_http_regular_bookkeeping",
+            "http.request executed, bookkeeping steps as regular activities "
+            "(MOAT_LOCAL_ACTIVITIES=false)",
+        ),
+    ),
+    retried_then_success: (
+        _execute(
+            "retried_then_success", "provider answers 500, 502, then 200: executed on a retry"
+        ),
+    ),
+    provider_refused: (
+        _execute("provider_refused", "provider answers 404: failed at once, not retried"),
+    ),
+    dead_letter: (
+        _execute(
+            "dead_letter",
+            "provider answers 500 every time: retries exhausted, failed, dead-lettered",
+        ),
+    ),
+    timeout: (
+        _execute("timeout", "provider slower than the capability's timeout on every attempt"),
+    ),
+    budget_denied: (
+        _execute("budget_denied", "budget of 0: policy denies (budget_exceeded), no adapter call"),
+    ),
+    dry_run: (_execute("dry_run", "dry_run: policy evaluated, planned, nothing executed"),),
+    idempotent_hit: (
+        _execute(
+            "idempotent_hit_new_run",
+            "a new run for a key whose receipt is stored answers that receipt "
+            "(replay_reason idempotent_hit), no adapter call",
+        ),
+    ),
+    reset_first_task: (
+        _execute(
+            "reset_to_first_task",
+            "temporal workflow reset to the first workflow task of an executed run: the "
+            "policy step finds the run's own receipt (replay_reason workflow_reset)",
+        ),
+    ),
+    reset_last_task: (
+        _execute(
+            "reset_to_last_task",
+            "temporal workflow reset to the last workflow task: the record step answers the "
+            "original run's receipt, a replayed manifest is written beside the original",
+        ),
+    ),
+    reset_last_task_regular: (
+        _execute(
+            "reset_to_last_task_regular_bookkeeping",
+            "the same reset, bookkeeping steps as regular activities",
+        ),
+    ),
+    terminated_and_resumed: (
+        _execute(
+            "terminated_mid_call",
+            "an operator terminates the run while the provider call is in flight",
+        ),
+        _execute(
+            "resumed_after_termination",
+            "the next request with the key resumes the terminated execution (same receipt "
+            "id, the provider's 409 waited out)",
+        ),
+    ),
+    unsigned_start: (
+        _execute(
+            "refused_unsigned_start",
+            "a start through the codec without the start signature: the policy step "
+            "refuses it (start_not_signed), the run fails",
+        ),
+    ),
+    retention: (
+        RecordedPath(
+            "scheduled_run", RETENTION_WORKFLOW, "ManifestRetention as its schedule starts it"
+        ),
+    ),
+}
+PATHS = {path.name: path for paths in DRIVERS.values() for path in paths}

@@ -1,0 +1,59 @@
+"""Copies of ``ExecuteCapability`` changed as the versioning rule forbids: commands of
+existing paths added or moved without ``workflow.patched``. Replaying the corpus against
+them must fail, or the replay test would not catch the changes it exists for."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.execute import EnvelopeStatus
+    from schemas.records import Receipt
+    from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, PolicyOutcome
+
+from workflows.execute import STATUS_ATTR, ExecuteCapability
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class TimerBeforePolicy(ExecuteCapability):
+    """A timer inserted before the policy step: the first command of every path changes."""
+
+    @workflow.run
+    async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
+        await workflow.sleep(timedelta(seconds=1))
+        return await super().run(req)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class StatusBeforeManifest(ExecuteCapability):
+    """Two commands swapped: the status is set before the manifest step, not after."""
+
+    @workflow.run
+    async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
+        return await super().run(req)
+
+    async def _manifest(
+        self, req: ExecuteWorkflowInput, receipt: Receipt, *a: Any, **k: Any
+    ) -> None:
+        super()._set_status(receipt)
+        await super()._manifest(req, receipt, *a, **k)
+
+    def _set_status(self, receipt: Receipt) -> None:
+        pass  # already set, before the manifest
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class DryRunStatusUnguarded(ExecuteCapability):
+    """The dry-run status step as it would be without its ``workflow.patched`` guard."""
+
+    @workflow.run
+    async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
+        return await super().run(req)
+
+    def _planned(self, policy: PolicyOutcome) -> ExecuteResult:
+        planned = STATUS_ATTR.value_set(EnvelopeStatus.PLANNED.value)
+        workflow.upsert_search_attributes([planned])
+        return ExecuteResult(plan=policy)
