@@ -28,11 +28,10 @@ from schemas.settings import MoatSettings
 from starter import observability
 from starter.schedules import ensure_retention_schedule
 from starter.temporal import connect
-from store import make_engine, make_sessionmaker
-from store import repository as repo
+from store import make_engine, make_sessionmaker, receipts
+from store.keys.signing import Keyring, KeyringMissingError
+from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from store.signing import Keyring, KeyringMissingError
-from store.start_keys import StartKeyring
 from workflows import ExecuteCapability, ManifestRetention
 
 log = logging.getLogger("moat.worker")
@@ -116,7 +115,7 @@ async def run(settings: MoatSettings) -> None:
     client = await connect(settings, observability.temporal_interceptors())
     async with activity_deps(settings) as (sessions, http):
         async with sessions.begin() as session:
-            await repo.ensure_outcome_partitions(session, datetime.now(UTC))
+            await receipts.ensure_outcome_partitions(session, datetime.now(UTC))
         await ensure_retention_schedule(client, settings)
         worker = build_worker(client, settings, sessions, http, keyring=keyring)
         stop = asyncio.Event()

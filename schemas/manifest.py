@@ -1,7 +1,7 @@
 """The run manifest (seed 003): the write-once evidence of one run, and the bytes it signs.
 
 Pure and free of I/O (the workflow sandbox imports it); keys and JWS live in
-``store.signing``. A signature covers the RFC 8785 bytes of the manifest without its
+``store.keys.signing``. A signature covers the RFC 8785 bytes of the manifest without its
 ``signatures`` member, so signatures can be added without changing what others signed,
 and anyone can recompute the payload from the file with any JCS implementation.
 """

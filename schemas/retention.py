@@ -11,9 +11,6 @@ COMPLETED = timedelta(days=90)
 FAILED = timedelta(days=30)
 COMPLIANCE = timedelta(days=7 * 365 + 2)  # 7 years, leap days included
 
-RETENTION_WORKFLOW = "ManifestRetention"
-RETENTION_SCHEDULE_ID = "moat-manifest-retention"
-
 
 def retention_for(outcome: str, *, compliance: bool, idempotency_ttl_seconds: int) -> timedelta:
     """How long a manifest of this outcome is kept: never less than the tenant's idempotency

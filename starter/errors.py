@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.api import ErrorEnvelope
 from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
+from schemas.names import TRACE_HEADER
 from starter import observability
 from starter.observability import current_trace_id
 
@@ -140,7 +141,6 @@ def _gateway_error(trace_id: str | None = None) -> JSONResponse:
     )
 
 
-TRACE_HEADER = "X-Moat-Trace-Id"
 DRAIN_BYTES = 1024 * 1024
 
 

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
 from schemas.settings import MoatSettings
-from store.signing import (
+from store.keys.signing import (
     Keyring,
     MalformedError,
     UnknownKeyError,

@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 
 from schemas.events import Event
+from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
 from starter.errors import ApiError, documented_errors
 from starter.gateway_deps import (
     RECEIPT_ID,
@@ -21,9 +22,9 @@ from starter.gateway_deps import (
     execution_not_found,
 )
 from store import events as event_log
+from store.keys.signing import MalformedError, PublishedJwks
 from store.manifests import ManifestStore
 from store.models import ManifestRow
-from store.signing import MalformedError, PublishedJwks
 
 log = logging.getLogger("moat.gateway")
 
@@ -108,7 +109,7 @@ async def get_manifest(
     return Response(
         data,
         media_type="application/json",
-        headers={"X-Moat-Manifest-Sha256": row.sha256, "X-Moat-Run-Id": row.run_id},
+        headers={MANIFEST_SHA256_HEADER: row.sha256, RUN_ID_HEADER: row.run_id},
     )
 
 

@@ -40,8 +40,8 @@ from starter.gateway_deps import Deps, require_admin
 from starter.ingest import Ingest
 from starter.temporal import connect
 from store import make_engine, make_sessionmaker
-from store.signing import PublishedJwks
-from store.start_keys import StartKeyring
+from store.keys.signing import PublishedJwks
+from store.keys.start import StartKeyring
 
 DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.

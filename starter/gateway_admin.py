@@ -24,7 +24,7 @@ from schemas.api import (
 )
 from starter.errors import ApiError, documented_errors
 from starter.gateway_deps import deps_of, require_admin
-from store import repository as repo
+from store import api_keys, tenancy, tenants
 
 router = APIRouter(
     prefix="/v1/admin",
@@ -54,23 +54,23 @@ async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
     ttl = body.idempotency_ttl_seconds or deps.settings.idempotency_ttl_seconds
     try:
         async with deps.sessions.begin() as session:
-            tenant = await repo.create_tenant(
+            tenant = await tenants.create_tenant(
                 session, body.name, idempotency_ttl_seconds=ttl, policy_mode=body.policy_mode.value
             )
-            key, secret = await repo.issue_api_key(session, tenant.id, name="initial")
+            key, secret = await api_keys.issue_api_key(session, tenant.id, name="initial")
             await session.refresh(tenant)
     except IntegrityError as err:
         raise ApiError(409, "conflict", f"A tenant named {body.name!r} exists.") from err
     return NewTenant(
-        tenant=repo.to_tenant_info(tenant),
-        api_key=repo.to_new_key(key, secret),
+        tenant=tenants.to_tenant_info(tenant),
+        api_key=api_keys.to_new_key(key, secret),
     )
 
 
 @router.get("/tenants", summary="List tenants", response_model=list[TenantInfo])
 async def list_tenants(request: Request) -> list[TenantInfo]:
     async with deps_of(request).sessions.begin() as session:
-        return [repo.to_tenant_info(t) for t in await repo.list_tenants(session)]
+        return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session)]
 
 
 @router.get(
@@ -80,11 +80,11 @@ async def list_tenants(request: Request) -> list[TenantInfo]:
     responses=documented_errors(404),
 )
 async def get_tenant(request: Request, tenant_id: TenantId) -> TenantInfo:
-    async with repo.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
-        tenant = await repo.get_tenant(session, tenant_id)
+    async with tenancy.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
+        tenant = await tenants.get_tenant(session, tenant_id)
     if tenant is None:
         raise _no_tenant(tenant_id)
-    return repo.to_tenant_info(tenant)
+    return tenants.to_tenant_info(tenant)
 
 
 @router.patch(
@@ -108,14 +108,14 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
             "allow-list is written with: set it on an internal gateway, or run "
             "`moat tenant allow-hosts`.",
         )
-    async with repo.tenant_transaction(owner, tenant_id) as session:
-        tenant = await repo.get_tenant(session, tenant_id)
+    async with tenancy.tenant_transaction(owner, tenant_id) as session:
+        tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
             raise _no_tenant(tenant_id)
         if body.http_allow_hosts is not None:
-            tenant = await repo.set_http_allow_hosts(session, tenant_id, body.http_allow_hosts)
+            tenant = await tenants.set_http_allow_hosts(session, tenant_id, body.http_allow_hosts)
             assert tenant is not None
-        info = repo.to_tenant_info(tenant)
+        info = tenants.to_tenant_info(tenant)
     return info
 
 
@@ -128,11 +128,11 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
 )
 async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) -> NewApiKey:
     """The secret (`api_key`) is in this answer only; store it now."""
-    async with repo.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
-        if await repo.get_tenant(session, tenant_id) is None:
+    async with tenancy.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
+        if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
-        key, secret = await repo.issue_api_key(session, tenant_id, body.name)
-    return repo.to_new_key(key, secret)
+        key, secret = await api_keys.issue_api_key(session, tenant_id, body.name)
+    return api_keys.to_new_key(key, secret)
 
 
 @router.get(
@@ -142,10 +142,10 @@ async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) 
     responses=documented_errors(404),
 )
 async def list_keys(request: Request, tenant_id: TenantId) -> list[ApiKeyInfo]:
-    async with repo.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
-        if await repo.get_tenant(session, tenant_id) is None:
+    async with tenancy.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
+        if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
-        return [repo.to_key_info(k) for k in await repo.list_api_keys(session, tenant_id)]
+        return [api_keys.to_key_info(k) for k in await api_keys.list_api_keys(session, tenant_id)]
 
 
 @router.post(
@@ -158,11 +158,11 @@ async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
     """The next request with the key is `unauthenticated`. Revoking twice keeps the first
     revocation time."""
     async with deps_of(request).sessions.begin() as session:
-        tenant_id = await repo.key_tenant(session, key_id)
+        tenant_id = await api_keys.key_tenant(session, key_id)
         key = None
         if tenant_id is not None:
-            await repo.set_tenant(session, tenant_id)
-            key = await repo.revoke_api_key(session, key_id, datetime.now(UTC))
+            await tenancy.set_tenant(session, tenant_id)
+            key = await api_keys.revoke_api_key(session, key_id, datetime.now(UTC))
     if key is None:
         raise ApiError(404, "key_not_found", f"No API key {key_id!r}.")
-    return repo.to_key_info(key)
+    return api_keys.to_key_info(key)

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from schemas.settings import MoatSettings
 from starter.errors import ApiError
 from starter.ingest import Ingest
-from store import repository as repo
+from store import api_keys, tenancy
 
 
 @dataclass
@@ -74,14 +74,14 @@ def unauthenticated(message: str) -> ApiError:
 
 async def authenticate(
     session: AsyncSession, credentials: HTTPAuthorizationCredentials | None
-) -> repo.AuthenticatedTenant:
+) -> api_keys.AuthenticatedTenant:
     """The caller's tenant; the session's transaction is scoped to it from here on."""
     if credentials is None:
         raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
-    tenant = await repo.authenticate(session, credentials.credentials)
+    tenant = await api_keys.authenticate(session, credentials.credentials)
     if tenant is None:
         raise unauthenticated("The API key is unknown or revoked.")
-    await repo.set_tenant(session, tenant.tenant_id)
+    await tenancy.set_tenant(session, tenant.tenant_id)
     return tenant
 
 
@@ -104,7 +104,7 @@ async def require_admin(request: Request, credentials: AdminKey) -> None:
     ):
         return
     async with deps.sessions.begin() as session:
-        tenant = await repo.authenticate(session, credentials.credentials)
+        tenant = await api_keys.authenticate(session, credentials.credentials)
     if tenant is not None:
         raise ApiError(403, "forbidden", "A tenant's API key cannot use the admin API.")
     if configured is None:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Request
 from temporalio.service import RPCError
 
 from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
+from schemas.names import REPLAYED_HEADER
 from starter import observability
 from starter.errors import EnvelopeJSONResponse as JSONResponse
 from starter.errors import documented_errors
@@ -21,8 +22,8 @@ from starter.gateway_deps import (
     deps_of,
     execution_not_found,
 )
-from starter.ingest import KEY_ATTR, REPLAYED_HEADER, Answer, prepare
-from store import repository as repo
+from starter.ingest import KEY_ATTR, Answer, prepare
+from store import idempotency, receipts
 
 router = APIRouter()
 
@@ -169,11 +170,11 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
             raise execution_not_found(receipt_id)
-        receipt = await repo.get_receipt(session, tenant.tenant_id, receipt_id)
+        receipt = await receipts.get_receipt(session, tenant.tenant_id, receipt_id)
         claim = (
             None
             if receipt
-            else await repo.find_claim_by_receipt(session, tenant.tenant_id, receipt_id)
+            else await idempotency.find_claim_by_receipt(session, tenant.tenant_id, receipt_id)
         )
     if receipt is not None:
         status, envelope = envelope_for_receipt(receipt)

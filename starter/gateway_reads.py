@@ -15,7 +15,7 @@ from schemas.records import ExecutionStatus, Receipt
 from starter.errors import ApiError, documented_errors
 from starter.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway_deps import RECEIPT_ID, TenantKey, authenticate, deps_of
-from store import repository as repo
+from store import db, receipts
 
 router = APIRouter()
 
@@ -60,14 +60,14 @@ async def list_receipts(
         for value in (capability_id, idempotency_key):
             _refuse_nul(value)
         after = _decode_cursor(cursor) if cursor is not None else None
-        where = repo.ReceiptFilter(
+        where = receipts.ReceiptFilter(
             capability_id=capability_id,
             status=status.value if status else None,
             idempotency_key=idempotency_key,
             since=_rfc3339("since", since),
             until=_rfc3339("until", until),
         )
-        rows = await repo.list_receipts(
+        rows = await receipts.list_receipts(
             session, tenant.tenant_id, where, limit=limit + 1, after=after
         )
     page = ReceiptPage(
@@ -78,7 +78,7 @@ async def list_receipts(
 
 
 def _refuse_nul(value: str | None) -> None:
-    if value is not None and not repo.storable(value):
+    if value is not None and not db.storable(value):
         raise ApiError(
             400, "schema_validation_failed", "Text may not hold NUL characters or lone surrogates."
         )
@@ -130,7 +130,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         stamp, receipt_id = json.loads(raw)
         at = datetime.fromisoformat(stamp)
-        if at.tzinfo is None or not isinstance(receipt_id, str) or not repo.storable(receipt_id):
+        if at.tzinfo is None or not isinstance(receipt_id, str) or not db.storable(receipt_id):
             raise ValueError("malformed cursor")
     except (ValueError, TypeError) as err:
         raise ApiError(
@@ -152,7 +152,7 @@ async def get_receipt(request: Request, receipt_id: str, credentials: TenantKey)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         receipt = (
-            await repo.get_receipt(session, tenant.tenant_id, receipt_id)
+            await receipts.get_receipt(session, tenant.tenant_id, receipt_id)
             if RECEIPT_ID.match(receipt_id)
             else None
         )

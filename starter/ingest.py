@@ -38,9 +38,16 @@ from schemas.execute import (
     envelope_for_receipt,
 )
 from schemas.ids import uuid7
+from schemas.names import (
+    CAPABILITY_ATTRIBUTE,
+    EXECUTE_WORKFLOW,
+    IDEMPOTENCY_KEY_ATTRIBUTE,
+    RECEIPT_ATTRIBUTE,
+    REPLAYED_HEADER,
+    TENANT_ATTRIBUTE,
+)
 from schemas.records import Receipt
 from schemas.run import (
-    WORKFLOW_NAME,
     ExecuteResult,
     ExecuteWorkflowInput,
     PolicyOutcome,
@@ -49,14 +56,13 @@ from schemas.run import (
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.errors import ApiError, field_errors
-from store import repository as repo
-from store.start_keys import StartKeyring
+from store import db, idempotency, policy
+from store.keys.start import StartKeyring
 
-TENANT_ATTR = SearchAttributeKey.for_keyword("MoatTenant")
-CAPABILITY_ATTR = SearchAttributeKey.for_keyword("MoatCapability")
-KEY_ATTR = SearchAttributeKey.for_keyword("MoatIdempotencyKey")
-RECEIPT_ATTR = SearchAttributeKey.for_keyword("MoatReceiptId")
-REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
+CAPABILITY_ATTR = SearchAttributeKey.for_keyword(CAPABILITY_ATTRIBUTE)
+KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
+RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
 MAX_INPUT_DEPTH = MAX_JSON_DEPTH
 
 
@@ -192,7 +198,7 @@ def _check_limits(prepared: Prepared) -> None:
         "connection_id": req.connection_id,
         "capability_version": req.capability_version,
     }
-    bad = [name for name, value in fields.items() if value is not None and not repo.storable(value)]
+    bad = [name for name, value in fields.items() if value is not None and not db.storable(value)]
     if bad:
         raise ApiError(
             400,
@@ -248,7 +254,7 @@ class Ingest:
         with the execution that holds the key (``Unfinished``) or a new one (None)."""
         if prepared.request.dry_run:
             return None
-        found = await repo.find_live_claim(
+        found = await idempotency.find_live_claim(
             session, tenant_id, prepared.idempotency_key, datetime.now(UTC)
         )
         if found is None:
@@ -258,7 +264,7 @@ class Ingest:
             raise _key_reused(prepared.idempotency_key, claim.receipt_id)
         if receipt is None:
             return Unfinished(claim.receipt_id)
-        await repo.insert_policy_decision(
+        await policy.insert_policy_decision(
             session,
             id=str(uuid7()),
             tenant_id=tenant_id,
@@ -313,7 +319,7 @@ class Ingest:
         )
         arg = self._start_keys.signed(arg, workflow_id)
         handle = await self._client.start_workflow(
-            WORKFLOW_NAME,
+            EXECUTE_WORKFLOW,
             arg,
             id=workflow_id,
             task_queue=self._settings.task_queue,

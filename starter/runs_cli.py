@@ -15,8 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.events import Event
 from schemas.settings import MoatSettings
 from store import events as event_log
-from store import make_engine, make_sessionmaker
-from store import repository as repo
+from store import make_engine, make_sessionmaker, tenancy, tenants
 
 runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
 out = Console()
@@ -25,11 +24,11 @@ out = Console()
 async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
     """Tenant ids from the operators' directory (row-level security closes the table)."""
     if only:
-        tenant = await repo.find_tenant(session, only)
+        tenant = await tenants.find_tenant(session, only)
         if tenant is None:
             raise typer.BadParameter(f"no tenant {only!r}", param_hint="--tenant")
         return [tenant.id]
-    return [t.id for t in await repo.list_tenants(session)]
+    return [t.id for t in await tenants.list_tenants(session)]
 
 
 async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool) -> int:
@@ -42,7 +41,7 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
             tenants = await _tenants(session, tenant)
         for tenant_id in tenants:
             async with sessions.begin() as session:
-                await repo.set_tenant(session, tenant_id)
+                await tenancy.set_tenant(session, tenant_id)
                 rebuilt, diffs = await event_log.compare(session, tenant_id)
                 checked += len(rebuilt)
                 for diff in diffs:
@@ -84,7 +83,7 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> 
         run = None
         for tenant_id in candidates:  # the execution's tenant is not known up front
             async with sessions.begin() as session:
-                await repo.set_tenant(session, tenant_id)
+                await tenancy.set_tenant(session, tenant_id)
                 events = await event_log.events_of(session, tenant_id, receipt_id)
                 if events:
                     run = await event_log.get_run(session, tenant_id, receipt_id)

@@ -16,7 +16,8 @@ from temporalio.client import (
     ScheduleSpec,
 )
 
-from schemas.retention import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW, RetentionInput
+from schemas.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW
+from schemas.retention import RetentionInput
 from schemas.settings import MoatSettings
 
 

@@ -31,15 +31,15 @@ from schemas.capabilities import (
     RetrySettings,
 )
 from schemas.ids import uuid7
-from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.names import EXECUTE_WORKFLOW
+from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.settings import MoatSettings
 from starter import observability
 from starter.codec import data_converter
 from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
 from starter.gateway import create_app
-from store import make_engine, make_sessionmaker, upgrade
-from store import repository as repo
-from store.start_keys import StartKeyring
+from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
+from store.keys.start import StartKeyring
 from tests.fakes import FakeProvider
 
 NAMESPACE = "moat"
@@ -141,12 +141,12 @@ class Stack:
 
     async def new_tenant(self, name: str | None = None) -> tuple[str, str]:
         async with self.sessions.begin() as session:
-            tenant = await repo.create_tenant(
+            tenant = await tenants.create_tenant(
                 session,
                 name or f"t-{uuid.uuid4().hex[:12]}",
                 idempotency_ttl_seconds=self.settings.idempotency_ttl_seconds,
             )
-            key = await repo.create_api_key(session, tenant.id)
+            key = await api_keys.create_api_key(session, tenant.id)
         return tenant.id, key
 
     async def start_direct(
@@ -168,7 +168,7 @@ class Stack:
             submitted_at=datetime.now(UTC),
         )
         result: ExecuteResult = await self.client.execute_workflow(
-            WORKFLOW_NAME,
+            EXECUTE_WORKFLOW,
             StartKeyring.from_settings(self.settings).signed(request, workflow_id),
             id=workflow_id,
             task_queue=self.settings.task_queue,

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, CapabilitySpec, EffectType
-from store import repository as repo
+from store import budgets
 from tests.conftest import ADMIN_KEY, Stack, StackFactory
 
 SAFE = 2**53 - 1
@@ -148,7 +148,7 @@ async def test_payload_too_large_with_and_without_content_length(
 
 async def test_budget_exceeded(stack: Stack) -> None:
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, stack.tenant_id, "demo.echo", 0, "day")
+        await budgets.set_budget(s, stack.tenant_id, "demo.echo", 0, "day")
     response = await post(stack, json.dumps(valid()))
     assert response.status_code == 403, response.text
     body = response.json()

@@ -17,10 +17,10 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
+from schemas.names import SEARCH_ATTRIBUTES
 from schemas.settings import MoatSettings
 from starter.bootstrap import ensure_database_passwords
 from starter.devstack import (
-    SEARCH_ATTRIBUTES,
     EmbeddedPostgres,
     TemporalDevServer,
     free_port,

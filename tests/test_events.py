@@ -10,8 +10,8 @@ from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError
 
 from schemas.events import Event, RunStatus
+from store import budgets
 from store import events as event_log
-from store import repository as repo
 from store.models import OrchestrationEvent, RunRow
 from tests.conftest import Stack
 from tests.fakes import FakeProvider, Step
@@ -100,7 +100,7 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
 async def test_policy_denial_chain(stack: Stack, provider: FakeProvider) -> None:
     url = provider.script("/ev-denied", Step(200))
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, stack.tenant_id, "http.request", 0, "day")
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 0, "day")
     body = (await stack.execute("http.request", post(url), key="ev-denied")).json()
     events = await chain_of(stack, body["receipt_id"])
     assert [e.event_type for e in events] == [

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from store import repository as repo
+from store import budgets
 from store.models import BudgetUsage, OutcomeEventRow, ReceiptRow
 from tests.conftest import Stack
 from tests.fakes import FakeProvider, Step
@@ -58,7 +58,7 @@ async def test_concurrent_duplicates_execute_once(stack: Stack, provider: FakePr
     url = provider.script("/storm", Step(200, {"ok": True}, delay=0.3))
     payload = {"method": "POST", "url": url, "json": {"n": 1}}
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, stack.tenant_id, "http.request", 1000, "day")
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 1000, "day")
     responses = await asyncio.gather(
         *(stack.execute("http.request", payload, key="storm") for _ in range(100))
     )

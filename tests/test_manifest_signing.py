@@ -35,8 +35,7 @@ from schemas.manifest import (
     signing_input,
 )
 from starter.evidence_cli import check_manifest, keys_app, manifest_app
-from store.manifests import ManifestExistsError, ManifestStore, manifest_bytes
-from store.signing import (
+from store.keys.signing import (
     BadSignatureError,
     Keyring,
     MalformedError,
@@ -45,6 +44,7 @@ from store.signing import (
     verify_detached,
     verify_manifest,
 )
+from store.manifests import ManifestExistsError, ManifestStore, manifest_bytes
 
 T0 = datetime(2025, 9, 5, 14, 30, tzinfo=UTC)
 SECRETS = ("sk-live-abcdefghijklmnop1234", "hunter2-password", "ghp_abcdefghijklmnopqrstuvwxyz0123")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from store import repository as repo
+from store import budgets
 from store.models import (
     BudgetHold,
     IdempotencyClaim,
@@ -198,7 +198,7 @@ async def test_after_ttl_a_new_execution_gets_a_new_receipt(
 async def test_budget_exhausted_is_policy_denied(stack: Stack, provider: FakeProvider) -> None:
     url = provider.script("/billed", Step(200))
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, stack.tenant_id, "http.request", 1, "day")
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 1, "day")
     ok = await stack.execute("http.request", post(url), key="b1")
     assert ok.status_code == 200
     repeat = await stack.execute("http.request", post(url), key="b1")
@@ -210,7 +210,7 @@ async def test_budget_exhausted_is_policy_denied(stack: Stack, provider: FakePro
     assert body["receipt"]["status"] == "policy_denied"
     assert len(provider.calls_to("/billed")) == 1
     async with stack.sessions() as s:
-        state = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
+        state = await budgets.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
         rule = (
             await s.execute(
                 select(PolicyDecisionRow.rule_hit).filter_by(
@@ -229,7 +229,7 @@ async def test_concurrent_executions_never_overshoot_the_budget(
     # holds its unit while its provider call is in flight, so exactly 5 run.
     url = provider.script("/capped", Step(200, delay=0.5))
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, stack.tenant_id, "http.request", 5, "day")
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 5, "day")
     responses = await asyncio.gather(
         *(stack.execute("http.request", post(url), key=f"cap-{i}") for i in range(20))
     )
@@ -239,7 +239,7 @@ async def test_concurrent_executions_never_overshoot_the_budget(
     assert {d["error"]["code"] for d in denied} == {"budget_exceeded"}
     assert len(provider.calls_to("/capped")) == 5
     async with stack.sessions() as s:
-        state = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
+        state = await budgets.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
     assert state is not None and (state.used, state.held) == (5, 0)  # holds became uses
 
 
@@ -251,10 +251,10 @@ async def test_a_hold_left_by_an_ended_run_counts_until_it_expires(
     url = provider.script("/held", Step(200))
     now = datetime.now(UTC)
     async with fast.sessions.begin() as s:
-        await repo.set_budget(s, fast.tenant_id, "test.http", 1, "day")
-        state = await repo.budget_state(s, fast.tenant_id, "test.http", now)
+        await budgets.set_budget(s, fast.tenant_id, "test.http", 1, "day")
+        state = await budgets.budget_state(s, fast.tenant_id, "test.http", now)
         assert state is not None
-        await repo.hold_budget(
+        await budgets.hold_budget(
             s, fast.tenant_id, "test.http", "ended-run", state, now + timedelta(minutes=5)
         )
     denied = await fast.execute("test.http", post(url), key="while-held")
@@ -279,7 +279,7 @@ async def test_a_hold_left_by_an_ended_run_counts_until_it_expires(
 async def test_a_failed_execution_gives_its_unit_back(fast: Stack, provider: FakeProvider) -> None:
     url = provider.script("/refused", Step(400))
     async with fast.sessions.begin() as s:
-        await repo.set_budget(s, fast.tenant_id, "test.http", 1, "day")
+        await budgets.set_budget(s, fast.tenant_id, "test.http", 1, "day")
     failed = await fast.execute("test.http", post(url), key="gives-back")
     assert failed.status_code == 502
     provider.script("/refused", Step(200))
@@ -290,11 +290,11 @@ async def test_a_failed_execution_gives_its_unit_back(fast: Stack, provider: Fak
 async def test_failures_do_not_consume_budget(fast: Stack, provider: FakeProvider) -> None:
     url = provider.script("/fails", Step(400))
     async with fast.sessions.begin() as s:
-        await repo.set_budget(s, fast.tenant_id, "test.http", 5, "month")
+        await budgets.set_budget(s, fast.tenant_id, "test.http", 5, "month")
     await fast.execute("test.http", post(url), key="f1")
     await fast.execute("test.http", post(url), key="f2")
     async with fast.sessions() as s:
-        state = await repo.budget_state(s, fast.tenant_id, "test.http", datetime.now(UTC))
+        state = await budgets.budget_state(s, fast.tenant_id, "test.http", datetime.now(UTC))
     assert state is not None and (state.used, state.held) == (0, 0)
 
 

@@ -26,10 +26,10 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
 from starter.devstack import temporal_binary
-from store import repository as repo
+from store import budgets
+from store.keys.signing import Keyring, verify_manifest
+from store.keys.start import StartKeyring
 from store.models import ManifestRow, ReceiptRow
-from store.signing import Keyring, verify_manifest
-from store.start_keys import StartKeyring
 from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider, Step
 
@@ -91,7 +91,7 @@ async def counts(stack: Stack) -> tuple[int, int, int]:
                 select(func.count()).select_from(ManifestRow).filter_by(tenant_id=stack.tenant_id)
             )
         ).scalar_one()
-        budget = await repo.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
+        budget = await budgets.budget_state(s, stack.tenant_id, "http.request", datetime.now(UTC))
     return receipts, manifests, budget.used if budget else -1
 
 
@@ -112,7 +112,7 @@ async def test_reset_repeats_no_side_effect(
     stack = either_stack
     url = provider.script(f"/reset-{kind}", Step(201, {"issue": 7}))
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, stack.tenant_id, "http.request", 10, "day")
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 10, "day")
     payload = {"method": "POST", "url": url, "json": {"title": "once"}}
     first = (await stack.execute("http.request", payload, key=f"reset-{kind}")).json()
     assert first["status"] == "executed"

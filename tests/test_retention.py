@@ -9,15 +9,15 @@ import pytest
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import DBAPIError
 
+from schemas.names import RETENTION_WORKFLOW
 from schemas.retention import (
-    RETENTION_WORKFLOW,
     RetentionInput,
     RetentionReport,
     retention_for,
 )
 from starter.schedules import ensure_retention_schedule
+from store import budgets
 from store import events as event_log
-from store import repository as repo
 from store.models import ManifestRow, Tenant
 from tests.conftest import Stack
 
@@ -44,7 +44,7 @@ async def test_retention_by_outcome_and_compliance(stack: Stack) -> None:
     compliance, compliance_key = await stack.new_tenant()
     async with stack.sessions.begin() as s:
         await s.execute(update(Tenant).filter_by(id=compliance).values(retention_mode="compliance"))
-        await repo.set_budget(s, standard, "http.request", 0, "day")
+        await budgets.set_budget(s, standard, "http.request", 0, "day")
     await stack.execute("demo.echo", {"keep": "90 days"}, key="ok")
     await stack.execute(
         "http.request", {"method": "GET", "url": "https://example.com/"}, key="denied"

@@ -17,8 +17,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.settings import APP_DATABASE_ROLE, MoatSettings
-from store import make_engine, make_sessionmaker, upgrade
-from store import repository as repo
+from store import api_keys, budgets, make_engine, make_sessionmaker, tenancy, tenants, upgrade
 from store.db import MIGRATIONS
 from tests.conftest import Stack
 
@@ -79,7 +78,7 @@ async def seed_two_tenants(stack: Stack) -> tuple[str, str]:
     response = await stack.execute("demo.echo", {"owner": "a"}, key="a-1")
     assert response.status_code == 200, response.text
     async with stack.sessions.begin() as s:
-        await repo.set_budget(s, a, "demo.echo", 100, "day")
+        await budgets.set_budget(s, a, "demo.echo", 100, "day")
     b, b_key = await stack.new_tenant()
     response = await stack.execute("demo.echo", {"owner": "b"}, key="b-1", api_key=b_key)
     assert response.status_code == 200, response.text
@@ -101,7 +100,7 @@ async def test_unfiltered_queries_as_the_app_role_see_one_tenant(
             assert count > 0, table
 
     async with app_sessions.begin() as s:
-        await repo.set_tenant(s, b)
+        await tenancy.set_tenant(s, b)
         for table, column in tables.items():
             # Deliberately no tenant filter.
             rows = (await s.execute(text(f"SELECT {column} FROM {table}"))).scalars().all()
@@ -110,8 +109,8 @@ async def test_unfiltered_queries_as_the_app_role_see_one_tenant(
         own = (await s.execute(text("SELECT count(*) FROM receipts"))).scalar_one()
         assert own == 1
         # Through the ORM helpers too, even when asked for A's records by id.
-        assert await repo.get_tenant(s, a) is None
-        assert await repo.list_api_keys(s, a) == []
+        assert await tenants.get_tenant(s, a) is None
+        assert await api_keys.list_api_keys(s, a) == []
 
     # No tenant named: nothing at all.
     async with app_sessions.begin() as s:
@@ -125,11 +124,11 @@ async def test_the_app_role_cannot_write_into_another_tenant(
 ) -> None:
     a, b = await seed_two_tenants(stack)
     async with app_sessions() as s:
-        await repo.set_tenant(s, b)
+        await tenancy.set_tenant(s, b)
         with pytest.raises(DBAPIError, match="row-level security"):
-            await repo.set_budget(s, a, "demo.echo", 1, "day")
+            await budgets.set_budget(s, a, "demo.echo", 1, "day")
         await s.rollback()
-        await repo.set_tenant(s, b)
+        await tenancy.set_tenant(s, b)
         updated = await s.execute(
             text('UPDATE budgets SET "limit" = 0 WHERE tenant_id = :a'), {"a": a}
         )
@@ -148,7 +147,7 @@ async def test_write_once_tables_are_insert_only_for_the_app_role(
     await stack.execute("demo.echo", {"x": 1})
     async with app_sessions() as s:
         for table in ("receipts", "outcome_events", "policy_decisions", "orchestration_events"):
-            await repo.set_tenant(s, stack.tenant_id)
+            await tenancy.set_tenant(s, stack.tenant_id)
             with pytest.raises(ProgrammingError, match="permission denied"):
                 await s.execute(text(f"DELETE FROM {table}"))
             await s.rollback()
@@ -183,14 +182,14 @@ async def test_definer_functions_answer_only_their_question(
 ) -> None:
     async with app_sessions.begin() as s:
         # Authentication works before any tenant is known...
-        found = await repo.authenticate(s, stack.api_key)
+        found = await api_keys.authenticate(s, stack.api_key)
         assert found is not None and found.tenant_id == stack.tenant_id
         # ...but the door those functions use stays shut for the app role.
         await s.execute(text("SELECT set_config('moat.definer_scope', 'on', true)"))
         assert (await s.execute(text("SELECT count(*) FROM api_keys"))).scalar_one() == 0
         assert (await s.execute(text("SELECT count(*) FROM tenants"))).scalar_one() == 0
         # The session's own setting came back after the lookup, and still opens nothing.
-        await repo.authenticate(s, stack.api_key)
+        await api_keys.authenticate(s, stack.api_key)
         assert (await s.execute(text("SELECT count(*) FROM api_keys"))).scalar_one() == 0
 
 
@@ -224,20 +223,20 @@ async def test_a_non_superuser_owner_is_held_by_the_policies_too(
     app_engine = make_engine(settings.app_sqlalchemy_url, pool_size=1)
     try:
         async with make_sessionmaker(owner_engine).begin() as s:
-            tenant = await repo.create_tenant(s, "held")
-            key = await repo.create_api_key(s, tenant.id)
+            tenant = await tenants.create_tenant(s, "held")
+            key = await api_keys.create_api_key(s, tenant.id)
         async with make_sessionmaker(owner_engine).begin() as s:
             # No tenant named: even the owner sees nothing...
             assert (await s.execute(text("SELECT count(*) FROM api_keys"))).scalar_one() == 0
             assert (await s.execute(text("SELECT count(*) FROM tenants"))).scalar_one() == 0
             # ...while the definer functions answer.
-            assert [t.name for t in await repo.list_tenants(s)] == ["held"]
-            assert (await repo.authenticate(s, key)) is not None
+            assert [t.name for t in await tenants.list_tenants(s)] == ["held"]
+            assert (await api_keys.authenticate(s, key)) is not None
         async with make_sessionmaker(app_engine).begin() as s:
-            found = await repo.authenticate(s, key)
+            found = await api_keys.authenticate(s, key)
             assert found is not None and found.tenant_id == tenant.id
-            await repo.set_tenant(s, tenant.id)
-            assert (await repo.get_tenant(s, tenant.id)) is not None
+            await tenancy.set_tenant(s, tenant.id)
+            assert (await tenants.get_tenant(s, tenant.id)) is not None
     finally:
         await owner_engine.dispose()
         await app_engine.dispose()
@@ -260,7 +259,7 @@ async def test_the_app_role_cannot_grant_a_tenant_privileges(
     ]
     for statement in statements:
         async with app_sessions() as s:
-            await repo.set_tenant(s, stack.tenant_id)
+            await tenancy.set_tenant(s, stack.tenant_id)
             with pytest.raises(ProgrammingError, match="permission denied"):
                 await s.execute(text(statement), {"t": stack.tenant_id})
     async with stack.sessions() as s:
@@ -273,10 +272,10 @@ async def test_the_app_role_cannot_grant_a_tenant_privileges(
     # What the app role does legitimately still works: a tenant created by the admin API
     # (the column default applies), a key issued, listed and revoked.
     async with app_sessions.begin() as s:
-        tenant = await repo.create_tenant(s, f"t-{uuid.uuid4().hex[:12]}")
-        key_row, _ = await repo.issue_api_key(s, tenant.id, "second")
-        assert [k.id for k in await repo.list_api_keys(s, tenant.id)] == [key_row.id]
-        revoked = await repo.revoke_api_key(s, key_row.id, key_row.created_at)
+        tenant = await tenants.create_tenant(s, f"t-{uuid.uuid4().hex[:12]}")
+        key_row, _ = await api_keys.issue_api_key(s, tenant.id, "second")
+        assert [k.id for k in await api_keys.list_api_keys(s, tenant.id)] == [key_row.id]
+        revoked = await api_keys.revoke_api_key(s, key_row.id, key_row.created_at)
         assert revoked is not None and revoked.revoked_at == key_row.created_at
         await s.refresh(tenant)
         assert tenant.allow_bypass is False
@@ -302,14 +301,14 @@ async def test_key_hashes_never_reach_the_app_role(
         ).scalar_one()
         assert tenant == stack.tenant_id
         # The table itself: every column but the hash, for the transaction's tenant.
-        await repo.set_tenant(s, stack.tenant_id)
+        await tenancy.set_tenant(s, stack.tenant_id)
         ids = (await s.execute(text("SELECT id FROM api_keys"))).scalars().all()
         assert ids == [key_id]
         for query in ("SELECT secret_hash FROM api_keys", "SELECT * FROM api_keys"):
             with pytest.raises(ProgrammingError, match="permission denied"):
                 await s.execute(text(query))
             await s.rollback()
-            await repo.set_tenant(s, stack.tenant_id)
+            await tenancy.set_tenant(s, stack.tenant_id)
         # The old one-argument lookup, which returned the hash for any key id, is gone.
         with pytest.raises(ProgrammingError, match="does not exist"):
             await s.execute(text("SELECT * FROM moat_lookup_api_key(:id)"), {"id": key_id})
@@ -384,7 +383,7 @@ async def test_the_app_role_cannot_set_a_tenant_allow_list(
     """The host allow-list opens a path into private networks: the gateway and worker's role
     may not write it, for its own tenant either; operators do, as the owner."""
     async with app_sessions() as s:
-        await repo.set_tenant(s, stack.tenant_id)
+        await tenancy.set_tenant(s, stack.tenant_id)
         with pytest.raises(ProgrammingError, match="permission denied"):
             await s.execute(
                 text("UPDATE tenants SET http_allow_hosts = '{169.254.169.254}' WHERE id = :t"),
@@ -393,7 +392,7 @@ async def test_the_app_role_cannot_set_a_tenant_allow_list(
         await s.rollback()
         # Nor by creating a tenant that has one from the start.
         tenant_id = f"ten_{uuid.uuid4().hex[:16]}"
-        await repo.set_tenant(s, tenant_id)
+        await tenancy.set_tenant(s, tenant_id)
         with pytest.raises(ProgrammingError, match="permission denied"):
             await s.execute(
                 text(
@@ -405,13 +404,13 @@ async def test_the_app_role_cannot_set_a_tenant_allow_list(
         await s.rollback()
     async with app_sessions.begin() as s:
         # The admin path's tenant creation, as the app role, still works (default: empty).
-        tenant = await repo.create_tenant(s, f"app-made-{uuid.uuid4().hex[:8]}")
+        tenant = await tenants.create_tenant(s, f"app-made-{uuid.uuid4().hex[:8]}")
         assert tenant.http_allow_hosts == []
     async with stack.sessions.begin() as s:
-        await repo.set_tenant(s, stack.tenant_id)
-        row = await repo.set_http_allow_hosts(s, stack.tenant_id, ["10.0.0.5:8443"])
+        await tenancy.set_tenant(s, stack.tenant_id)
+        row = await tenants.set_http_allow_hosts(s, stack.tenant_id, ["10.0.0.5:8443"])
         assert row is not None  # the owner may
     async with app_sessions.begin() as s:
-        await repo.set_tenant(s, stack.tenant_id)
-        tenant = await repo.get_tenant(s, stack.tenant_id)
+        await tenancy.set_tenant(s, stack.tenant_id)
+        tenant = await tenants.get_tenant(s, stack.tenant_id)
         assert tenant is not None and tenant.http_allow_hosts == ["10.0.0.5:8443"]

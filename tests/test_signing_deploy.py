@@ -19,8 +19,8 @@ import worker as worker_module
 from schemas.settings import MoatSettings
 from starter.devstack import free_port
 from starter.evidence_cli import keys_app, manifest_app
+from store.keys.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
 from store.manifests import ManifestStore
-from store.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
 from tests.conftest import StackFactory, repo_root
 from tests.test_manifest_signing import make_manifest
 

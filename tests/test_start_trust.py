@@ -20,11 +20,12 @@ import worker as worker_module
 from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
-from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.names import EXECUTE_WORKFLOW
+from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.start import START_NOT_SIGNED, StartClaims
 from starter.codec import PLAINTEXT_REFUSED
+from store.keys.start import StartKeyring
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
-from store.start_keys import StartKeyring
 from tests.conftest import Stack, StackFactory
 from tests.fakes import FakeProvider
 
@@ -74,7 +75,7 @@ async def start(
     client: Client, stack: Stack, arg: ExecuteWorkflowInput
 ) -> WorkflowHandle[Any, ExecuteResult]:
     return await client.start_workflow(
-        WORKFLOW_NAME,
+        EXECUTE_WORKFLOW,
         arg,
         id=workflow_id_for(arg.tenant_id, arg.idempotency_key),
         task_queue=stack.settings.task_queue,

@@ -15,6 +15,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 
 with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
+    from schemas.names import (
+        CALL_ADAPTER,
+        CHECK_POLICY,
+        EXECUTE_WORKFLOW,
+        RECORD_OUTCOME,
+        STATUS_ATTRIBUTE,
+        WRITE_MANIFEST,
+    )
     from schemas.records import (
         RESPONSE_TRUNCATED,
         Decision,
@@ -26,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     from schemas.run import (
         ADAPTER_TIMEOUT_SLACK,
         BOOKKEEPING_DEADLINE,
-        WORKFLOW_NAME,
         AdapterInput,
         AdapterOutput,
         ExecuteResult,
@@ -41,12 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.start import input_digest
 
-CHECK_POLICY = "moat.check_policy"
-CALL_ADAPTER = "moat.call_adapter"
-RECORD_OUTCOME = "moat.record_outcome"
-WRITE_MANIFEST = "moat.write_manifest"
-
-STATUS_ATTR = SearchAttributeKey.for_keyword("MoatStatus")
+STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -57,7 +59,7 @@ BOOKKEEPING_RETRY = RetryPolicy(
 BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=EXECUTE_WORKFLOW)
 class ExecuteCapability:
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
