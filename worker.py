@@ -25,9 +25,9 @@ from activities import (
     http_client,
 )
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.schedules import ensure_retention_schedule
-from starter.temporal import connect
+from starter.runtime import observability
+from starter.runtime.schedules import ensure_retention_schedule
+from starter.runtime.temporal import connect
 from store import make_engine, make_sessionmaker, receipts
 from store.keys.signing import Keyring, KeyringMissingError
 from store.keys.start import StartKeyring

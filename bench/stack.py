@@ -28,10 +28,10 @@ from temporalio.worker import Worker
 import worker as moat_worker
 from bench.bare_workflow import ACTIVITIES, BareSteps
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.codec import data_converter
-from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
-from starter.gateway import create_app
+from starter.devstack.servers import EmbeddedPostgres, free_port, local_temporal, serve_asgi
+from starter.gateway.app import create_app
+from starter.runtime import observability
+from starter.runtime.codec import data_converter
 from store import api_keys, make_engine, make_sessionmaker, receipts, tenants, upgrade
 
 NAMESPACE = "moat"

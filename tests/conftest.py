@@ -34,10 +34,10 @@ from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
 from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.codec import data_converter
-from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
-from starter.gateway import create_app
+from starter.devstack.servers import EmbeddedPostgres, free_port, local_temporal, serve_asgi
+from starter.gateway.app import create_app
+from starter.runtime import observability
+from starter.runtime.codec import data_converter
 from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
 from store.keys.start import StartKeyring
 from tests.fakes import FakeProvider
@@ -207,7 +207,7 @@ async def make_stack(
         settings = base_settings.model_copy(
             update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides}
         )
-        # As in production (starter.temporal.connect): traced through Temporal.
+        # As in production (starter.runtime.temporal.connect): traced through Temporal.
         env = temporal_env or temporal
         client = Client(
             **{**env.client.config(), "interceptors": observability.temporal_interceptors()}

@@ -19,14 +19,14 @@ from temporalio.client import Client
 
 from schemas.names import SEARCH_ATTRIBUTES
 from schemas.settings import MoatSettings
-from starter.bootstrap import ensure_database_passwords
-from starter.devstack import (
+from starter.devstack.processes import ChildProcess, pid_alive, run_sync
+from starter.devstack.servers import (
     EmbeddedPostgres,
     TemporalDevServer,
     free_port,
     temporal_binary,
 )
-from starter.processes import ChildProcess, pid_alive, run_sync
+from starter.service.tenants import ensure_database_passwords
 from tests.conftest import repo_root
 
 

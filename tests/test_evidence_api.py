@@ -12,7 +12,7 @@ import jwt
 from typer.testing import CliRunner
 
 from schemas.manifest import signing_input
-from starter.evidence_cli import manifest_app
+from starter.cli.manifests import manifest_app
 from tests.conftest import Stack
 
 

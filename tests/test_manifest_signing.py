@@ -34,7 +34,7 @@ from schemas.manifest import (
     redacted_tool,
     signing_input,
 )
-from starter.evidence_cli import check_manifest, keys_app, manifest_app
+from starter.cli.manifests import check_manifest, keys_app, manifest_app
 from store.keys.signing import (
     BadSignatureError,
     Keyring,

@@ -15,7 +15,7 @@ from schemas.retention import (
     RetentionReport,
     retention_for,
 )
-from starter.schedules import ensure_retention_schedule
+from starter.runtime.schedules import ensure_retention_schedule
 from store import budgets
 from store import events as event_log
 from store.models import ManifestRow, Tenant

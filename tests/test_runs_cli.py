@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import update
 from typer.testing import CliRunner
 
-from starter.runs_cli import runs_app
+from starter.cli.runs import runs_app
 from store.models import RunRow
 from tests.conftest import Stack
 

@@ -35,9 +35,9 @@ from temporalio.testing import WorkflowEnvironment
 from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter.codec import data_converter
-from starter.devstack import EmbeddedPostgres, local_temporal
-from starter.observability import JsonFormatter
+from starter.devstack.servers import EmbeddedPostgres, local_temporal
+from starter.runtime.codec import data_converter
+from starter.runtime.observability import JsonFormatter
 from tests.conftest import NAMESPACE, Stack, StackFactory
 from tests.fakes import Call, FakeProvider, Step
 

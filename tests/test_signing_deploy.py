@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 import worker as worker_module
 from schemas.settings import MoatSettings
-from starter.devstack import free_port
-from starter.evidence_cli import keys_app, manifest_app
+from starter.cli.manifests import keys_app, manifest_app
+from starter.devstack.servers import free_port
 from store.keys.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
 from store.manifests import ManifestStore
 from tests.conftest import StackFactory, repo_root

@@ -23,7 +23,7 @@ from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
 from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.start import START_NOT_SIGNED, StartClaims
-from starter.codec import PLAINTEXT_REFUSED
+from starter.runtime.codec import PLAINTEXT_REFUSED
 from store.keys.start import StartKeyring
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
 from tests.conftest import Stack, StackFactory

@@ -19,9 +19,9 @@ import httpx
 import psycopg
 import pytest
 
-from starter.codec_door import Door
-from starter.processes import free_port, pid_alive
-from starter.up import healthy
+from starter.devstack.processes import free_port, pid_alive
+from starter.devstack.up import healthy
+from starter.runtime.codec_door import Door
 from tests.conftest import repo_root
 
 NAMES = ("postgres", "temporal", "worker", "gateway")

@@ -55,7 +55,7 @@ from schemas.run import (
 )
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
-from starter.errors import ApiError, field_errors
+from starter.gateway.errors import ApiError, field_errors
 from store import db, idempotency, policy
 from store.keys.start import StartKeyring
 

@@ -10,7 +10,7 @@ from fastapi.openapi.utils import get_openapi
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH, SUPPORTED_SCHEMA_VERSIONS, ExecuteRequest
-from starter.errors import ERROR_DESCRIPTIONS
+from starter.gateway.errors import ERROR_DESCRIPTIONS
 
 REF = "#/components/schemas/{model}"
 _FASTAPI_VALIDATION = "#/components/schemas/HTTPValidationError"

@@ -13,14 +13,14 @@ from sqlalchemy import select
 
 from schemas.events import Event
 from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
-from starter.errors import ApiError, documented_errors
-from starter.gateway_deps import (
+from starter.gateway.deps import (
     RECEIPT_ID,
     TenantKey,
     authenticate,
     deps_of,
     execution_not_found,
 )
+from starter.gateway.errors import ApiError, documented_errors
 from store import events as event_log
 from store.keys.signing import MalformedError, PublishedJwks
 from store.manifests import ManifestStore

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Query, Request
 
 from schemas.api import CapabilityInfo, ReceiptPage
 from schemas.records import ExecutionStatus, Receipt
-from starter.errors import ApiError, documented_errors
-from starter.errors import EnvelopeJSONResponse as JSONResponse
-from starter.gateway_deps import RECEIPT_ID, TenantKey, authenticate, deps_of
+from starter.gateway.deps import RECEIPT_ID, TenantKey, authenticate, deps_of
+from starter.gateway.errors import ApiError, documented_errors
+from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from store import db, receipts
 
 router = APIRouter()

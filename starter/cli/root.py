@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from schemas.settings import MoatSettings
-from starter.evidence_cli import keys_app, manifest_app
-from starter.runs_cli import runs_app
+from starter.cli.manifests import keys_app, manifest_app
+from starter.cli.runs import runs_app
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -55,7 +55,7 @@ def up() -> None:
     """Run the whole stack on embedded defaults until Ctrl-C.
 
     Temporal dev server and its UI, PostgreSQL, migrations, one worker and the gateway."""
-    from starter.up import run_up
+    from starter.devstack.up import run_up
 
     raise typer.Exit(run_up(_settings()))
 
@@ -73,7 +73,7 @@ def gateway() -> None:
     """Run the HTTP gateway against the configured Temporal and Postgres.
 
     With MOAT_ADMIN_PORT set, the admin routes listen on that port only."""
-    from starter.gateway import serve
+    from starter.gateway.app import serve
 
     raise typer.Exit(asyncio.run(serve(_settings())))
 
@@ -81,7 +81,7 @@ def gateway() -> None:
 @app.command()
 def migrate() -> None:
     """Apply database migrations (as the owner role)."""
-    from starter.bootstrap import migrate as run_migrations
+    from starter.service.tenants import migrate as run_migrations
 
     run_migrations(_settings())
     out.print("migrations applied")
@@ -93,7 +93,7 @@ def tenant_create(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Create a tenant and its first API key (shown once)."""
-    from starter.bootstrap import create_tenant
+    from starter.service.tenants import create_tenant
 
     try:
         created = asyncio.run(create_tenant(_settings(), name))
@@ -114,7 +114,7 @@ def tenant_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """List tenants."""
-    from starter.bootstrap import list_tenants
+    from starter.service.tenants import list_tenants
 
     tenants = asyncio.run(list_tenants(_settings()))
     if as_json:
@@ -149,7 +149,7 @@ def tenant_allow_hosts(
 ) -> None:
     """Set the non-public hosts a tenant's http.request may call, besides the worker's own
     list (MOAT_HTTP_ALLOW_HOSTS); the given entries replace the list. No entries: show it."""
-    from starter.bootstrap import set_allow_hosts
+    from starter.service.tenants import set_allow_hosts
 
     if clear and hosts:
         raise _fail("give entries or --clear, not both", code=2)
@@ -171,7 +171,7 @@ def key_create(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Create an API key for a tenant (the secret is shown once)."""
-    from starter.bootstrap import create_key
+    from starter.service.tenants import create_key
 
     try:
         created = asyncio.run(create_key(_settings(), tenant, name))
@@ -194,7 +194,7 @@ def key_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """List a tenant's API keys (ids and prefixes, never secrets)."""
-    from starter.bootstrap import list_keys
+    from starter.service.tenants import list_keys
 
     try:
         keys = asyncio.run(list_keys(_settings(), tenant))
@@ -216,7 +216,7 @@ def key_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (the <id> in moat_<id>_…).")],
 ) -> None:
     """Revoke an API key; requests with it are refused from now on."""
-    from starter.bootstrap import revoke_key
+    from starter.service.tenants import revoke_key
 
     try:
         revoked = asyncio.run(revoke_key(_settings(), key_id))
@@ -237,7 +237,7 @@ def budget_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """A tenant's budgets: limit, successes used this period, executions in flight."""
-    from starter.bootstrap import list_budgets
+    from starter.service.tenants import list_budgets
 
     try:
         tenant_id, budgets = asyncio.run(list_budgets(_settings(), tenant))
@@ -271,7 +271,7 @@ def budget_set(
     period: Annotated[Period, typer.Option(help="Budget period.")] = Period.day,
 ) -> None:
     """Set how many successful executions of a capability a tenant may make per period."""
-    from starter.bootstrap import set_budget
+    from starter.service.tenants import set_budget
 
     try:
         tenant_id = asyncio.run(set_budget(_settings(), tenant, capability, limit, period.value))
@@ -292,7 +292,7 @@ def codec_url() -> None:
 
     For the gateway at MOAT_GATEWAY_URL and the door file it reads (MOAT_CODEC_DOOR, else
     the one `moat up` keeps in MOAT_HOME); set it as the UI's `codec.endpoint`."""
-    from starter.codec_door import current_token
+    from starter.runtime.codec_door import current_token
 
     settings = _settings()
     try:
@@ -321,7 +321,7 @@ def codec_rotate(
     period ends. Then give the UI the new address (restart `moat up`, or redeploy it)."""
     from datetime import timedelta
 
-    from starter.codec_door import rotate
+    from starter.runtime.codec_door import rotate
 
     settings = _settings()
     token = rotate(settings, grace=timedelta(seconds=grace))
@@ -347,8 +347,8 @@ def execute(
     version: Annotated[str | None, typer.Option("--version", help="Capability version.")] = None,
 ) -> None:
     """Execute a capability through the gateway and print the envelope."""
-    from starter.bootstrap import demo_api_key
     from starter.client import MoatClientSync, MoatError
+    from starter.service.tenants import demo_api_key
 
     settings = _settings()
     try:
@@ -419,6 +419,3 @@ def main() -> None:
         )
         raise SystemExit(1) from None
 
-
-if __name__ == "__main__":
-    main()

@@ -22,8 +22,8 @@ from schemas.api import (
     TenantInfo,
     TenantUpdate,
 )
-from starter.errors import ApiError, documented_errors
-from starter.gateway_deps import deps_of, require_admin
+from starter.gateway.deps import deps_of, require_admin
+from starter.gateway.errors import ApiError, documented_errors
 from store import api_keys, tenancy, tenants
 
 router = APIRouter(

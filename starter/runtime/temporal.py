@@ -10,8 +10,8 @@ from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfig
 
 from schemas.settings import MoatSettings
-from starter.codec import data_converter
-from starter.observability import temporal_runtime
+from starter.runtime.codec import data_converter
+from starter.runtime.observability import temporal_runtime
 
 
 async def connect(settings: MoatSettings, interceptors: Sequence[Interceptor] = ()) -> Client:

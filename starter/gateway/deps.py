@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from schemas.settings import MoatSettings
-from starter.errors import ApiError
-from starter.ingest import Ingest
+from starter.gateway.errors import ApiError
+from starter.service.executions import Ingest
 from store import api_keys, tenancy
 
 

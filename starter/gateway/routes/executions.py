@@ -11,10 +11,7 @@ from temporalio.service import RPCError
 
 from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
 from schemas.names import REPLAYED_HEADER
-from starter import observability
-from starter.errors import EnvelopeJSONResponse as JSONResponse
-from starter.errors import documented_errors
-from starter.gateway_deps import (
+from starter.gateway.deps import (
     RECEIPT_ID,
     Deps,
     TenantKey,
@@ -22,7 +19,10 @@ from starter.gateway_deps import (
     deps_of,
     execution_not_found,
 )
-from starter.ingest import KEY_ATTR, Answer, prepare
+from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
+from starter.gateway.errors import documented_errors
+from starter.runtime import observability
+from starter.service.executions import KEY_ATTR, Answer, prepare
 from store import idempotency, receipts
 
 router = APIRouter()

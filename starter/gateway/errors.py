@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from schemas.api import ErrorEnvelope
 from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
 from schemas.names import TRACE_HEADER
-from starter import observability
-from starter.observability import current_trace_id
+from starter.runtime import observability
+from starter.runtime.observability import current_trace_id
 
 log = logging.getLogger("moat.gateway")
 

@@ -26,19 +26,17 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter import (
-    codec_routes,
-    evidence_routes,
-    gateway_admin,
-    gateway_executions,
-    gateway_openapi,
-    gateway_reads,
-    observability,
-)
-from starter.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
-from starter.gateway_deps import Deps, require_admin
-from starter.ingest import Ingest
-from starter.temporal import connect
+from starter.gateway import openapi as gateway_openapi
+from starter.gateway.deps import Deps, require_admin
+from starter.gateway.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
+from starter.gateway.routes import admin as gateway_admin
+from starter.gateway.routes import codec as codec_routes
+from starter.gateway.routes import evidence as evidence_routes
+from starter.gateway.routes import executions as gateway_executions
+from starter.gateway.routes import receipts as gateway_reads
+from starter.runtime import observability
+from starter.runtime.temporal import connect
+from starter.service.executions import Ingest
 from store import make_engine, make_sessionmaker
 from store.keys.signing import PublishedJwks
 from store.keys.start import StartKeyring

@@ -40,7 +40,7 @@ from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
 from schemas.names import SEARCH_ATTRIBUTES
-from starter.processes import ChildProcess, Service, free_port, require_free, run_sync
+from starter.devstack.processes import ChildProcess, Service, free_port, require_free, run_sync
 
 __all__ = [
     "PG_SUPERUSER",

@@ -1,6 +1,6 @@
 """The remote codec endpoint: ops read Moat's encrypted Temporal payloads in the Web UI and CLI.
 
-Temporal stores every payload encrypted (``starter.codec``), so its UI shows ciphertext
+Temporal stores every payload encrypted (``starter.runtime.codec``), so its UI shows ciphertext
 until it is given a codec endpoint. This is Temporal's remote codec protocol:
 ``POST …/decode`` and ``POST …/encode`` with ``{"payloads": [...]}`` (``Payload`` messages in
 proto3 JSON, bytes base64) answered in the same shape.
@@ -10,7 +10,7 @@ Two doors, both behind a secret, because decoded payloads hold callers' raw inpu
   CLI: ``--codec-endpoint <gateway>/codec --codec-auth 'Bearer <admin key>'``);
 - ``/codec/ui/<token>/decode`` is the address given to the Web UI, which cannot add an
   ``Authorization`` header: the token is the codec door's own rotated secret
-  (``starter.codec_door``; ``moat up`` configures its UI with it). It only decodes: a token
+  (``starter.runtime.codec_door``; ``moat up`` configures its UI with it). It only decodes: a token
   in a URL ends up in browser history and proxy logs, so it must not also let its holder
   encrypt payloads that a worker would accept as Moat's own. Browsers reach it only from
   ``MOAT_CODEC_CORS_ORIGINS``.
@@ -29,10 +29,10 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.api.common.v1 import Payload, Payloads
 
-from starter.codec import EncryptionCodec
-from starter.codec_door import DoorFile, door_path
-from starter.errors import ApiError, documented_errors
-from starter.gateway_deps import deps_of, require_admin, unauthenticated
+from starter.gateway.deps import deps_of, require_admin, unauthenticated
+from starter.gateway.errors import ApiError, documented_errors
+from starter.runtime.codec import EncryptionCodec
+from starter.runtime.codec_door import DoorFile, door_path
 
 log = logging.getLogger("moat.codec")
 
