@@ -28,7 +28,7 @@ from temporalio.worker import Worker
 import worker as moat_worker
 from bench.bare_workflow import ACTIVITIES, BareSteps
 from schemas.settings import MoatSettings
-from starter.devstack.servers import EmbeddedPostgres, free_port, local_temporal, serve_asgi
+from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
 from starter.gateway.app import create_app
 from starter.runtime import observability
 from starter.runtime.codec import data_converter

@@ -34,7 +34,7 @@ from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
 from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.settings import MoatSettings
-from starter.devstack.servers import EmbeddedPostgres, free_port, local_temporal, serve_asgi
+from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
 from starter.gateway.app import create_app
 from starter.runtime import observability
 from starter.runtime.codec import data_converter

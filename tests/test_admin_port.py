@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.testing import WorkflowEnvironment
 
 from schemas.settings import MoatSettings
-from starter.devstack.servers import free_port, serve_asgi
+from starter.devstack import free_port, serve_asgi
 from starter.gateway.app import create_app, serve
 from tests.conftest import ADMIN_KEY, StackFactory
 

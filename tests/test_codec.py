@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.enums.v1 import EventType
 
-from starter.devstack.servers import temporal_binary
+from starter.devstack import temporal_binary
 from starter.runtime.codec_door import Door, current_token, door_path, rotate
 from tests.conftest import ADMIN_KEY, Stack, StackFactory, repo_root
 

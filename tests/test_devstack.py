@@ -19,14 +19,14 @@ from temporalio.client import Client
 
 from schemas.names import SEARCH_ATTRIBUTES
 from schemas.settings import MoatSettings
-from starter.devstack.processes import ChildProcess, pid_alive, run_sync
-from starter.devstack.servers import (
+from starter.devstack import (
     EmbeddedPostgres,
     TemporalDevServer,
     free_port,
     temporal_binary,
 )
-from starter.service.tenants import ensure_database_passwords
+from starter.devstack.home import ensure_database_passwords
+from starter.devstack.processes import ChildProcess, pid_alive, run_sync
 from tests.conftest import repo_root
 
 

@@ -34,7 +34,8 @@ from schemas.manifest import (
     redacted_tool,
     signing_input,
 )
-from starter.cli.manifests import check_manifest, keys_app, manifest_app
+from starter.cli.manifests import check_manifest, manifest_app
+from starter.cli.signing_keys import signing_key_app
 from store.keys.signing import (
     BadSignatureError,
     Keyring,
@@ -254,12 +255,12 @@ def test_concurrent_first_use_creates_one_keyring(tmp_path: Path) -> None:
 
 def test_cli_keys_and_default_keyring(tmp_path: Path) -> None:
     env = {"MOAT_HOME": str(tmp_path / "home")}
-    assert runner.invoke(keys_app, ["list"], env=env).exit_code == 2
-    assert runner.invoke(keys_app, ["rotate"], env=env).exit_code == 0
+    assert runner.invoke(signing_key_app, ["list"], env=env).exit_code == 2
+    assert runner.invoke(signing_key_app, ["rotate"], env=env).exit_code == 0
     ring = Keyring.load(tmp_path / "home" / "signing-keys.json")
     path = stored(tmp_path, sign_manifest(make_manifest(), ring))
-    assert runner.invoke(keys_app, ["rotate", "--alg", "RS256"], env=env).exit_code == 0
-    listing = runner.invoke(keys_app, ["list"], env=env)
+    assert runner.invoke(signing_key_app, ["rotate", "--alg", "RS256"], env=env).exit_code == 0
+    listing = runner.invoke(signing_key_app, ["list"], env=env)
     assert listing.exit_code == 0 and ring.active_kid in listing.output
     assert runner.invoke(manifest_app, ["verify", str(path)], env=env).exit_code == 0
     shown = runner.invoke(manifest_app, ["inspect", str(path)], env=env)

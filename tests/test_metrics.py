@@ -8,7 +8,7 @@ import uuid
 import httpx
 
 import worker as worker_module
-from starter.devstack.servers import free_port
+from starter.devstack import free_port
 from starter.runtime.temporal import connect
 from tests.conftest import Stack
 

@@ -110,7 +110,7 @@ async def test_retry_that_finds_the_provider_still_at_work_waits_for_it(
 
 
 async def test_network_error_is_classified(make_stack: StackFactory) -> None:
-    from starter.devstack.servers import free_port
+    from starter.devstack import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/nothing-listens"

@@ -25,7 +25,7 @@ from temporalio.client import Client
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
-from starter.devstack.servers import temporal_binary
+from starter.devstack import temporal_binary
 from store import budgets
 from store.keys.signing import Keyring, verify_manifest
 from store.keys.start import StartKeyring

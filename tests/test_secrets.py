@@ -35,7 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter.devstack.servers import EmbeddedPostgres, local_temporal
+from starter.devstack import EmbeddedPostgres, local_temporal
 from starter.runtime.codec import data_converter
 from starter.runtime.observability import JsonFormatter
 from tests.conftest import NAMESPACE, Stack, StackFactory

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 import worker as worker_module
 from schemas.settings import MoatSettings
-from starter.cli.manifests import keys_app, manifest_app
-from starter.devstack.servers import free_port
+from starter.cli.manifests import manifest_app
+from starter.cli.signing_keys import signing_key_app
+from starter.devstack import free_port
 from store.keys.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
 from store.manifests import ManifestStore
 from tests.conftest import StackFactory, repo_root
@@ -91,7 +92,7 @@ async def test_gateway_serves_the_published_jwks_without_the_private_keyring(
     keyring_path = tmp_path / "operator" / "signing-keys.json"
     public = tmp_path / "public" / "jwks.json"
     env = {"MOAT_SIGNING_KEYRING": str(keyring_path), "MOAT_JWKS_PATH": str(public)}
-    assert runner.invoke(keys_app, ["rotate"], env=env).exit_code == 0
+    assert runner.invoke(signing_key_app, ["rotate"], env=env).exit_code == 0
     first = Keyring.load(keyring_path)
     old = sign_manifest(make_manifest("run_old"), first)
 
@@ -103,7 +104,7 @@ async def test_gateway_serves_the_published_jwks_without_the_private_keyring(
         assert all(set(k) <= PUBLIC_MEMBERS for k in served["keys"])
         assert verify_manifest(old, served) == [first.active_kid]
 
-        rotated = runner.invoke(keys_app, ["rotate", "--alg", "RS256"], env=env)
+        rotated = runner.invoke(signing_key_app, ["rotate", "--alg", "RS256"], env=env)
         assert rotated.exit_code == 0, rotated.output
         second = Keyring.load(keyring_path)
         new = sign_manifest(make_manifest("run_new"), second)
@@ -155,12 +156,12 @@ def test_publish_writes_the_public_set_of_an_existing_keyring(tmp_path: Path) ->
     ring = Keyring.load_or_create(keyring_path)
     public = tmp_path / "public" / "jwks.json"
     env = {"MOAT_SIGNING_KEYRING": str(keyring_path), "MOAT_JWKS_PATH": str(public)}
-    result = runner.invoke(keys_app, ["publish"], env=env)
+    result = runner.invoke(signing_key_app, ["publish"], env=env)
     assert result.exit_code == 0, result.output
     assert json.loads(public.read_text()) == ring.jwks()
     assert Keyring.load(keyring_path).active_kid == ring.active_kid
     missing = {**env, "MOAT_SIGNING_KEYRING": str(tmp_path / "none.json")}
-    assert runner.invoke(keys_app, ["publish"], env=missing).exit_code == 2
+    assert runner.invoke(signing_key_app, ["publish"], env=missing).exit_code == 2
 
 
 def test_published_jwks_is_parsed_again_only_when_the_file_changes(tmp_path: Path) -> None:

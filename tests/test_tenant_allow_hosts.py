@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from schemas.settings import MoatSettings
 from starter.cli import app as cli
-from starter.devstack.servers import serve_asgi
+from starter.devstack import serve_asgi
 from starter.gateway.app import create_app
 from tests.conftest import ADMIN_KEY, Stack, StackFactory
 from tests.fakes import FakeProvider, Step

@@ -1,4 +1,4 @@
-"""``moat manifest`` and ``moat keys``: check run manifests and manage their signing keys.
+"""``moat manifest``: check run manifests (verify every signature, or inspect one unverified).
 
 ``manifest verify`` exits 0 when every signature verifies, 1 when the manifest is
 unsigned, tampered or signed by a key the JWKS does not hold, and 2 when the file (or the
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +18,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
@@ -34,25 +32,20 @@ from store.keys.signing import (
 )
 
 manifest_app = typer.Typer(no_args_is_help=True, help="Verify and inspect run manifests.")
-keys_app = typer.Typer(no_args_is_help=True, help="Manifest signing keys.")
 
 out = Console()
 err = Console(stderr=True)
 
 VALID, REJECTED, UNREADABLE = 0, 1, 2
-KID_WIDTH = 43  # a base64url SHA-256 thumbprint: never cut, it is copied into --jwks lookups
 
 
-class Alg(StrEnum):
-    ES256 = "ES256"
-    RS256 = "RS256"
-
-
-def _keyring_path() -> Path:
+def keyring_path() -> Path:
+    """The local signing keyring (``MOAT_SIGNING_KEYRING``, else under ``MOAT_HOME``)."""
     return MoatSettings().signing_keyring_path
 
 
-def _stop(message: str, code: int, hint: str | None = None) -> typer.Exit:
+def stop(message: str, code: int, hint: str | None = None) -> typer.Exit:
+    """The one line of a check that did not pass (``rejected``) or could not run."""
     err.print(f"[bold red]{'rejected' if code == REJECTED else 'error'}:[/] {escape(message)}")
     if hint:
         err.print(f"[dim]{hint}[/]")
@@ -69,15 +62,15 @@ def _read_manifest(file: Path) -> tuple[bytes, dict[str, Any]]:
         data = file.read_bytes()
         return data, parse_document(data)
     except (OSError, ValueError) as exc:
-        raise _stop(f"cannot read {file} as a manifest: {exc}", UNREADABLE) from None
+        raise stop(f"cannot read {file} as a manifest: {exc}", UNREADABLE) from None
 
 
 def _load_jwks(source: str | None) -> dict[str, Any]:
     try:
         if source is None:
-            path = _keyring_path()
+            path = keyring_path()
             if not path.exists():
-                raise _stop(
+                raise stop(
                     f"no signing keyring at {path}",
                     UNREADABLE,
                     "pass --jwks FILE|URL (e.g. the gateway's /.well-known/jwks.json)",
@@ -91,9 +84,9 @@ def _load_jwks(source: str | None) -> dict[str, Any]:
             value = json.loads(Path(source).read_text())
     except (OSError, ValueError, KeyError, httpx.HTTPError) as exc:
         where = source or "the keyring"
-        raise _stop(f"cannot load the JWKS from {where}: {exc}", UNREADABLE) from None
+        raise stop(f"cannot load the JWKS from {where}: {exc}", UNREADABLE) from None
     if not isinstance(value, dict):
-        raise _stop("the JWKS is not a JSON object", UNREADABLE)
+        raise stop("the JWKS is not a JSON object", UNREADABLE)
     return value
 
 
@@ -126,10 +119,10 @@ def verify(
     try:
         data = file.read_bytes()
     except OSError as exc:
-        raise _stop(f"cannot read {file}: {exc}", UNREADABLE) from None
+        raise stop(f"cannot read {file}: {exc}", UNREADABLE) from None
     code, message = check_manifest(data, _load_jwks(jwks))
     if code != VALID:
-        raise _stop(message, code)
+        raise stop(message, code)
     out.print(f"[bold green]valid[/]: {escape(message)}", soft_wrap=True)
 
 
@@ -172,48 +165,3 @@ def inspect(file: Annotated[Path, typer.Argument(help="A manifest.json.")]) -> N
         out.print("[dim]* labels of the entry: the signature covers the content, not them[/]")
     else:
         out.print("[bold red]no signatures[/]")
-
-
-@keys_app.command("rotate")
-def rotate(alg: Annotated[Alg, typer.Option("--alg", help="Algorithm.")] = Alg.ES256) -> None:
-    """Add a signing key and make it active; older keys still verify older manifests.
-    Writes the public JWKS (MOAT_JWKS_PATH) as well: publish it before the keyring."""
-    settings = MoatSettings()
-    path = settings.signing_keyring_path
-    existed = path.exists()
-    ring = Keyring.load_or_create(path, alg.value, jwks_path=settings.jwks_file)
-    kid = ring.rotate(alg.value) if existed else ring.active_kid
-    out.print(
-        f"active signing key: {kid} ({alg.value}); {len(ring.keys)} key(s) in {path}; "
-        f"public JWKS in {settings.jwks_file}",
-        soft_wrap=True,
-    )
-
-
-@keys_app.command("publish")
-def publish() -> None:
-    """Write the keyring's public JWKS (MOAT_JWKS_PATH), which the gateway serves, without
-    rotating: e.g. for a keyring made before the JWKS file existed."""
-    settings = MoatSettings()
-    path = settings.signing_keyring_path
-    if not path.exists():
-        raise _stop(f"no signing keyring at {path}", UNREADABLE, "create one: moat keys rotate")
-    ring = Keyring.load(path, settings.jwks_file)
-    written = ring.publish()
-    out.print(f"public JWKS of {len(ring.keys)} key(s) written to {written}", soft_wrap=True)
-
-
-@keys_app.command("list")
-def list_keys() -> None:
-    """The keyring's keys (public view)."""
-    path = _keyring_path()
-    if not path.exists():
-        raise _stop(f"no signing keyring at {path}", UNREADABLE, "create one: moat keys rotate")
-    ring = Keyring.load(path)
-    table = Table("active", "alg", "created")
-    table.add_column("kid", no_wrap=True, min_width=KID_WIDTH)
-    for key in ring.keys:
-        active = "*" if key.kid == ring.active_kid else ""
-        created = key.created_at.strftime("%Y-%m-%d %H:%M:%SZ")
-        table.add_row(active, key.alg, created, key.kid)
-    out.print(table)

@@ -7,18 +7,18 @@ from collections import defaultdict
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import Event
 from schemas.settings import MoatSettings
+from starter.cli.output import out
+from starter.runtime.database import owner_sessions
 from store import events as event_log
-from store import make_engine, make_sessionmaker, tenancy, tenants
+from store import tenancy, tenants
 
 runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
-out = Console()
 
 
 async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
@@ -32,14 +32,12 @@ async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
 
 
 async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool) -> int:
-    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
-    sessions = make_sessionmaker(engine)
     table = Table("tenant", "receipt", "field", "stored", "from events", title="differences")
     checked = differing = 0
-    try:
+    async with owner_sessions(settings) as sessions:
         async with sessions() as session:
-            tenants = await _tenants(session, tenant)
-        for tenant_id in tenants:
+            tenant_ids = await _tenants(session, tenant)
+        for tenant_id in tenant_ids:
             async with sessions.begin() as session:
                 await tenancy.set_tenant(session, tenant_id)
                 rebuilt, diffs = await event_log.compare(session, tenant_id)
@@ -50,13 +48,11 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
                         table.add_row(tenant_id, diff.receipt_id, name, str(stored), str(derived))
                 if diffs and not verify_only:
                     await event_log.repair(session, rebuilt, diffs)
-    finally:
-        await engine.dispose()
     if differing:
         out.print(table)
     verb = "differ" if verify_only else "differed and were rebuilt from their events"
     out.print(
-        f"{checked} runs replayed from events across {len(tenants)} tenants; {differing} {verb}"
+        f"{checked} runs replayed from events across {len(tenant_ids)} tenants; {differing} {verb}"
     )
     return 1 if differing and verify_only else 0
 
@@ -74,9 +70,7 @@ def rebuild(
 
 
 async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> int:
-    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
-    try:
-        sessions = make_sessionmaker(engine)
+    async with owner_sessions(settings) as sessions:
         async with sessions() as session:
             candidates = await _tenants(session, tenant)
         events: list[Event] = []
@@ -88,11 +82,9 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> 
                 if events:
                     run = await event_log.get_run(session, tenant_id, receipt_id)
                     break
-        if not events:
-            out.print(f"[red]no events for execution {receipt_id}[/]")
-            return 1
-    finally:
-        await engine.dispose()
+    if not events:
+        out.print(f"[red]no events for execution {receipt_id}[/]")
+        return 1
     out.print(causal_tree(receipt_id, events))
     if run is not None:
         out.print(

@@ -1,5 +1,6 @@
 """Child processes for ``moat up`` and the embedded servers: output to a log file, a
-readiness wait that fails fast with the log tail, and an ordered, bounded stop."""
+readiness wait that fails fast with the log tail, and an ordered, bounded stop; and an
+ASGI app served in-process (tests, benchmarks)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
+
+import uvicorn
 
 _T = TypeVar("_T")
 
@@ -179,3 +183,31 @@ class Service:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@asynccontextmanager
+async def serve_asgi(app: Any, *, graceful_shutdown: int = 1) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port, in this event loop; yields
+    its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+            lifespan="on",
+            timeout_graceful_shutdown=graceful_shutdown,
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("uvicorn stopped before it started")
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -23,15 +23,16 @@ from rich.panel import Panel
 from rich.table import Table
 
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
-from starter.devstack.processes import ChildProcess, Service, pid_alive, require_free
-from starter.devstack.servers import EmbeddedPostgres, TemporalDevServer
-from starter.runtime.codec_door import current_token
-from starter.service.tenants import (
+from starter.devstack.home import (
     ADMIN_KEY_FILE,
     ensure_admin_key,
     ensure_database_passwords,
     ensure_demo_tenant,
 )
+from starter.devstack.postgres import EmbeddedPostgres
+from starter.devstack.processes import ChildProcess, Service, pid_alive, require_free
+from starter.devstack.temporal import TemporalDevServer
+from starter.runtime.codec_door import current_token
 from store import upgrade
 
 

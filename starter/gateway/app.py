@@ -1,8 +1,8 @@
-"""The HTTP gateway: agents in any language execute capabilities and read receipts.
+"""The gateway app: agents in any language execute capabilities and read receipts.
 
-Routes live in ``gateway_executions`` and ``gateway_reads`` (tenants), ``gateway_admin``
-(operators) and ``evidence_routes``; this module builds the app: dependencies, error
-envelope, OpenAPI document, and serves it (``moat gateway``).
+Routes live in ``routes/`` (executions, receipts, capabilities and evidence for tenants;
+admin and codec for operators); this module builds the app (dependencies, error envelope,
+middleware, OpenAPI document) and serves it (``moat gateway``).
 
 The routes that take the admin key can get a listener of their own (``MOAT_ADMIN_PORT``), so
 a deployment keeps them on an internal network while the API faces the world: then the main
@@ -26,17 +26,15 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter.gateway import openapi as gateway_openapi
+from starter.gateway import openapi
 from starter.gateway.deps import Deps, require_admin
-from starter.gateway.errors import Boundary, EnvelopeJSONResponse, documented_errors, install
-from starter.gateway.routes import admin as gateway_admin
-from starter.gateway.routes import codec as codec_routes
-from starter.gateway.routes import evidence as evidence_routes
-from starter.gateway.routes import executions as gateway_executions
-from starter.gateway.routes import receipts as gateway_reads
+from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
+from starter.gateway.middleware import Boundary, CodecCors
+from starter.gateway.routes import admin as admin_routes
+from starter.gateway.routes import capabilities, codec, evidence, executions, receipts
 from starter.runtime import observability
 from starter.runtime.temporal import connect
-from starter.service.executions import Ingest
+from starter.service.executions import Executions
 from store import make_engine, make_sessionmaker
 from store.keys.signing import PublishedJwks
 from store.keys.start import StartKeyring
@@ -45,7 +43,7 @@ DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
 
 **Authentication**: `Authorization: Bearer moat_<id>_<secret>` (a tenant's API key; an
-operator creates one with `moat key create TENANT` or `POST /v1/admin/tenants/{id}/keys`).
+operator creates one with `moat api-key create TENANT` or `POST /v1/admin/tenants/{id}/keys`).
 The admin routes take the admin key (`MOAT_ADMIN_API_KEY`) instead.
 
 **Idempotency**: one execution per tenant and `Idempotency-Key` (or `idempotency_key`
@@ -62,6 +60,11 @@ TAGS = [
     {"name": "executions", "description": "Execute capabilities and poll executions."},
     {"name": "receipts", "description": "The immutable record of every execution attempt."},
     {"name": "capabilities", "description": "What can be executed."},
+    {
+        "name": "evidence",
+        "description": "What happened, verifiably: an execution's event log, its signed run "
+        "manifests, and the public keys that verify them.",
+    },
     {"name": "admin", "description": "Tenants and API keys; the admin key only."},
     {
         "name": "codec",
@@ -102,7 +105,7 @@ def create_app(
     ``admin=True`` builds the app that serves them: the admin API and both codec doors (the
     Web UI's too, for a UI that reaches only the internal network)."""
     observability.setup("moat-gateway", log_format=settings.log_format)
-    capabilities = catalog or CapabilityCatalog()
+    capability_catalog = catalog or CapabilityCatalog()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -116,9 +119,15 @@ def create_app(
             owner = make_sessionmaker(engines[-1])
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
-        ingest = Ingest(settings, db, temporal, capabilities, StartKeyring.from_settings(settings))
         app.state.deps = Deps(
-            settings=settings, sessions=db, client=temporal, ingest=ingest, owner_sessions=owner
+            settings=settings,
+            sessions=db,
+            client=temporal,
+            executions=Executions(
+                settings, temporal, capability_catalog, StartKeyring.from_settings(settings)
+            ),
+            catalog=capability_catalog,
+            owner_sessions=owner,
         )
         try:
             yield
@@ -137,28 +146,29 @@ def create_app(
     )
     install(app)
     app.add_middleware(Boundary, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(codec_routes.CodecCors, origins=settings.codec_cors_origins)
+    app.add_middleware(CodecCors, origins=settings.codec_cors_origins, prefix=codec.PREFIX)
 
     @app.get("/healthz", tags=["health"], summary="Liveness", responses=documented_errors(500))
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     if admin:
-        routers = [gateway_admin.router, codec_routes.router]
+        routers = [admin_routes.router, codec.router]
     else:
         routers = [
-            gateway_executions.router,
-            gateway_reads.router,
-            gateway_admin.router,
-            evidence_routes.router,
-            codec_routes.router,
+            executions.router,
+            receipts.router,
+            capabilities.router,
+            admin_routes.router,
+            evidence.router,
+            codec.router,
         ]
     for router in routers:
         if settings.admin_port is not None and not admin:
             router = _only(router, lambda route: not takes_admin_key(route))
         app.include_router(router)
     app.state.jwks = PublishedJwks(settings.jwks_file)
-    gateway_openapi.install(app, capabilities)
+    openapi.install(app, capability_catalog)
     return app
 
 

@@ -18,9 +18,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter.gateway.errors import ApiError
-from starter.service.executions import Ingest
+from starter.service import MoatError
+from starter.service.executions import Executions
 from store import api_keys, tenancy
 
 
@@ -31,7 +32,8 @@ class Deps:
     settings: MoatSettings
     sessions: async_sessionmaker[AsyncSession]
     client: Client
-    ingest: Ingest
+    executions: Executions
+    catalog: CapabilityCatalog
     # As the owner role, for the admin writes the application role may not make (a
     # tenant's host allow-list); None when this gateway has no owner URL.
     owner_sessions: async_sessionmaker[AsyncSession] | None = None
@@ -46,9 +48,9 @@ def deps_of(request: Request) -> Deps:
 RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def execution_not_found(receipt_id: str) -> ApiError:
+def execution_not_found(receipt_id: str) -> MoatError:
     """The 404 of every execution route (another tenant's executions included)."""
-    return ApiError(404, "execution_not_found", f"No execution {receipt_id[:80]!r}.")
+    return MoatError("execution_not_found", f"No execution {receipt_id[:80]!r}.")
 
 
 tenant_bearer = HTTPBearer(
@@ -65,11 +67,9 @@ admin_bearer = HTTPBearer(
 TenantKey = Annotated[HTTPAuthorizationCredentials | None, Security(tenant_bearer)]
 AdminKey = Annotated[HTTPAuthorizationCredentials | None, Security(admin_bearer)]
 
-_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
-
-def unauthenticated(message: str) -> ApiError:
-    return ApiError(401, "unauthenticated", message, headers=_CHALLENGE)
+def unauthenticated(message: str) -> MoatError:
+    return MoatError("unauthenticated", message)
 
 
 async def authenticate(
@@ -106,9 +106,9 @@ async def require_admin(request: Request, credentials: AdminKey) -> None:
     async with deps.sessions.begin() as session:
         tenant = await api_keys.authenticate(session, credentials.credentials)
     if tenant is not None:
-        raise ApiError(403, "forbidden", "A tenant's API key cannot use the admin API.")
+        raise MoatError("forbidden", "A tenant's API key cannot use the admin API.")
     if configured is None:
-        raise ApiError(
-            403, "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
+        raise MoatError(
+            "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
         )
     raise unauthenticated("The admin key is wrong.")

@@ -1,7 +1,9 @@
-"""Ingest of ``POST /v1/executions``: parse, validate, canonicalize, answer idempotent
-repeats from Postgres, otherwise start (or attach to) the run and wait for it.
+"""Executing a capability: parse, validate, canonicalize (``prepare``), answer idempotent
+repeats from Postgres (``replay``), otherwise start (or attach to) the run and wait for it
+(``run``); and what became of an execution (``recorded``, ``started``).
 
-Persist-first: the only durable write for a new request is starting the workflow.
+Persist-first: the only durable write for a new request is starting the workflow. Answers
+are envelopes; refusals are ``MoatError`` with the API's code.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import rfc8785
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import (
     SearchAttributeKey,
@@ -42,8 +44,8 @@ from schemas.names import (
     CAPABILITY_ATTRIBUTE,
     EXECUTE_WORKFLOW,
     IDEMPOTENCY_KEY_ATTRIBUTE,
+    IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH,
     RECEIPT_ATTRIBUTE,
-    REPLAYED_HEADER,
     TENANT_ATTRIBUTE,
 )
 from schemas.records import Receipt
@@ -55,8 +57,8 @@ from schemas.run import (
 )
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
-from starter.gateway.errors import ApiError, field_errors
-from store import db, idempotency, policy
+from starter.service.errors import MoatError, field_errors
+from store import db, idempotency, policy, receipts
 from store.keys.start import StartKeyring
 
 TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
@@ -77,18 +79,13 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class Answer:
-    status: int
+class Outcome:
+    """What an execute request comes to: its envelope (``accepted``, ``planned``,
+    ``executed`` or ``failed``), and whether it is an earlier request's answer (a stored
+    receipt, or a run another request started)."""
+
     envelope: Envelope
     replayed: bool = False
-    location: str | None = None
-
-    @property
-    def headers(self) -> dict[str, str]:
-        headers = {REPLAYED_HEADER: "true"} if self.replayed else {}
-        if self.location:
-            headers["Location"] = self.location
-        return headers
 
 
 @dataclass(frozen=True)
@@ -105,8 +102,7 @@ def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> 
     try:
         prepared = _prepare(body, header_key, catalog)
     except UnicodeError as err:
-        raise ApiError(
-            400,
+        raise MoatError(
             "bad_json",
             "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
         ) from err
@@ -118,28 +114,25 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     try:
         raw = json.loads(body)
     except (ValueError, RecursionError) as err:
-        raise ApiError(400, "bad_json", f"The body is not valid JSON: {err}") from err
+        raise MoatError("bad_json", f"The body is not valid JSON: {err}") from err
     try:
         req = ExecuteRequest.model_validate(raw)
     except ValidationError as err:
         errors = err.errors()
         key_only = all(tuple(e["loc"]) == ("idempotency_key",) for e in errors)
         if key_only and isinstance(raw, dict) and isinstance(raw.get("idempotency_key"), str):
-            raise ApiError(
-                400,
+            raise MoatError(
                 "idempotency_key_invalid",
                 f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
                 {"errors": field_errors(errors)},
             ) from err
-        raise ApiError(
-            400,
+        raise MoatError(
             "schema_validation_failed",
             "The request does not match the schema.",
             {"errors": field_errors(errors)},
         ) from err
     if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise ApiError(
-            400,
+        raise MoatError(
             "unsupported_schema_version",
             f"schema_version {req.schema_version!r} is not supported.",
             {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
@@ -147,8 +140,7 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     key = _caller_key(header_key, req.idempotency_key)
     spec = catalog.get(req.capability_id, req.capability_version)
     if spec is None:
-        raise ApiError(
-            404,
+        raise MoatError(
             "capability_not_found",
             f"No capability {req.capability_id!r}"
             + (f" at version {req.capability_version}" if req.capability_version else "")
@@ -158,8 +150,7 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     try:
         catalog.input_model(spec).model_validate(req.input)
     except ValidationError as err:
-        raise ApiError(
-            400,
+        raise MoatError(
             "schema_validation_failed",
             f"The input does not match {spec.id}'s input schema.",
             {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
@@ -173,8 +164,8 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     try:
         input_hash = redacted_hash(payload)
     except (rfc8785.CanonicalizationError, RecursionError) as err:
-        raise ApiError(
-            400, "schema_validation_failed", f"The input cannot be canonicalized (RFC 8785): {err}"
+        raise MoatError(
+            "schema_validation_failed", f"The input cannot be canonicalized (RFC 8785): {err}"
         ) from err
     return Prepared(
         request=req, capability=spec, idempotency_key=key or input_hash, input_hash=input_hash
@@ -187,8 +178,7 @@ def _check_limits(prepared: Prepared) -> None:
     hashed, so any text is fine there."""
     req = prepared.request
     if json_depth(req.input) > MAX_INPUT_DEPTH:
-        raise ApiError(
-            400,
+        raise MoatError(
             "schema_validation_failed",
             f"The input is nested deeper than {MAX_INPUT_DEPTH} levels.",
             {"errors": [{"loc": ["input"], "msg": "too deep", "type": "too_deep"}]},
@@ -200,8 +190,7 @@ def _check_limits(prepared: Prepared) -> None:
     }
     bad = [name for name, value in fields.items() if value is not None and not db.storable(value)]
     if bad:
-        raise ApiError(
-            400,
+        raise MoatError(
             "schema_validation_failed",
             "Text fields may not hold NUL characters or lone surrogates.",
             {
@@ -215,14 +204,12 @@ def _check_limits(prepared: Prepared) -> None:
 def _caller_key(header: str | None, field: str | None) -> str | None:
     if header is not None:
         if not header or len(header) > MAX_IDEMPOTENCY_KEY_LENGTH:
-            raise ApiError(
-                400,
+            raise MoatError(
                 "idempotency_key_invalid",
                 f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
             )
         if field is not None and field != header:
-            raise ApiError(
-                400,
+            raise MoatError(
                 "idempotency_key_invalid",
                 "The Idempotency-Key header and the idempotency_key field differ.",
             )
@@ -230,26 +217,24 @@ def _caller_key(header: str | None, field: str | None) -> str | None:
     return field
 
 
-class Ingest:
-    """The execute path of the gateway."""
+class Executions:
+    """Executing capabilities, for the gateway (built once, with its Temporal client)."""
 
     def __init__(
         self,
         settings: MoatSettings,
-        sessions: async_sessionmaker[AsyncSession],
         client: Client,
         catalog: CapabilityCatalog,
         start_keys: StartKeyring,
     ) -> None:
         self._settings = settings
-        self._sessions = sessions
         self._client = client
         self.catalog = catalog
         self._start_keys = start_keys
 
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
-    ) -> Answer | Unfinished | None:
+    ) -> Outcome | Unfinished | None:
         """The stored answer for a live key, from Postgres alone; otherwise go on to Temporal
         with the execution that holds the key (``Unfinished``) or a new one (None)."""
         if prepared.request.dry_run:
@@ -276,8 +261,7 @@ class Ingest:
             rule_hit="IDEMPOTENT_HIT",
             reason=f"replayed stored receipt (trace {trace_id})",
         )
-        status, envelope = envelope_for_receipt(receipt)
-        return Answer(status, envelope, replayed=True)
+        return Outcome(envelope_for_receipt(receipt), replayed=True)
 
     async def run(
         self,
@@ -288,7 +272,7 @@ class Ingest:
         submitted_at: datetime,
         wait_seconds: float,
         unfinished: Unfinished | None = None,
-    ) -> Answer:
+    ) -> Outcome:
         """Start the run, or attach to the one already running for this key, and wait.
 
         An unfinished execution keeps its receipt id: attached to while its run goes on,
@@ -335,7 +319,9 @@ class Ingest:
                 [
                     SearchAttributePair(TENANT_ATTR, tenant_id),
                     SearchAttributePair(CAPABILITY_ATTR, prepared.capability.id),
-                    SearchAttributePair(KEY_ATTR, prepared.idempotency_key[:200]),
+                    SearchAttributePair(
+                        KEY_ATTR, prepared.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]
+                    ),
                     SearchAttributePair(RECEIPT_ATTR, receipt_id),
                 ]
             ),
@@ -346,15 +332,13 @@ class Ingest:
             return await self._accepted(handle, receipt_id, request_id, prepared, trace_id)
         except WorkflowFailureError as err:
             if _refused_start(err):
-                raise ApiError(
-                    500,
+                raise MoatError(
                     "gateway_error",
                     "A worker refused this gateway's signature on the run: gateways and "
                     "workers must share the same MOAT_START_KEYRING.",
                     {"workflow_id": workflow_id, "reason": START_NOT_SIGNED},
                 ) from err
-            raise ApiError(
-                500,
+            raise MoatError(
                 "gateway_error",
                 "The run failed inside Moat; the trace id identifies it.",
                 {"workflow_id": workflow_id},
@@ -362,22 +346,21 @@ class Ingest:
         if result.plan is not None:
             return _planned(result.plan, prepared, trace_id)
         if result.receipt is None:
-            raise ApiError(
-                500, "gateway_error", "The run returned no receipt.", {"workflow_id": workflow_id}
+            raise MoatError(
+                "gateway_error", "The run returned no receipt.", {"workflow_id": workflow_id}
             )
         # Attached to a run another request started: the answer is that request's.
         attached = result.request_id != request_id or result.receipt.id != receipt_id
         return self._finished(result.receipt, result.replayed or attached, prepared)
 
-    def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Answer:
+    def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
         if receipt.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, receipt.id)
-        status, envelope = envelope_for_receipt(receipt)
-        return Answer(status, envelope, replayed=replayed)
+        return Outcome(envelope_for_receipt(receipt), replayed=replayed)
 
     async def _accepted(
         self, handle: Any, receipt_id: str, request_id: str, prepared: Prepared, trace_id: str
-    ) -> Answer:
+    ) -> Outcome:
         try:
             memo = await (await handle.describe()).memo()
         except RPCError:
@@ -394,12 +377,45 @@ class Ingest:
             run_id=handle.result_run_id,
         )
         attached = memo.get("request_id", request_id) != request_id or running_id != receipt_id
-        return Answer(
-            202,
-            envelope,
-            replayed=attached,
-            location=f"/v1/executions/{running_id}",
-        )
+        return Outcome(envelope, replayed=attached)
+
+    async def started(self, tenant_id: str, receipt_id: str, trace_id: str) -> Envelope | None:
+        """The ``accepted`` envelope of a run no worker has picked up yet (no claim in
+        Postgres): Temporal holds it, findable by its receipt id attribute (persist-first)."""
+        query = f"{TENANT_ATTRIBUTE} = '{tenant_id}' AND {RECEIPT_ATTRIBUTE} = '{receipt_id}'"
+        try:
+            async for wf in self._client.list_workflows(query, limit=1):
+                key = wf.typed_search_attributes.get(KEY_ATTR)
+                # The attribute holds the key's first characters: only a shorter key is whole.
+                whole = key is not None and len(key) < IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH
+                return _accepted(receipt_id, trace_id, key if whole else None, wf.id)
+        except RPCError:
+            return None
+        return None
+
+
+async def recorded(
+    session: AsyncSession, tenant_id: str, receipt_id: str, trace_id: str
+) -> Envelope | None:
+    """An execution as Postgres knows it: finished (its receipt), or ``accepted`` while its
+    run, which has claimed the key, goes on. None: Postgres knows nothing of it yet."""
+    receipt = await receipts.get_receipt(session, tenant_id, receipt_id)
+    if receipt is not None:
+        return envelope_for_receipt(receipt)
+    claim = await idempotency.find_claim_by_receipt(session, tenant_id, receipt_id)
+    if claim is None:
+        return None
+    return _accepted(receipt_id, trace_id, claim.key, claim.workflow_id)
+
+
+def _accepted(receipt_id: str, trace_id: str, key: str | None, workflow_id: str) -> Envelope:
+    return Envelope(
+        receipt_id=receipt_id,
+        trace_id=trace_id,
+        status=EnvelopeStatus.ACCEPTED,
+        idempotency_key=key,
+        workflow_id=workflow_id,
+    )
 
 
 def _refused_start(err: WorkflowFailureError) -> bool:
@@ -411,7 +427,7 @@ def _refused_start(err: WorkflowFailureError) -> bool:
     return False
 
 
-def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Answer:
+def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Outcome:
     envelope = Envelope(
         trace_id=trace_id,
         status=EnvelopeStatus.PLANNED,
@@ -424,12 +440,11 @@ def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Answer:
             reason=plan.reason,
         ),
     )
-    return Answer(200, envelope)
+    return Outcome(envelope)
 
 
-def _key_reused(key: str, receipt_id: str | None) -> ApiError:
-    return ApiError(
-        422,
+def _key_reused(key: str, receipt_id: str | None) -> MoatError:
+    return MoatError(
         "idempotency_key_reused",
         "This idempotency key was already used with a different request.",
         {"idempotency_key": redact(key), "original_receipt_id": receipt_id},

@@ -1,206 +1,127 @@
-"""Administrative set-up shared by the CLI and ``moat up``: migrations, tenants, keys."""
+"""Tenants and their API keys, for the admin API and the CLI alike.
+
+One rule creates a tenant: its name is unique, and the database's unique constraint is
+what says so (a scan for the name first would race another creation). Lookups return None
+for "no such tenant" or "no such key"; each surface words that itself.
+
+Every function takes the caller's session: the caller owns the transaction. Those that
+touch one tenant's rows scope the transaction to it (row-level security).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Sequence
+from datetime import datetime
 
+from psycopg import errors as pg_errors
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.api import ApiKeyInfo, BudgetInfo, NewApiKey, TenantInfo
+from schemas.api import ApiKeyInfo, NewApiKey, NewTenant, TenantInfo
 from schemas.hosts import normalize_allow_list
-from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
-from store import api_keys, budgets, make_engine, make_sessionmaker, tenancy, tenants, upgrade
+from starter.service.errors import MoatError
+from store import api_keys, tenancy, tenants
 from store.models import Tenant
 
-DEMO_TENANT = "demo"
-DEMO_KEY_FILE = "demo_api_key"
-ADMIN_KEY_FILE = "admin_api_key"
+UNIQUE_NAME = "uq_tenants_name"
+FIRST_KEY_NAME = "initial"
 
 
-def migrate(settings: MoatSettings) -> None:
-    upgrade(settings.sqlalchemy_url)
-
-
-@dataclass(frozen=True)
-class NewTenant:
-    tenant_id: str
-    api_key: str
-
-
-@asynccontextmanager
-async def _transaction(settings: MoatSettings) -> AsyncIterator[AsyncSession]:
-    """One transaction as the owner role (operator commands)."""
-    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
+async def create_tenant(
+    session: AsyncSession,
+    name: str,
+    *,
+    idempotency_ttl_seconds: int,
+    policy_mode: str = "standard",
+    key_name: str = FIRST_KEY_NAME,
+) -> NewTenant:
+    """A tenant and its first API key (the secret is in this answer only); the rest of the
+    transaction is scoped to it. ``MoatError("conflict")`` when the name is taken."""
     try:
-        async with make_sessionmaker(engine).begin() as session:
-            yield session
-    finally:
-        await engine.dispose()
-
-
-async def _tenant(session: AsyncSession, tenant: str) -> Tenant:
-    """The tenant with this id or name; the transaction is scoped to it."""
-    row = await tenants.find_tenant(session, tenant)
-    if row is None:
-        raise ValueError(f"no tenant {tenant!r} (give its id or name; see `moat tenant list`)")
-    await tenancy.set_tenant(session, row.id)
-    return row
-
-
-async def create_tenant(settings: MoatSettings, name: str) -> NewTenant:
-    async with _transaction(settings) as session:
-        if any(t.name == name for t in await tenants.list_tenants(session)):
-            raise ValueError(f"a tenant named {name!r} already exists")
         tenant = await tenants.create_tenant(
-            session, name, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
+            session, name, idempotency_ttl_seconds=idempotency_ttl_seconds, policy_mode=policy_mode
         )
-        key = await api_keys.create_api_key(session, tenant.id, name="initial")
-    return NewTenant(tenant.id, key)
+    except IntegrityError as err:
+        if not _violates(err, UNIQUE_NAME):
+            raise
+        raise MoatError("conflict", f"A tenant named {name!r} already exists.") from err
+    key, secret = await api_keys.issue_api_key(session, tenant.id, name=key_name)
+    await session.refresh(tenant)
+    return NewTenant(
+        tenant=tenants.to_tenant_info(tenant), api_key=api_keys.to_new_key(key, secret)
+    )
 
 
-async def list_tenants(settings: MoatSettings) -> list[TenantInfo]:
-    async with _transaction(settings) as session:
-        return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session)]
+def _violates(err: IntegrityError, constraint: str) -> bool:
+    orig = err.orig
+    return isinstance(orig, pg_errors.UniqueViolation) and orig.diag.constraint_name == constraint
 
 
-async def set_allow_hosts(
-    settings: MoatSettings, tenant: str, hosts: list[str] | None
-) -> TenantInfo:
-    """Replace a tenant's (id or name) http.request allow-list with ``hosts``; None leaves
-    it as it is. ValueError names an entry that is not host[:port]."""
-    entries = None if hosts is None else normalize_allow_list(hosts)
-    async with _transaction(settings) as session:
-        row = await _tenant(session, tenant)
-        if entries is not None:
-            await tenants.set_http_allow_hosts(session, row.id, entries)
-        return tenants.to_tenant_info(row)
+async def list_tenants(session: AsyncSession) -> list[TenantInfo]:
+    """Every tenant, oldest first (the operators' directory)."""
+    return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session)]
 
 
-async def create_key(settings: MoatSettings, tenant: str, name: str = "") -> NewApiKey:
-    """A new API key for a tenant (id or name); its secret is in the answer only."""
-    async with _transaction(settings) as session:
-        row = await _tenant(session, tenant)
-        key, secret = await api_keys.issue_api_key(session, row.id, name)
+async def get_tenant(session: AsyncSession, tenant_id: str) -> Tenant | None:
+    """The tenant with this id; the transaction is scoped to it."""
+    await tenancy.set_tenant(session, tenant_id)
+    return await tenants.get_tenant(session, tenant_id)
+
+
+async def find_tenant(session: AsyncSession, id_or_name: str) -> Tenant | None:
+    """The tenant with this id, else with this name (operators name tenants either way); the
+    transaction is scoped to it."""
+    tenant = await tenants.find_tenant(session, id_or_name)
+    if tenant is not None:
+        await tenancy.set_tenant(session, tenant.id)
+    return tenant
+
+
+def tenant_info(tenant: Tenant) -> TenantInfo:
+    return tenants.to_tenant_info(tenant)
+
+
+def allow_list(hosts: list[str]) -> list[str]:
+    """``host`` or ``host:port`` entries in stored form, duplicates dropped.
+    ``MoatError("schema_validation_failed")`` names an entry that is not one."""
+    try:
+        return normalize_allow_list(hosts)
+    except ValueError as err:
+        raise MoatError("schema_validation_failed", str(err)) from err
+
+
+async def set_allow_hosts(session: AsyncSession, tenant: Tenant, hosts: list[str]) -> TenantInfo:
+    """Replace the tenant's http.request allow-list with ``hosts`` (see ``allow_list``).
+    Only the owner role may write the list."""
+    updated = await tenants.set_http_allow_hosts(session, tenant.id, allow_list(hosts))
+    assert updated is not None
+    return tenants.to_tenant_info(updated)
+
+
+async def create_key(session: AsyncSession, tenant_id: str, name: str = "") -> NewApiKey:
+    """A new API key of a tenant (the transaction's); its secret is in this answer only."""
+    key, secret = await api_keys.issue_api_key(session, tenant_id, name)
     return api_keys.to_new_key(key, secret)
 
 
-async def list_keys(settings: MoatSettings, tenant: str) -> list[ApiKeyInfo]:
-    async with _transaction(settings) as session:
-        row = await _tenant(session, tenant)
-        return [api_keys.to_key_info(k) for k in await api_keys.list_api_keys(session, row.id)]
+async def list_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKeyInfo]:
+    """A tenant's API keys, never their secrets."""
+    return [api_keys.to_key_info(k) for k in await api_keys.list_api_keys(session, tenant_id)]
 
 
-async def revoke_key(settings: MoatSettings, key: str) -> ApiKeyInfo:
-    """Revoke a key, effective at once. ``key`` is its id, its prefix ``moat_<id>_`` or the
-    whole key."""
-    key_id = key.split("_")[1] if key.startswith(api_keys.API_KEY_PREFIX + "_") else key
-    async with _transaction(settings) as session:
-        tenant_id = await api_keys.key_tenant(session, key_id)
-        if tenant_id is None:
-            raise ValueError(f"no API key {key_id!r} (see `moat key list TENANT`)")
-        await tenancy.set_tenant(session, tenant_id)
-        revoked = await api_keys.revoke_api_key(session, key_id, datetime.now(UTC))
-        assert revoked is not None
-        return api_keys.to_key_info(revoked)
-
-
-async def set_budget(
-    settings: MoatSettings, tenant: str, capability_id: str, limit: int, period: str
-) -> str:
-    """Set a budget; ``tenant`` is an id or a name. Returns the tenant id."""
-    async with _transaction(settings) as session:
-        row = await _tenant(session, tenant)
-        await budgets.set_budget(session, row.id, capability_id, limit, period)
-        return row.id
-
-
-async def list_budgets(settings: MoatSettings, tenant: str) -> tuple[str, list[BudgetInfo]]:
-    """A tenant's budgets and where each stands this period; the tenant id first."""
-    async with _transaction(settings) as session:
-        row = await _tenant(session, tenant)
-        states = await budgets.list_budgets(session, row.id, datetime.now(UTC))
-    return row.id, [
-        BudgetInfo(
-            capability_id=capability_id,
-            limit=state.limit,
-            period=state.period,
-            period_start=state.period_start,
-            used=state.used,
-            in_flight=state.held,
-        )
-        for capability_id, state in states
-    ]
-
-
-async def _ensure_demo_tenant(settings: MoatSettings) -> str:
-    path = settings.home / DEMO_KEY_FILE
-    async with _transaction(settings) as session:
-        if path.exists():
-            key = path.read_text().strip()
-            if await api_keys.authenticate(session, key) is not None:
-                return key
-        tenant = await tenants.find_tenant(session, DEMO_TENANT)
-        if tenant is None:
-            tenant = await tenants.create_tenant(
-                session, DEMO_TENANT, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
-            )
-        await tenancy.set_tenant(session, tenant.id)
-        key = await api_keys.create_api_key(session, tenant.id, name="moat up")
-    _write_private(path, key, replace=True)
+def key_id_of(key: str) -> str:
+    """The id in a key's id, its public prefix ``moat_<id>_`` or the whole key."""
+    if key.startswith(api_keys.API_KEY_PREFIX + "_"):
+        return key.split("_")[1]
     return key
 
 
-def ensure_demo_tenant(settings: MoatSettings) -> str:
-    """The demo tenant's API key, created on first use and kept in ``$MOAT_HOME``."""
-    return asyncio.run(_ensure_demo_tenant(settings))
-
-
-def admin_key(settings: MoatSettings) -> str | None:
-    """The admin key: the configured one, else the one ``moat up`` keeps in ``$MOAT_HOME``."""
-    if settings.admin_api_key is not None:
-        return settings.admin_api_key.get_secret_value()
-    path = settings.home / ADMIN_KEY_FILE
-    return path.read_text().strip() if path.exists() else None
-
-
-def ensure_admin_key(settings: MoatSettings) -> str:
-    """The admin key of the local stack, generated on first use and kept (mode 0600) in
-    ``$MOAT_HOME`` when none is configured."""
-    key = admin_key(settings)
-    if key is None:
-        key = "moat_admin_" + secrets.token_urlsafe(32)
-        _write_private(settings.home / ADMIN_KEY_FILE, key, replace=False)
-    return key
-
-
-def ensure_database_passwords(settings: MoatSettings) -> dict[str, str]:
-    """The embedded Postgres's role passwords (owner and application role), generated on
-    first use and kept (mode 0600) in ``$MOAT_HOME``."""
-    roles = (OWNER_DATABASE_ROLE, APP_DATABASE_ROLE)
-    known = {role: settings.embedded_database_password(role) for role in roles}
-    if all(known.values()):
-        return {role: password for role, password in known.items() if password}
-    passwords = {role: known[role] or secrets.token_urlsafe(32) for role in roles}
-    _write_private(settings.database_passwords_path, json.dumps(passwords), replace=True)
-    return passwords
-
-
-def _write_private(path: Path, secret: str, *, replace: bool) -> None:
-    """A secret file readable by its owner only (mode 0600 from its creation)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
-    with os.fdopen(os.open(path, flags, 0o600), "w") as fh:
-        fh.write(secret + "\n")
-
-
-def demo_api_key(settings: MoatSettings) -> str | None:
-    path = settings.home / DEMO_KEY_FILE
-    return path.read_text().strip() if path.exists() else None
+async def revoke_key(session: AsyncSession, key_id: str, now: datetime) -> ApiKeyInfo | None:
+    """Revoke a key at ``now``, effective from the next request; revoking twice keeps the
+    first time. None: no such key."""
+    tenant_id = await api_keys.key_tenant(session, key_id)
+    if tenant_id is None:
+        return None
+    await tenancy.set_tenant(session, tenant_id)
+    revoked = await api_keys.revoke_api_key(session, key_id, now)
+    return api_keys.to_key_info(revoked) if revoked is not None else None

@@ -31,6 +31,7 @@ from joserfc.jwk import ECKey, RSAKey
 from pydantic import ValidationError
 
 from schemas.manifest import MANIFEST_SCOPE, Algorithm, RunManifest, Signature, signing_input
+from schemas.settings import MoatSettings
 
 _KEY_TYPES: dict[str, tuple[type[ECKey] | type[RSAKey], str]] = {
     "ES256": (ECKey, "EC"),
@@ -125,7 +126,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class Keyring:
-    """Private signing keys, one of them active. Build with ``load`` or ``load_or_create``.
+    """Private signing keys, one of them active. Build with ``load``, ``load_or_create`` or
+    ``from_settings``.
 
     With a ``jwks_path``, every change of the keyring also writes its public JWK Set there."""
 
@@ -166,6 +168,24 @@ class Keyring:
             ring = cls(path, [key], key.kid, jwks_path)
             ring._save()
             return ring
+
+    @classmethod
+    def from_settings(cls, settings: MoatSettings) -> Keyring:
+        """The keyring that signs a worker's manifests. A configured one
+        (``MOAT_SIGNING_KEYRING``, e.g. a mounted secret shared by every worker) must exist:
+        a worker minting a key of its own would sign manifests nobody can verify. Only the
+        development default under ``MOAT_HOME`` is created on first use, with its public JWK
+        Set beside it for the gateway."""
+        path = settings.signing_keyring
+        if path is not None:
+            if not path.exists():
+                raise KeyringMissingError(
+                    f"MOAT_SIGNING_KEYRING points at {path}, which does not exist; create the "
+                    "keyring with `moat signing-key rotate` (or its old name, `moat keys "
+                    "rotate`) and mount it on every worker"
+                )
+            return cls.load(path)  # only read: a read-only mount is enough
+        return cls.load_or_create(settings.signing_keyring_path, jwks_path=settings.jwks_file)
 
     @property
     def active_kid(self) -> str:

@@ -1,8 +1,8 @@
 """Admin routes (``/v1/admin``): tenants and their API keys, behind the admin key.
 
-The same operations as ``moat tenant …`` and ``moat key …``. Each transaction is scoped to
-the tenant it touches; listing every tenant goes through the database's one cross-tenant
-function for it.
+The same operations as ``moat tenant …`` and ``moat api-key …`` (``starter.service.tenants``
+holds their rules). Each transaction is scoped to the tenant it touches; listing every
+tenant goes through the database's one cross-tenant function for it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from sqlalchemy.exc import IntegrityError
 
 from schemas.api import (
     ApiKeyCreate,
@@ -23,8 +22,8 @@ from schemas.api import (
     TenantUpdate,
 )
 from starter.gateway.deps import deps_of, require_admin
-from starter.gateway.errors import ApiError, documented_errors
-from store import api_keys, tenancy, tenants
+from starter.gateway.errors import documented_errors
+from starter.service import MoatError, tenants
 
 router = APIRouter(
     prefix="/v1/admin",
@@ -37,8 +36,8 @@ TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 KeyId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9]+$")]
 
 
-def _no_tenant(tenant_id: str) -> ApiError:
-    return ApiError(404, "tenant_not_found", f"No tenant {tenant_id!r}.")
+def _no_tenant(tenant_id: str) -> MoatError:
+    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
 
 
 @router.post(
@@ -52,25 +51,16 @@ async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
     """The key's secret (`api_key.api_key`) is in this answer only; store it now."""
     deps = deps_of(request)
     ttl = body.idempotency_ttl_seconds or deps.settings.idempotency_ttl_seconds
-    try:
-        async with deps.sessions.begin() as session:
-            tenant = await tenants.create_tenant(
-                session, body.name, idempotency_ttl_seconds=ttl, policy_mode=body.policy_mode.value
-            )
-            key, secret = await api_keys.issue_api_key(session, tenant.id, name="initial")
-            await session.refresh(tenant)
-    except IntegrityError as err:
-        raise ApiError(409, "conflict", f"A tenant named {body.name!r} exists.") from err
-    return NewTenant(
-        tenant=tenants.to_tenant_info(tenant),
-        api_key=api_keys.to_new_key(key, secret),
-    )
+    async with deps.sessions.begin() as session:
+        return await tenants.create_tenant(
+            session, body.name, idempotency_ttl_seconds=ttl, policy_mode=body.policy_mode.value
+        )
 
 
 @router.get("/tenants", summary="List tenants", response_model=list[TenantInfo])
 async def list_tenants(request: Request) -> list[TenantInfo]:
     async with deps_of(request).sessions.begin() as session:
-        return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session)]
+        return await tenants.list_tenants(session)
 
 
 @router.get(
@@ -80,11 +70,11 @@ async def list_tenants(request: Request) -> list[TenantInfo]:
     responses=documented_errors(404),
 )
 async def get_tenant(request: Request, tenant_id: TenantId) -> TenantInfo:
-    async with tenancy.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
+    async with deps_of(request).sessions.begin() as session:
         tenant = await tenants.get_tenant(session, tenant_id)
-    if tenant is None:
-        raise _no_tenant(tenant_id)
-    return tenants.to_tenant_info(tenant)
+        if tenant is None:
+            raise _no_tenant(tenant_id)
+        return tenants.tenant_info(tenant)
 
 
 @router.patch(
@@ -101,22 +91,19 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     owner's URL (`MOAT_DATABASE_URL`)."""
     owner = deps_of(request).owner_sessions
     if owner is None:
-        raise ApiError(
-            403,
+        raise MoatError(
             "forbidden",
             "This gateway has no owner database URL (MOAT_DATABASE_URL), which a tenant's "
             "allow-list is written with: set it on an internal gateway, or run "
             "`moat tenant allow-hosts`.",
         )
-    async with tenancy.tenant_transaction(owner, tenant_id) as session:
+    async with owner.begin() as session:
         tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
             raise _no_tenant(tenant_id)
-        if body.http_allow_hosts is not None:
-            tenant = await tenants.set_http_allow_hosts(session, tenant_id, body.http_allow_hosts)
-            assert tenant is not None
-        info = tenants.to_tenant_info(tenant)
-    return info
+        if body.http_allow_hosts is None:
+            return tenants.tenant_info(tenant)
+        return await tenants.set_allow_hosts(session, tenant, body.http_allow_hosts)
 
 
 @router.post(
@@ -128,11 +115,10 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
 )
 async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) -> NewApiKey:
     """The secret (`api_key`) is in this answer only; store it now."""
-    async with tenancy.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
+    async with deps_of(request).sessions.begin() as session:
         if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
-        key, secret = await api_keys.issue_api_key(session, tenant_id, body.name)
-    return api_keys.to_new_key(key, secret)
+        return await tenants.create_key(session, tenant_id, body.name)
 
 
 @router.get(
@@ -142,10 +128,10 @@ async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) 
     responses=documented_errors(404),
 )
 async def list_keys(request: Request, tenant_id: TenantId) -> list[ApiKeyInfo]:
-    async with tenancy.tenant_transaction(deps_of(request).sessions, tenant_id) as session:
+    async with deps_of(request).sessions.begin() as session:
         if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
-        return [api_keys.to_key_info(k) for k in await api_keys.list_api_keys(session, tenant_id)]
+        return list(await tenants.list_keys(session, tenant_id))
 
 
 @router.post(
@@ -158,11 +144,7 @@ async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
     """The next request with the key is `unauthenticated`. Revoking twice keeps the first
     revocation time."""
     async with deps_of(request).sessions.begin() as session:
-        tenant_id = await api_keys.key_tenant(session, key_id)
-        key = None
-        if tenant_id is not None:
-            await tenancy.set_tenant(session, tenant_id)
-            key = await api_keys.revoke_api_key(session, key_id, datetime.now(UTC))
+        key = await tenants.revoke_key(session, key_id, datetime.now(UTC))
     if key is None:
-        raise ApiError(404, "key_not_found", f"No API key {key_id!r}.")
-    return api_keys.to_key_info(key)
+        raise MoatError("key_not_found", f"No API key {key_id!r}.")
+    return key

@@ -25,14 +25,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Header, Path, Request
 from google.protobuf import json_format
 from pydantic import BaseModel, Field
-from starlette.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.api.common.v1 import Payload, Payloads
 
 from starter.gateway.deps import deps_of, require_admin, unauthenticated
-from starter.gateway.errors import ApiError, documented_errors
+from starter.gateway.errors import documented_errors
 from starter.runtime.codec import EncryptionCodec
 from starter.runtime.codec_door import DoorFile, door_path
+from starter.service import MoatError
 
 log = logging.getLogger("moat.codec")
 
@@ -72,8 +71,7 @@ async def require_ui_token(request: Request, token: Annotated[str, Path(max_leng
     within its grace period."""
     door = _door_file(request).load()
     if door is None:
-        raise ApiError(
-            403,
+        raise MoatError(
             "forbidden",
             "The Web UI's codec door is not set up on this gateway: create its token file "
             "with `moat codec rotate` (MOAT_CODEC_DOOR), or use the admin key at /codec.",
@@ -93,7 +91,7 @@ async def _transcode(
 ) -> CodecPayloads:
     codec = deps_of(request).client.data_converter.payload_codec
     if codec is None:
-        raise ApiError(403, "forbidden", "This gateway's Temporal client has no payload codec.")
+        raise MoatError("forbidden", "This gateway's Temporal client has no payload codec.")
     if direction == "decode" and isinstance(codec, EncryptionCodec):
         # History also holds payloads no Moat codec wrote (a run started by someone else):
         # shown as they are; only the worker and the gateway's own client refuse them.
@@ -101,15 +99,12 @@ async def _transcode(
     try:
         parsed = json_format.ParseDict(body.model_dump(), Payloads())
     except json_format.ParseError as err:
-        raise ApiError(
-            400, "schema_validation_failed", f"The payloads are not valid: {err}"
-        ) from err
+        raise MoatError("schema_validation_failed", f"The payloads are not valid: {err}") from err
     source: list[Payload] = list(parsed.payloads)
     try:
         done = await (codec.decode(source) if direction == "decode" else codec.encode(source))
     except Exception as err:  # unknown key id, tampered ciphertext, unparseable plaintext
-        raise ApiError(
-            422,
+        raise MoatError(
             "payload_not_decodable",
             "A payload could not be decoded with this gateway's codec keyring.",
             {"reason": type(err).__name__},
@@ -158,30 +153,7 @@ async def ui_decode(request: Request, body: CodecPayloads, _ns: Namespace = None
 @router.post("/ui/{token}/encode", include_in_schema=False)
 async def ui_encode(token: Annotated[str, Path(max_length=128)]) -> None:
     """The Web UI's door decodes only, whatever the token."""
-    raise ApiError(
-        403,
+    raise MoatError(
         "forbidden",
         "The Web UI's codec door only decodes; encoding takes the admin key (POST /codec/encode).",
     )
-
-
-class CodecCors:
-    """CORS for the codec paths only, for the configured origins (the Temporal UI's); every
-    other route stays same-origin."""
-
-    def __init__(self, app: ASGIApp, origins: list[str]) -> None:
-        self.app = app
-        self.cors = CORSMiddleware(
-            app,
-            allow_origins=origins,
-            allow_methods=["POST"],
-            allow_headers=["Content-Type", "X-Namespace", "Authorization"],
-            allow_credentials=True,
-            max_age=600,
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PREFIX + "/"):
-            await self.cors(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)

@@ -3,13 +3,10 @@ that verify them (``/.well-known/jwks.json``)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from sqlalchemy import select
 
 from schemas.events import Event
 from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
@@ -20,13 +17,10 @@ from starter.gateway.deps import (
     deps_of,
     execution_not_found,
 )
-from starter.gateway.errors import ApiError, documented_errors
-from store import events as event_log
-from store.keys.signing import MalformedError, PublishedJwks
+from starter.gateway.errors import documented_errors
+from starter.service import evidence
+from store.keys.signing import PublishedJwks
 from store.manifests import ManifestStore
-from store.models import ManifestRow
-
-log = logging.getLogger("moat.gateway")
 
 router = APIRouter()
 
@@ -39,14 +33,14 @@ router = APIRouter()
     responses=documented_errors(401, 404, 500),
 )
 async def get_events(request: Request, receipt_id: str, credentials: TenantKey) -> list[Event]:
-    """Every event of the execution (seed 001): type, aggregate, `causation_id` (the event
+    """Every event of the execution: type, aggregate, `causation_id` (the event
     that caused it), `sequence_number`, actor and data. Another tenant's is not found."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
             raise execution_not_found(receipt_id)
-        events = await event_log.events_of(session, tenant.tenant_id, receipt_id)
+        events = await evidence.events_of(session, tenant.tenant_id, receipt_id)
     if not events:
         raise execution_not_found(receipt_id)
     return events
@@ -86,30 +80,12 @@ async def get_manifest(
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
             raise execution_not_found(receipt_id)
-        stmt = select(ManifestRow).where(
-            ManifestRow.tenant_id == tenant.tenant_id, ManifestRow.receipt_id == receipt_id
-        )
-        if run_id is not None:
-            stmt = stmt.where(ManifestRow.run_id == run_id)
-        rows = (
-            (await session.execute(stmt.order_by(ManifestRow.replayed, ManifestRow.created_at)))
-            .scalars()
-            .all()
-        )
-    if not rows:
-        raise ApiError(404, "manifest_not_found", f"No manifest for execution {receipt_id}.")
-    row = rows[0]
-    store = ManifestStore(deps.settings.manifests_dir)
-    try:
-        data = await asyncio.to_thread(store.read, tenant.tenant_id, row.run_id)
-    except FileNotFoundError:
-        raise ApiError(
-            404, "manifest_not_found", "The manifest file is gone (retention)."
-        ) from None
+        row = await evidence.indexed_manifest(session, tenant.tenant_id, receipt_id, run_id)
+    stored = await evidence.read_manifest(ManifestStore(deps.settings.manifests_dir), row)
     return Response(
-        data,
+        stored.data,
         media_type="application/json",
-        headers={MANIFEST_SHA256_HEADER: row.sha256, RUN_ID_HEADER: row.run_id},
+        headers={MANIFEST_SHA256_HEADER: stored.sha256, RUN_ID_HEADER: stored.run_id},
     )
 
 
@@ -122,24 +98,5 @@ async def get_manifest(
 async def jwks(request: Request) -> dict[str, Any]:
     """Every signing key's public half, the active one first; rotated keys stay listed so
     older manifests still verify."""
-    settings = deps_of(request).settings
     published: PublishedJwks = request.app.state.jwks
-    try:
-        return await asyncio.to_thread(published.current)
-    except FileNotFoundError:
-        if settings.jwks_path is None and settings.signing_keyring is None:
-            return {"keys": []}  # development: no worker has made the first key yet
-        log.error("no public JWKS at %s", published.path)
-        raise _jwks_unavailable() from None
-    except (OSError, MalformedError) as exc:
-        log.error("cannot serve the public JWKS at %s: %s", published.path, exc)
-        raise _jwks_unavailable() from None
-
-
-def _jwks_unavailable() -> ApiError:
-    return ApiError(
-        503,
-        "jwks_unavailable",
-        "The gateway has no readable public key set; an operator publishes it with "
-        "`moat keys publish` (or `moat keys rotate`) at MOAT_JWKS_PATH.",
-    )
+    return await evidence.public_jwks(deps_of(request).settings, published)

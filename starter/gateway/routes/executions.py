@@ -7,10 +7,9 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
-from temporalio.service import RPCError
 
-from schemas.execute import Envelope, EnvelopeStatus, envelope_for_receipt
-from schemas.names import REPLAYED_HEADER
+from schemas.execute import Envelope
+from schemas.names import REPLAYED_HEADER, TRACE_HEADER
 from starter.gateway.deps import (
     RECEIPT_ID,
     Deps,
@@ -20,10 +19,10 @@ from starter.gateway.deps import (
     execution_not_found,
 )
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
-from starter.gateway.errors import documented_errors
+from starter.gateway.errors import documented_errors, execution_status
 from starter.runtime import observability
-from starter.service.executions import KEY_ATTR, Answer, prepare
-from store import idempotency, receipts
+from starter.service import executions
+from starter.service.executions import Outcome
 
 router = APIRouter()
 
@@ -31,7 +30,7 @@ _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])
 POLL_AFTER_SECONDS = "1"
 
 _ENVELOPE_HEADERS = {
-    "X-Moat-Trace-Id": {"description": "The request's trace id.", "schema": {"type": "string"}}
+    TRACE_HEADER: {"description": "The request's trace id.", "schema": {"type": "string"}}
 }
 
 
@@ -113,16 +112,16 @@ async def execute(
     body = await request.body()
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        prepared = prepare(body, idempotency_key, deps.ingest.catalog)
-        found = await deps.ingest.replay(session, tenant.tenant_id, prepared, trace_id)
+        prepared = executions.prepare(body, idempotency_key, deps.catalog)
+        found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
     headers: dict[str, str] = {}
-    if isinstance(found, Answer):
-        answer = found
+    if isinstance(found, Outcome):
+        outcome = found
     else:
         wait, applied = _wait_budget(prefer, deps)
         if applied:
             headers["Preference-Applied"] = applied
-        answer = await deps.ingest.run(
+        outcome = await deps.executions.run(
             tenant.tenant_id,
             tenant.idempotency_ttl_seconds,
             prepared,
@@ -131,12 +130,19 @@ async def execute(
             wait,
             found,
         )
-    headers.update(answer.headers)
-    if answer.status == 202:
+    if outcome.replayed:
+        headers[REPLAYED_HEADER] = "true"
+    return _answer(outcome.envelope, headers)
+
+
+def _answer(envelope: Envelope, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An execution's envelope with its status; one still running says where to poll."""
+    status = execution_status(envelope)
+    headers = dict(headers or {})
+    if status == 202:
+        headers["Location"] = f"/v1/executions/{envelope.receipt_id}"
         headers["Retry-After"] = POLL_AFTER_SECONDS
-    return JSONResponse(
-        answer.envelope.model_dump(mode="json"), status_code=answer.status, headers=headers
-    )
+    return JSONResponse(envelope.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
@@ -166,53 +172,14 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
     """What became of the execution a `receipt_id` names, for as long as its receipt or run
     exists. Another tenant's executions are `execution_not_found`."""
     deps = deps_of(request)
+    trace_id = observability.current_trace_id()
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
             raise execution_not_found(receipt_id)
-        receipt = await receipts.get_receipt(session, tenant.tenant_id, receipt_id)
-        claim = (
-            None
-            if receipt
-            else await idempotency.find_claim_by_receipt(session, tenant.tenant_id, receipt_id)
-        )
-    if receipt is not None:
-        status, envelope = envelope_for_receipt(receipt)
-        return JSONResponse(envelope.model_dump(mode="json"), status_code=status)
-    key: str | None
-    if claim is not None:
-        key, workflow_id = claim.key, claim.workflow_id
-    else:
-        found = await _running_workflow(deps, tenant.tenant_id, receipt_id)
-        if found is None:
-            raise execution_not_found(receipt_id)
-        key, workflow_id = found
-    running = Envelope(
-        receipt_id=receipt_id,
-        trace_id=observability.current_trace_id(),
-        status=EnvelopeStatus.ACCEPTED,
-        idempotency_key=key,
-        workflow_id=workflow_id,
-    )
-    return JSONResponse(
-        running.model_dump(mode="json"),
-        status_code=202,
-        headers={"Location": f"/v1/executions/{receipt_id}", "Retry-After": POLL_AFTER_SECONDS},
-    )
-
-
-async def _running_workflow(
-    deps: Deps, tenant_id: str, receipt_id: str
-) -> tuple[str | None, str] | None:
-    """The run of a receipt id that no worker has picked up yet (no claim in Postgres):
-    Temporal holds it, findable by its ``MoatReceiptId`` search attribute (persist-first)."""
-    query = f"MoatTenant = '{tenant_id}' AND MoatReceiptId = '{receipt_id}'"
-    try:
-        async for wf in deps.client.list_workflows(query, limit=1):
-            key = wf.typed_search_attributes.get(KEY_ATTR)
-            # The attribute holds the first 200 characters: only a shorter key is whole.
-            return (key if key is not None and len(key) < 200 else None), wf.id
-    except RPCError:
-        return None
-    return None
-    return None
+        envelope = await executions.recorded(session, tenant.tenant_id, receipt_id, trace_id)
+    if envelope is None:
+        envelope = await deps.executions.started(tenant.tenant_id, receipt_id, trace_id)
+    if envelope is None:
+        raise execution_not_found(receipt_id)
+    return _answer(envelope)

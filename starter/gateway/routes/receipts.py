@@ -1,4 +1,4 @@
-"""Reading routes: receipts (one, or pages of them) and the capability list."""
+"""Receipt routes: one receipt, or pages of them (newest first, cursor pagination)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from schemas.api import CapabilityInfo, ReceiptPage
+from schemas.api import ReceiptPage
 from schemas.records import ExecutionStatus, Receipt
 from starter.gateway.deps import RECEIPT_ID, TenantKey, authenticate, deps_of
-from starter.gateway.errors import ApiError, documented_errors
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
+from starter.gateway.errors import documented_errors
+from starter.service import MoatError
 from store import db, receipts
 
 router = APIRouter()
@@ -79,8 +80,8 @@ async def list_receipts(
 
 def _refuse_nul(value: str | None) -> None:
     if value is not None and not db.storable(value):
-        raise ApiError(
-            400, "schema_validation_failed", "Text may not hold NUL characters or lone surrogates."
+        raise MoatError(
+            "schema_validation_failed", "Text may not hold NUL characters or lone surrogates."
         )
 
 
@@ -104,8 +105,7 @@ def _rfc3339(name: str, value: str | None) -> datetime | None:
             text = f"{head}.{digits.group()[:6].ljust(6, '0')}{tail[digits.end() :]}"
         return datetime.fromisoformat(text)
     except ValueError as err:
-        raise ApiError(
-            400,
+        raise MoatError(
             "schema_validation_failed",
             f"{name} must be an RFC 3339 date-time with an offset, e.g. 2026-11-25T10:00:00Z.",
             {
@@ -133,8 +133,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         if at.tzinfo is None or not isinstance(receipt_id, str) or not db.storable(receipt_id):
             raise ValueError("malformed cursor")
     except (ValueError, TypeError) as err:
-        raise ApiError(
-            400, "invalid_cursor", "The cursor is not one this API returned.", {"cursor": cursor}
+        raise MoatError(
+            "invalid_cursor", "The cursor is not one this API returned.", {"cursor": cursor}
         ) from err
     return at, receipt_id
 
@@ -157,25 +157,5 @@ async def get_receipt(request: Request, receipt_id: str, credentials: TenantKey)
             else None
         )
     if receipt is None:
-        raise ApiError(404, "receipt_not_found", f"No receipt {receipt_id[:80]!r}.")
+        raise MoatError("receipt_not_found", f"No receipt {receipt_id[:80]!r}.")
     return receipt
-
-
-@router.get(
-    "/v1/capabilities",
-    tags=["capabilities"],
-    summary="The capabilities this gateway executes",
-    response_model=list[CapabilityInfo],
-    responses=documented_errors(500),
-)
-async def capabilities(request: Request) -> list[CapabilityInfo]:
-    """Every capability and version, with retry settings and input JSON Schema."""
-    catalog = deps_of(request).ingest.catalog
-    return [
-        CapabilityInfo(
-            **spec.model_dump(exclude={"retry"}),
-            retry=spec.retry_settings,
-            input_schema=catalog.input_model(spec).model_json_schema(),
-        )
-        for spec in catalog.all()
-    ]
