@@ -1,4 +1,4 @@
-"""The manifest step: a signed, write-once run manifest (seed 003) at the end of every run.
+"""The manifest step: a signed, write-once run manifest at the end of every run.
 
 Written to ``{root}/{tenant}/{run_id}/manifest.json``, indexed in Postgres with its digest
 in the same transaction as the ``MANIFEST_WRITTEN`` event. A replayed run (reset, or a new
@@ -60,7 +60,7 @@ class ManifestActivities:
         self._worker_id = socket.gethostname()
 
     def _current_keyring(self) -> Keyring:
-        """Pick up ``moat keys rotate`` (or an updated secret mount) without a restart."""
+        """Pick up ``moat signing-key rotate`` (or an updated secret mount) without a restart."""
         stamp = _stamp(self._keyring.path)
         if stamp != self._keyring_stamp:
             self._keyring, self._keyring_stamp = Keyring.load(self._keyring.path), stamp

@@ -1,4 +1,4 @@
-"""Manifest retention: remove manifests past their retention (seed 003), recording each
+"""Manifest retention: remove manifests past their retention (``schemas.retention``), recording each
 removal as a ``MANIFEST_EXPIRED`` event. Compliance tenants' manifests stay 7 years; the
 database itself refuses their earlier deletion."""
 

@@ -1,4 +1,6 @@
-"""How long run manifests are kept (seed 003), and the retention job's contracts."""
+"""How long run manifests are kept (never less than the idempotency window; 90 days for
+completed runs, 30 for failed ones, 7 years in compliance mode), and the retention job's
+contracts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Manifest retention per seed 003, run as the Temporal workflow the schedule starts."""
+"""Manifest retention (90 days completed, 30 failed, 7 years compliance, never under the
+idempotency window), run as the Temporal workflow the schedule starts."""
 
 from __future__ import annotations
 

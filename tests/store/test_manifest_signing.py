@@ -416,7 +416,7 @@ def test_redact_manifest_covers_free_form_values() -> None:
 
 
 def test_seed_shaped_documents_parse() -> None:
-    """Seed 003's failed-run example: unsigned, metadata extras, absent optionals."""
+    """The manifest format's failed-run example: unsigned, metadata extras, absent optionals."""
     seed = make_manifest(signatures=[]).model_dump(mode="json")
     seed["metadata"] = {
         "message_id": "msg_fail_xyz",
