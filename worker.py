@@ -1,13 +1,12 @@
-"""The Temporal worker process: the one place where workflows and activities meet a queue."""
+"""The worker, built from its parts: the one place where workflows and activities meet a
+task queue. The process that runs it (connection, schedules, signals) is
+``starter.runtime.worker_process``."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import signal
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -25,17 +24,11 @@ from activities import (
     http_client,
 )
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.schedules import ensure_retention_schedule
-from starter.temporal import connect
 from store import make_engine, make_sessionmaker
-from store import repository as repo
+from store.keys.signing import Keyring
+from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from store.signing import Keyring, KeyringMissingError
-from store.start_keys import StartKeyring
 from workflows import ExecuteCapability, ManifestRetention
-
-log = logging.getLogger("moat.worker")
 
 
 @asynccontextmanager
@@ -51,22 +44,6 @@ async def activity_deps(
     finally:
         await http.aclose()
         await engine.dispose()
-
-
-def signing_keyring(settings: MoatSettings) -> Keyring:
-    """The keyring that signs manifests. A configured one (``MOAT_SIGNING_KEYRING``, e.g. a
-    mounted secret shared by every worker) must exist: a worker minting a key of its own would
-    sign manifests nobody can verify. Only the development default under ``MOAT_HOME`` is
-    created on first use, with its public JWK Set beside it for the gateway."""
-    path = settings.signing_keyring
-    if path is not None:
-        if not path.exists():
-            raise KeyringMissingError(
-                f"MOAT_SIGNING_KEYRING points at {path}, which does not exist; create the "
-                "keyring with `moat keys rotate` and mount it on every worker"
-            )
-        return Keyring.load(path)  # only read: a read-only mount is enough
-    return Keyring.load_or_create(settings.signing_keyring_path, jwks_path=settings.jwks_file)
 
 
 def build_worker(
@@ -91,7 +68,7 @@ def build_worker(
     }
     acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings))
     store = ManifestStore(settings.manifests_dir)
-    manifests = ManifestActivities(sessions, store, keyring or signing_keyring(settings))
+    manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
     return Worker(
         client,
@@ -107,31 +84,3 @@ def build_worker(
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
-
-
-async def run(settings: MoatSettings) -> None:
-    """Run one worker until SIGINT/SIGTERM, then shut down cleanly."""
-    observability.setup("moat-worker", log_format=settings.log_format)
-    keyring = signing_keyring(settings)  # a missing keyring stops the worker before it polls
-    client = await connect(settings, observability.temporal_interceptors())
-    async with activity_deps(settings) as (sessions, http):
-        async with sessions.begin() as session:
-            await repo.ensure_outcome_partitions(session, datetime.now(UTC))
-        await ensure_retention_schedule(client, settings)
-        worker = build_worker(client, settings, sessions, http, keyring=keyring)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        async with worker:
-            log.info(
-                "worker polling task queue %s in namespace %s",
-                settings.task_queue,
-                settings.temporal_namespace,
-            )
-            await stop.wait()
-        log.info("worker stopped")
-
-
-if __name__ == "__main__":
-    asyncio.run(run(MoatSettings()))

@@ -21,6 +21,7 @@ from activities.adapters import Adapter, fail
 from activities.evidence import Chain, continue_chain, step_id
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.ids import uuid7
+from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME
 from schemas.records import (
     Decision,
     ErrorTaxonomy,
@@ -39,10 +40,10 @@ from schemas.run import (
     longest_run_seconds,
 )
 from schemas.start import START_NOT_SIGNED, StartClaims
+from store import budgets, db, idempotency, policy, receipts, tenancy, tenants
 from store import events as event_log
-from store import repository as repo
+from store.keys.start import StartKeyring
 from store.models import PolicyDecisionRow, Tenant
-from store.start_keys import StartKeyring
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
 ADAPTER_STEP = "adapter"
@@ -67,7 +68,7 @@ class ExecuteActivities:
         self._adapters = adapters
         self._start_keys = start_keys
 
-    @activity.defn(name="moat.check_policy")
+    @activity.defn(name=CHECK_POLICY)
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
         # First of all: nothing of a run the gateway did not vouch for is acted on.
         refusal = self._start_keys.refusal(StartClaims.of_policy(inp), inp.start_signature)
@@ -83,12 +84,12 @@ class ExecuteActivities:
             )
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
-            await repo.set_tenant(session, inp.tenant_id)
-            tenant = await repo.get_tenant(session, inp.tenant_id)
+            await tenancy.set_tenant(session, inp.tenant_id)
+            tenant = await tenants.get_tenant(session, inp.tenant_id)
             mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
             if inp.dry_run:
                 return await self._decide(session, inp, mode, tenant, now, events=False)
-            claim = await repo.claim_key(
+            claim = await idempotency.claim_key(
                 session,
                 tenant_id=inp.tenant_id,
                 key=inp.idempotency_key,
@@ -98,7 +99,7 @@ class ExecuteActivities:
                 now=now,
                 ttl_seconds=inp.idempotency_ttl_seconds,
             )
-            existing = await repo.get_receipt(session, inp.tenant_id, claim.receipt_id)
+            existing = await receipts.get_receipt(session, inp.tenant_id, claim.receipt_id)
             if claim.receipt_id != inp.receipt_id and existing is None:
                 # Another execution holds the key and has not recorded its outcome yet.
                 raise ApplicationError(
@@ -142,11 +143,11 @@ class ExecuteActivities:
             inp.tenant_id[:64],
             claimed,
         )
-        if len(inp.tenant_id) > TENANT_ID_MAX or not repo.storable(inp.tenant_id):
+        if len(inp.tenant_id) > TENANT_ID_MAX or not db.storable(inp.tenant_id):
             return
         async with self._sessions.begin() as session:
-            await repo.set_tenant(session, inp.tenant_id)
-            if await repo.get_tenant(session, inp.tenant_id) is None:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            if await tenants.get_tenant(session, inp.tenant_id) is None:
                 return
             correlation = f"refused:{inp.run_id}"
             chain = Chain(inp.tenant_id, correlation, inp.run_id, "moat.policy")
@@ -156,7 +157,7 @@ class ExecuteActivities:
                 correlation,
                 error_code=START_NOT_SIGNED,
                 reason=reason,
-                **{k: v[:300] for k, v in claimed.items() if repo.storable(v)},
+                **{k: v[:300] for k, v in claimed.items() if db.storable(v)},
             )
             await event_log.append(session, chain.drafts)
 
@@ -175,7 +176,7 @@ class ExecuteActivities:
         held = False
         if budget is not None and not inp.dry_run and row.decision != Decision.DENY.value:
             # The execution holds its unit until it records: concurrent checks count it.
-            await repo.hold_budget(
+            await budgets.hold_budget(
                 session,
                 inp.tenant_id,
                 inp.capability.id,
@@ -225,7 +226,7 @@ class ExecuteActivities:
             await event_log.append(session, chain.drafts)
         return outcome
 
-    @activity.defn(name="moat.call_adapter")
+    @activity.defn(name=CALL_ADAPTER)
     async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
         info = activity.info()
         invoked_at = datetime.now(UTC)
@@ -296,24 +297,24 @@ class ExecuteActivities:
         """One event of the adapter step, in a transaction of its own (the attempt itself is
         the state it records)."""
         async with self._sessions.begin() as session:
-            await repo.set_tenant(session, inp.tenant_id)
+            await tenancy.set_tenant(session, inp.tenant_id)
             chain = await continue_chain(
                 session, inp.tenant_id, inp.receipt_id, run_id, "moat.adapter"
             )
             chain.add(event_type, aggregate, step_id(inp.receipt_id, ADAPTER_STEP), name, **data)
             await event_log.append(session, chain.drafts)
 
-    @activity.defn(name="moat.record_outcome")
+    @activity.defn(name=RECORD_OUTCOME)
     async def record_outcome(self, inp: RecordInput) -> Receipt:
         now = datetime.now(UTC)
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
-            await repo.set_tenant(session, inp.tenant_id)
-            if not await repo.insert_receipt(session, receipt):
-                stored = await repo.get_receipt(session, inp.tenant_id, inp.receipt_id)
+            await tenancy.set_tenant(session, inp.tenant_id)
+            if not await receipts.insert_receipt(session, receipt):
+                stored = await receipts.get_receipt(session, inp.tenant_id, inp.receipt_id)
                 assert stored is not None
                 return stored
-            await repo.insert_outcome_event(
+            await receipts.insert_outcome_event(
                 session,
                 OutcomeEvent(
                     id=str(uuid7()),
@@ -333,9 +334,9 @@ class ExecuteActivities:
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.is_synthetic:
-                await repo.increment_budget(session, inp.tenant_id, inp.capability.id, now)
+                await budgets.increment_budget(session, inp.tenant_id, inp.capability.id, now)
             if inp.budget_held:
-                await repo.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
+                await budgets.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
             await event_log.append(session, await _outcome_events(session, inp))
         return receipt
 
@@ -376,7 +377,7 @@ async def _record_decision(
     reason: str,
 ) -> PolicyDecisionRow:
     """The execution's one decision (a fixed id: a retried check gets the first one back)."""
-    return await repo.insert_policy_decision(
+    return await policy.insert_policy_decision(
         session,
         id=decision_id_for(inp.receipt_id),
         tenant_id=inp.tenant_id,
@@ -393,13 +394,13 @@ async def _record_decision(
 
 async def _evaluate(
     session: AsyncSession, inp: PolicyInput, mode: PolicyMode, tenant: Tenant | None, now: datetime
-) -> tuple[Decision, RuleHit, str, repo.BudgetState | None]:
+) -> tuple[Decision, RuleHit, str, budgets.BudgetState | None]:
     """The decision, and the budget it was taken against (None when none applies)."""
     if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
         return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode", None
     if inp.is_synthetic:
         return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
-    budget = await repo.budget_state(
+    budget = await budgets.budget_state(
         session,
         inp.tenant_id,
         inp.capability.id,

@@ -1,4 +1,4 @@
-"""The manifest step: a signed, write-once run manifest (seed 003) at the end of every run.
+"""The manifest step: a signed, write-once run manifest at the end of every run.
 
 Written to ``{root}/{tenant}/{run_id}/manifest.json``, indexed in Postgres with its digest
 in the same transaction as the ``MANIFEST_WRITTEN`` event. A replayed run (reset, or a new
@@ -15,8 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -31,12 +29,13 @@ from schemas.manifest import (
     redact_manifest,
     redacted_tool,
 )
+from schemas.names import WRITE_MANIFEST
 from schemas.run import ManifestInput, ManifestRef
 from store import events as event_log
-from store import repository as repo
+from store import manifests, tenancy
+from store.keys.signing import Keyring, sign_manifest
 from store.manifests import ManifestStore
 from store.models import ManifestRow
-from store.signing import Keyring, sign_manifest
 
 _MANIFEST_NAMESPACE = uuid.UUID("9b2e4c1a-7f3d-4e8b-a6c5-1d0f2e3b4a59")
 
@@ -61,13 +60,13 @@ class ManifestActivities:
         self._worker_id = socket.gethostname()
 
     def _current_keyring(self) -> Keyring:
-        """Pick up ``moat keys rotate`` (or an updated secret mount) without a restart."""
+        """Pick up ``moat signing-key rotate`` (or an updated secret mount) without a restart."""
         stamp = _stamp(self._keyring.path)
         if stamp != self._keyring_stamp:
             self._keyring, self._keyring_stamp = Keyring.load(self._keyring.path), stamp
         return self._keyring
 
-    @activity.defn(name="moat.write_manifest")
+    @activity.defn(name=WRITE_MANIFEST)
     async def write_manifest(self, inp: ManifestInput) -> ManifestRef:
         receipt = inp.receipt
         if not inp.replayed and inp.run_id != receipt.run_id:
@@ -90,8 +89,8 @@ class ManifestActivities:
             original = None
             if inp.replayed:
                 async with self._sessions.begin() as session:
-                    await repo.set_tenant(session, receipt.tenant_id)
-                    original = await _manifest_of(session, receipt.tenant_id, receipt.run_id)
+                    await tenancy.set_tenant(session, receipt.tenant_id)
+                    original = await manifests.index_row(session, receipt.tenant_id, receipt.run_id)
             signed = sign_manifest(
                 self._build(inp, original), self._current_keyring(), signer="moat"
             )
@@ -99,7 +98,7 @@ class ManifestActivities:
         signature = signed.signatures[-1]
         kid = signature.kid or ""
         async with self._sessions.begin() as session:
-            await repo.set_tenant(session, receipt.tenant_id)
+            await tenancy.set_tenant(session, receipt.tenant_id)
             await _index(session, inp, str(path), digest, kid, signature.algorithm)
         return ManifestRef(path=str(path), sha256=digest, kid=kid)
 
@@ -190,40 +189,24 @@ class ManifestActivities:
         )
 
 
-async def _manifest_of(session: AsyncSession, tenant_id: str, run_id: str) -> ManifestRow | None:
-    return (
-        await session.execute(
-            select(ManifestRow).where(
-                ManifestRow.tenant_id == tenant_id, ManifestRow.run_id == run_id
-            )
-        )
-    ).scalar_one_or_none()
-
-
 async def _index(
     session: AsyncSession, inp: ManifestInput, path: str, digest: str, kid: str, alg: str
 ) -> None:
     receipt = inp.receipt
-    inserted = (
-        await session.execute(
-            insert(ManifestRow)
-            .values(
-                id=str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}")),
-                tenant_id=receipt.tenant_id,
-                receipt_id=receipt.id,
-                run_id=inp.run_id,
-                path=path,
-                sha256=digest,
-                kid=kid,
-                alg=alg,
-                replayed=inp.replayed,
-                outcome=receipt.status.value,
-            )
-            .on_conflict_do_nothing()
-            .returning(ManifestRow.id)
-        )
-    ).scalar_one_or_none()
-    if inserted is None:
+    inserted = await manifests.index(
+        session,
+        id=str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}")),
+        tenant_id=receipt.tenant_id,
+        receipt_id=receipt.id,
+        run_id=inp.run_id,
+        path=path,
+        sha256=digest,
+        kid=kid,
+        alg=alg,
+        replayed=inp.replayed,
+        outcome=receipt.status.value,
+    )
+    if not inserted:
         return
     chain = await continue_chain(
         session, receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest"

@@ -1,4 +1,4 @@
-"""Manifest retention: remove manifests past their retention (seed 003), recording each
+"""Manifest retention: remove manifests past their retention (``schemas.retention``), recording each
 removal as a ``MANIFEST_EXPIRED`` event. Compliance tenants' manifests stay 7 years; the
 database itself refuses their earlier deletion."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.evidence import continue_chain
 from schemas.events import AggregateType, EventType
+from schemas.names import EXPIRE_MANIFESTS
 from schemas.retention import (
     IDEMPOTENCY_WINDOW_MINIMUM,
     RetentionInput,
@@ -21,9 +21,8 @@ from schemas.retention import (
     retention_for,
 )
 from store import events as event_log
-from store import repository as repo
+from store import manifests, tenancy, tenants
 from store.manifests import ManifestStore
-from store.models import ManifestRow
 
 
 class RetentionActivities:
@@ -31,7 +30,7 @@ class RetentionActivities:
         self._sessions = sessions
         self._store = store
 
-    @activity.defn(name="moat.expire_manifests")
+    @activity.defn(name=EXPIRE_MANIFESTS)
     async def expire_manifests(self, inp: RetentionInput) -> RetentionReport:
         assert inp.as_of is not None
         report = RetentionReport(as_of=inp.as_of)
@@ -55,25 +54,14 @@ class RetentionActivities:
     ) -> tuple[int, int, int]:
         """Deleted, kept and refused manifests of one batch."""
         async with self._sessions.begin() as session:
-            await repo.set_tenant(session, tenant_id)
-            tenant = await repo.get_tenant(session, tenant_id)
+            await tenancy.set_tenant(session, tenant_id)
+            tenant = await tenants.get_tenant(session, tenant_id)
             if tenant is None:
                 return 0, 0, 0
             compliance = tenant.retention_mode == "compliance"
             # The shortest any manifest is kept; rows younger than that are not looked at.
             horizon = as_of - IDEMPOTENCY_WINDOW_MINIMUM
-            rows = (
-                (
-                    await session.execute(
-                        select(ManifestRow)
-                        .where(ManifestRow.tenant_id == tenant_id, ManifestRow.created_at < horizon)
-                        .order_by(ManifestRow.created_at)
-                        .limit(limit)
-                    )
-                )
-                .scalars()
-                .all()
-            )
+            rows = await manifests.older_than(session, tenant_id, horizon, limit)
             expired = [
                 r
                 for r in rows
@@ -89,7 +77,7 @@ class RetentionActivities:
             for row in expired:
                 try:
                     async with session.begin_nested():
-                        await session.execute(delete(ManifestRow).where(ManifestRow.id == row.id))
+                        await manifests.unindex(session, row.id)
                 except IntegrityError:
                     refused += 1  # compliance: the database keeps it 7 years, whatever we ask
                     continue

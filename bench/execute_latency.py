@@ -37,7 +37,7 @@ from rich.console import Console
 from bench.bare_workflow import BARE_WORKFLOW, BareInput
 from bench.report import MOAT_LOCAL, MOAT_REGULAR, recommendation, render
 from bench.stack import BenchStack, bench_stack
-from starter.ingest import REPLAYED_HEADER
+from schemas.names import REPLAYED_HEADER
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 

@@ -28,12 +28,11 @@ from temporalio.worker import Worker
 import worker as moat_worker
 from bench.bare_workflow import ACTIVITIES, BareSteps
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.codec import data_converter
 from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
-from starter.gateway import create_app
-from store import make_engine, make_sessionmaker, upgrade
-from store import repository as repo
+from starter.gateway.app import create_app
+from starter.runtime import observability
+from starter.runtime.codec import data_converter
+from store import api_keys, make_engine, make_sessionmaker, receipts, tenants, upgrade
 
 NAMESPACE = "moat"
 _SELECT_RECEIPT = text("SELECT * FROM receipts WHERE id = :id")
@@ -110,7 +109,7 @@ async def _start_processes(
     )
     wsessions, http_out = await st.enter_async_context(moat_worker.activity_deps(settings))
     async with wsessions.begin() as session:
-        await repo.ensure_outcome_partitions(session, datetime.now(UTC))
+        await receipts.ensure_outcome_partitions(session, datetime.now(UTC))
     await st.enter_async_context(
         moat_worker.build_worker(moat_client, settings, wsessions, http_out)
     )
@@ -140,8 +139,8 @@ async def _start_processes(
         gateways[local] = await st.enter_async_context(serve_asgi(app))
     select_url = await st.enter_async_context(serve_asgi(select_app(sessions)))
     async with sessions.begin() as session:
-        tenant = await repo.create_tenant(session, f"bench-{uuid.uuid4().hex[:12]}")
-        api_key = await repo.create_api_key(session, tenant.id, name="bench")
+        tenant = await tenants.create_tenant(session, f"bench-{uuid.uuid4().hex[:12]}")
+        api_key = await api_keys.create_api_key(session, tenant.id, name="bench")
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     http = await st.enter_async_context(httpx.AsyncClient(timeout=60, limits=limits))
     return BenchStack(env.client, bare_queue, gateways, select_url, api_key, http)

@@ -29,7 +29,6 @@ from schemas.records import (
     taxonomy_for_http_status,
 )
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
-from schemas.settings import MoatSettings
 
 __all__ = [
     "BUILTIN_CAPABILITIES",
@@ -45,7 +44,6 @@ __all__ = [
     "ExecuteResult",
     "ExecuteWorkflowInput",
     "ExecutionStatus",
-    "MoatSettings",
     "OutcomeEvent",
     "PolicyMode",
     "Receipt",

@@ -1,7 +1,7 @@
 """Canonical JSON (RFC 8785), redaction and ``sha256:`` digests.
 
-Raw inputs and outputs are never stored: they are redacted (seed 000's key deny-list plus
-well-known secret value formats), canonicalized, and only the digest is kept.
+Raw inputs and outputs are never stored: they are redacted (a deny-list of secret key names
+plus well-known secret value formats), canonicalized, and only the digest is kept.
 
 URLs inside strings are redacted piece by piece, so a record still says where a call went:
 userinfo, the values of query (and fragment) parameters whose names are secret, and the

@@ -1,4 +1,5 @@
-"""The event log's vocabulary (seed 001) and the reducer that derives a run's state.
+"""The event log's vocabulary (``RUN_*``, ``STEP_*``, ``EFFECT_*``, ``TOOL_*`` and manifest
+events, each with its correlation and causation) and the reducer that derives a run's state.
 
 The same ``apply`` builds the ``runs`` projection as events are written and rebuilds it
 from scratch for ``moat runs rebuild --verify``, so the two can be compared.

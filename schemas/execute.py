@@ -1,9 +1,9 @@
-"""The execute request, the response envelope and the error body (seed 004)."""
+"""The execute request, the response envelope and the error body."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,14 +101,14 @@ WARNING_MESSAGES: dict[str, str] = {
 }
 
 
-def envelope_for_receipt(receipt: Receipt) -> tuple[int, Envelope]:
-    """The HTTP status and envelope for a finished execution, fresh or replayed alike."""
+def envelope_for_receipt(receipt: Receipt) -> Envelope:
+    """The envelope of a finished execution, fresh or replayed alike."""
     if receipt.status == ExecutionStatus.SUCCESS:
         # A success's error code, when it has one, is a warning (the receipt is all a replay
         # has, so fresh and replayed answers say the same).
         code = receipt.error_code
         warnings = [ErrorBody(code=code, message=WARNING_MESSAGES.get(code, code))] if code else []
-        return 200, Envelope(
+        return Envelope(
             receipt_id=receipt.id,
             trace_id=receipt.trace_id,
             status=EnvelopeStatus.EXECUTED,
@@ -122,14 +122,7 @@ def envelope_for_receipt(receipt: Receipt) -> tuple[int, Envelope]:
     details: dict[str, Any] = {"receipt_status": receipt.status.value}
     if receipt.http_status is not None:
         details["provider_status"] = receipt.http_status
-    http_status: Literal[403, 500, 502]
-    if receipt.status == ExecutionStatus.POLICY_DENIED or code == "host_not_allowed":
-        http_status = 403
-    elif code == "gateway_error":
-        http_status = 500
-    else:
-        http_status = 502
-    return http_status, Envelope(
+    return Envelope(
         receipt_id=receipt.id,
         trace_id=receipt.trace_id,
         status=EnvelopeStatus.FAILED,

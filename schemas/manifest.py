@@ -1,7 +1,7 @@
-"""The run manifest (seed 003): the write-once evidence of one run, and the bytes it signs.
+"""The run manifest: the write-once, signed evidence of one run, and the bytes it signs.
 
 Pure and free of I/O (the workflow sandbox imports it); keys and JWS live in
-``store.signing``. A signature covers the RFC 8785 bytes of the manifest without its
+``store.keys.signing``. A signature covers the RFC 8785 bytes of the manifest without its
 ``signatures`` member, so signatures can be added without changing what others signed,
 and anyone can recompute the payload from the file with any JCS implementation.
 """
@@ -31,7 +31,8 @@ MANIFEST_SCOPE = ["manifest"]
 
 class _Part(BaseModel):
     """Frozen, closed to unknown members, and absent (not ``null``) when an optional member
-    is unset, as seed 003's ``?`` fields are: a null would be a different signed document."""
+    is unset, as the manifest's optional fields are: a null would be a different signed
+    document."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -94,7 +95,7 @@ class Approval(_Part):
 
 
 class ManifestMetadata(_Part):
-    """Open to extra members (seed 003 shows ``replay_reason``, ``dlq_entry``, ...)."""
+    """Open to extra members (a replay's ``replay_reason``, a dead letter's ``dlq_entry``, ...)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -106,7 +107,7 @@ class ManifestMetadata(_Part):
 
 
 class RunManifest(_Part):
-    """Seed 003's ``RunManifest``, every member."""
+    """The manifest of one run, every member of the manifest format."""
 
     run_id: str
     tenant_id: str

@@ -1,4 +1,4 @@
-"""The immutable records of seed 000: Receipt, OutcomeEvent and their enums."""
+"""The immutable records of every execution attempt: Receipt, OutcomeEvent and their enums."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ class ExecutionStatus(StrEnum):
 
 
 class ErrorTaxonomy(StrEnum):
-    """Normalized error categories (seed 000's table)."""
+    """Normalized error categories: what failed (the provider, the network, Moat, policy), so
+    trust and retries can be judged by kind rather than by each provider's wording."""
 
     NONE = "none"
     PROVIDER_RATE_LIMITED = "provider_rate_limited"
@@ -38,7 +39,8 @@ RESPONSE_TRUNCATED = "provider_response_truncated"
 
 
 def taxonomy_for_http_status(status: int) -> ErrorTaxonomy:
-    """Map a provider's HTTP status to the taxonomy (seed 000)."""
+    """Map a provider's HTTP status to the taxonomy: 2xx/3xx none, 429 rate limited, 401/403
+    auth failure, 404 not found, 408 timeout, other 4xx invalid input, 5xx server error."""
     if 200 <= status < 400:
         return ErrorTaxonomy.NONE
     if status == 429:

@@ -1,4 +1,6 @@
-"""How long run manifests are kept (seed 003), and the retention job's contracts."""
+"""How long run manifests are kept (never less than the idempotency window; 90 days for
+completed runs, 30 for failed ones, 7 years in compliance mode), and the retention job's
+contracts."""
 
 from __future__ import annotations
 
@@ -10,9 +12,6 @@ IDEMPOTENCY_WINDOW_MINIMUM = timedelta(hours=24)
 COMPLETED = timedelta(days=90)
 FAILED = timedelta(days=30)
 COMPLIANCE = timedelta(days=7 * 365 + 2)  # 7 years, leap days included
-
-RETENTION_WORKFLOW = "ManifestRetention"
-RETENTION_SCHEDULE_ID = "moat-manifest-retention"
 
 
 def retention_for(outcome: str, *, compliance: bool, idempotency_ttl_seconds: int) -> timedelta:

@@ -14,8 +14,6 @@ from pydantic import BaseModel, Field
 from schemas.capabilities import CapabilitySpec
 from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
 
-WORKFLOW_NAME = "ExecuteCapability"
-
 
 class ExecuteWorkflowInput(BaseModel):
     """Everything a run needs; resolved at ingest so the run is deterministic."""

@@ -1,5 +1,5 @@
 """Engines, sessions and migrations. The boundary (request, activity attempt) owns the
-transaction; repository functions take the session and only flush."""
+transaction; the query modules (one per aggregate) take the session and only flush."""
 
 from __future__ import annotations
 
@@ -40,3 +40,14 @@ def upgrade(url: str, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
     finally:
         engine.dispose()
+
+
+def storable(value: str) -> bool:
+    """Text Postgres can hold: no NUL, no lone surrogate."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -7,6 +7,10 @@ would block the retried activity. Deletion exists only for retention.
 
 Manifests are readable by Moat's own user only: files 0600, and every folder Moat makes
 under the root (the root itself when it creates it, tenant and run folders always) 0700.
+
+The index (table ``manifests``: path, digest, key, outcome per run) is what readers and
+retention query; a file is indexed after it is written and deleted after its row, so an
+indexed manifest always has its file until retention takes both.
 """
 
 from __future__ import annotations
@@ -16,10 +20,17 @@ import errno
 import json
 import os
 import secrets
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import sha256_digest
 from schemas.manifest import RunManifest, parse_document, signing_input
+from store.models import ManifestRow
 
 MANIFEST_NAME = "manifest.json"
 FILE_MODE = 0o600
@@ -175,3 +186,93 @@ class ManifestStore:
             path.parent.rmdir()
         _fsync_dir(path.parent.parent)
         return True
+
+
+# --- the index ---------------------------------------------------------------------------
+
+
+async def index_row(session: AsyncSession, tenant_id: str, run_id: str) -> ManifestRow | None:
+    """The index row of a run's manifest."""
+    return (
+        await session.execute(
+            select(ManifestRow).where(
+                ManifestRow.tenant_id == tenant_id, ManifestRow.run_id == run_id
+            )
+        )
+    ).scalar_one_or_none()
+
+
+async def index(
+    session: AsyncSession,
+    *,
+    id: str,
+    tenant_id: str,
+    receipt_id: str,
+    run_id: str,
+    path: str,
+    sha256: str,
+    kid: str,
+    alg: str,
+    replayed: bool,
+    outcome: str,
+) -> bool:
+    """Index a written manifest; False when its row exists already (a retried step)."""
+    inserted = (
+        await session.execute(
+            insert(ManifestRow)
+            .values(
+                id=id,
+                tenant_id=tenant_id,
+                receipt_id=receipt_id,
+                run_id=run_id,
+                path=path,
+                sha256=sha256,
+                kid=kid,
+                alg=alg,
+                replayed=replayed,
+                outcome=outcome,
+            )
+            .on_conflict_do_nothing()
+            .returning(ManifestRow.id)
+        )
+    ).scalar_one_or_none()
+    return inserted is not None
+
+
+async def of_execution(
+    session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str | None = None
+) -> Sequence[ManifestRow]:
+    """An execution's manifests (one run's with ``run_id``), the original run's first."""
+    stmt = select(ManifestRow).where(
+        ManifestRow.tenant_id == tenant_id, ManifestRow.receipt_id == receipt_id
+    )
+    if run_id is not None:
+        stmt = stmt.where(ManifestRow.run_id == run_id)
+    return (
+        (await session.execute(stmt.order_by(ManifestRow.replayed, ManifestRow.created_at)))
+        .scalars()
+        .all()
+    )
+
+
+async def older_than(
+    session: AsyncSession, tenant_id: str, horizon: datetime, limit: int
+) -> Sequence[ManifestRow]:
+    """Up to ``limit`` of a tenant's index rows created before ``horizon``, oldest first."""
+    return (
+        (
+            await session.execute(
+                select(ManifestRow)
+                .where(ManifestRow.tenant_id == tenant_id, ManifestRow.created_at < horizon)
+                .order_by(ManifestRow.created_at)
+                .limit(limit)
+            )
+        )
+        .scalars()
+        .all()
+    )
+
+
+async def unindex(session: AsyncSession, row_id: str) -> None:
+    """Delete an index row (retention; the database refuses it in compliance mode)."""
+    await session.execute(delete(ManifestRow).where(ManifestRow.id == row_id))

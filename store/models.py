@@ -193,7 +193,7 @@ class BudgetHold(Base):
 
 
 class OrchestrationEvent(Base):
-    """Seed 001's event log: append-only (the database refuses UPDATE and DELETE)."""
+    """The event log: append-only (the database refuses UPDATE and DELETE)."""
 
     __tablename__ = "orchestration_events"
 

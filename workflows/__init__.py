@@ -1,20 +1,7 @@
-"""Deterministic orchestration: no I/O, no clock, no randomness."""
+"""Floor 2, deterministic orchestration: no I/O, no clock, no randomness. Workflows import
+``schemas`` and the SDK only, and name their activities (``schemas.names``)."""
 
-from workflows.execute import (
-    CALL_ADAPTER,
-    CHECK_POLICY,
-    RECORD_OUTCOME,
-    WRITE_MANIFEST,
-    ExecuteCapability,
-)
-from workflows.retention import EXPIRE_MANIFESTS, ManifestRetention
+from workflows.execute import ExecuteCapability
+from workflows.retention import ManifestRetention
 
-__all__ = [
-    "CALL_ADAPTER",
-    "CHECK_POLICY",
-    "EXPIRE_MANIFESTS",
-    "RECORD_OUTCOME",
-    "WRITE_MANIFEST",
-    "ExecuteCapability",
-    "ManifestRetention",
-]
+__all__ = ["ExecuteCapability", "ManifestRetention"]

@@ -16,6 +16,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
     from schemas.execute import EnvelopeStatus
+    from schemas.names import (
+        CALL_ADAPTER,
+        CHECK_POLICY,
+        EXECUTE_WORKFLOW,
+        RECORD_OUTCOME,
+        STATUS_ATTRIBUTE,
+        WRITE_MANIFEST,
+    )
     from schemas.records import (
         RESPONSE_TRUNCATED,
         Decision,
@@ -27,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from schemas.run import (
         ADAPTER_TIMEOUT_SLACK,
         BOOKKEEPING_DEADLINE,
-        WORKFLOW_NAME,
         AdapterInput,
         AdapterOutput,
         ExecuteResult,
@@ -42,12 +49,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.start import input_digest
 
-CHECK_POLICY = "moat.check_policy"
-CALL_ADAPTER = "moat.call_adapter"
-RECORD_OUTCOME = "moat.record_outcome"
-WRITE_MANIFEST = "moat.write_manifest"
-
-STATUS_ATTR = SearchAttributeKey.for_keyword("MoatStatus")
+STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 
@@ -60,7 +62,7 @@ BOOKKEEPING_RETRY = RetryPolicy(
 BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=EXECUTE_WORKFLOW)
 class ExecuteCapability:
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:

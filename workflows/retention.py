@@ -8,9 +8,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.retention import RETENTION_WORKFLOW, RetentionInput, RetentionReport
-
-EXPIRE_MANIFESTS = "moat.expire_manifests"
+    from schemas.names import EXPIRE_MANIFESTS, RETENTION_WORKFLOW
+    from schemas.retention import RetentionInput, RetentionReport
 
 
 @workflow.defn(name=RETENTION_WORKFLOW)

@@ -1,4 +1,4 @@
-"""Alembic environment: runs revisions on the connection ``store.migrate`` hands over."""
+"""Alembic environment: runs revisions on the connection ``store.db.upgrade`` hands over."""
 
 from __future__ import annotations
 

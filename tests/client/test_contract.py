@@ -18,7 +18,7 @@ from moat_client.models import ErrorEnvelope
 from pydantic import TypeAdapter
 
 from schemas.settings import MoatSettings
-from starter.gateway import create_app
+from starter.gateway.app import create_app
 from tests.client.schema_compat import Reads, Schema
 
 # What the client reads from each route it calls, and on which statuses; every other

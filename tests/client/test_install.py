@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Stack, repo_root
+from tests.support.stack import Stack, repo_root
 
 # What an agent that only wants the client must not have to install.
 SERVER_PACKAGES = (

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from moat_client import EnvelopeStatus, MoatClient, MoatClientSync, MoatError
 
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 
 async def test_execute_replay_and_read_back(stack: Stack) -> None:

@@ -17,8 +17,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer, WorkflowReplayResult
 
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.codec import data_converter
+from starter.runtime import observability
+from starter.runtime.codec import data_converter
 from workflows import ExecuteCapability, ManifestRetention
 
 CORPUS = Path(__file__).resolve().parent

@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.retention import RETENTION_WORKFLOW, RetentionInput, RetentionReport
-from schemas.run import WORKFLOW_NAME
-from store import repository as repo
-from tests.fakes import Step
+from schemas.names import EXECUTE_WORKFLOW, RETENTION_WORKFLOW
+from schemas.retention import RetentionInput, RetentionReport
+from store import budgets
 from tests.histories.recorder import Recorder, Run
+from tests.support.fakes import Step
 
 
 def post(url: str) -> dict[str, Any]:
@@ -86,7 +86,7 @@ async def timeout(rec: Recorder) -> dict[str, Run]:
 async def budget_denied(rec: Recorder) -> dict[str, Run]:
     gw = await rec.gateway()
     async with rec.sessions.begin() as session:
-        await repo.set_budget(session, gw.tenant_id, "demo.echo", 0, "day")
+        await budgets.set_budget(session, gw.tenant_id, "demo.echo", 0, "day")
     answer = await rec.execute(gw, "demo.echo", ECHO, "denied")
     assert answer["error"]["code"] == "budget_exceeded", answer
     return {"budget_denied": await rec.latest(answer)}
@@ -142,7 +142,7 @@ async def terminated_and_resumed(rec: Recorder) -> dict[str, Run]:
             break
         await asyncio.sleep(0.05)
     handle = rec.client.get_workflow_handle(first["workflow_id"])
-    terminated = Run(WORKFLOW_NAME, handle.id, (await handle.describe()).run_id)
+    terminated = Run(EXECUTE_WORKFLOW, handle.id, (await handle.describe()).run_id)
     await handle.terminate("recording the resumed path")
     again = await rec.execute(gw, "http.request", post(url), "terminated")
     assert again["status"] == "executed", again
@@ -183,7 +183,7 @@ class RecordedPath:
 
 
 def _execute(name: str, about: str) -> RecordedPath:
-    return RecordedPath(name, WORKFLOW_NAME, about)
+    return RecordedPath(name, EXECUTE_WORKFLOW, about)
 
 
 DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {

@@ -26,10 +26,9 @@ from schemas.capabilities import (
     RetrySettings,
 )
 from schemas.ids import uuid7
-from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.names import EXECUTE_WORKFLOW
+from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.settings import MoatSettings
-from starter import observability
-from starter.codec import data_converter
 from starter.devstack import (
     EmbeddedPostgres,
     free_port,
@@ -37,12 +36,13 @@ from starter.devstack import (
     serve_asgi,
     temporal_binary,
 )
-from starter.gateway import create_app
-from store import make_engine, make_sessionmaker, upgrade
-from store import repository as repo
-from store.start_keys import StartKeyring
-from tests.fakes import FakeProvider
+from starter.gateway.app import create_app
+from starter.runtime import observability
+from starter.runtime.codec import data_converter
+from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
+from store.keys.start import StartKeyring
 from tests.histories.corpus import KEYRING
+from tests.support.fakes import FakeProvider
 
 NAMESPACE = "moat"
 
@@ -93,8 +93,8 @@ class Recorder:
         """The gateway whose runs use local (or regular) bookkeeping activities, with a
         tenant of the path's own."""
         async with self.sessions.begin() as session:
-            tenant = await repo.create_tenant(session, f"histories-{uuid.uuid4().hex[:12]}")
-            key = await repo.create_api_key(session, tenant.id)
+            tenant = await tenants.create_tenant(session, f"histories-{uuid.uuid4().hex[:12]}")
+            key = await api_keys.create_api_key(session, tenant.id)
         return Gateway(self.gateways[local_activities], tenant.id, key)
 
     async def execute(
@@ -122,7 +122,7 @@ class Recorder:
         with suppress(WorkflowFailureError):  # a run that fails is a path too
             await handle.result()
         description = await handle.describe()
-        return Run(WORKFLOW_NAME, workflow_id, description.run_id)
+        return Run(EXECUTE_WORKFLOW, workflow_id, description.run_id)
 
     async def only_run_of(self, tenant_id: str) -> Run:
         """The one run of a tenant, found by its search attribute."""
@@ -156,7 +156,7 @@ class Recorder:
         if sign:
             request = StartKeyring.from_settings(self.settings).signed(request, workflow_id)
         handle = await self.client.start_workflow(
-            WORKFLOW_NAME,
+            EXECUTE_WORKFLOW,
             request,
             id=workflow_id,
             task_queue=self.settings.task_queue,
@@ -164,7 +164,7 @@ class Recorder:
         )
         with suppress(WorkflowFailureError):
             await handle.result()
-        return Run(WORKFLOW_NAME, workflow_id, handle.result_run_id or "")
+        return Run(EXECUTE_WORKFLOW, workflow_id, handle.result_run_id or "")
 
     async def reset(self, run: Run, kind: str) -> Run:
         """``temporal workflow reset`` of a closed run, as ops replay one; the new run once

@@ -11,13 +11,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from schemas.execute import EnvelopeStatus
+    from schemas.names import EXECUTE_WORKFLOW
     from schemas.records import Receipt
-    from schemas.run import WORKFLOW_NAME, ExecuteResult, ExecuteWorkflowInput, PolicyOutcome
-
+    from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyOutcome
 from workflows.execute import STATUS_ATTR, ExecuteCapability
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=EXECUTE_WORKFLOW)
 class TimerBeforePolicy(ExecuteCapability):
     """A timer inserted before the policy step: the first command of every path changes."""
 
@@ -27,7 +27,7 @@ class TimerBeforePolicy(ExecuteCapability):
         return await super().run(req)
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=EXECUTE_WORKFLOW)
 class StatusBeforeManifest(ExecuteCapability):
     """Two commands swapped: the status is set before the manifest step, not after."""
 
@@ -45,7 +45,7 @@ class StatusBeforeManifest(ExecuteCapability):
         pass  # already set, before the manifest
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=EXECUTE_WORKFLOW)
 class DryRunStatusUnguarded(ExecuteCapability):
     """The dry-run status step as it would be without its ``workflow.patched`` guard."""
 

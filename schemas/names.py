@@ -1,0 +1,46 @@
+"""Names that cross rooms, defined once: Temporal workflow and activity types, the search
+attributes runs carry, the retention schedule's id, and Moat's HTTP headers.
+
+A workflow names its activities by these strings (it never imports them), the worker
+registers them under the same strings, and the gateway, the dev stack and operators
+(Temporal UI filters, ``temporal workflow`` commands) use the same attribute names.
+"""
+
+from __future__ import annotations
+
+# Workflow types.
+EXECUTE_WORKFLOW = "ExecuteCapability"
+RETENTION_WORKFLOW = "ManifestRetention"
+
+# Activity types.
+CHECK_POLICY = "moat.check_policy"
+CALL_ADAPTER = "moat.call_adapter"
+RECORD_OUTCOME = "moat.record_outcome"
+WRITE_MANIFEST = "moat.write_manifest"
+EXPIRE_MANIFESTS = "moat.expire_manifests"
+
+# The Temporal Schedule that starts the retention workflow.
+RETENTION_SCHEDULE_ID = "moat-manifest-retention"
+
+# Search attributes, all of type Keyword.
+TENANT_ATTRIBUTE = "MoatTenant"
+CAPABILITY_ATTRIBUTE = "MoatCapability"
+STATUS_ATTRIBUTE = "MoatStatus"
+IDEMPOTENCY_KEY_ATTRIBUTE = "MoatIdempotencyKey"
+RECEIPT_ATTRIBUTE = "MoatReceiptId"
+# Name and indexed type of every attribute, as registered with the Temporal namespace.
+SEARCH_ATTRIBUTES: tuple[tuple[str, str], ...] = (
+    (TENANT_ATTRIBUTE, "Keyword"),
+    (CAPABILITY_ATTRIBUTE, "Keyword"),
+    (STATUS_ATTRIBUTE, "Keyword"),
+    (IDEMPOTENCY_KEY_ATTRIBUTE, "Keyword"),
+    (RECEIPT_ATTRIBUTE, "Keyword"),
+)
+# A keyword attribute holds a bounded string: the idempotency key's first characters only.
+IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH = 200
+
+# HTTP headers of the gateway's answers.
+TRACE_HEADER = "X-Moat-Trace-Id"
+REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+MANIFEST_SHA256_HEADER = "X-Moat-Manifest-Sha256"
+RUN_ID_HEADER = "X-Moat-Run-Id"

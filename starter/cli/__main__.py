@@ -1,0 +1,3 @@
+from starter.cli.root import main
+
+main()

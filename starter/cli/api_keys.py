@@ -1,0 +1,87 @@
+"""``moat api-key``: a tenant's API keys (``moat_<id>_<secret>``, stored hashed): create,
+list, revoke. ``moat key`` is its old name, kept hidden for one release."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from schemas.api import ApiKeyInfo, NewApiKey
+from schemas.settings import MoatSettings
+from starter.cli.output import AsJson, out, print_json, run
+from starter.cli.tenants import TenantArg, tenant_of
+from starter.runtime.database import owner_transaction
+from starter.service import MoatError, tenants
+
+api_key_app = typer.Typer(
+    no_args_is_help=True, help="API keys (moat_<id>_<secret>, stored hashed)."
+)
+
+
+async def _create(settings: MoatSettings, tenant: str, name: str) -> NewApiKey:
+    async with owner_transaction(settings) as session:
+        row = await tenant_of(session, tenant)
+        return await tenants.create_key(session, row.id, name)
+
+
+@api_key_app.command("create")
+def create(
+    tenant: TenantArg,
+    name: Annotated[str, typer.Option("--name", help="A label, e.g. the agent using it.")] = "",
+    as_json: AsJson = False,
+) -> None:
+    """Create an API key for a tenant (the secret is shown once)."""
+    created = run(_create(MoatSettings(), tenant, name))
+    if as_json:
+        out.print_json(created.model_dump_json())
+        return
+    table = Table(show_header=False)
+    table.add_row("key_id", created.id)
+    table.add_row("tenant_id", created.tenant_id)
+    table.add_row("api_key", created.api_key)
+    out.print(table)
+    out.print("[yellow]The API key is shown once; store it now.[/]")
+
+
+async def _list(settings: MoatSettings, tenant: str) -> Sequence[ApiKeyInfo]:
+    async with owner_transaction(settings) as session:
+        row = await tenant_of(session, tenant)
+        return await tenants.list_keys(session, row.id)
+
+
+@api_key_app.command("list")
+def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
+    """List a tenant's API keys (ids and prefixes, never secrets)."""
+    keys = run(_list(MoatSettings(), tenant))
+    if as_json:
+        print_json([k.model_dump(mode="json") for k in keys])
+        return
+    table = Table("name", "created", "revoked")
+    table.add_column("key id", no_wrap=True)
+    for k in keys:
+        revoked = f"{k.revoked_at:%F %T}" if k.revoked_at else ""
+        table.add_row(k.name, f"{k.created_at:%F %T}", revoked, k.id)
+    out.print(table)
+
+
+async def _revoke(settings: MoatSettings, key: str) -> ApiKeyInfo:
+    key_id = tenants.key_id_of(key)
+    async with owner_transaction(settings) as session:
+        revoked = await tenants.revoke_key(session, key_id, datetime.now(UTC))
+    if revoked is None:
+        raise MoatError("key_not_found", f"no API key {key_id!r}")
+    return revoked
+
+
+@api_key_app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (the <id> in moat_<id>_…).")],
+) -> None:
+    """Revoke an API key; requests with it are refused from now on."""
+    revoked = run(_revoke(MoatSettings(), key_id))
+    assert revoked.revoked_at is not None
+    out.print(f"key {revoked.id} of {revoked.tenant_id} revoked at {revoked.revoked_at:%F %T%z}")

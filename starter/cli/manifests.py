@@ -1,0 +1,167 @@
+"""``moat manifest``: check run manifests (verify every signature, or inspect one unverified).
+
+``manifest verify`` exits 0 when every signature verifies, 1 when the manifest is
+unsigned, tampered or signed by a key the JWKS does not hold, and 2 when the file (or the
+JWKS) cannot be read as one; scripts can tell "reject" from "could not check".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.text import Text
+
+from schemas.manifest import content_digest, parse_document
+from schemas.settings import MoatSettings
+from store.keys.signing import (
+    Keyring,
+    MalformedError,
+    UnknownKeyError,
+    VerificationError,
+    protected_header,
+    verify_manifest,
+)
+
+manifest_app = typer.Typer(no_args_is_help=True, help="Verify and inspect run manifests.")
+
+out = Console()
+err = Console(stderr=True)
+
+VALID, REJECTED, UNREADABLE = 0, 1, 2
+
+
+def keyring_path() -> Path:
+    """The local signing keyring (``MOAT_SIGNING_KEYRING``, else under ``MOAT_HOME``)."""
+    return MoatSettings().signing_keyring_path
+
+
+def stop(message: str, code: int, hint: str | None = None) -> typer.Exit:
+    """The one line of a check that did not pass (``rejected``) or could not run."""
+    err.print(f"[bold red]{'rejected' if code == REJECTED else 'error'}:[/] {escape(message)}")
+    if hint:
+        err.print(f"[dim]{hint}[/]")
+    return typer.Exit(code)
+
+
+def _text(value: Any) -> Text:
+    """File content is untrusted: render it literally, never as console markup."""
+    return Text(value if isinstance(value, str) else json.dumps(value))
+
+
+def _read_manifest(file: Path) -> tuple[bytes, dict[str, Any]]:
+    try:
+        data = file.read_bytes()
+        return data, parse_document(data)
+    except (OSError, ValueError) as exc:
+        raise stop(f"cannot read {file} as a manifest: {exc}", UNREADABLE) from None
+
+
+def _load_jwks(source: str | None) -> dict[str, Any]:
+    try:
+        if source is None:
+            path = keyring_path()
+            if not path.exists():
+                raise stop(
+                    f"no signing keyring at {path}",
+                    UNREADABLE,
+                    "pass --jwks FILE|URL (e.g. the gateway's /.well-known/jwks.json)",
+                )
+            return Keyring.load(path).jwks()
+        if source.startswith(("http://", "https://")):
+            response = httpx.get(source, timeout=10.0, follow_redirects=False)
+            response.raise_for_status()
+            value: Any = response.json()
+        else:
+            value = json.loads(Path(source).read_text())
+    except (OSError, ValueError, KeyError, httpx.HTTPError) as exc:
+        where = source or "the keyring"
+        raise stop(f"cannot load the JWKS from {where}: {exc}", UNREADABLE) from None
+    if not isinstance(value, dict):
+        raise stop("the JWKS is not a JSON object", UNREADABLE)
+    return value
+
+
+def check_manifest(data: bytes, jwks: Mapping[str, Any]) -> tuple[int, str]:
+    """The verdict of ``manifest verify`` on a file's bytes: exit code and message."""
+    try:
+        document = parse_document(data)
+    except ValueError as exc:
+        return UNREADABLE, f"not a manifest file: {exc}"
+    try:
+        kids = verify_manifest(document, jwks)
+    except MalformedError as exc:
+        return UNREADABLE, str(exc)
+    except UnknownKeyError as exc:
+        return REJECTED, f"{exc} (is the JWKS the signer's, and current?)"
+    except VerificationError as exc:
+        return REJECTED, str(exc)
+    return VALID, f"{len(kids)} signature(s) by {', '.join(kids)}; {content_digest(document)}"
+
+
+@manifest_app.command("verify")
+def verify(
+    file: Annotated[Path, typer.Argument(help="A manifest.json.")],
+    jwks: Annotated[
+        str | None,
+        typer.Option("--jwks", help="JWK Set file or URL. Default: the local keyring."),
+    ] = None,
+) -> None:
+    """Verify every signature of a manifest (0 valid, 1 rejected, 2 unreadable)."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise stop(f"cannot read {file}: {exc}", UNREADABLE) from None
+    code, message = check_manifest(data, _load_jwks(jwks))
+    if code != VALID:
+        raise stop(message, code)
+    out.print(f"[bold green]valid[/]: {escape(message)}", soft_wrap=True)
+
+
+def _field(name: str, value: Any, indent: int = 0) -> None:
+    """One ``name  value`` line; long values (digests, kids) run on rather than being cut."""
+    label = Text(" " * indent + f"{name:<{24 - indent}}", style="bold")
+    out.print(Text.assemble(label, _text(value)), soft_wrap=True)
+
+
+@manifest_app.command("inspect")
+def inspect(file: Annotated[Path, typer.Argument(help="A manifest.json.")]) -> None:
+    """Show a manifest's identifiers, digests and signature headers, WITHOUT verifying."""
+    data, document = _read_manifest(file)
+    out.print(
+        Panel(
+            "UNVERIFIED: shown as read from the file. Check it with `moat manifest verify`.",
+            style="bold yellow",
+        )
+    )
+    for name in ("run_id", "tenant_id", "idempotency_key", "executed_at", "inputs_sha"):
+        _field(name, document.get(name, "-"))
+    _field("file sha256", "sha256:" + hashlib.sha256(data).hexdigest())
+    try:
+        _field("signed content sha256", content_digest(document))
+    except ValueError as exc:
+        _field("signed content sha256", f"not canonicalizable: {exc}")
+    signatures = document.get("signatures")
+    for i, entry in enumerate(signatures if isinstance(signatures, list) else []):
+        out.print(f"signature {i}", style="bold")
+        entry = entry if isinstance(entry, dict) else {}
+        try:
+            header: dict[str, Any] = protected_header(str(entry.get("signature", "")))
+        except MalformedError as exc:
+            header = {"alg": f"unreadable: {exc}", "kid": "-"}
+        _field("alg (header)", header.get("alg"), indent=2)
+        _field("kid (header)", header.get("kid"), indent=2)
+        for label in ("signer", "signed_at", "scope"):
+            _field(label + "*", entry.get(label, "-"), indent=2)
+    if signatures:
+        out.print("[dim]* labels of the entry: the signature covers the content, not them[/]")
+    else:
+        out.print("[bold red]no signatures[/]")

@@ -1,0 +1,61 @@
+"""How the CLI speaks: results on stdout (a table, or JSON with ``--json``), refusals and
+faults on stderr as one ``error:`` line (and a hint), never a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from starter.service import MoatError
+
+out = Console()
+err = Console(stderr=True)
+
+T = TypeVar("T")
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+
+# What to do next, for refusals an operator can act on.
+HINTS = {
+    "tenant_not_found": "give a tenant's id or name; see `moat tenant list`",
+    "key_not_found": "see `moat api-key list TENANT`",
+}
+
+
+def print_json(value: Any) -> None:
+    out.print_json(json.dumps(value))
+
+
+def error_line(message: str, hint: str | None = None) -> None:
+    """The one line a failed command leaves on stderr (and a dimmed hint below it)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    if hint:
+        err.print(f"[dim]{escape(hint)}[/]", soft_wrap=True)
+
+
+def fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
+    """Say what went wrong in one line; raise the returned exit."""
+    error_line(message, hint)
+    return typer.Exit(code)
+
+
+@contextmanager
+def refusals(hint: str | None = None) -> Iterator[None]:
+    """A service's refusal (``MoatError``) as the one error line, exit code 1."""
+    try:
+        yield
+    except MoatError as exc:
+        raise fail(exc.message, hint or HINTS.get(exc.code)) from None
+
+
+def run(coroutine: Coroutine[Any, Any, T], hint: str | None = None) -> T:
+    """Run a command's coroutine; a refusal ends the command with its one error line."""
+    with refusals(hint):
+        return asyncio.run(coroutine)

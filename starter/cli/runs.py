@@ -1,0 +1,126 @@
+"""``moat runs``: rebuild and verify the runs projection, show an execution's causal chain."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.tree import Tree
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.events import Event
+from schemas.settings import MoatSettings
+from starter.cli.output import out
+from starter.runtime.database import owner_sessions
+from store import events as event_log
+from store import tenancy, tenants
+
+runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
+
+
+async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
+    """Tenant ids from the operators' directory (row-level security closes the table)."""
+    if only:
+        tenant = await tenants.find_tenant(session, only)
+        if tenant is None:
+            raise typer.BadParameter(f"no tenant {only!r}", param_hint="--tenant")
+        return [tenant.id]
+    return [t.id for t in await tenants.list_tenants(session)]
+
+
+async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool) -> int:
+    table = Table("tenant", "receipt", "field", "stored", "from events", title="differences")
+    checked = differing = 0
+    async with owner_sessions(settings) as sessions:
+        async with sessions() as session:
+            tenant_ids = await _tenants(session, tenant)
+        for tenant_id in tenant_ids:
+            async with sessions.begin() as session:
+                await tenancy.set_tenant(session, tenant_id)
+                rebuilt, diffs = await event_log.compare(session, tenant_id)
+                checked += len(rebuilt)
+                for diff in diffs:
+                    differing += 1
+                    for name, (stored, derived) in diff.fields.items():
+                        table.add_row(tenant_id, diff.receipt_id, name, str(stored), str(derived))
+                if diffs and not verify_only:
+                    await event_log.repair(session, rebuilt, diffs)
+    if differing:
+        out.print(table)
+    verb = "differ" if verify_only else "differed and were rebuilt from their events"
+    out.print(
+        f"{checked} runs replayed from events across {len(tenant_ids)} tenants; {differing} {verb}"
+    )
+    return 1 if differing and verify_only else 0
+
+
+@runs_app.command("rebuild")
+def rebuild(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant (id or name).")] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Only compare; exit 1 on a difference.")
+    ] = False,
+) -> None:
+    """Replay the event log into a fresh projection and report every run whose stored
+    state differs (and, without --verify, rewrite it from the events)."""
+    raise typer.Exit(asyncio.run(_rebuild(MoatSettings(), tenant, verify)))
+
+
+async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> int:
+    async with owner_sessions(settings) as sessions:
+        async with sessions() as session:
+            candidates = await _tenants(session, tenant)
+        events: list[Event] = []
+        run = None
+        for tenant_id in candidates:  # the execution's tenant is not known up front
+            async with sessions.begin() as session:
+                await tenancy.set_tenant(session, tenant_id)
+                events = await event_log.events_of(session, tenant_id, receipt_id)
+                if events:
+                    run = await event_log.get_run(session, tenant_id, receipt_id)
+                    break
+    if not events:
+        out.print(f"[red]no events for execution {receipt_id}[/]")
+        return 1
+    out.print(causal_tree(receipt_id, events))
+    if run is not None:
+        out.print(
+            f"status {run.status.value}, steps {run.total_steps} "
+            f"({run.failed_steps} failed), retries {run.retries}, replays {run.replays}"
+        )
+    return 0
+
+
+def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
+    """Events as a tree: each under the event that caused it."""
+    children: dict[str | None, list[Event]] = defaultdict(list)
+    ids = {e.id for e in events}
+    for event in events:
+        children[event.causation_id if event.causation_id in ids else None].append(event)
+    root = Tree(f"[bold]execution {receipt_id}[/]")
+
+    def grow(node: Tree, parent: str | None) -> None:
+        for event in children.get(parent, []):
+            data = {k: v for k, v in event.event_data.items() if v is not None and k != "run_id"}
+            label = (
+                f"#{event.sequence_number} [cyan]{event.event_type}[/] "
+                f"{event.aggregate_type.lower()} {event.actor} "
+                f"{event.occurred_at:%H:%M:%S.%f}"[:-3]
+            )
+            branch = node.add(label + (f"  [dim]{data}[/]" if data else ""))
+            grow(branch, event.id)
+
+    grow(root, None)
+    return root
+
+
+@runs_app.command("show")
+def show(
+    receipt_id: str,
+    tenant: Annotated[str | None, typer.Option(help="The execution's tenant (id or name).")] = None,
+) -> None:
+    """Print an execution's events as a causal tree."""
+    raise typer.Exit(asyncio.run(_show(MoatSettings(), receipt_id, tenant)))

@@ -1,0 +1,44 @@
+"""The long-running processes: ``moat up`` (everything, embedded), ``moat worker``,
+``moat gateway``; and ``moat migrate``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from schemas.settings import MoatSettings
+from starter.cli.output import out
+
+
+def up() -> None:
+    """Run the whole stack on embedded defaults until Ctrl-C.
+
+    Temporal dev server and its UI, PostgreSQL, migrations, one worker and the gateway."""
+    from starter.devstack.up import run_up
+
+    raise typer.Exit(run_up(MoatSettings()))
+
+
+def worker() -> None:
+    """Run one Temporal worker against the configured Temporal and Postgres."""
+    from starter.runtime.worker_process import run
+
+    asyncio.run(run(MoatSettings()))
+
+
+def gateway() -> None:
+    """Run the HTTP gateway against the configured Temporal and Postgres.
+
+    With MOAT_ADMIN_PORT set, the admin routes listen on that port only."""
+    from starter.gateway import serve
+
+    raise typer.Exit(asyncio.run(serve(MoatSettings())))
+
+
+def migrate() -> None:
+    """Apply database migrations (as the owner role)."""
+    from store import upgrade
+
+    upgrade(MoatSettings().sqlalchemy_url)
+    out.print("migrations applied")

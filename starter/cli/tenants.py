@@ -1,0 +1,111 @@
+"""``moat tenant``: create tenants (with their first API key), list them, set the hosts a
+tenant's http.request may call besides the public ones."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.api import NewTenant, TenantInfo
+from schemas.settings import MoatSettings
+from starter.cli.output import AsJson, fail, out, print_json, run
+from starter.runtime.database import owner_transaction
+from starter.service import MoatError, tenants
+from store.models import Tenant
+
+tenant_app = typer.Typer(no_args_is_help=True, help="Tenants.")
+
+TenantArg = Annotated[str, typer.Argument(help="Tenant id or name.")]
+
+
+async def tenant_of(session: AsyncSession, tenant: str) -> Tenant:
+    """The tenant an operator named (id or name); the transaction is scoped to it."""
+    row = await tenants.find_tenant(session, tenant)
+    if row is None:
+        raise MoatError("tenant_not_found", f"no tenant {tenant!r}")
+    return row
+
+
+async def _create(settings: MoatSettings, name: str) -> NewTenant:
+    async with owner_transaction(settings) as session:
+        return await tenants.create_tenant(
+            session, name, idempotency_ttl_seconds=settings.idempotency_ttl_seconds
+        )
+
+
+@tenant_app.command("create")
+def create(name: str, as_json: AsJson = False) -> None:
+    """Create a tenant and its first API key (shown once)."""
+    created = run(_create(MoatSettings(), name))
+    tenant_id, api_key = created.tenant.id, created.api_key.api_key
+    if as_json:
+        print_json({"tenant_id": tenant_id, "api_key": api_key})
+        return
+    table = Table(show_header=False)
+    table.add_row("tenant_id", tenant_id)
+    table.add_row("api_key", api_key)
+    out.print(table)
+    out.print("[yellow]The API key is shown once; store it now.[/]")
+
+
+async def _list(settings: MoatSettings) -> list[TenantInfo]:
+    async with owner_transaction(settings) as session:
+        return await tenants.list_tenants(session)
+
+
+@tenant_app.command("list")
+def list_(as_json: AsJson = False) -> None:
+    """List tenants."""
+    rows = run(_list(MoatSettings()))
+    if as_json:
+        print_json([t.model_dump(mode="json") for t in rows])
+        return
+    table = Table("name", "policy", "TTL (s)", "created", "allowed hosts")
+    table.add_column("id", no_wrap=True)
+    for t in rows:
+        table.add_row(
+            t.name,
+            t.policy_mode,
+            str(t.idempotency_ttl_seconds),
+            f"{t.created_at:%F}",
+            ", ".join(t.http_allow_hosts),
+            t.id,
+        )
+    out.print(table)
+
+
+async def _allow_hosts(settings: MoatSettings, tenant: str, hosts: list[str] | None) -> TenantInfo:
+    entries = None if hosts is None else tenants.allow_list(hosts)
+    async with owner_transaction(settings) as session:
+        row = await tenant_of(session, tenant)
+        if entries is None:
+            return tenants.tenant_info(row)
+        return await tenants.set_allow_hosts(session, row, entries)
+
+
+@tenant_app.command("allow-hosts")
+def allow_hosts(
+    tenant: TenantArg,
+    hosts: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="host (ports 80 and 443 only) or host:port, IPv6 as [address]:port.",
+            show_default=False,
+        ),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Empty the tenant's list.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Set the non-public hosts a tenant's http.request may call, besides the worker's own
+    list (MOAT_HTTP_ALLOW_HOSTS); the given entries replace the list. No entries: show it."""
+    if clear and hosts:
+        raise fail("give entries or --clear, not both", code=2)
+    info = run(_allow_hosts(MoatSettings(), tenant, [] if clear else hosts))
+    if as_json:
+        print_json(info.http_allow_hosts)
+        return
+    listed = ", ".join(info.http_allow_hosts) or "none (public hosts only)"
+    out.print(f"allowed hosts of {info.id}: {listed}", soft_wrap=True)

@@ -1,0 +1,243 @@
+"""``moat up``: the whole stack on one machine until Ctrl-C or SIGTERM.
+
+Embedded PostgreSQL and Temporal dev server (unless external ones are configured),
+migrations, the demo tenant, one worker and the gateway. State stays under ``$MOAT_HOME``
+(data, ``logs/<name>.log``, ``run/<name>.pid``), so a second ``moat up`` keeps the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+import httpx
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
+from starter.devstack.home import (
+    ADMIN_KEY_FILE,
+    ensure_admin_key,
+    ensure_database_passwords,
+    ensure_demo_tenant,
+)
+from starter.devstack.postgres import EmbeddedPostgres
+from starter.devstack.processes import ChildProcess, Service, pid_alive, require_free
+from starter.devstack.temporal import TemporalDevServer
+from starter.runtime.codec_door import current_token
+from store import upgrade
+
+
+class _Stack:
+    """What ``moat up`` started, in start order; stopped in reverse, so the gateway and
+    worker go before the servers they use."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.members: list[tuple[str, ChildProcess | Service]] = []
+
+    def add(self, name: str, member: ChildProcess | Service) -> None:
+        """Track ``member`` before it starts, so an interrupted start is still stopped."""
+        self.members.append((name, member))
+
+    def write_pid(self, name: str, pid: int | None) -> None:
+        (self.run_dir / f"{name}.pid").write_text(f"{pid}\n")
+
+    def first_dead(self) -> tuple[str, ChildProcess | Service, int] | None:
+        for name, member in self.members:
+            code = member.poll()
+            if code is not None:
+                return name, member, code
+        return None
+
+    def stop_all(self, console: Console) -> None:
+        for name, member in reversed(self.members):
+            if member.pid is not None and member.poll() is None:
+                console.print(f"stopping {name}…")
+            member.stop()
+            (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
+
+
+def run_up(settings: MoatSettings) -> int:
+    """Start everything, print where it is, and supervise until interrupted. Returns the exit
+    code: 0 after Ctrl-C/SIGTERM, non-zero when starting fails or a child dies."""
+    console = Console()
+    home = settings.home.absolute()
+    run_dir, logs = home / "run", home / "logs"
+    for folder in (home, run_dir, logs):
+        folder.mkdir(parents=True, exist_ok=True)
+    for name, pid in _live_pids(run_dir):
+        console.print(f"[red]error:[/] {name} already running (pid {pid}); stop it first")
+        return 1
+    stack = _Stack(run_dir)
+    restore = _sigterm_as_interrupt()
+    try:
+        _start(settings, home, stack, console)
+        return _supervise(stack, console)
+    except KeyboardInterrupt:
+        console.print()
+        return 0
+    except Exception as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 1
+    finally:
+        with _signals_ignored():
+            stack.stop_all(console)
+        restore()
+
+
+def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) -> None:
+    logs = home / "logs"
+    env = {"home": str(home)}
+    ui_url = None
+    require_free(settings.gateway_port)  # else a stranger could answer our health check
+    host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"
+    gateway_url = f"http://{host}:{settings.gateway_port}"
+    env["admin_api_key"] = ensure_admin_key(settings)
+    codec_url = f"{gateway_url}/codec/ui/{current_token(settings)}"
+    pg = None
+    if settings.database_url is None:
+        # Every process derives the URLs from the passwords kept in the home, so none of
+        # them is in an environment or on a command line.
+        passwords = ensure_database_passwords(settings)
+        pg = EmbeddedPostgres(home / "postgres", settings.database_port,
+                              log_file=logs / "postgres.log",
+                              password=passwords[OWNER_DATABASE_ROLE])  # fmt: skip
+        stack.add("postgres", pg)
+        with _step(console, "starting PostgreSQL"):
+            pg.start()
+        stack.write_pid("postgres", pg.pid)
+    if settings.temporal_address is None:
+        temporal = TemporalDevServer(settings.temporal_port, settings.temporal_ui_port,
+                                     settings.temporal_namespace, home / "temporal.db",
+                                     logs / "temporal.log", codec_url)  # fmt: skip
+        if not settings.codec_cors_origins:
+            env["codec_cors_origins"] = ",".join(temporal.ui_origins)
+        stack.add("temporal", temporal)
+        with _step(console, "starting Temporal dev server"):
+            env["temporal_address"] = temporal.start()
+            temporal.ensure_retention(settings.namespace_retention_hours)
+        stack.write_pid("temporal", temporal.pid)
+        ui_url = f"{temporal.ui_url}/namespaces/{settings.temporal_namespace}/workflows"
+    with _step(console, "migrating the database"):
+        upgrade(settings.sqlalchemy_url)
+        if pg is not None:  # the migration creates the application role
+            pg.set_password(APP_DATABASE_ROLE, passwords[APP_DATABASE_ROLE])
+        api_key = ensure_demo_tenant(settings)
+    children = {}
+    for name in ("worker", "gateway"):
+        child = ChildProcess([sys.executable, "-m", "starter.cli", name], logs / f"{name}.log",
+                             env=settings.child_environment(**env))  # fmt: skip
+        stack.add(name, child)
+        child.start()
+        stack.write_pid(name, child.pid)
+        children[name] = child
+    with _step(console, "starting worker and gateway"):
+        children["gateway"].wait_ready("gateway", lambda: healthy(gateway_url), timeout=60)
+    admin = "MOAT_ADMIN_API_KEY" if settings.admin_api_key else str(home / ADMIN_KEY_FILE)
+    # The dev server's UI is given the codec address; an external UI must be told it.
+    codec = "the UI decodes payloads through the gateway" if ui_url else codec_url
+    console.print(_banner(gateway_url, ui_url, api_key, admin, codec, logs))
+
+
+def _supervise(stack: _Stack, console: Console) -> int:
+    """Wait for Ctrl-C; if a child ends on its own, say which and where its log is."""
+    while (dead := stack.first_dead()) is None:
+        time.sleep(0.5)
+    name, member, code = dead
+    console.print(f"[red]error:[/] {name} exited unexpectedly (code {code})")
+    console.print(f"  log: {member.log_file}", soft_wrap=True)
+    return 1
+
+
+def _banner(
+    gateway_url: str, ui_url: str | None, api_key: str, admin: str, codec: str, logs: Path
+) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_row("gateway", gateway_url)
+    grid.add_row("API docs", f"{gateway_url}/docs")
+    if ui_url:
+        grid.add_row("Temporal UI", ui_url)
+    grid.add_row("payload codec", codec)
+    grid.add_row("demo API key", api_key)
+    grid.add_row("admin key", admin)
+    grid.add_row("try", 'moat execute demo.echo --input \'{"hello":"world"}\'')
+    grid.add_row("logs", str(logs))
+    return Panel(grid, title="Moat is up", subtitle="Ctrl-C to stop", expand=False)
+
+
+def healthy(base_url: str) -> bool:
+    """Whether a gateway answers its health check at ``base_url``."""
+    try:
+        return httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _live_pids(run_dir: Path) -> list[tuple[str, int]]:
+    """Processes a previous ``moat up`` on this home left running; stale files are removed."""
+    live = []
+    for pidfile in sorted(run_dir.glob("*.pid")):
+        try:
+            pid = int(pidfile.read_text().strip())
+        except ValueError:
+            pid = None
+        if pid is None or not pid_alive(pid):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if pid != os.getpid():
+            live.append((pidfile.stem, pid))
+    return live
+
+
+@contextlib.contextmanager
+def _step(console: Console, what: str) -> Iterator[None]:
+    console.print(f"{what}…", end=" ")
+    started = time.monotonic()
+    try:
+        yield
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        raise
+    except BaseException:
+        console.print("[red]failed[/]")
+        raise
+    console.print(f"[green]ok[/] ({time.monotonic() - started:.1f} s)")
+
+
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """Make SIGTERM stop the stack the way Ctrl-C does; returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C must not cut the orderly stop short (each stop is time-bounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,114 @@
+"""What the gateway's routes share: their dependencies, and who is calling.
+
+Tenant routes authenticate the ``Authorization: Bearer moat_<id>_<secret>`` key inside the
+route's own transaction and scope that transaction to the key's tenant (row-level
+security). Admin routes take the admin key from the settings instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from schemas.capabilities import CapabilityCatalog
+from schemas.settings import MoatSettings
+from starter.service import MoatError
+from starter.service.executions import Executions
+from store import api_keys, tenancy
+
+
+@dataclass
+class Deps:
+    """Built once in the gateway's lifespan."""
+
+    settings: MoatSettings
+    sessions: async_sessionmaker[AsyncSession]
+    client: Client
+    executions: Executions
+    catalog: CapabilityCatalog
+    # As the owner role, for the admin writes the application role may not make (a
+    # tenant's host allow-list); None when this gateway has no owner URL.
+    owner_sessions: async_sessionmaker[AsyncSession] | None = None
+
+
+def deps_of(request: Request) -> Deps:
+    deps: Deps = request.app.state.deps
+    return deps
+
+
+# Receipt ids are UUIDs; anything else names no receipt (and never reaches a query).
+RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def execution_not_found(receipt_id: str) -> MoatError:
+    """The 404 of every execution route (another tenant's executions included)."""
+    return MoatError("execution_not_found", f"No execution {receipt_id[:80]!r}.")
+
+
+tenant_bearer = HTTPBearer(
+    scheme_name="TenantKey",
+    description="A tenant's API key: `Authorization: Bearer moat_<id>_<secret>`.",
+    auto_error=False,
+)
+admin_bearer = HTTPBearer(
+    scheme_name="AdminKey",
+    description="The admin key (`MOAT_ADMIN_API_KEY`); the admin API is off without one.",
+    auto_error=False,
+)
+
+TenantKey = Annotated[HTTPAuthorizationCredentials | None, Security(tenant_bearer)]
+AdminKey = Annotated[HTTPAuthorizationCredentials | None, Security(admin_bearer)]
+
+
+def unauthenticated(message: str) -> MoatError:
+    return MoatError("unauthenticated", message)
+
+
+async def authenticate(
+    session: AsyncSession, credentials: HTTPAuthorizationCredentials | None
+) -> api_keys.AuthenticatedTenant:
+    """The caller's tenant; the session's transaction is scoped to it from here on."""
+    if credentials is None:
+        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
+    tenant = await api_keys.authenticate(session, credentials.credentials)
+    if tenant is None:
+        raise unauthenticated("The API key is unknown or revoked.")
+    await tenancy.set_tenant(session, tenant.tenant_id)
+    return tenant
+
+
+def same_secret(presented: str, expected: str) -> bool:
+    """Constant-time comparison that does not reveal the expected length either."""
+    return hmac.compare_digest(
+        hashlib.sha256(presented.encode()).digest(), hashlib.sha256(expected.encode()).digest()
+    )
+
+
+async def require_admin(request: Request, credentials: AdminKey) -> None:
+    """Guard of the admin routes: 401 without a valid key, 403 for a tenant's key or when
+    the admin API is disabled."""
+    if credentials is None:
+        raise unauthenticated("Send 'Authorization: Bearer <admin key>'.")
+    deps = deps_of(request)
+    configured = deps.settings.admin_api_key
+    if configured is not None and same_secret(
+        credentials.credentials, configured.get_secret_value()
+    ):
+        return
+    async with deps.sessions.begin() as session:
+        tenant = await api_keys.authenticate(session, credentials.credentials)
+    if tenant is not None:
+        raise MoatError("forbidden", "A tenant's API key cannot use the admin API.")
+    if configured is None:
+        raise MoatError(
+            "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
+        )
+    raise unauthenticated("The admin key is wrong.")

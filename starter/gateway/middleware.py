@@ -1,0 +1,140 @@
+"""The gateway's ASGI layers: ``Boundary`` around every request (its span and trace id,
+the body size limit, the last resort against faults) and CORS for the codec paths only."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from schemas.names import TRACE_HEADER
+from starter.gateway.errors import error_response, gateway_error
+from starter.runtime import observability
+from starter.runtime.observability import current_trace_id
+
+log = logging.getLogger("moat.gateway")
+
+DRAIN_BYTES = 1024 * 1024
+
+
+class Boundary:
+    """Outermost ASGI layer of the gateway (inside Starlette's own error middleware).
+
+    - opens the request's span, so every answer, error or not, carries its trace id (also
+      as the ``X-Moat-Trace-Id`` header);
+    - refuses bodies over ``max_body_bytes`` with 413 before anything reads them;
+    - answers any uncaught fault with the ``gateway_error`` envelope, logged with the trace
+      id, never with a stack trace in the answer.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.tracer = observability.tracer("moat.gateway")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # Named by the route's template once routed ("GET /v1/receipts/{receipt_id}"): a raw
+        # path may hold a credential (the codec's UI token) and has unbounded cardinality.
+        with self.tracer.start_as_current_span(
+            f"{scope['method']} (unrouted)", record_exception=False
+        ) as span:
+            trace_id = current_trace_id()
+            started = False
+
+            async def send_traced(message: Message) -> None:
+                nonlocal started
+                if message["type"] == "http.response.start":
+                    started = True
+                    headers = list(message.get("headers", []))
+                    headers.append((TRACE_HEADER.lower().encode(), trace_id.encode()))
+                    message = {**message, "headers": headers}
+                await send(message)
+
+            try:
+                replay = await self._read_body(scope, receive)
+                if replay is None:
+                    too_large = error_response(
+                        "payload_too_large",
+                        f"The body is over {self.max_body_bytes} bytes.",
+                        {"max_body_bytes": self.max_body_bytes},
+                        trace_id=trace_id,
+                        headers={"Connection": "close"},
+                    )
+                    await too_large(scope, receive, send_traced)
+                    return
+                await self.app(scope, replay, send_traced)
+            except Exception:
+                log.exception("internal error (trace %s)", trace_id)
+                if started:
+                    raise  # the answer is under way; only dropping the connection is left
+                await gateway_error(trace_id)(scope, receive, send_traced)
+            finally:
+                route = scope.get("route")
+                if route is not None and hasattr(route, "path"):
+                    span.update_name(f"{scope['method']} {route.path}")
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
+        """The request with its body read up front (at most ``max_body_bytes``), or None
+        when the body is larger."""
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit():
+                length = int(value)
+                if length > self.max_body_bytes + DRAIN_BYTES:
+                    return None  # not worth reading: answer, and let the server close
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # http.disconnect: hand it on as the last message
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._drain(receive, message, size)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                break
+        pending = [message]
+
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
+
+        return replay
+
+    async def _drain(self, receive: Receive, message: Message, size: int) -> None:
+        """Read (and drop) the rest of a refused body, up to ``DRAIN_BYTES``, so a client
+        still sending it can read the 413 instead of a reset connection."""
+        while message.get("more_body", False) and size <= self.max_body_bytes + DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            size += len(message.get("body", b""))
+
+
+class CodecCors:
+    """CORS for the codec paths (under ``prefix``) only, for the configured origins (the
+    Temporal UI's); every other route stays same-origin."""
+
+    def __init__(self, app: ASGIApp, origins: list[str], prefix: str) -> None:
+        self.app = app
+        self.prefix = prefix.rstrip("/") + "/"
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=["POST"],
+            allow_headers=["Content-Type", "X-Namespace", "Authorization"],
+            allow_credentials=True,
+            max_age=600,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

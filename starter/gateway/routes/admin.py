@@ -1,0 +1,150 @@
+"""Admin routes (``/v1/admin``): tenants and their API keys, behind the admin key.
+
+The same operations as ``moat tenant …`` and ``moat api-key …`` (``starter.service.tenants``
+holds their rules). Each transaction is scoped to the tenant it touches; listing every
+tenant goes through the database's one cross-tenant function for it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request
+
+from schemas.api import (
+    ApiKeyCreate,
+    ApiKeyInfo,
+    NewApiKey,
+    NewTenant,
+    TenantCreate,
+    TenantInfo,
+    TenantUpdate,
+)
+from starter.gateway.deps import deps_of, require_admin
+from starter.gateway.errors import documented_errors
+from starter.service import MoatError, tenants
+
+router = APIRouter(
+    prefix="/v1/admin",
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses=documented_errors(400, 401, 403, 500),
+)
+
+TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+KeyId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9]+$")]
+
+
+def _no_tenant(tenant_id: str) -> MoatError:
+    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+
+
+@router.post(
+    "/tenants",
+    status_code=201,
+    summary="Create a tenant and its first API key",
+    response_model=NewTenant,
+    responses=documented_errors(400, 409),
+)
+async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
+    """The key's secret (`api_key.api_key`) is in this answer only; store it now."""
+    deps = deps_of(request)
+    ttl = body.idempotency_ttl_seconds or deps.settings.idempotency_ttl_seconds
+    async with deps.sessions.begin() as session:
+        return await tenants.create_tenant(
+            session, body.name, idempotency_ttl_seconds=ttl, policy_mode=body.policy_mode.value
+        )
+
+
+@router.get("/tenants", summary="List tenants", response_model=list[TenantInfo])
+async def list_tenants(request: Request) -> list[TenantInfo]:
+    async with deps_of(request).sessions.begin() as session:
+        return await tenants.list_tenants(session)
+
+
+@router.get(
+    "/tenants/{tenant_id}",
+    summary="One tenant",
+    response_model=TenantInfo,
+    responses=documented_errors(404),
+)
+async def get_tenant(request: Request, tenant_id: TenantId) -> TenantInfo:
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await tenants.get_tenant(session, tenant_id)
+        if tenant is None:
+            raise _no_tenant(tenant_id)
+        return tenants.tenant_info(tenant)
+
+
+@router.patch(
+    "/tenants/{tenant_id}",
+    summary="Change a tenant's settings (its http.request host allow-list)",
+    response_model=TenantInfo,
+    responses=documented_errors(404),
+)
+async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdate) -> TenantInfo:
+    """Fields left out keep their value. `http_allow_hosts` replaces the tenant's list of
+    non-public hosts its `http.request` may call, besides the worker's own list: `host`
+    (ports 80 and 443 only) or `host:port`, IPv6 as `[address]:port`; an address also admits
+    names resolving to it. Written as the database owner role, so this gateway needs the
+    owner's URL (`MOAT_DATABASE_URL`)."""
+    owner = deps_of(request).owner_sessions
+    if owner is None:
+        raise MoatError(
+            "forbidden",
+            "This gateway has no owner database URL (MOAT_DATABASE_URL), which a tenant's "
+            "allow-list is written with: set it on an internal gateway, or run "
+            "`moat tenant allow-hosts`.",
+        )
+    async with owner.begin() as session:
+        tenant = await tenants.get_tenant(session, tenant_id)
+        if tenant is None:
+            raise _no_tenant(tenant_id)
+        if body.http_allow_hosts is None:
+            return tenants.tenant_info(tenant)
+        return await tenants.set_allow_hosts(session, tenant, body.http_allow_hosts)
+
+
+@router.post(
+    "/tenants/{tenant_id}/keys",
+    status_code=201,
+    summary="Create an API key for a tenant",
+    response_model=NewApiKey,
+    responses=documented_errors(400, 404),
+)
+async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) -> NewApiKey:
+    """The secret (`api_key`) is in this answer only; store it now."""
+    async with deps_of(request).sessions.begin() as session:
+        if await tenants.get_tenant(session, tenant_id) is None:
+            raise _no_tenant(tenant_id)
+        return await tenants.create_key(session, tenant_id, body.name)
+
+
+@router.get(
+    "/tenants/{tenant_id}/keys",
+    summary="List a tenant's API keys (never their secrets)",
+    response_model=list[ApiKeyInfo],
+    responses=documented_errors(404),
+)
+async def list_keys(request: Request, tenant_id: TenantId) -> list[ApiKeyInfo]:
+    async with deps_of(request).sessions.begin() as session:
+        if await tenants.get_tenant(session, tenant_id) is None:
+            raise _no_tenant(tenant_id)
+        return list(await tenants.list_keys(session, tenant_id))
+
+
+@router.post(
+    "/keys/{key_id}/revoke",
+    summary="Revoke an API key, effective at once",
+    response_model=ApiKeyInfo,
+    responses=documented_errors(404),
+)
+async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
+    """The next request with the key is `unauthenticated`. Revoking twice keeps the first
+    revocation time."""
+    async with deps_of(request).sessions.begin() as session:
+        key = await tenants.revoke_key(session, key_id, datetime.now(UTC))
+    if key is None:
+        raise MoatError("key_not_found", f"No API key {key_id!r}.")
+    return key

@@ -1,0 +1,102 @@
+"""Evidence routes: an execution's event log, its signed manifests, and the public keys
+that verify them (``/.well-known/jwks.json``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from schemas.events import Event
+from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
+from starter.gateway.deps import (
+    RECEIPT_ID,
+    TenantKey,
+    authenticate,
+    deps_of,
+    execution_not_found,
+)
+from starter.gateway.errors import documented_errors
+from starter.service import evidence
+from store.keys.signing import PublishedJwks
+from store.manifests import ManifestStore
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/executions/{receipt_id}/events",
+    tags=["evidence"],
+    summary="An execution's event log, in order",
+    response_model=list[Event],
+    responses=documented_errors(401, 404, 500),
+)
+async def get_events(request: Request, receipt_id: str, credentials: TenantKey) -> list[Event]:
+    """Every event of the execution: type, aggregate, `causation_id` (the event
+    that caused it), `sequence_number`, actor and data. Another tenant's is not found."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        if not RECEIPT_ID.match(receipt_id):
+            raise execution_not_found(receipt_id)
+        events = await evidence.events_of(session, tenant.tenant_id, receipt_id)
+    if not events:
+        raise execution_not_found(receipt_id)
+    return events
+
+
+@router.get(
+    "/v1/executions/{receipt_id}/manifest",
+    tags=["evidence"],
+    summary="The signed run manifest of an execution",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The manifest file, byte for byte as stored; its detached JWS "
+            "signatures verify against `/.well-known/jwks.json`.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **documented_errors(401, 404, 500),
+    },
+)
+async def get_manifest(
+    request: Request,
+    receipt_id: str,
+    credentials: TenantKey,
+    run_id: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description=(
+                "A particular run's manifest (a replayed run has its own). Default: the original."
+            ),
+        ),
+    ] = None,
+) -> Response:
+    """The manifest as stored (byte for byte, so its digest matches the index)."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        if not RECEIPT_ID.match(receipt_id):
+            raise execution_not_found(receipt_id)
+        row = await evidence.indexed_manifest(session, tenant.tenant_id, receipt_id, run_id)
+    stored = await evidence.read_manifest(ManifestStore(deps.settings.manifests_dir), row)
+    return Response(
+        stored.data,
+        media_type="application/json",
+        headers={MANIFEST_SHA256_HEADER: stored.sha256, RUN_ID_HEADER: stored.run_id},
+    )
+
+
+@router.get(
+    "/.well-known/jwks.json",
+    tags=["evidence"],
+    summary="Public keys that verify run manifests (JWK Set)",
+    responses=documented_errors(500, 503),
+)
+async def jwks(request: Request) -> dict[str, Any]:
+    """Every signing key's public half, the active one first; rotated keys stay listed so
+    older manifests still verify."""
+    published: PublishedJwks = request.app.state.jwks
+    return await evidence.public_jwks(deps_of(request).settings, published)

@@ -1,0 +1,185 @@
+"""Execution routes: execute a capability, and poll what became of an execution."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+
+from schemas.execute import Envelope
+from schemas.names import REPLAYED_HEADER, TRACE_HEADER
+from starter.gateway.deps import (
+    RECEIPT_ID,
+    Deps,
+    TenantKey,
+    authenticate,
+    deps_of,
+    execution_not_found,
+)
+from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
+from starter.gateway.errors import documented_errors, execution_status
+from starter.runtime import observability
+from starter.service import executions
+from starter.service.executions import Outcome
+
+router = APIRouter()
+
+_PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])")
+POLL_AFTER_SECONDS = "1"
+
+_ENVELOPE_HEADERS = {
+    TRACE_HEADER: {"description": "The request's trace id.", "schema": {"type": "string"}}
+}
+
+
+def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
+    return {
+        "model": Envelope,
+        "description": description,
+        "headers": {
+            **_ENVELOPE_HEADERS,
+            **{
+                name: {"description": text, "schema": {"type": "string"}}
+                for name, text in headers.items()
+            },
+        },
+    }
+
+
+@router.post(
+    "/v1/executions",
+    tags=["executions"],
+    summary="Execute a capability, once per idempotency key",
+    status_code=200,
+    response_model=Envelope,
+    responses={
+        200: _envelope_response(
+            "`executed` (or `planned` for a dry run). A repeat of a finished execution "
+            "answers its stored receipt with `X-Moat-Idempotent-Replayed: true`.",
+            **{REPLAYED_HEADER: "`true` when the stored answer of an earlier request is replayed."},
+        ),
+        202: _envelope_response(
+            "`accepted`: still running after the wait budget; poll `Location`.",
+            Location="Where to poll: `/v1/executions/{receipt_id}`.",
+            **{"Preference-Applied": "`wait=N` when the `Prefer: wait=N` header was honoured."},
+        ),
+        403: _envelope_response(
+            "`failed`: refused by policy (`budget_exceeded`, `policy_denied`) or a refused "
+            "host (`host_not_allowed`); the receipt records it."
+        ),
+        502: _envelope_response(
+            "`failed`: the provider failed; `error.details.provider_status` is its status."
+        ),
+        **documented_errors(400, 401, 404, 413, 422, 500),
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ExecuteRequest"}}
+            },
+        }
+    },
+)
+async def execute(
+    request: Request,
+    credentials: TenantKey,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="The idempotency key (1 to 256 characters). Unset: the "
+            "`idempotency_key` field, else `sha256:` of the canonical request.",
+        ),
+    ] = None,
+    prefer: Annotated[
+        str | None,
+        Header(description="`wait=N`: wait up to N seconds for the run (RFC 7240)."),
+    ] = None,
+) -> JSONResponse:
+    """Validate, then run the capability, or answer the stored result of an earlier request
+    with the same key. Errors are checked in this order: `payload_too_large`,
+    `unauthenticated`, `bad_json`, `schema_validation_failed`, `unsupported_schema_version`,
+    `idempotency_key_invalid`, `capability_not_found`, `idempotency_key_reused`.
+
+    The input is any JSON object up to 64 levels deep that RFC 8785 can canonicalize: its
+    integers within ±(2^53 - 1), its text valid Unicode."""
+    deps = deps_of(request)
+    submitted_at = datetime.now(UTC)
+    trace_id = observability.current_trace_id()
+    body = await request.body()
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        prepared = executions.prepare(body, idempotency_key, deps.catalog)
+        found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
+    headers: dict[str, str] = {}
+    if isinstance(found, Outcome):
+        outcome = found
+    else:
+        wait, applied = _wait_budget(prefer, deps)
+        if applied:
+            headers["Preference-Applied"] = applied
+        outcome = await deps.executions.run(
+            tenant.tenant_id,
+            tenant.idempotency_ttl_seconds,
+            prepared,
+            trace_id,
+            submitted_at,
+            wait,
+            found,
+        )
+    if outcome.replayed:
+        headers[REPLAYED_HEADER] = "true"
+    return _answer(outcome.envelope, headers)
+
+
+def _answer(envelope: Envelope, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An execution's envelope with its status; one still running says where to poll."""
+    status = execution_status(envelope)
+    headers = dict(headers or {})
+    if status == 202:
+        headers["Location"] = f"/v1/executions/{envelope.receipt_id}"
+        headers["Retry-After"] = POLL_AFTER_SECONDS
+    return JSONResponse(envelope.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
+    """Seconds to wait for the run, and the ``Preference-Applied`` value if ``Prefer`` set it."""
+    if prefer:
+        match = _PREFER_WAIT.search(prefer)
+        if match:
+            wait = min(float(match.group(1)), deps.settings.max_wait_seconds)
+            return wait, f"wait={wait:g}"
+    return deps.settings.wait_seconds, None
+
+
+@router.get(
+    "/v1/executions/{receipt_id}",
+    tags=["executions"],
+    summary="The current envelope of an execution",
+    response_model=Envelope,
+    responses={
+        200: _envelope_response("Finished: `executed`, or `failed` (see the receipt)."),
+        202: _envelope_response("`accepted`: still running; poll again."),
+        403: _envelope_response("Finished `failed`: refused by policy or a refused host."),
+        502: _envelope_response("Finished `failed`: the provider failed."),
+        **documented_errors(401, 404, 500),
+    },
+)
+async def get_execution(request: Request, receipt_id: str, credentials: TenantKey) -> JSONResponse:
+    """What became of the execution a `receipt_id` names, for as long as its receipt or run
+    exists. Another tenant's executions are `execution_not_found`."""
+    deps = deps_of(request)
+    trace_id = observability.current_trace_id()
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        if not RECEIPT_ID.match(receipt_id):
+            raise execution_not_found(receipt_id)
+        envelope = await executions.recorded(session, tenant.tenant_id, receipt_id, trace_id)
+    if envelope is None:
+        envelope = await deps.executions.started(tenant.tenant_id, receipt_id, trace_id)
+    if envelope is None:
+        raise execution_not_found(receipt_id)
+    return _answer(envelope)

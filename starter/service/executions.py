@@ -1,0 +1,451 @@
+"""Executing a capability: parse, validate, canonicalize (``prepare``), answer idempotent
+repeats from Postgres (``replay``), otherwise start (or attach to) the run and wait for it
+(``run``); and what became of an execution (``recorded``, ``started``).
+
+Persist-first: the only durable write for a new request is starting the workflow. Answers
+are envelopes; refusals are ``MoatError`` with the API's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import rfc8785
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
+from schemas.capabilities import CapabilityCatalog, CapabilitySpec
+from schemas.execute import (
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    SUPPORTED_SCHEMA_VERSIONS,
+    Envelope,
+    EnvelopeStatus,
+    ExecuteRequest,
+    Plan,
+    envelope_for_receipt,
+)
+from schemas.ids import uuid7
+from schemas.names import (
+    CAPABILITY_ATTRIBUTE,
+    EXECUTE_WORKFLOW,
+    IDEMPOTENCY_KEY_ATTRIBUTE,
+    IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH,
+    RECEIPT_ATTRIBUTE,
+    TENANT_ATTRIBUTE,
+)
+from schemas.records import Receipt
+from schemas.run import (
+    ExecuteResult,
+    ExecuteWorkflowInput,
+    PolicyOutcome,
+    workflow_id_for,
+)
+from schemas.settings import MoatSettings
+from schemas.start import START_NOT_SIGNED
+from starter.service.errors import MoatError, field_errors
+from store import db, idempotency, policy, receipts
+from store.keys.start import StartKeyring
+
+TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
+CAPABILITY_ATTR = SearchAttributeKey.for_keyword(CAPABILITY_ATTRIBUTE)
+KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
+RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
+MAX_INPUT_DEPTH = MAX_JSON_DEPTH
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request, ready to run."""
+
+    request: ExecuteRequest
+    capability: CapabilitySpec
+    idempotency_key: str
+    input_hash: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an execute request comes to: its envelope (``accepted``, ``planned``,
+    ``executed`` or ``failed``), and whether it is an earlier request's answer (a stored
+    receipt, or a run another request started)."""
+
+    envelope: Envelope
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """The key is held by an execution with no receipt yet: its run is still going, or it
+    ended before recording (terminated, timed out). ``run`` continues that execution."""
+
+    receipt_id: str
+
+
+def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
+    """Parse → validate → check schema_version → canonicalize → derive the key → check
+    what the schema does not state (depth, storable text)."""
+    try:
+        prepared = _prepare(body, header_key, catalog)
+    except UnicodeError as err:
+        raise MoatError(
+            "bad_json",
+            "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
+        ) from err
+    _check_limits(prepared)
+    return prepared
+
+
+def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        raise MoatError("bad_json", f"The body is not valid JSON: {err}") from err
+    try:
+        req = ExecuteRequest.model_validate(raw)
+    except ValidationError as err:
+        errors = err.errors()
+        key_only = all(tuple(e["loc"]) == ("idempotency_key",) for e in errors)
+        if key_only and isinstance(raw, dict) and isinstance(raw.get("idempotency_key"), str):
+            raise MoatError(
+                "idempotency_key_invalid",
+                f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+                {"errors": field_errors(errors)},
+            ) from err
+        raise MoatError(
+            "schema_validation_failed",
+            "The request does not match the schema.",
+            {"errors": field_errors(errors)},
+        ) from err
+    if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise MoatError(
+            "unsupported_schema_version",
+            f"schema_version {req.schema_version!r} is not supported.",
+            {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
+        )
+    key = _caller_key(header_key, req.idempotency_key)
+    spec = catalog.get(req.capability_id, req.capability_version)
+    if spec is None:
+        raise MoatError(
+            "capability_not_found",
+            f"No capability {req.capability_id!r}"
+            + (f" at version {req.capability_version}" if req.capability_version else "")
+            + ".",
+            {"capability_id": req.capability_id},
+        )
+    try:
+        catalog.input_model(spec).model_validate(req.input)
+    except ValidationError as err:
+        raise MoatError(
+            "schema_validation_failed",
+            f"The input does not match {spec.id}'s input schema.",
+            {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
+        ) from err
+    payload = {
+        "capability_id": req.capability_id,
+        "capability_version": req.capability_version,
+        "connection_id": req.connection_id,
+        "input": req.input,
+    }
+    try:
+        input_hash = redacted_hash(payload)
+    except (rfc8785.CanonicalizationError, RecursionError) as err:
+        raise MoatError(
+            "schema_validation_failed", f"The input cannot be canonicalized (RFC 8785): {err}"
+        ) from err
+    return Prepared(
+        request=req, capability=spec, idempotency_key=key or input_hash, input_hash=input_hash
+    )
+
+
+def _check_limits(prepared: Prepared) -> None:
+    """What the schema does not state: the input's depth, and text that is stored as it is
+    (key, references) must be storable (no NUL, no lone surrogate). The input itself is only
+    hashed, so any text is fine there."""
+    req = prepared.request
+    if json_depth(req.input) > MAX_INPUT_DEPTH:
+        raise MoatError(
+            "schema_validation_failed",
+            f"The input is nested deeper than {MAX_INPUT_DEPTH} levels.",
+            {"errors": [{"loc": ["input"], "msg": "too deep", "type": "too_deep"}]},
+        )
+    fields = {
+        "idempotency_key": prepared.idempotency_key,
+        "connection_id": req.connection_id,
+        "capability_version": req.capability_version,
+    }
+    bad = [name for name, value in fields.items() if value is not None and not db.storable(value)]
+    if bad:
+        raise MoatError(
+            "schema_validation_failed",
+            "Text fields may not hold NUL characters or lone surrogates.",
+            {
+                "errors": [
+                    {"loc": [name], "msg": "unstorable text", "type": "string_type"} for name in bad
+                ]
+            },
+        )
+
+
+def _caller_key(header: str | None, field: str | None) -> str | None:
+    if header is not None:
+        if not header or len(header) > MAX_IDEMPOTENCY_KEY_LENGTH:
+            raise MoatError(
+                "idempotency_key_invalid",
+                f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+            )
+        if field is not None and field != header:
+            raise MoatError(
+                "idempotency_key_invalid",
+                "The Idempotency-Key header and the idempotency_key field differ.",
+            )
+        return header
+    return field
+
+
+class Executions:
+    """Executing capabilities, for the gateway (built once, with its Temporal client)."""
+
+    def __init__(
+        self,
+        settings: MoatSettings,
+        client: Client,
+        catalog: CapabilityCatalog,
+        start_keys: StartKeyring,
+    ) -> None:
+        self._settings = settings
+        self._client = client
+        self.catalog = catalog
+        self._start_keys = start_keys
+
+    async def replay(
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
+    ) -> Outcome | Unfinished | None:
+        """The stored answer for a live key, from Postgres alone; otherwise go on to Temporal
+        with the execution that holds the key (``Unfinished``) or a new one (None)."""
+        if prepared.request.dry_run:
+            return None
+        found = await idempotency.find_live_claim(
+            session, tenant_id, prepared.idempotency_key, datetime.now(UTC)
+        )
+        if found is None:
+            return None
+        claim, receipt = found
+        if claim.input_hash != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, claim.receipt_id)
+        if receipt is None:
+            return Unfinished(claim.receipt_id)
+        await policy.insert_policy_decision(
+            session,
+            id=str(uuid7()),
+            tenant_id=tenant_id,
+            receipt_id=receipt.id,
+            capability_id=receipt.capability_id,
+            idempotency_key=prepared.idempotency_key,
+            mode="standard",
+            decision="allow",
+            rule_hit="IDEMPOTENT_HIT",
+            reason=f"replayed stored receipt (trace {trace_id})",
+        )
+        return Outcome(envelope_for_receipt(receipt), replayed=True)
+
+    async def run(
+        self,
+        tenant_id: str,
+        ttl_seconds: int,
+        prepared: Prepared,
+        trace_id: str,
+        submitted_at: datetime,
+        wait_seconds: float,
+        unfinished: Unfinished | None = None,
+    ) -> Outcome:
+        """Start the run, or attach to the one already running for this key, and wait.
+
+        An unfinished execution keeps its receipt id: attached to while its run goes on,
+        resumed by a new run once it has ended without recording. The new run derives the
+        same downstream ``Idempotency-Key``, so the provider dedupes an effect the ended run
+        may already have caused."""
+        receipt_id = unfinished.receipt_id if unfinished else str(uuid7())
+        request_id = str(uuid7())
+        req = prepared.request
+        workflow_id = workflow_id_for(tenant_id, prepared.idempotency_key)
+        if req.dry_run:
+            # A dry run never takes the key: its own run, beside the real one's id.
+            workflow_id = f"{workflow_id}/dry/{receipt_id}"
+        arg = ExecuteWorkflowInput(
+            receipt_id=receipt_id,
+            tenant_id=tenant_id,
+            idempotency_key=prepared.idempotency_key,
+            input_hash=prepared.input_hash,
+            capability=prepared.capability,
+            input=req.input,
+            connection_id=req.connection_id,
+            request_id=request_id,
+            trace_id=trace_id,
+            submitted_at=submitted_at,
+            idempotency_ttl_seconds=ttl_seconds,
+            local_activities=self._settings.local_activities,
+            dry_run=req.dry_run,
+        )
+        arg = self._start_keys.signed(arg, workflow_id)
+        handle = await self._client.start_workflow(
+            EXECUTE_WORKFLOW,
+            arg,
+            id=workflow_id,
+            task_queue=self._settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            result_type=ExecuteResult,
+            memo={
+                "receipt_id": receipt_id,
+                "input_hash": prepared.input_hash,
+                "request_id": request_id,
+            },
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(TENANT_ATTR, tenant_id),
+                    SearchAttributePair(CAPABILITY_ATTR, prepared.capability.id),
+                    SearchAttributePair(
+                        KEY_ATTR, prepared.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]
+                    ),
+                    SearchAttributePair(RECEIPT_ATTR, receipt_id),
+                ]
+            ),
+        )
+        try:
+            result = await asyncio.wait_for(handle.result(), wait_seconds)
+        except TimeoutError:
+            return await self._accepted(handle, receipt_id, request_id, prepared, trace_id)
+        except WorkflowFailureError as err:
+            if _refused_start(err):
+                raise MoatError(
+                    "gateway_error",
+                    "A worker refused this gateway's signature on the run: gateways and "
+                    "workers must share the same MOAT_START_KEYRING.",
+                    {"workflow_id": workflow_id, "reason": START_NOT_SIGNED},
+                ) from err
+            raise MoatError(
+                "gateway_error",
+                "The run failed inside Moat; the trace id identifies it.",
+                {"workflow_id": workflow_id},
+            ) from err
+        if result.plan is not None:
+            return _planned(result.plan, prepared, trace_id)
+        if result.receipt is None:
+            raise MoatError(
+                "gateway_error", "The run returned no receipt.", {"workflow_id": workflow_id}
+            )
+        # Attached to a run another request started: the answer is that request's.
+        attached = result.request_id != request_id or result.receipt.id != receipt_id
+        return self._finished(result.receipt, result.replayed or attached, prepared)
+
+    def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
+        if receipt.input_hash != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, receipt.id)
+        return Outcome(envelope_for_receipt(receipt), replayed=replayed)
+
+    async def _accepted(
+        self, handle: Any, receipt_id: str, request_id: str, prepared: Prepared, trace_id: str
+    ) -> Outcome:
+        try:
+            memo = await (await handle.describe()).memo()
+        except RPCError:
+            memo = {}
+        if memo.get("input_hash", prepared.input_hash) != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, memo.get("receipt_id"))
+        running_id = memo.get("receipt_id", receipt_id)
+        envelope = Envelope(
+            receipt_id=running_id,
+            trace_id=trace_id,
+            status=EnvelopeStatus.ACCEPTED,
+            idempotency_key=prepared.idempotency_key,
+            workflow_id=handle.id,
+            run_id=handle.result_run_id,
+        )
+        attached = memo.get("request_id", request_id) != request_id or running_id != receipt_id
+        return Outcome(envelope, replayed=attached)
+
+    async def started(self, tenant_id: str, receipt_id: str, trace_id: str) -> Envelope | None:
+        """The ``accepted`` envelope of a run no worker has picked up yet (no claim in
+        Postgres): Temporal holds it, findable by its receipt id attribute (persist-first)."""
+        query = f"{TENANT_ATTRIBUTE} = '{tenant_id}' AND {RECEIPT_ATTRIBUTE} = '{receipt_id}'"
+        try:
+            async for wf in self._client.list_workflows(query, limit=1):
+                key = wf.typed_search_attributes.get(KEY_ATTR)
+                # The attribute holds the key's first characters: only a shorter key is whole.
+                whole = key is not None and len(key) < IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH
+                return _accepted(receipt_id, trace_id, key if whole else None, wf.id)
+        except RPCError:
+            return None
+        return None
+
+
+async def recorded(
+    session: AsyncSession, tenant_id: str, receipt_id: str, trace_id: str
+) -> Envelope | None:
+    """An execution as Postgres knows it: finished (its receipt), or ``accepted`` while its
+    run, which has claimed the key, goes on. None: Postgres knows nothing of it yet."""
+    receipt = await receipts.get_receipt(session, tenant_id, receipt_id)
+    if receipt is not None:
+        return envelope_for_receipt(receipt)
+    claim = await idempotency.find_claim_by_receipt(session, tenant_id, receipt_id)
+    if claim is None:
+        return None
+    return _accepted(receipt_id, trace_id, claim.key, claim.workflow_id)
+
+
+def _accepted(receipt_id: str, trace_id: str, key: str | None, workflow_id: str) -> Envelope:
+    return Envelope(
+        receipt_id=receipt_id,
+        trace_id=trace_id,
+        status=EnvelopeStatus.ACCEPTED,
+        idempotency_key=key,
+        workflow_id=workflow_id,
+    )
+
+
+def _refused_start(err: WorkflowFailureError) -> bool:
+    cause: BaseException | None = err.cause
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == START_NOT_SIGNED:
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Outcome:
+    envelope = Envelope(
+        trace_id=trace_id,
+        status=EnvelopeStatus.PLANNED,
+        idempotency_key=prepared.idempotency_key,
+        plan=Plan(
+            policy_decision_id=plan.policy_decision_id,
+            decision=plan.decision.value,
+            rule_hit=plan.rule_hit.value,
+            mode=plan.mode.value,
+            reason=plan.reason,
+        ),
+    )
+    return Outcome(envelope)
+
+
+def _key_reused(key: str, receipt_id: str | None) -> MoatError:
+    return MoatError(
+        "idempotency_key_reused",
+        "This idempotency key was already used with a different request.",
+        {"idempotency_key": redact(key), "original_receipt_id": receipt_id},
+    )

@@ -1,0 +1,138 @@
+"""API keys (``moat_<id>_<secret>``): issued, listed, revoked, and the authentication of a
+presented key. The database keeps only the secret's hash, unreadable by the application role."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
+
+from schemas.api import ApiKeyInfo, NewApiKey
+from store.db import storable
+from store.models import ApiKey
+
+API_KEY_PREFIX = "moat"
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def _hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# The application role may not read ``secret_hash``: queries it runs load keys without it.
+_WITHOUT_HASH = defer(ApiKey.secret_hash, raiseload=True)
+
+
+def key_prefix(key_id: str) -> str:
+    """The public, non-secret start of a key: ``moat_<id>_``."""
+    return f"{API_KEY_PREFIX}_{key_id}_"
+
+
+def to_key_info(row: ApiKey) -> ApiKeyInfo:
+    """A key as listed: id, public prefix, dates; never the secret or its hash."""
+    return ApiKeyInfo(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        name=row.name,
+        prefix=key_prefix(row.id),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def to_new_key(row: ApiKey, secret: str) -> NewApiKey:
+    """A key just issued: as listed, plus its secret (shown this once)."""
+    return NewApiKey(**to_key_info(row).model_dump(), api_key=secret)
+
+
+async def issue_api_key(
+    session: AsyncSession, tenant_id: str, name: str = ""
+) -> tuple[ApiKey, str]:
+    """Create a key; returns its row and the full key (``moat_<id>_<secret>``), which exists
+    only here: the database keeps the secret's hash."""
+    key_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
+    secret = secrets.token_urlsafe(32)
+    row = ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret), name=name)
+    session.add(row)
+    await session.flush()
+    await session.refresh(row, ["created_at", "revoked_at"])
+    return row, key_prefix(key_id) + secret
+
+
+async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") -> str:
+    """Create a key and return it in full (``moat_<id>_<secret>``); only its hash is kept."""
+    return (await issue_api_key(session, tenant_id, name))[1]
+
+
+async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
+    """The tenant an API key id belongs to (revoked or not), before any tenant is set."""
+    if not storable(key_id):
+        return None
+    result = await session.execute(text("SELECT moat_api_key_tenant(:key_id)"), {"key_id": key_id})
+    tenant_id: str | None = result.scalar_one()
+    return tenant_id
+
+
+async def list_api_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKey]:
+    result = await session.execute(
+        select(ApiKey)
+        .options(_WITHOUT_HASH)
+        .where(ApiKey.tenant_id == tenant_id)
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
+    return result.scalars().all()
+
+
+async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> ApiKey | None:
+    """Revoke a key at ``now`` (kept when already revoked); None if there is no such key."""
+    await session.execute(
+        update(ApiKey)
+        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    return await session.get(ApiKey, key_id, populate_existing=True, options=[_WITHOUT_HASH])
+
+
+@dataclass(frozen=True)
+class AuthenticatedTenant:
+    tenant_id: str
+    key_id: str
+    policy_mode: str
+    idempotency_ttl_seconds: int
+
+
+async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTenant | None:
+    """The tenant a presented API key belongs to, or None (unknown, malformed, revoked).
+
+    Asked before any tenant is known, so through ``moat_lookup_api_key``, the database's
+    one door to API keys across tenants (row-level security keeps the tables closed). The
+    database compares the hashes: the stored one never leaves it."""
+    parts = presented.split("_", 2)
+    if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
+        return None
+    if not storable(parts[1]) or not storable(parts[2]):
+        return None
+    row = (
+        await session.execute(
+            text(
+                "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds"
+                " FROM moat_lookup_api_key(:key_id, :secret_hash)"
+            ),
+            {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])},
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    tenant_id, revoked_at, mode, ttl = row
+    if revoked_at is not None:
+        return None
+    return AuthenticatedTenant(
+        tenant_id=tenant_id, key_id=parts[1], policy_mode=mode, idempotency_ttl_seconds=ttl
+    )

@@ -1,0 +1,184 @@
+"""Budgets per tenant and capability: limits, successes counted per period, and the units
+held by executions in flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import Budget, BudgetHold, BudgetUsage
+
+
+def period_start(period: str, now: datetime) -> date:
+    today = now.date()
+    return today.replace(day=1) if period == "month" else today
+
+
+async def set_budget(
+    session: AsyncSession, tenant_id: str, capability_id: str, limit: int, period: str
+) -> None:
+    stmt = insert(Budget).values(
+        tenant_id=tenant_id, capability_id=capability_id, limit=limit, period=period
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[Budget.tenant_id, Budget.capability_id],
+        set_={
+            "limit": stmt.excluded.limit,
+            "period": stmt.excluded.period,
+            "updated_at": func.now(),
+        },
+    )
+    await session.execute(stmt)
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    limit: int
+    period: str
+    period_start: date
+    used: int
+    held: int = 0  # executions allowed and not recorded yet
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used + self.held >= self.limit
+
+
+async def budget_state(
+    session: AsyncSession,
+    tenant_id: str,
+    capability_id: str,
+    now: datetime,
+    *,
+    lock: bool = False,
+    exclude_receipt: str | None = None,
+) -> BudgetState | None:
+    """The budget of a capability in the current period: successes counted, and units held
+    by executions in flight (other than ``exclude_receipt``). ``lock`` takes the budget row
+    FOR UPDATE, so concurrent checks of one budget see each other's holds."""
+    query = select(Budget).where(
+        Budget.tenant_id == tenant_id, Budget.capability_id == capability_id
+    )
+    budget = (
+        await session.execute(query.with_for_update() if lock else query)
+    ).scalar_one_or_none()
+    if budget is None:
+        return None
+    return await _state_of(session, budget, now, exclude_receipt)
+
+
+async def _state_of(
+    session: AsyncSession, budget: Budget, now: datetime, exclude_receipt: str | None = None
+) -> BudgetState:
+    tenant_id, capability_id = budget.tenant_id, budget.capability_id
+    start = period_start(budget.period, now)
+    # Uses and holds in one statement, so one snapshot: the record step turns a hold into a
+    # use in one transaction, and a check must never see neither (it would overshoot). The
+    # snapshot is taken after the lock above was granted, so it sees every hold committed
+    # by the checks this one waited for.
+    used_query = (
+        select(BudgetUsage.used)
+        .where(
+            BudgetUsage.tenant_id == tenant_id,
+            BudgetUsage.capability_id == capability_id,
+            BudgetUsage.period == budget.period,
+            BudgetUsage.period_start == start,
+        )
+        .scalar_subquery()
+    )
+    holds = select(func.count()).where(
+        BudgetHold.tenant_id == tenant_id,
+        BudgetHold.capability_id == capability_id,
+        BudgetHold.period == budget.period,
+        BudgetHold.period_start == start,
+        BudgetHold.expires_at > now,
+    )
+    if exclude_receipt is not None:
+        holds = holds.where(BudgetHold.receipt_id != exclude_receipt)
+    statement = select(func.coalesce(used_query, 0), holds.scalar_subquery())
+    row = (await session.execute(statement)).one()
+    return BudgetState(
+        limit=budget.limit,
+        period=budget.period,
+        period_start=start,
+        used=int(row[0]),
+        held=int(row[1]),
+    )
+
+
+async def list_budgets(
+    session: AsyncSession, tenant_id: str, now: datetime
+) -> list[tuple[str, BudgetState]]:
+    """Every budget of a tenant with its state in the current period, by capability."""
+    budgets = (
+        await session.execute(
+            select(Budget).where(Budget.tenant_id == tenant_id).order_by(Budget.capability_id)
+        )
+    ).scalars()
+    return [(b.capability_id, await _state_of(session, b, now)) for b in budgets.all()]
+
+
+async def hold_budget(
+    session: AsyncSession,
+    tenant_id: str,
+    capability_id: str,
+    receipt_id: str,
+    state: BudgetState,
+    expires_at: datetime,
+) -> None:
+    """Hold one unit for an allowed execution (once: a retried check finds it there), and
+    drop the budget's expired holds (left by runs that ended without recording)."""
+    await session.execute(
+        delete(BudgetHold).where(
+            BudgetHold.tenant_id == tenant_id,
+            BudgetHold.capability_id == capability_id,
+            BudgetHold.expires_at <= func.now(),
+        )
+    )
+    stmt = insert(BudgetHold).values(
+        tenant_id=tenant_id,
+        receipt_id=receipt_id,
+        capability_id=capability_id,
+        period=state.period,
+        period_start=state.period_start,
+        expires_at=expires_at,
+    )
+    await session.execute(stmt.on_conflict_do_nothing())
+
+
+async def release_budget_hold(session: AsyncSession, tenant_id: str, receipt_id: str) -> None:
+    await session.execute(
+        delete(BudgetHold).where(
+            BudgetHold.tenant_id == tenant_id, BudgetHold.receipt_id == receipt_id
+        )
+    )
+
+
+async def increment_budget(
+    session: AsyncSession, tenant_id: str, capability_id: str, now: datetime
+) -> None:
+    """Count one successful execution against the budget of its period, if one is set."""
+    budget = await session.get(Budget, (tenant_id, capability_id))
+    if budget is None:
+        return
+    stmt = insert(BudgetUsage).values(
+        tenant_id=tenant_id,
+        capability_id=capability_id,
+        period=budget.period,
+        period_start=period_start(budget.period, now),
+        used=1,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[
+            BudgetUsage.tenant_id,
+            BudgetUsage.capability_id,
+            BudgetUsage.period,
+            BudgetUsage.period_start,
+        ],
+        set_={"used": BudgetUsage.used + 1},
+    )
+    await session.execute(stmt)

@@ -1,0 +1,45 @@
+"""Policy decisions: one per evaluated execution, write-once."""
+
+from __future__ import annotations
+
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import PolicyDecisionRow
+
+
+async def insert_policy_decision(
+    session: AsyncSession,
+    *,
+    id: str,
+    tenant_id: str,
+    receipt_id: str,
+    capability_id: str,
+    idempotency_key: str,
+    mode: str,
+    decision: str,
+    rule_hit: str,
+    reason: str = "",
+    is_synthetic: bool = False,
+) -> PolicyDecisionRow:
+    """Record a decision; a retried step with the same id gets the first one back."""
+    stmt = (
+        insert(PolicyDecisionRow)
+        .values(
+            id=id,
+            tenant_id=tenant_id,
+            receipt_id=receipt_id,
+            capability_id=capability_id,
+            idempotency_key=idempotency_key,
+            mode=mode,
+            decision=decision,
+            rule_hit=rule_hit,
+            reason=reason,
+            is_synthetic=is_synthetic,
+        )
+        .on_conflict_do_nothing(index_elements=[PolicyDecisionRow.id])
+    )
+    await session.execute(stmt)
+    row = await session.get(PolicyDecisionRow, id)
+    assert row is not None
+    return row

@@ -1,0 +1,84 @@
+"""Receipts (write-once, one per execution attempt) and their outcome events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select, tuple_
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.records import OutcomeEvent, Receipt
+from store.models import OutcomeEventRow, ReceiptRow
+
+
+def to_receipt(row: ReceiptRow) -> Receipt:
+    return Receipt.model_validate(row, from_attributes=True)
+
+
+async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
+    """Insert a receipt; False when one with this id already exists (a retried step)."""
+    stmt = (
+        insert(ReceiptRow)
+        .values(**receipt.model_dump(mode="python"))
+        .on_conflict_do_nothing(index_elements=[ReceiptRow.id])
+        .returning(ReceiptRow.id)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none() is not None
+
+
+async def get_receipt(session: AsyncSession, tenant_id: str, receipt_id: str) -> Receipt | None:
+    row = (
+        await session.execute(
+            select(ReceiptRow).where(ReceiptRow.id == receipt_id, ReceiptRow.tenant_id == tenant_id)
+        )
+    ).scalar_one_or_none()
+    return to_receipt(row) if row is not None else None
+
+
+@dataclass(frozen=True)
+class ReceiptFilter:
+    capability_id: str | None = None
+    status: str | None = None
+    idempotency_key: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+async def list_receipts(
+    session: AsyncSession,
+    tenant_id: str,
+    where: ReceiptFilter,
+    *,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+) -> list[Receipt]:
+    """Receipts newest first (``timestamp``, then id), from just after ``after`` on.
+
+    ``since`` is inclusive, ``until`` exclusive. Asks for ``limit`` rows; a caller that
+    wants to know whether more follow asks for one more."""
+    stmt = select(ReceiptRow).where(ReceiptRow.tenant_id == tenant_id)
+    if where.capability_id is not None:
+        stmt = stmt.where(ReceiptRow.capability_id == where.capability_id)
+    if where.status is not None:
+        stmt = stmt.where(ReceiptRow.status == where.status)
+    if where.idempotency_key is not None:
+        stmt = stmt.where(ReceiptRow.idempotency_key == where.idempotency_key)
+    if where.since is not None:
+        stmt = stmt.where(ReceiptRow.timestamp >= where.since)
+    if where.until is not None:
+        stmt = stmt.where(ReceiptRow.timestamp < where.until)
+    if after is not None:
+        stmt = stmt.where(tuple_(ReceiptRow.timestamp, ReceiptRow.id) < tuple_(*after))
+    stmt = stmt.order_by(ReceiptRow.timestamp.desc(), ReceiptRow.id.desc()).limit(limit)
+    return [to_receipt(row) for row in (await session.execute(stmt)).scalars()]
+
+
+async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> None:
+    session.add(OutcomeEventRow(**event.model_dump(mode="python")))
+    await session.flush()
+
+
+async def ensure_outcome_partitions(session: AsyncSession, now: datetime, months: int = 3) -> None:
+    await session.execute(select(func.moat_ensure_outcome_partitions(now, months)))

@@ -1,0 +1,144 @@
+"""``moat up`` end to end, as a new user runs it: the whole stack from an empty home, an
+execution through the CLI, the Temporal UI wired to the payload codec, a clean stop on
+SIGTERM, and a second start that keeps the data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from starter.devstack.processes import free_port, pid_alive
+from starter.devstack.up import healthy
+from starter.runtime.codec_door import Door
+from tests.support.stack import repo_root
+
+NAMES = ("postgres", "temporal", "worker", "gateway")
+
+
+def _environment(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOAT_")}
+    ports = {
+        "MOAT_DATABASE_PORT": free_port(),
+        "MOAT_TEMPORAL_PORT": free_port(),
+        "MOAT_TEMPORAL_UI_PORT": free_port(),
+        "MOAT_GATEWAY_PORT": free_port(),
+    }
+    return {**env, **{k: str(v) for k, v in ports.items()}, "MOAT_HOME": str(home)}
+
+
+@contextmanager
+def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
+    """``moat up`` until the gateway answers; SIGTERM on exit, which must end it with 0 and
+    leave no process or pid file behind. Yields the children's pids."""
+    home = Path(env["MOAT_HOME"])
+    gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "starter.cli", "up"],
+        cwd=repo_root(),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy(gateway):
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "moat up did not come up in 120 s"
+            time.sleep(0.2)
+        run = home / "run"
+        pids = {name: int((run / f"{name}.pid").read_text()) for name in NAMES}
+        assert all(pid_alive(pid) for pid in pids.values()), pids
+        yield pids
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 0, proc.stdout.read() if proc.stdout else ""
+    assert not list((home / "run").glob("*.pid"))
+    assert not [name for name, pid in pids.items() if pid_alive(pid)]
+
+
+def moat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "starter.cli", *args],
+        cwd=repo_root(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_moat_up_runs_the_stack_and_keeps_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)  # libpq would send it
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-pgpass"))
+    env = _environment(tmp_path / "home")
+    gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
+    ui = f"http://127.0.0.1:{env['MOAT_TEMPORAL_UI_PORT']}"
+    with moat_up(env):
+        first = moat(env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1")
+        assert first.returncode == 0, first.stderr
+        envelope = json.loads(first.stdout)
+        assert envelope["status"] == "executed"
+        assert envelope["receipt"]["workflow_id"] == envelope["workflow_id"]
+
+        # The dev server's UI was started with Moat's codec address, and the gateway lets
+        # that UI's origin call it.
+        door = Door.read(tmp_path / "home" / "codec-door.json")
+        codec = f"{gateway}/codec/ui/{door.token}"
+        settings = httpx.get(f"{ui}/api/v1/settings", timeout=10).json()
+        assert settings["Codec"]["Endpoint"] == codec
+        assert moat(env, "codec", "url").stdout.strip() == codec
+        assert moat(env, "codec-url").stdout.strip() == codec
+        preflight = httpx.options(
+            f"{codec}/decode",
+            headers={
+                "Origin": ui,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,x-namespace",
+            },
+            timeout=10,
+        )
+        assert preflight.headers.get("access-control-allow-origin") == ui
+
+        # The database asks for the passwords `moat up` generated, kept for its user only.
+        kept = tmp_path / "home" / "db-passwords.json"
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        passwords = json.loads(kept.read_text())
+        port = env["MOAT_DATABASE_PORT"]
+        for role in ("postgres", "moat_app"):
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(f"postgresql://{role}@127.0.0.1:{port}/moat", connect_timeout=10)
+
+    # The worker logs JSON lines (MOAT_LOG_FORMAT's default).
+    lines = (tmp_path / "home" / "logs" / "worker.log").read_text().splitlines()
+    entries = [json.loads(line) for line in lines if line.startswith("{")]
+    assert any(
+        e["service"] == "moat-worker" and e["message"].startswith("worker polling task queue")
+        for e in entries
+    ), lines
+
+    with moat_up(env):  # the same home: the same tenant, key and receipt
+        again = moat(env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1")
+        assert again.returncode == 0, again.stderr
+        assert "idempotent replay" in again.stderr
+        assert json.loads(again.stdout)["receipt_id"] == envelope["receipt_id"]
+
+    # No log of any process names a database password.
+    for log in (tmp_path / "home" / "logs").iterdir():
+        assert not any(pw in log.read_text() for pw in passwords.values()), log.name

@@ -1,0 +1,98 @@
+"""The execute vertical slice through real HTTP, real Temporal and real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import func, select
+
+from store import budgets
+from store.models import BudgetUsage, OutcomeEventRow, ReceiptRow
+from tests.support.fakes import FakeProvider, Step
+from tests.support.stack import Stack
+from workflows.execute import STATUS_ATTR
+
+
+async def count(stack: Stack, model: Any, **where: Any) -> int:
+    async with stack.sessions() as s:
+        stmt = select(func.count()).select_from(model).filter_by(**where)
+        return int((await s.execute(stmt)).scalar_one())
+
+
+async def test_echo_executes_then_replays(stack: Stack) -> None:
+    first = await stack.execute("demo.echo", {"hello": "world"})
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert body["status"] == "executed"
+    assert "x-moat-idempotent-replayed" not in first.headers
+    receipt = body["receipt"]
+    assert receipt["status"] == "success"
+    assert receipt["input_hash"].startswith("sha256:")
+    assert receipt["idempotency_key"] == receipt["input_hash"]  # derived from the payload
+    assert body["workflow_id"] == receipt["workflow_id"] and body["run_id"]
+
+    again = await stack.execute("demo.echo", {"hello": "world"})
+    assert again.status_code == 200
+    assert again.headers["x-moat-idempotent-replayed"] == "true"
+    assert again.json()["receipt"] == receipt
+    assert await count(stack, ReceiptRow, tenant_id=stack.tenant_id) == 1
+
+
+async def test_http_success_calls_provider_once(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/ok", Step(200, {"id": 42}))
+    payload = {"method": "POST", "url": url, "json": {"text": "hi"}}
+    first = await stack.execute("http.request", payload, key="step-1")
+    assert first.status_code == 200, first.text
+    second = await stack.execute("http.request", payload, key="step-1")
+    assert second.status_code == 200
+    assert second.headers["x-moat-idempotent-replayed"] == "true"
+    assert second.json()["receipt_id"] == first.json()["receipt_id"]
+    assert len(provider.calls_to("/ok")) == 1
+    call = provider.calls_to("/ok")[0]
+    assert call.headers["idempotency-key"].startswith("moat-")
+    assert first.json()["receipt"]["http_status"] == 200
+    assert await count(stack, OutcomeEventRow, receipt_id=first.json()["receipt_id"]) == 1
+
+
+async def test_concurrent_duplicates_execute_once(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/storm", Step(200, {"ok": True}, delay=0.3))
+    payload = {"method": "POST", "url": url, "json": {"n": 1}}
+    async with stack.sessions.begin() as s:
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 1000, "day")
+    responses = await asyncio.gather(
+        *(stack.execute("http.request", payload, key="storm") for _ in range(100))
+    )
+    failed = {r.text for r in responses if r.status_code != 200}
+    assert not failed, failed
+    receipt_ids = {r.json()["receipt_id"] for r in responses}
+    assert len(receipt_ids) == 1
+    # One request started the run; every other one attached to it or got its stored receipt.
+    fresh = [r for r in responses if "x-moat-idempotent-replayed" not in r.headers]
+    assert len(fresh) == 1
+    assert len(provider.calls_to("/storm")) == 1
+    assert await count(stack, ReceiptRow, tenant_id=stack.tenant_id) == 1
+    async with stack.sessions() as s:
+        used = (
+            await s.execute(
+                select(BudgetUsage.used).filter_by(
+                    tenant_id=stack.tenant_id, capability_id="http.request"
+                )
+            )
+        ).scalar_one()
+    assert used == 1
+
+
+async def test_a_dry_run_is_marked_planned(stack: Stack) -> None:
+    # Ops tell a finished dry run from a run still going by its status search attribute.
+    planned = await stack.execute("demo.echo", {"dry": 1}, key="dry-status", dry_run=True)
+    assert planned.json()["status"] == "planned", planned.text
+    query = f'MoatTenant = "{stack.tenant_id}"'
+    for _ in range(100):  # visibility catches up within moments
+        runs = [r async for r in stack.client.list_workflows(query)]
+        if runs:
+            break
+        await asyncio.sleep(0.05)
+    (run,) = runs
+    described = await stack.client.get_workflow_handle(run.id, run_id=run.run_id).describe()
+    assert described.typed_search_attributes.get(STATUS_ATTR) == "planned"

@@ -1,0 +1,165 @@
+"""The event log: causal chains per outcome, immutability, and projection rebuilds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from sqlalchemy import delete, text, update
+from sqlalchemy.exc import DBAPIError
+
+from schemas.events import Event, RunStatus
+from store import budgets
+from store import events as event_log
+from store.models import OrchestrationEvent, RunRow
+from tests.activities.test_outcomes import post
+from tests.support.fakes import FakeProvider, Step
+from tests.support.stack import Stack
+
+
+async def chain_of(stack: Stack, receipt_id: str) -> list[Event]:
+    async with stack.sessions() as s:
+        return await event_log.events_of(s, stack.tenant_id, receipt_id)
+
+
+def assert_causal(events: list[Event], receipt_id: str) -> None:
+    """One correlation id, increasing sequence numbers, each event caused by an earlier one."""
+    seen: set[str] = set()
+    for i, event in enumerate(events):
+        assert event.correlation_id == receipt_id
+        if i == 0:
+            assert event.causation_id is None
+        else:
+            assert event.causation_id in seen, event
+            assert event.sequence_number > events[i - 1].sequence_number
+        seen.add(event.id)
+
+
+async def test_success_chain(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/ev-ok", Step(200))
+    body = (await stack.execute("http.request", post(url), key="ev-ok")).json()
+    events = await chain_of(stack, body["receipt_id"])
+    assert [e.event_type for e in events] == [
+        "RUN_STARTED",
+        "POLICY_EVALUATED",
+        "EFFECT_REQUESTED",
+        "STEP_STARTED",
+        "STEP_COMPLETED",
+        "EFFECT_COMPLETED",
+        "RUN_COMPLETED",
+        "MANIFEST_WRITTEN",
+    ]
+    assert_causal(events, body["receipt_id"])
+    assert {e.event_data["run_id"] for e in events} == {body["run_id"]}
+    async with stack.sessions() as s:
+        run = await event_log.get_run(s, stack.tenant_id, body["receipt_id"])
+    assert run is not None and run.status == RunStatus.COMPLETED
+    assert (run.total_steps, run.failed_steps, run.retries) == (2, 0, 0)
+    assert run.workflow_id == body["workflow_id"] and run.run_id == body["run_id"]
+
+
+async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/ev-500", Step(500))
+    body = (await fast.execute("test.http", post(url), key="ev-500")).json()
+    events = await chain_of(fast, body["receipt_id"])
+    assert [e.event_type for e in events] == [
+        "RUN_STARTED",
+        "POLICY_EVALUATED",
+        "EFFECT_REQUESTED",
+        "STEP_STARTED",
+        "EFFECT_RETRYING",
+        "STEP_RETRIED",
+        "EFFECT_RETRYING",
+        "STEP_RETRIED",
+        "STEP_FAILED",
+        "EFFECT_FAILED",
+        "EFFECT_DEAD_LETTERED",
+        "RUN_FAILED",
+        "MANIFEST_WRITTEN",
+    ]
+    assert_causal(events, body["receipt_id"])
+    retrying = [e for e in events if e.event_type == "EFFECT_RETRYING"]
+    assert [e.event_data["attempt"] for e in retrying] == [1, 2]
+    assert all(e.event_data["http_status"] == 500 for e in retrying)
+    async with fast.sessions() as s:
+        run = await event_log.get_run(s, fast.tenant_id, body["receipt_id"])
+    assert run is not None and run.status == RunStatus.FAILED
+    assert (run.total_steps, run.failed_steps, run.retries) == (2, 1, 2)
+    # The dead-lettered run's manifest names its compensating action.
+    path = fast.settings.manifests_dir / fast.tenant_id / body["run_id"] / "manifest.json"
+    manifest = json.loads(await asyncio.to_thread(path.read_bytes))
+    assert manifest["outputs"]["compensating_action_ref"] == (
+        f"compensate/{fast.tenant_id}/{body['receipt_id']}"
+    )
+    assert manifest["metadata"]["dlq_entry"] is True
+    assert manifest["attempt"] == 2  # 0-based: the third attempt
+    assert manifest["tools"][0]["result"]["status"] == "failure"
+
+
+async def test_policy_denial_chain(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/ev-denied", Step(200))
+    async with stack.sessions.begin() as s:
+        await budgets.set_budget(s, stack.tenant_id, "http.request", 0, "day")
+    body = (await stack.execute("http.request", post(url), key="ev-denied")).json()
+    events = await chain_of(stack, body["receipt_id"])
+    assert [e.event_type for e in events] == [
+        "RUN_STARTED",
+        "POLICY_EVALUATED",
+        "RUN_FAILED",
+        "MANIFEST_WRITTEN",
+    ]
+    assert events[1].event_data["rule_hit"] == "BUDGET_EXCEEDED"
+    assert_causal(events, body["receipt_id"])
+    async with stack.sessions() as s:
+        run = await event_log.get_run(s, stack.tenant_id, body["receipt_id"])
+    assert run is not None and run.status == RunStatus.DENIED
+
+
+async def test_dry_run_is_planned_and_takes_nothing(stack: Stack, provider: FakeProvider) -> None:
+    url = provider.script("/ev-dry", Step(200))
+    planned = await stack.execute("http.request", post(url), key="dry", dry_run=True)
+    assert planned.status_code == 200, planned.text
+    body = planned.json()
+    assert body["status"] == "planned"
+    assert body["plan"]["decision"] == "allow" and body["receipt"] is None
+    assert provider.calls_to("/ev-dry") == []
+    # The key was not taken: the real execution runs now.
+    real = await stack.execute("http.request", post(url), key="dry")
+    assert real.status_code == 200 and "x-moat-idempotent-replayed" not in real.headers
+    assert len(provider.calls_to("/ev-dry")) == 1
+
+
+async def test_events_are_write_once(stack: Stack) -> None:
+    await stack.execute("demo.echo", {"e": 1}, key="ev-imm")
+    async with stack.sessions() as s:
+        with pytest.raises(DBAPIError, match="write-once"):
+            await s.execute(
+                update(OrchestrationEvent)
+                .filter_by(tenant_id=stack.tenant_id)
+                .values(actor="someone else")
+            )
+        await s.rollback()
+        with pytest.raises(DBAPIError, match="write-once"):
+            await s.execute(delete(OrchestrationEvent).filter_by(tenant_id=stack.tenant_id))
+        await s.rollback()
+        with pytest.raises(DBAPIError, match="write-once"):
+            await s.execute(text("TRUNCATE orchestration_events CASCADE"))
+        await s.rollback()
+
+
+async def test_rebuild_matches_projection_and_reports_corruption(stack: Stack) -> None:
+    ids = [
+        (await stack.execute("demo.echo", {"i": i}, key=f"rb-{i}")).json()["receipt_id"]
+        for i in range(3)
+    ]
+    async with stack.sessions() as s:
+        rebuilt = await event_log.rebuild(s, stack.tenant_id)
+        stored = await event_log.stored_runs(s, stack.tenant_id)
+    assert set(rebuilt) == set(ids) and rebuilt == stored
+    async with stack.sessions.begin() as s:
+        await s.execute(update(RunRow).filter_by(receipt_id=ids[1]).values(status="FAILED"))
+    async with stack.sessions() as s:
+        diffs = await event_log.verify(s, stack.tenant_id)
+    assert [d.receipt_id for d in diffs] == [ids[1]]
+    assert diffs[0].fields == {"status": ("FAILED", "COMPLETED")}

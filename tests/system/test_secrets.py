@@ -1,0 +1,331 @@
+"""No raw secret at rest: each case runs one execution with secrets in play, then searches
+every store a run touches for them: the HTTP answer, Postgres (its rows, and its files on
+disk, WAL included), Temporal's history as the server hands it out and the server's
+database file, the tenant's manifest folder, log records and JSON log lines, and every
+exported span.
+
+A new way for a secret to come in is one more ``Case`` in ``CASES``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import pytest_asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sqlalchemy import text
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.testing import WorkflowEnvironment
+
+from schemas.canonical import REDACTED
+from schemas.capabilities import CapabilityCatalog
+from schemas.settings import MoatSettings
+from starter.devstack import EmbeddedPostgres, local_temporal
+from starter.runtime.codec import data_converter
+from starter.runtime.observability import JsonFormatter
+from tests.support.fakes import Call, FakeProvider, Step
+from tests.support.stack import NAMESPACE, Stack, StackFactory
+
+
+def _unique(prefix: str) -> str:
+    """A secret no other test (nor an earlier run) could have put anywhere."""
+    return prefix + uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Case:
+    """Secrets that reach Moat one way. ``request`` builds the ``http.request`` input from
+    the provider's URL, ``answer`` the provider's reply; ``received`` proves the provider
+    got the secrets (so they were in play); ``kept`` must still be in the manifest, since
+    redaction keeps what is not secret."""
+
+    id: str
+    secrets: tuple[str, ...]
+    request: Callable[[str], dict[str, Any]]
+    received: Callable[[Call], bool]
+    answer: Callable[[str], Step] = lambda url: Step(200)
+    kept: tuple[str, ...] = field(default=())
+
+
+TOKEN = _unique("sk-live-")
+PASSWORD = _unique("correct-horse-")
+API_KEY = _unique("apikey")
+ACCESS_TOKEN = _unique("at")
+NEXT_TOKEN = _unique("nt")
+
+CASES = [
+    Case(
+        id="header-and-body",
+        secrets=(TOKEN, PASSWORD),
+        request=lambda url: {
+            "method": "POST",
+            "url": url,
+            "headers": {"Authorization": f"Bearer {TOKEN}"},
+            "json": {"user": "ada", "password": PASSWORD},
+        },
+        answer=lambda url: Step(200, {"echo_password": PASSWORD}),
+        received=lambda call: (
+            call.headers["authorization"] == f"Bearer {TOKEN}" and call.body["password"] == PASSWORD
+        ),
+        kept=('"user": "ada"',),
+    ),
+    Case(
+        id="url-query",
+        secrets=(API_KEY, ACCESS_TOKEN, NEXT_TOKEN),
+        request=lambda url: {
+            "method": "GET",
+            "url": f"{url}?api_key={API_KEY}&access_token={ACCESS_TOKEN}&page=2",
+        },
+        # Providers' pagination links often carry the caller's token.
+        answer=lambda url: Step(200, {"next": f"{url}?access_token={NEXT_TOKEN}&page=3"}),
+        received=lambda call: call.query == f"api_key={API_KEY}&access_token={ACCESS_TOKEN}&page=2",
+        kept=(
+            f"?api_key={REDACTED}&access_token={REDACTED}&page=2",
+            f"?access_token={REDACTED}&page=3",
+        ),
+    ),
+]
+
+BUILTIN_HTTP = CapabilityCatalog().get("http.request")
+assert BUILTIN_HTTP is not None
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def temporal_on_disk(
+    base_settings: MoatSettings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[WorkflowEnvironment, Path]]:
+    """A dev server of this module's own that keeps its state in a database file (the
+    session's keeps it in memory), and the folder of that file."""
+    folder = tmp_path_factory.mktemp("temporal")
+    converter = data_converter(base_settings)
+    async with local_temporal(NAMESPACE, converter, folder / "temporal.db") as env:
+        yield env, folder
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    make_stack: StackFactory,
+    provider: FakeProvider,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+) -> AsyncIterator[Stack]:
+    async with make_stack(
+        http_allow_hosts=[provider.allow_entry], temporal_env=temporal_on_disk[0]
+    ) as s:
+        yield s
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+async def test_secrets_never_reach_any_store(
+    stack: Stack,
+    provider: FakeProvider,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+    case: Case,
+) -> None:
+    path = f"/secrets/{case.id}"
+    url = provider.script(path, case.answer(provider.base_url + path))
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        response = await stack.execute("http.request", case.request(url), key=f"s-{case.id}")
+    assert response.status_code == 200, response.text
+    (call,) = provider.calls_to(path)
+    assert case.received(call), call
+    # Both log captures saw the provider call's request line, which names the URL.
+    assert "HTTP Request:" in caplog.text and "HTTP Request:" in json_lines.getvalue()
+
+    body = response.json()
+    await assert_nowhere_at_rest(
+        case.secrets,
+        answer=response,
+        stack=stack,
+        workflow=(body["workflow_id"], body["run_id"]),
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )
+    manifest = await asyncio.to_thread(
+        (
+            stack.settings.manifests_dir / stack.tenant_id / body["run_id"] / "manifest.json"
+        ).read_text
+    )
+    for kept in case.kept:
+        assert kept in manifest
+
+
+NEWLINE_KEY = _unique("nl-")
+
+
+async def test_a_header_secret_with_a_newline_reaches_no_store(
+    stack: Stack,
+    provider: FakeProvider,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pasted header value with a trailing newline: the gateway refuses it without
+    repeating it, and a run that carries it anyway (started past the gateway's checks, as an
+    older gateway would) fails worded by Moat, so the HTTP library's error, which quotes the
+    value, is stored nowhere."""
+    url = provider.script("/secrets/newline", Step(200))
+    request = {"method": "GET", "url": url, "headers": {"X-Api-Key": NEWLINE_KEY + "\n"}}
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        refused = await stack.execute("http.request", request, key="s-newline")
+        result = await stack.start_direct(BUILTIN_HTTP, request)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "schema_validation_failed"
+    assert result.receipt is not None and result.receipt.status == "failure"
+    assert provider.calls_to("/secrets/newline") == []
+    await assert_nowhere_at_rest(
+        (NEWLINE_KEY,),
+        answer=refused,
+        stack=stack,
+        workflow=(result.receipt.workflow_id, result.receipt.run_id),
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )
+
+
+async def assert_nowhere_at_rest(
+    secrets: tuple[str, ...],
+    *,
+    answer: httpx.Response,
+    stack: Stack,
+    workflow: tuple[str, str],
+    data_dir: Path,
+    temporal_dir: Path,
+    logs: str,
+    spans: tuple[ReadableSpan, ...],
+) -> None:
+    """Fails, naming the store, when any of ``secrets`` is in any of them."""
+
+    def absent(where: str, haystack: str | bytes) -> None:
+        data = haystack if isinstance(haystack, bytes) else haystack.encode()
+        for secret in secrets:
+            assert secret.encode() not in data, f"a secret is in {where}"
+
+    absent("the HTTP answer", answer.text)
+
+    # Every row of every table, as text.
+    async with stack.sessions() as s:
+        tables = (
+            (await s.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")))
+            .scalars()
+            .all()
+        )
+        assert "receipts" in tables
+        for table in tables:
+            rows = (await s.execute(text(f'SELECT t::text FROM "{table}" t'))).scalars().all()
+            absent(f"Postgres table {table}", "\n".join(rows))
+
+    # What Postgres keeps on disk (tables, indexes, WAL, its log), once written out.
+    await asyncio.to_thread(_checkpoint, stack.settings.sqlalchemy_url)
+    files = await asyncio.to_thread(lambda: dict(_files_under(data_dir)))
+    assert any("pg_wal" in str(p) for p in files) and any("base" in str(p) for p in files)
+    for file, data in files.items():
+        absent(f"Postgres file {file.relative_to(data_dir)}", data)
+
+    # Temporal's history, as the server stores it (no codec applied).
+    workflow_id, run_id = workflow
+    history = await stack.client.workflow_service.get_workflow_execution_history(
+        GetWorkflowExecutionHistoryRequest(
+            namespace=stack.settings.temporal_namespace,
+            execution={"workflow_id": workflow_id, "run_id": run_id},
+        )
+    )
+    assert len(history.history.events) > 5
+    raw = history.SerializeToString()
+    assert b"binary/encrypted" in raw
+    absent("Temporal's history", raw)
+    # The server's own database file (and its write-ahead log): the run is there.
+    stored = await asyncio.to_thread(lambda: dict(_files_under(temporal_dir)))
+    assert any(workflow_id.encode() in data for data in stored.values())
+    for file, data in stored.items():
+        absent(f"Temporal's file {file.name}", data)
+
+    # Everything under the tenant's manifest folder (kept for years).
+    tenant_folder = stack.settings.manifests_dir / stack.tenant_id
+    manifests = await asyncio.to_thread(lambda: dict(_files_under(tenant_folder)))
+    assert any(p.name == "manifest.json" for p in manifests)
+    for file, data in manifests.items():
+        absent(f"manifest file {file.relative_to(tenant_folder)}", data)
+
+    absent("the logs", logs)
+
+    names = {span.name for span in spans}
+    assert "RunActivity:moat.call_adapter" in names, names
+    for span in spans:
+        absent(f"span {span.name}", "\n".join(_span_texts(span)))
+
+
+def _checkpoint(url: str) -> None:
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
+def _files_under(root: Path) -> Iterator[tuple[Path, bytes]]:
+    for folder, _, names in os.walk(root):
+        for name in names:
+            file = Path(folder) / name
+            if file.is_file():  # not the server's socket
+                yield file, file.read_bytes()
+
+
+def _span_texts(span: ReadableSpan) -> Iterator[str]:
+    """Everything a span exporter would send: name, attributes, events, links, status."""
+    yield span.name
+    yield from (f"{k}={v}" for k, v in (span.attributes or {}).items())
+    for event in span.events:
+        yield event.name
+        yield from (f"{k}={v}" for k, v in (event.attributes or {}).items())
+    for link in span.links:
+        yield from (f"{k}={v}" for k, v in (link.attributes or {}).items())
+    yield span.status.description or ""
+    yield from (f"{k}={v}" for k, v in span.resource.attributes.items())
+
+
+@contextmanager
+def captured_logs(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
+    """Every record at DEBUG in ``caplog`` (the HTTP client's request lines included), and
+    the same records through the JSON formatter the services use."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter("moat-test"))
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    logging.getLogger().addHandler(handler)
+    try:
+        yield out
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+@contextmanager
+def captured_spans() -> Iterator[InMemorySpanExporter]:
+    """An in-memory exporter on the tracer provider the stack's services use."""
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider), "the gateway installs the SDK provider"
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    try:
+        yield exporter
+    finally:
+        processor.shutdown()
