@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 from temporalio.workflow import NondeterminismError
 
-from schemas.retention import RETENTION_WORKFLOW
-from schemas.run import WORKFLOW_NAME
+from schemas.names import EXECUTE_WORKFLOW, RETENTION_WORKFLOW
 from tests.histories.corpus import Recorded, corpus, failures, replay
 from tests.histories.paths import PATHS
 from tests.histories.variants import (
@@ -43,7 +42,7 @@ async def test_every_recorded_history_replays(recorded: Recorded) -> None:
 
 async def test_a_command_inserted_before_the_policy_step_is_caught() -> None:
     failed = await failures(CORPUS, [TimerBeforePolicy, ManifestRetention])
-    assert set(failed) == _of(WORKFLOW_NAME)  # every path of the changed workflow, no other
+    assert set(failed) == _of(EXECUTE_WORKFLOW)  # every path of the changed workflow, no other
     assert all(isinstance(err, NondeterminismError) for err in failed.values())
     assert _of(RETENTION_WORKFLOW)
 
