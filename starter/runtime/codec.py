@@ -34,6 +34,7 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from schemas.settings import MoatSettings
+from store.keys.files import create_json
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
@@ -111,17 +112,10 @@ def load_codec(settings: MoatSettings) -> EncryptionCodec:
                 f"MOAT_CODEC_KEYRING points at {path}, which does not exist; mount the "
                 "keyring every worker and gateway shares"
             )
+        # Created once, whoever comes first (a gateway and a worker start together).
         kid = "k1"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(
-                {
-                    "active": kid,
-                    "keys": {kid: base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()},
-                },
-                fh,
-            )
+        key = base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()
+        create_json(path, {"active": kid, "keys": {kid: key}})
     ring = json.loads(path.read_text())
     keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
     return EncryptionCodec(keys, ring["active"])

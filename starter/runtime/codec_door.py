@@ -16,20 +16,17 @@ it on change, so a rotation needs no gateway restart; they never create it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
-import os
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from schemas.settings import MoatSettings
+from store.keys.files import locked, replace_json
 
 DOOR_FILE = "codec-door.json"
 DEFAULT_GRACE = timedelta(hours=1)
@@ -103,27 +100,9 @@ def _new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Serialize creation and rotation between processes (``moat up``, CLI)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _write(path: Path, door: Door) -> None:
     """Replace the file atomically (a gateway never reads half of it), mode 0600."""
-    tmp = path.with_name(f".{path.name}.tmp")  # only ever under _locked
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(door.as_json(), fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    replace_json(path, door.as_json())
 
 
 def current_token(settings: MoatSettings) -> str:
@@ -136,7 +115,7 @@ def current_token(settings: MoatSettings) -> str:
                 f"MOAT_CODEC_DOOR points at {path}, which does not exist; create it with "
                 "`moat codec rotate` and give every gateway the same file"
             )
-        with _locked(path):
+        with locked(path):
             if not path.exists():
                 _write(path, Door(_new_token(), datetime.now(UTC)))
     return Door.read(path).token
@@ -149,7 +128,7 @@ def rotate(
     Retired tokens past their grace are dropped. Returns the new token."""
     now = now or datetime.now(UTC)
     path = door_path(settings)
-    with _locked(path):
+    with locked(path):
         retired: list[_Retired] = []
         if path.exists():
             old = Door.read(path)

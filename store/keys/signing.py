@@ -15,11 +15,9 @@ gateway serves that file and never needs the private keys.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +30,7 @@ from pydantic import ValidationError
 
 from schemas.manifest import MANIFEST_SCOPE, Algorithm, RunManifest, Signature, signing_input
 from schemas.settings import MoatSettings
+from store.keys.files import locked, replace_json
 
 _KEY_TYPES: dict[str, tuple[type[ECKey] | type[RSAKey], str]] = {
     "ES256": (ECKey, "EC"),
@@ -96,35 +95,6 @@ def _import(entry: Mapping[str, Any]) -> SigningKey:
     return SigningKey(kid=entry["kid"], alg=alg, created_at=created, jwk=key)
 
 
-def _write_atomically(path: Path, document: Mapping[str, Any], mode: int) -> None:
-    """Replace ``path`` with ``document`` as JSON: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")  # only ever under _locked
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(document, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Serialize creation and rotation between processes (gateway, workers, CLI)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 class Keyring:
     """Private signing keys, one of them active. Build with ``load``, ``load_or_create`` or
     ``from_settings``.
@@ -158,7 +128,7 @@ class Keyring:
     ) -> Keyring:
         """The keyring at ``path``, created with one ``alg`` key if missing. A ``jwks_path``
         that does not exist yet is written from an existing keyring too."""
-        with _locked(path):
+        with locked(path):
             if path.exists():
                 ring = cls.load(path, jwks_path)
                 if jwks_path is not None and not jwks_path.exists():
@@ -198,7 +168,7 @@ class Keyring:
     def rotate(self, alg: Algorithm = "ES256") -> str:
         """Add a new ``alg`` key and make it active; returns its kid. Re-reads the file under
         the lock first, so a concurrent rotation is not lost."""
-        with _locked(self.path):
+        with locked(self.path):
             if self.path.exists():
                 current = Keyring.load(self.path)
                 self._keys, self._active = current._keys, current._active
@@ -217,13 +187,13 @@ class Keyring:
         """(Re)write the public JWK Set at ``jwks_path``; returns the path."""
         if self.jwks_path is None:
             raise ValueError("keyring: no jwks_path to publish to")
-        with _locked(self.path):
+        with locked(self.path):
             self._publish()
         return self.jwks_path
 
     def _publish(self) -> None:
         if self.jwks_path is not None:
-            _write_atomically(self.jwks_path, self.jwks(), 0o644)
+            replace_json(self.jwks_path, self.jwks(), 0o644)
 
     def sign_detached(self, payload: bytes) -> str:
         """Compact JWS of ``payload`` with the active key, payload part left empty."""
@@ -248,7 +218,7 @@ class Keyring:
                 for k in self._keys
             ],
         }
-        _write_atomically(self.path, ring, 0o600)
+        replace_json(self.path, ring, 0o600)
 
 
 def public_jwks(document: Any) -> dict[str, Any]:

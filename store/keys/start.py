@@ -10,7 +10,6 @@ signed with it can still be reset.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
 import json
@@ -22,6 +21,7 @@ from pathlib import Path
 from schemas.run import ExecuteWorkflowInput
 from schemas.settings import MoatSettings
 from schemas.start import CLAIMS_VERSION, StartClaims
+from store.keys.files import create_json
 
 MIN_KEY_BYTES = 32
 
@@ -87,20 +87,8 @@ class StartKeyring:
 
 
 def _create(path: Path) -> None:
-    """Write a new one-key ring at ``path`` unless another process got there first (gateway
-    and worker start together): written aside, then linked into place, which fails when
-    the file exists, so nobody ever reads a half-written ring."""
+    """A new one-key ring at ``path``, unless another process wrote one first."""
     kid = "s-" + secrets.token_hex(4)
-    ring = {"active": kid, "keys": {kid: base64.urlsafe_b64encode(os.urandom(32)).decode()}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(ring, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    create_json(
+        path, {"active": kid, "keys": {kid: base64.urlsafe_b64encode(os.urandom(32)).decode()}}
+    )
