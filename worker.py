@@ -25,6 +25,7 @@ from activities import (
 )
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker
+from store.keys.codec import OutputSealer
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
@@ -66,7 +67,8 @@ def build_worker(
         "echo": echo_adapter,
         **(adapters or {}),
     }
-    acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings))
+    sealer = OutputSealer.from_settings(settings)
+    acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings), sealer)
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)

@@ -37,9 +37,17 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.addresses import is_public
-from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
+from schemas.canonical import (
+    MAX_JSON_DEPTH,
+    canonical_bytes,
+    json_depth,
+    redact,
+    redact_text,
+    sha256_digest,
+)
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
 from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
+from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
@@ -76,13 +84,21 @@ def fail(
     http_status: int | None = None,
     retryable: bool = True,
     retry_after: timedelta | None = None,
+    provider_response: Any = None,
 ) -> ApplicationError:
     """An adapter failure: ``type`` is its stable error code (the taxonomy value unless a more
     precise ``code`` is given); the details carry the taxonomy and the provider's status."""
     code = code or taxonomy.value
+    details: dict[str, Any] = {
+        "http_status": http_status,
+        "taxonomy": taxonomy.value,
+        "error_code": code,
+    }
+    if provider_response is not None:
+        details[PROVIDER_RESPONSE] = provider_response
     return ApplicationError(
         message,
-        {"http_status": http_status, "taxonomy": taxonomy.value, "error_code": code},
+        details,
         type=code,
         non_retryable=not retryable,
         next_retry_delay=retry_after,
@@ -246,12 +262,14 @@ class HttpAdapter:
                 timeout=inp.capability.timeout_seconds,
                 extensions=extensions,
             ) as response:
-                # Only a success's body is recorded; leaving unread closes the connection.
-                body = (
-                    await _read(response, self._max_response_bytes)
+                # A refusal's body is read only as far as its details keep; leaving the rest
+                # unread closes the connection.
+                limit = (
+                    self._max_response_bytes
                     if response.status_code < 300
-                    else None
+                    else min(self._max_response_bytes, ERROR_BODY_BYTES)
                 )
+                body = await _read(response, limit)
         except httpx.TimeoutException:
             raise fail(
                 ErrorTaxonomy.TIMEOUT, f"no answer within {inp.capability.timeout_seconds}s"
@@ -284,14 +302,15 @@ def _request(inp: AdapterInput) -> HttpRequestInput:
 
 @dataclass(frozen=True)
 class _Body:
-    """What was read of an answer: all of it (``content``), or, past the limit, only how
-    many bytes arrived before reading stopped and their sha256 (``content`` None). Reading
-    stops there rather than running to the end, which may be gigabytes away."""
+    """What was read of an answer: all of it (``content``), or, past the limit, its first
+    ``limit`` bytes (``truncated``) and how many bytes arrived before reading stopped.
+    Reading stops there rather than running to the end, which may be gigabytes away."""
 
-    content: bytes | None
+    content: bytes
     bytes_read: int
     sha256: str
     limit: int
+    truncated: bool = False
 
 
 async def _read(response: httpx.Response, limit: int) -> _Body:
@@ -304,9 +323,10 @@ async def _read(response: httpx.Response, limit: int) -> _Body:
         async for chunk in stream:
             digest.update(chunk)
             size += len(chunk)
-            if size > limit:
-                return _Body(None, size, "sha256:" + digest.hexdigest(), limit)
             chunks.append(chunk)
+            if size > limit:
+                cut = b"".join(chunks)[:limit]
+                return _Body(cut, size, "sha256:" + digest.hexdigest(), limit, truncated=True)
     return _Body(b"".join(chunks), size, "sha256:" + digest.hexdigest(), limit)
 
 
@@ -314,13 +334,15 @@ def _interpret(
     response: httpx.Response, body: _Body | None, *, repeat: bool = False
 ) -> AdapterOutput:
     status = response.status_code
+    encoding = response.encoding or "utf-8"
     if status < 300:
-        return _output(status, body, response.encoding or "utf-8")
+        return _output(status, response.headers, body, encoding)
     retry_after = (
         parse_retry_after(response.headers.get("retry-after"))
         if status in RETRY_AFTER_STATUSES
         else None
     )
+    said = _provider_said(body, encoding)
     if repeat and status == IN_FLIGHT_STATUS:
         # Our earlier request is still running at the provider: its outcome is not known yet.
         raise fail(
@@ -328,6 +350,7 @@ def _interpret(
             "provider is still processing the earlier attempt with this Idempotency-Key (HTTP 409)",
             http_status=status,
             retry_after=retry_after,
+            provider_response=said,
         )
     taxonomy = taxonomy_for_http_status(status)
     retryable = status >= 500 or status in RETRYABLE_STATUSES
@@ -337,43 +360,112 @@ def _interpret(
         http_status=status,
         retryable=retryable,
         retry_after=retry_after,
+        provider_response=said,
     )
 
 
-def _output(status: int, body: _Body | None, encoding: str) -> AdapterOutput:
-    if body is not None and body.content is None:
-        cut: dict[str, Any] = {
-            "truncated": True,
-            "limit_bytes": body.limit,
-            "bytes_read": body.bytes_read,
-            "bytes_read_sha256": body.sha256,
-        }
-        return AdapterOutput(
-            http_status=status, output=cut, output_hash=redacted_hash(cut), truncated=True
+# The response headers an agent gets back: what it needs to act on the answer (where the
+# created thing is, its version, when to come back, how to page, what is left of its rate);
+# never cookies or anything that authenticates.
+OUTPUT_HEADERS = frozenset(
+    {
+        "content-type",
+        "location",
+        "etag",
+        "last-modified",
+        "retry-after",
+        "x-request-id",
+        "link",
+        "ratelimit",
+        "ratelimit-policy",
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    }
+)
+# The most of a refusal's body its details keep (a provider's error is a few fields).
+ERROR_BODY_BYTES = 4096
+
+
+def _output(
+    status: int, headers: httpx.Headers, body: _Body | None, encoding: str
+) -> AdapterOutput:
+    """``{status, headers, body}``: the body as JSON when it is recordable JSON, else as
+    text; a body cut at the limit is its first ``limit_bytes`` as text, with ``truncated:
+    true``, how many bytes arrived before reading stopped and their sha256."""
+    output: dict[str, Any] = {
+        "status": status,
+        "headers": {
+            name: value for name, value in headers.items() if name.lower() in OUTPUT_HEADERS
+        },
+        "body": None,
+    }
+    content = body.content if body is not None else b""
+    if body is not None and body.truncated:
+        output["body"] = _text(content, encoding)
+        output.update(
+            truncated=True,
+            limit_bytes=body.limit,
+            bytes_read=body.bytes_read,
+            bytes_read_sha256=body.sha256,
         )
-    content = (body.content if body is not None else None) or b""
+        return _recorded(status, output, truncated=True)
+    if content:
+        try:
+            value = json.loads(content)
+        except RecursionError:
+            raise _too_deep(status) from None
+        except ValueError:
+            value = _text(content, encoding)
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise _too_deep(status)
+        output["body"] = value
     try:
-        value = json.loads(content) if content else None
-    except RecursionError:
-        raise _too_deep(status) from None
-    except ValueError:
-        return _opaque(status, content, encoding)
-    if json_depth(value) > MAX_JSON_DEPTH:
-        raise _too_deep(status)
-    output = redact(value)
-    try:
-        output_hash = redacted_hash(output)
+        return _recorded(status, output)
     except rfc8785.CanonicalizationError:
         # JSON outside I-JSON (integers beyond 2^53, NaN, lone surrogates): kept as text is.
-        return _opaque(status, content, encoding)
-    return AdapterOutput(http_status=status, output=output, output_hash=output_hash)
+        output["body"] = _text(content, encoding)
+        return _recorded(status, output)
 
 
-def _opaque(status: int, content: bytes, encoding: str) -> AdapterOutput:
-    """An answer that is not recordable JSON: its hash and length stand for it."""
-    text = content.decode(encoding, errors="replace")
-    output = {"text_sha256": redacted_hash(text), "length": len(content)}
-    return AdapterOutput(http_status=status, output=output, output_hash=redacted_hash(output))
+def _text(content: bytes, encoding: str) -> str:
+    """A body as text, its secrets redacted in place (free text has no keys to go by, and
+    redacting the whole string would hide the rest of the page)."""
+    # A cut may split a character; "replace" marks it rather than failing.
+    return redact_text(content.decode(encoding, errors="replace"))
+
+
+def _recorded(status: int | None, value: Any, *, truncated: bool = False) -> AdapterOutput:
+    """The output redacted, and its hash: sha256 of exactly the redacted output's RFC 8785
+    bytes, so anyone holding the output can check it against the receipt."""
+    output = redact(value)
+    return AdapterOutput(
+        http_status=status,
+        output=output,
+        output_hash=sha256_digest(canonical_bytes(output)),
+        truncated=truncated,
+    )
+
+
+def _provider_said(body: _Body | None, encoding: str) -> Any:
+    """A refusal's body for the failure's details: its JSON (error fields and all) or its
+    text, redacted; None when empty. A body past ``ERROR_BODY_BYTES`` is its first bytes
+    as text."""
+    if body is None or not body.content:
+        return None
+    content = body.content[:ERROR_BODY_BYTES]
+    if not body.truncated and len(body.content) <= ERROR_BODY_BYTES:
+        try:
+            value = json.loads(content)
+            if json_depth(value) <= MAX_JSON_DEPTH:
+                canonical_bytes(value)
+                return redact(value)
+        except (ValueError, RecursionError, rfc8785.CanonicalizationError):
+            pass
+    return _text(content, encoding)
 
 
 def _too_deep(status: int) -> ApplicationError:
@@ -390,5 +482,4 @@ def _too_deep(status: int) -> ApplicationError:
 
 async def echo_adapter(inp: AdapterInput) -> AdapterOutput:
     """``demo.echo``: offline, returns its input."""
-    output = redact(inp.input)
-    return AdapterOutput(http_status=None, output=output, output_hash=redacted_hash(output))
+    return _recorded(None, inp.input)

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities.adapters import Adapter, fail
 from activities.evidence import Chain, continue_chain, step_id
 from schemas.events import AggregateType, EventDraft, EventType
+from schemas.execute import KeptOutput
 from schemas.ids import uuid7
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME
 from schemas.records import (
@@ -40,14 +41,17 @@ from schemas.run import (
     longest_run_seconds,
 )
 from schemas.start import START_NOT_SIGNED, StartClaims
-from store import budgets, db, idempotency, policy, receipts, tenancy, tenants
+from store import budgets, db, idempotency, outputs, policy, receipts, tenancy, tenants
 from store import events as event_log
+from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
 from store.models import PolicyDecisionRow, Tenant
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
 ADAPTER_STEP = "adapter"
 TENANT_ID_MAX = 64  # the tenants.id column
+# An execution always claims its key first; this only covers a claim that is gone.
+DEFAULT_OUTPUT_WINDOW = timedelta(hours=24)
 
 
 def decision_id_for(receipt_id: str) -> str:
@@ -63,10 +67,12 @@ class ExecuteActivities:
         sessions: async_sessionmaker[AsyncSession],
         adapters: Mapping[str, Adapter],
         start_keys: StartKeyring,
+        sealer: OutputSealer,
     ) -> None:
         self._sessions = sessions
         self._adapters = adapters
         self._start_keys = start_keys
+        self._sealer = sealer
 
     @activity.defn(name=CHECK_POLICY)
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
@@ -337,8 +343,19 @@ class ExecuteActivities:
                 await budgets.increment_budget(session, inp.tenant_id, inp.capability.id, now)
             if inp.budget_held:
                 await budgets.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
+            await self._keep_output(session, inp, now)
             await event_log.append(session, await _outcome_events(session, inp))
         return receipt
+
+    async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
+        """The answer, kept with the receipt for as long as the key's claim lasts: a replay
+        finds both or neither."""
+        if not inp.adapter_called or (inp.output is None and not inp.error_details):
+            return
+        claim = await idempotency.find_claim_by_receipt(session, inp.tenant_id, inp.receipt_id)
+        expires_at = claim.expires_at if claim is not None else now + DEFAULT_OUTPUT_WINDOW
+        kept = KeptOutput(output=inp.output, error_details=inp.error_details)
+        await outputs.keep(session, self._sealer, inp.tenant_id, inp.receipt_id, kept, expires_at)
 
 
 async def _guarded(adapter: Adapter, inp: AdapterInput) -> AdapterOutput:

@@ -1,6 +1,7 @@
 """Manifest retention: remove manifests past their retention (``schemas.retention``), recording each
-removal as a ``MANIFEST_EXPIRED`` event. Compliance tenants' manifests stay 7 years; the
-database itself refuses their earlier deletion."""
+removal as a ``MANIFEST_EXPIRED`` event; and delete the kept outputs whose idempotency window
+has closed. Compliance tenants' manifests stay 7 years; the database itself refuses their
+earlier deletion."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from schemas.retention import (
     retention_for,
 )
 from store import events as event_log
-from store import manifests, tenancy, tenants
+from store import manifests, outputs, tenancy, tenants
 from store.manifests import ManifestStore
 
 
@@ -37,6 +38,7 @@ class RetentionActivities:
         # Tenants are found from the store's folders: the job needs no cross-tenant query.
         for tenant_id in await asyncio.to_thread(self._store.tenants):
             report.tenants += 1
+            report.outputs_deleted += await self._expire_outputs(tenant_id, inp.as_of)
             while True:
                 activity.heartbeat(tenant_id)
                 deleted, kept, refused = await self._expire_batch(
@@ -48,6 +50,13 @@ class RetentionActivities:
                 if deleted < inp.batch_size:
                     break
         return report
+
+    async def _expire_outputs(self, tenant_id: str, as_of: datetime) -> int:
+        """Delete the tenant's kept outputs whose idempotency window has closed: past it a
+        repeat is a new execution, so nothing would ever serve them again."""
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, tenant_id)
+            return await outputs.delete_expired(session, tenant_id, as_of)
 
     async def _expire_batch(
         self, tenant_id: str, as_of: datetime, limit: int

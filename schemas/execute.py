@@ -57,6 +57,15 @@ class Plan(BaseModel):
     reason: str = ""
 
 
+class KeptOutput(BaseModel):
+    """What Moat keeps of an execution's answer for its idempotency window (sealed, in
+    ``execution_outputs``): the redacted output of a success, or what the provider said
+    when it refused."""
+
+    output: Any = None
+    error_details: dict[str, Any] | None = None
+
+
 class Envelope(BaseModel):
     """Every answer of the execute API, success or not."""
 
@@ -67,6 +76,19 @@ class Envelope(BaseModel):
     workflow_id: str | None = None
     run_id: str | None = None
     receipt: Receipt | None = None
+    output: Any = Field(
+        default=None,
+        description="`executed` only: the adapter's result, redacted (`demo.echo`: its input; "
+        "`http.request`: `status`, selected `headers`, `body` as JSON when the answer is JSON, "
+        "else as text, cut at MOAT_HTTP_MAX_RESPONSE_BYTES with `truncated: true`). "
+        "`sha256` of its RFC 8785 form is `receipt.output_hash`. Kept for the idempotency "
+        "window, so a replay answers the same output; afterwards null, with `output_expired`.",
+    )
+    output_expired: bool = Field(
+        default=False,
+        description="`executed` only: the output is no longer kept (its idempotency window "
+        "closed), so `output` is null; `receipt.output_hash` still names it.",
+    )
     plan: Plan | None = None
     error: ErrorBody | None = None
     warnings: list[ErrorBody] = Field(
@@ -96,13 +118,14 @@ ERROR_MESSAGES: dict[str, str] = {
 
 WARNING_MESSAGES: dict[str, str] = {
     RESPONSE_TRUNCATED: "The provider's answer was larger than the most Moat reads "
-    "(MOAT_HTTP_MAX_RESPONSE_BYTES): the call took effect, and its recorded output holds only "
-    "the number of bytes read and their sha256.",
+    "(MOAT_HTTP_MAX_RESPONSE_BYTES): the call took effect, and `output.body` holds only its "
+    "first bytes, as text, with `truncated: true`.",
 }
 
 
-def envelope_for_receipt(receipt: Receipt) -> Envelope:
-    """The envelope of a finished execution, fresh or replayed alike."""
+def envelope_for_receipt(receipt: Receipt, kept: KeptOutput | None = None) -> Envelope:
+    """The envelope of a finished execution, fresh or replayed alike, with what is kept of
+    its answer (None: nothing, or no longer)."""
     if receipt.status == ExecutionStatus.SUCCESS:
         # A success's error code, when it has one, is a warning (the receipt is all a replay
         # has, so fresh and replayed answers say the same).
@@ -116,12 +139,16 @@ def envelope_for_receipt(receipt: Receipt) -> Envelope:
             workflow_id=receipt.workflow_id,
             run_id=receipt.run_id,
             receipt=receipt,
+            output=kept.output if kept is not None else None,
+            output_expired=kept is None,
             warnings=warnings,
         )
     code = receipt.error_code or "unknown"
     details: dict[str, Any] = {"receipt_status": receipt.status.value}
     if receipt.http_status is not None:
         details["provider_status"] = receipt.http_status
+    if kept is not None and kept.error_details:
+        details.update(kept.error_details)
     return Envelope(
         receipt_id=receipt.id,
         trace_id=receipt.trace_id,

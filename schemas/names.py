@@ -44,3 +44,7 @@ TRACE_HEADER = "X-Moat-Trace-Id"
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
 MANIFEST_SHA256_HEADER = "X-Moat-Manifest-Sha256"
 RUN_ID_HEADER = "X-Moat-Run-Id"
+
+# The key of a failure's details (adapter → workflow → envelope's ``error.details``) that
+# holds what the provider answered, redacted and bounded.
+PROVIDER_RESPONSE = "provider_response"

@@ -36,6 +36,9 @@ class RetentionReport(BaseModel):
     tenants: int = 0
     deleted: int = 0
     kept: int = 0
+    outputs_deleted: int = Field(
+        default=0, description="Kept outputs deleted: their idempotency window had closed."
+    )
     refused: int = Field(
         default=0,
         description="Expired by the clock but kept by the database "

@@ -109,7 +109,7 @@ class AdapterOutput(BaseModel):
     truncated: bool = Field(
         default=False,
         description="The provider's answer was larger than the adapter reads: ``output`` "
-        "says how much was read and its hash, not what it held.",
+        "holds its first bytes as text (``truncated: true``).",
     )
 
 
@@ -135,6 +135,10 @@ class RecordInput(BaseModel):
     taxonomy: ErrorTaxonomy = ErrorTaxonomy.NONE
     http_status: int | None = None
     output_hash: str | None = None
+    output: Any = Field(default=None, description="A success's redacted output, to be kept.")
+    error_details: dict[str, Any] | None = Field(
+        default=None, description="A failure's redacted provider details, to be kept."
+    )
     adapter_called: bool = False
     retry_exhausted: bool = False
     # False when the policy step took no budget hold, so there is none to give back; an

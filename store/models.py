@@ -18,6 +18,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -245,4 +246,19 @@ class ManifestRow(Base):
     alg: Mapped[str] = mapped_column(String(10))
     replayed: Mapped[bool] = mapped_column(Boolean)
     outcome: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class ExecutionOutputRow(Base):
+    """The redacted output of an execution, sealed with the codec's keys (``store.outputs``),
+    kept while its idempotency key is: the one place Moat keeps what a provider answered."""
+
+    __tablename__ = "execution_outputs"
+    __table_args__ = (Index("ix_execution_outputs_tenant_expiry", "tenant_id", "expires_at"),)
+
+    receipt_id: Mapped[str] = mapped_column(ForeignKey("receipts.id"), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    key_id: Mapped[str] = mapped_column(String(100))
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    expires_at: Mapped[datetime] = mapped_column(_tz())
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

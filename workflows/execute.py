@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         CALL_ADAPTER,
         CHECK_POLICY,
         EXECUTE_WORKFLOW,
+        PROVIDER_RESPONSE,
         RECORD_OUTCOME,
         STATUS_ATTRIBUTE,
         WRITE_MANIFEST,
@@ -223,6 +224,7 @@ class ExecuteCapability:
                     "error_code": error_code,
                     "adapter_called": True,
                     "retry_exhausted": exhausted,
+                    "error_details": _provider_details(err.cause),
                 }
             )
             attempts = _attempt_of(err.cause) or (retry.max_retries + 1 if exhausted else 1)
@@ -236,6 +238,7 @@ class ExecuteCapability:
                 "taxonomy": ErrorTaxonomy.NONE,
                 "http_status": out.http_status,
                 "output_hash": out.output_hash,
+                "output": out.output,
                 "adapter_called": True,
                 # A success's error code is a warning the envelope passes on.
                 "error_code": RESPONSE_TRUNCATED if out.truncated else None,
@@ -279,6 +282,12 @@ def _details(cause: BaseException | None) -> dict[str, Any]:
         if isinstance(details, dict):
             return details
     return {}
+
+
+def _provider_details(cause: BaseException | None) -> dict[str, Any] | None:
+    """What the provider said when it refused (already redacted and bounded by the adapter)."""
+    said = _details(cause).get(PROVIDER_RESPONSE)
+    return {PROVIDER_RESPONSE: said} if said is not None else None
 
 
 def _attempt_of(cause: BaseException | None) -> int | None:

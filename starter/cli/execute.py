@@ -1,16 +1,25 @@
 """``moat execute``: run a capability through the gateway, as an agent would, with the
-agents' client, and print the envelope."""
+agents' client, and print a short summary (``--json``: the envelope)."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+import time
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from schemas.settings import MoatSettings
-from starter.cli.output import err, fail, out
+from starter.cli.output import AsJson, err, fail, out
 from starter.devstack.home import demo_api_key
+
+if TYPE_CHECKING:
+    from moat_client import ExecutionResult
+
+# The most of an output the summary shows; --json shows all of it.
+SUMMARY_OUTPUT_CHARS = 2000
+STATUS_COLOURS = {"executed": "green", "failed": "red", "accepted": "yellow", "planned": "cyan"}
 
 
 def execute(
@@ -18,8 +27,10 @@ def execute(
     input_json: Annotated[str, typer.Option("--input", help="The capability's input, JSON.")],
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Capability version.")] = None,
+    as_json: AsJson = False,
 ) -> None:
-    """Execute a capability through the gateway and print the envelope."""
+    """Execute a capability through the gateway and print a summary: status, receipt,
+    replay or not, the output, the run in the Temporal UI. ``--json``: the whole envelope."""
     from moat_client import MoatClientSync, MoatError
 
     settings = MoatSettings()
@@ -38,7 +49,19 @@ def execute(
         )
     client = MoatClientSync(settings.local_gateway_url, api_key)
     try:
-        result = client.execute(capability, data, idempotency_key=key, capability_version=version)
+        started = time.monotonic()
+        if as_json or not out.is_terminal:
+            result = client.execute(
+                capability, data, idempotency_key=key, capability_version=version
+            )
+        else:
+            with out.status(f"executing {escape(capability)}…") as spinner:
+                # The client call blocks; the spinner's own thread keeps the clock moving.
+                spinner.update(f"executing {escape(capability)} (waiting for the run)")
+                result = client.execute(
+                    capability, data, idempotency_key=key, capability_version=version
+                )
+        elapsed = time.monotonic() - started
     except MoatError as exc:
         out.print_json(
             json.dumps(
@@ -55,7 +78,48 @@ def execute(
             f"cannot reach the gateway at {settings.local_gateway_url}: {exc}",
             "start it with `make up` (or set MOAT_GATEWAY_URL)",
         ) from None
-    if result.replayed:
-        err.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
-    out.print_json(result.envelope.model_dump_json())
+    if as_json:
+        if result.replayed:
+            err.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
+        out.print_json(result.envelope.model_dump_json())
+    else:
+        _summary(result, settings, elapsed)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) -> None:
+    envelope = result.envelope
+    status = envelope.status.value
+    colour = STATUS_COLOURS.get(status, "white")
+    out.print(f"[bold {colour}]{status}[/]  {escape(envelope.receipt_id or '-')}  ({elapsed:.2f}s)")
+    if result.replayed:
+        out.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
+    if envelope.error is not None:
+        out.print(f"[red]{escape(envelope.error.code)}[/]: {escape(envelope.error.message)}")
+        if envelope.error.details:
+            out.print(escape(_trimmed(envelope.error.details)))
+    for warning in envelope.warnings:
+        out.print(f"[yellow]warning {escape(warning.code)}[/]: {escape(warning.message)}")
+    if envelope.output_expired:
+        out.print("[dim]output: no longer kept (its idempotency window closed)[/]")
+    elif status == "executed":
+        out.print("output:")
+        out.print(escape(_trimmed(envelope.output)), highlight=True)
+    if envelope.workflow_id:
+        url = (
+            f"http://127.0.0.1:{settings.temporal_ui_port}/namespaces/"
+            f"{settings.temporal_namespace}/workflows/{envelope.workflow_id}"
+        )
+        if envelope.run_id:
+            url += f"/{envelope.run_id}"
+        out.print(f"run: {escape(url)}", soft_wrap=True)
+
+
+def _trimmed(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) <= SUMMARY_OUTPUT_CHARS:
+        return text
+    return (
+        text[:SUMMARY_OUTPUT_CHARS]
+        + f"\n… ({len(text) - SUMMARY_OUTPUT_CHARS} more characters; --json shows all)"
+    )

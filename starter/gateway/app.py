@@ -36,6 +36,7 @@ from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
 from store import make_engine, make_sessionmaker
+from store.keys.codec import OutputSealer
 from store.keys.signing import PublishedJwks
 from store.keys.start import StartKeyring
 
@@ -124,7 +125,12 @@ def create_app(
             sessions=db,
             client=temporal,
             executions=Executions(
-                settings, temporal, capability_catalog, StartKeyring.from_settings(settings)
+                settings,
+                temporal,
+                capability_catalog,
+                StartKeyring.from_settings(settings),
+                db,
+                OutputSealer.from_settings(settings),
             ),
             catalog=capability_catalog,
             owner_sessions=owner,

@@ -16,12 +16,9 @@ there, and reading grants nothing.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
@@ -34,7 +31,7 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from schemas.settings import MoatSettings
-from store.keys.files import create_json
+from store.keys.codec import load_codec_keys
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
@@ -97,28 +94,9 @@ class EncryptionCodec(PayloadCodec):
         return out
 
 
-def _keyring_path(settings: MoatSettings) -> Path:
-    return settings.codec_keyring or settings.home / "codec-keys.json"
-
-
 def load_codec(settings: MoatSettings) -> EncryptionCodec:
-    """The codec from ``MOAT_CODEC_KEYRING``, or from ``$MOAT_HOME/codec-keys.json``, which
-    is created with a fresh key on first use (development only: a configured keyring that
-    is missing is an error, never silently replaced)."""
-    path = _keyring_path(settings)
-    if not path.exists():
-        if settings.codec_keyring is not None:
-            raise FileNotFoundError(
-                f"MOAT_CODEC_KEYRING points at {path}, which does not exist; mount the "
-                "keyring every worker and gateway shares"
-            )
-        # Created once, whoever comes first (a gateway and a worker start together).
-        kid = "k1"
-        key = base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()
-        create_json(path, {"active": kid, "keys": {kid: key}})
-    ring = json.loads(path.read_text())
-    keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
-    return EncryptionCodec(keys, ring["active"])
+    """The codec with the keyring ``store.keys.codec`` loads (and creates in development)."""
+    return EncryptionCodec(*load_codec_keys(settings))
 
 
 def data_converter(settings: MoatSettings) -> DataConverter:

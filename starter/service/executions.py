@@ -16,7 +16,7 @@ from typing import Any
 
 import rfc8785
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import (
     SearchAttributeKey,
@@ -58,7 +58,8 @@ from schemas.run import (
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service.errors import MoatError, field_errors
-from store import db, idempotency, policy, receipts
+from store import db, idempotency, outputs, policy, receipts, tenancy
+from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
 
 TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
@@ -226,11 +227,15 @@ class Executions:
         client: Client,
         catalog: CapabilityCatalog,
         start_keys: StartKeyring,
+        sessions: async_sessionmaker[AsyncSession],
+        sealer: OutputSealer,
     ) -> None:
         self._settings = settings
         self._client = client
         self.catalog = catalog
         self._start_keys = start_keys
+        self._sessions = sessions
+        self.sealer = sealer
 
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
@@ -261,7 +266,8 @@ class Executions:
             rule_hit="IDEMPOTENT_HIT",
             reason=f"replayed stored receipt (trace {trace_id})",
         )
-        return Outcome(envelope_for_receipt(receipt), replayed=True)
+        kept = await outputs.find(session, self.sealer, tenant_id, receipt.id, datetime.now(UTC))
+        return Outcome(envelope_for_receipt(receipt, kept), replayed=True)
 
     async def run(
         self,
@@ -351,12 +357,18 @@ class Executions:
             )
         # Attached to a run another request started: the answer is that request's.
         attached = result.request_id != request_id or result.receipt.id != receipt_id
-        return self._finished(result.receipt, result.replayed or attached, prepared)
+        return await self._finished(result.receipt, result.replayed or attached, prepared)
 
-    def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
+    async def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
         if receipt.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, receipt.id)
-        return Outcome(envelope_for_receipt(receipt), replayed=replayed)
+        # The output is read back from where a replay will find it, fresh answers included:
+        # one source, so the first answer and every replay carry the same bytes.
+        async with tenancy.tenant_transaction(self._sessions, receipt.tenant_id) as session:
+            kept = await outputs.find(
+                session, self.sealer, receipt.tenant_id, receipt.id, datetime.now(UTC)
+            )
+        return Outcome(envelope_for_receipt(receipt, kept), replayed=replayed)
 
     async def _accepted(
         self, handle: Any, receipt_id: str, request_id: str, prepared: Prepared, trace_id: str
@@ -395,13 +407,15 @@ class Executions:
 
 
 async def recorded(
-    session: AsyncSession, tenant_id: str, receipt_id: str, trace_id: str
+    session: AsyncSession, sealer: OutputSealer, tenant_id: str, receipt_id: str, trace_id: str
 ) -> Envelope | None:
-    """An execution as Postgres knows it: finished (its receipt), or ``accepted`` while its
-    run, which has claimed the key, goes on. None: Postgres knows nothing of it yet."""
+    """An execution as Postgres knows it: finished (its receipt, and its output while kept),
+    or ``accepted`` while its run, which has claimed the key, goes on. None: Postgres knows
+    nothing of it yet."""
     receipt = await receipts.get_receipt(session, tenant_id, receipt_id)
     if receipt is not None:
-        return envelope_for_receipt(receipt)
+        kept = await outputs.find(session, sealer, tenant_id, receipt_id, datetime.now(UTC))
+        return envelope_for_receipt(receipt, kept)
     claim = await idempotency.find_claim_by_receipt(session, tenant_id, receipt_id)
     if claim is None:
         return None

@@ -144,7 +144,7 @@ async def test_https_to_a_vetted_address_checks_the_certificate_for_the_name(
     async with httpx.AsyncClient(verify=trust) as client:
         adapter = HttpAdapter(client, HostGuard([f"127.0.0.1:{port}"], resolver))
         out = await adapter(_input(f"https://{NAME}:{port}/"))
-    assert out.http_status == 200 and out.output == {"tls": True}
+    assert out.http_status == 200 and out.output["body"] == {"tls": True}
     assert names == [NAME]  # the TLS server name is the provider's, not the address
 
 

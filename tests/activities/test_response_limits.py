@@ -1,6 +1,6 @@
 """A provider's answer is read up to ``MOAT_HTTP_MAX_RESPONSE_BYTES``: a larger one is cut,
-recorded by size read and hash, and the envelope says so; JSON too deep to record is one
-classified failure, not a retried crash."""
+kept as its first bytes with the size read and its hash, and the envelope says so; JSON too
+deep to record is one classified failure, not a retried crash."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest_asyncio
 from temporalio.exceptions import ApplicationError
 
 from activities import HostGuard, HttpAdapter, http_client
+from activities.adapters import ERROR_BODY_BYTES
 from schemas.records import RESPONSE_TRUNCATED
 from schemas.run import AdapterInput
 from tests.support.fakes import FakeProvider, Step
@@ -54,7 +55,17 @@ async def test_a_huge_answer_is_cut_at_the_limit_and_says_so(
     assert body["receipt"]["error_code"] == RESPONSE_TRUNCATED
 
     data = (await _tool(capped, body["run_id"]))["result"]["data"]
-    assert set(data) == {"truncated", "limit_bytes", "bytes_read", "bytes_read_sha256"}
+    assert data == body["output"]
+    assert set(data) == {
+        "status",
+        "headers",
+        "body",
+        "truncated",
+        "limit_bytes",
+        "bytes_read",
+        "bytes_read_sha256",
+    }
+    assert data["body"] == "x" * LIMIT
     assert data["truncated"] is True and data["limit_bytes"] == LIMIT
     # Reading stopped with the chunk that crossed the limit, far short of the answer.
     read = data["bytes_read"]
@@ -66,6 +77,7 @@ async def test_a_huge_answer_is_cut_at_the_limit_and_says_so(
     again = await capped.execute("test.http", payload, key="huge")
     assert again.headers["x-moat-idempotent-replayed"] == "true"
     assert again.json()["warnings"] == body["warnings"]
+    assert again.json()["output"] == body["output"]
     assert len(provider.calls_to("/huge")) == 1
 
 
@@ -103,7 +115,7 @@ async def test_an_answer_of_exactly_the_limit_is_kept_whole(provider: FakeProvid
             client, HostGuard([provider.allow_entry]), max_response_bytes=len(document)
         )
         out = await whole(_input(url))
-        assert out.output == {"pad": "y" * 1000} and not out.truncated
+        assert out.output["body"] == {"pad": "y" * 1000} and not out.truncated
         short = HttpAdapter(
             client, HostGuard([provider.allow_entry]), max_response_bytes=len(document) - 1
         )
@@ -112,16 +124,15 @@ async def test_an_answer_of_exactly_the_limit_is_kept_whole(provider: FakeProvid
     assert out.output["bytes_read_sha256"] == "sha256:" + hashlib.sha256(document).hexdigest()
 
 
-async def test_json_outside_i_json_is_kept_as_opaque_text(provider: FakeProvider) -> None:
+async def test_json_outside_i_json_is_kept_as_text(provider: FakeProvider) -> None:
     document = b'{"id": 1152921504606846976}'  # beyond 2^53: no canonical form
     url = provider.script("/big-int", Step(200, raw=document))
     async with http_client() as client:
         out = await HttpAdapter(client, HostGuard([provider.allow_entry]))(_input(url))
-    assert out.output == {"text_sha256": out.output["text_sha256"], "length": len(document)}
-    assert not out.truncated
+    assert out.output["body"] == document.decode() and not out.truncated
 
 
-async def test_a_failed_answer_is_classified_without_reading_its_body(
+async def test_a_failed_answer_is_classified_reading_only_the_start_of_its_body(
     provider: FakeProvider,
 ) -> None:
     url = provider.script("/boom", Step(500, stream_bytes=HUGE))
@@ -130,3 +141,4 @@ async def test_a_failed_answer_is_classified_without_reading_its_body(
             await HttpAdapter(client, HostGuard([provider.allow_entry]))(_input(url))
     assert caught.value.type == "provider_server_error"
     assert caught.value.details[0]["http_status"] == 500
+    assert caught.value.details[0]["provider_response"] == "x" * ERROR_BODY_BYTES

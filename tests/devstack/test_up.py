@@ -91,7 +91,9 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
     gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
     ui = f"http://127.0.0.1:{env['MOAT_TEMPORAL_UI_PORT']}"
     with moat_up(env):
-        first = moat(env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1")
+        first = moat(
+            env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1", "--json"
+        )
         assert first.returncode == 0, first.stderr
         envelope = json.loads(first.stdout)
         assert envelope["status"] == "executed"
@@ -134,7 +136,9 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
     ), lines
 
     with moat_up(env):  # the same home: the same tenant, key and receipt
-        again = moat(env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1")
+        again = moat(
+            env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1", "--json"
+        )
         assert again.returncode == 0, again.stderr
         assert "idempotent replay" in again.stderr
         assert json.loads(again.stdout)["receipt_id"] == envelope["receipt_id"]

@@ -177,7 +177,9 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
         tenant = await authenticate(session, credentials)
         if not RECEIPT_ID.match(receipt_id):
             raise execution_not_found(receipt_id)
-        envelope = await executions.recorded(session, tenant.tenant_id, receipt_id, trace_id)
+        envelope = await executions.recorded(
+            session, deps.executions.sealer, tenant.tenant_id, receipt_id, trace_id
+        )
     if envelope is None:
         envelope = await deps.executions.started(tenant.tenant_id, receipt_id, trace_id)
     if envelope is None:

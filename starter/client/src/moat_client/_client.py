@@ -57,6 +57,11 @@ class ExecutionResult:
         return self.envelope.receipt
 
     @property
+    def output(self) -> Any:
+        """The adapter's redacted result (``executed`` only; None once no longer kept)."""
+        return self.envelope.output
+
+    @property
     def error(self) -> ErrorBody | None:
         return self.envelope.error
 

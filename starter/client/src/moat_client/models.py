@@ -90,6 +90,8 @@ class Envelope(BaseModel):
     workflow_id: str | None = None
     run_id: str | None = None
     receipt: Receipt | None = None
+    output: Any = None
+    output_expired: bool = False
     plan: Plan | None = None
     error: ErrorBody | None = None
     warnings: list[ErrorBody] = Field(default_factory=list)

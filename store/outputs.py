@@ -1,0 +1,77 @@
+"""What Moat keeps of an execution's answer: its redacted output (and a failure's provider
+details), sealed with the codec's keys, one row per receipt until its idempotency window
+closes. A replay answers from here; the retention job deletes what has expired."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.execute import KeptOutput
+from store.keys.codec import OutputSealer
+from store.models import ExecutionOutputRow
+
+
+def _context(tenant_id: str, receipt_id: str) -> bytes:
+    return f"moat-output|{tenant_id}|{receipt_id}".encode()
+
+
+async def keep(
+    session: AsyncSession,
+    sealer: OutputSealer,
+    tenant_id: str,
+    receipt_id: str,
+    kept: KeptOutput,
+    expires_at: datetime,
+) -> None:
+    """Store the output of a receipt (once: a retried step finds it there)."""
+    # Compact JSON with keys in the order the adapter gave them: served back as it is, so a
+    # replay's output is the first answer's, byte for byte.
+    plaintext = json.dumps(
+        kept.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")
+    ).encode()
+    kid, sealed = sealer.seal(plaintext, _context(tenant_id, receipt_id))
+    await session.execute(
+        insert(ExecutionOutputRow)
+        .values(
+            receipt_id=receipt_id,
+            tenant_id=tenant_id,
+            key_id=kid,
+            sealed=sealed,
+            expires_at=expires_at,
+        )
+        .on_conflict_do_nothing(index_elements=[ExecutionOutputRow.receipt_id])
+    )
+
+
+async def find(
+    session: AsyncSession, sealer: OutputSealer, tenant_id: str, receipt_id: str, now: datetime
+) -> KeptOutput | None:
+    """The kept output of a receipt; None once its window has closed (deleted or not yet)."""
+    row = (
+        await session.execute(
+            select(ExecutionOutputRow).where(
+                ExecutionOutputRow.tenant_id == tenant_id,
+                ExecutionOutputRow.receipt_id == receipt_id,
+                ExecutionOutputRow.expires_at > now,
+            )
+        )
+    ).scalar_one_or_none()
+    if row is None:
+        return None
+    plaintext = sealer.open(row.key_id, row.sealed, _context(tenant_id, receipt_id))
+    return KeptOutput.model_validate_json(plaintext)
+
+
+async def delete_expired(session: AsyncSession, tenant_id: str, as_of: datetime) -> int:
+    """Delete the tenant's outputs whose window closed by ``as_of``; how many went."""
+    result = await session.execute(
+        delete(ExecutionOutputRow)
+        .where(ExecutionOutputRow.tenant_id == tenant_id, ExecutionOutputRow.expires_at <= as_of)
+        .returning(ExecutionOutputRow.receipt_id)
+    )
+    return len(result.scalars().all())
