@@ -35,10 +35,16 @@ class RetentionActivities:
     async def expire_manifests(self, inp: RetentionInput) -> RetentionReport:
         assert inp.as_of is not None
         report = RetentionReport(as_of=inp.as_of)
-        # Tenants are found from the store's folders: the job needs no cross-tenant query.
+        # Kept outputs of every tenant, manifest folder or not (a run whose manifest could
+        # not be written still kept its output).
+        async with self._sessions.begin() as session:
+            everyone = [t.id for t in await tenants.list_tenants(session)]
+        for tenant_id in everyone:
+            activity.heartbeat(tenant_id)
+            report.outputs_deleted += await self._expire_outputs(tenant_id, inp.as_of)
+        # Manifests: tenants are found from the store's folders.
         for tenant_id in await asyncio.to_thread(self._store.tenants):
             report.tenants += 1
-            report.outputs_deleted += await self._expire_outputs(tenant_id, inp.as_of)
             while True:
                 activity.heartbeat(tenant_id)
                 deleted, kept, refused = await self._expire_batch(

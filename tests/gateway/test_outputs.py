@@ -4,8 +4,10 @@ window, so a replay answers the same bytes without Temporal; gone after the wind
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -174,3 +176,28 @@ async def test_the_output_is_sealed_and_goes_with_its_window(
         assert body["status"] == "executed"
         assert body["output"] is None and body["output_expired"] is True
         assert body["receipt"]["output_hash"] == envelope["receipt"]["output_hash"]
+
+
+async def test_outputs_expire_even_for_a_tenant_without_manifests(
+    make_stack: StackFactory,
+) -> None:
+    """Retention finds the tenants whose outputs it deletes in the database, not from the
+    manifest folders: a run whose manifest was never written still had its output kept."""
+    async with make_stack(idempotency_ttl_seconds=60) as stack:
+        envelope = (await stack.execute("demo.echo", {"kept": "for a minute"})).json()
+        receipt_id = envelope["receipt_id"]
+        await asyncio.to_thread(shutil.rmtree, stack.settings.manifests_dir / stack.tenant_id)
+
+        as_of = datetime.now(UTC) + timedelta(minutes=5)
+        await stack.client.execute_workflow(
+            RETENTION_WORKFLOW,
+            RetentionInput(as_of=as_of),
+            id=f"retention-no-manifests-{as_of:%s%f}",
+            task_queue=stack.settings.task_queue,
+            result_type=RetentionReport,
+        )
+        async with stack.sessions() as s:
+            gone = (
+                await s.execute(select(ExecutionOutputRow).filter_by(receipt_id=receipt_id))
+            ).scalar_one_or_none()
+        assert gone is None
