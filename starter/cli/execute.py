@@ -13,6 +13,7 @@ from rich.markup import escape
 from schemas.settings import MoatSettings
 from starter.cli.agent import agent_client, gateway_answers
 from starter.cli.output import AsJson, err, fail, out
+from starter.devstack.ports import local_settings
 
 if TYPE_CHECKING:
     from moat_client import ExecutionResult
@@ -31,7 +32,7 @@ def execute(
 ) -> None:
     """Execute a capability through the gateway and print a summary: status, receipt,
     replay or not, the output, the run in the Temporal UI. ``--json``: the whole envelope."""
-    settings = MoatSettings()
+    settings = local_settings()
     try:
         data: Any = json.loads(input_json)
     except ValueError as exc:

@@ -8,9 +8,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schemas.settings import MoatSettings
 from starter.cli.agent import agent_client, gateway_answers
 from starter.cli.output import AsJson, out
+from starter.devstack.ports import local_settings
 
 receipts_app = typer.Typer(no_args_is_help=True, help="Receipts, read through the gateway.")
 
@@ -28,7 +28,7 @@ def list_receipts(
     as_json: AsJson = False,
 ) -> None:
     """The newest receipts first (``--json``: the gateway's page as it is)."""
-    settings = MoatSettings()
+    settings = local_settings()
     with gateway_answers(settings):
         page = agent_client(settings).list_receipts(
             status=status, capability_id=capability, limit=limit
@@ -56,7 +56,7 @@ def list_receipts(
 @receipts_app.command("show")
 def show(receipt_id: str, as_json: AsJson = False) -> None:
     """One receipt, field by field (``--json``: as the gateway returns it)."""
-    settings = MoatSettings()
+    settings = local_settings()
     with gateway_answers(settings):
         receipt = agent_client(settings).get_receipt(receipt_id)
     if as_json:

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.events import Event
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json
+from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
 from store import events as event_log
 from store import tenancy, tenants
@@ -68,7 +69,7 @@ def rebuild(
 ) -> None:
     """Replay the event log into a fresh projection and report every run whose stored
     state differs (and, without --verify, rewrite it from the events)."""
-    raise typer.Exit(asyncio.run(_rebuild(MoatSettings(), tenant, verify)))
+    raise typer.Exit(asyncio.run(_rebuild(local_settings(), tenant, verify)))
 
 
 async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, view: str) -> int:
@@ -159,4 +160,4 @@ def show(
     """Print an execution's event log as a table (``--tree``: as a causal tree; ``--json``:
     the events and the run's projected state)."""
     view = "json" if as_json else "tree" if tree else "table"
-    raise typer.Exit(asyncio.run(_show(MoatSettings(), receipt_id, tenant, view)))
+    raise typer.Exit(asyncio.run(_show(local_settings(), receipt_id, tenant, view)))
