@@ -14,6 +14,7 @@ from schemas.api import ApiKeyInfo, NewApiKey
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
+from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
 from starter.service import MoatError, tenants
 
@@ -35,7 +36,7 @@ def create(
     as_json: AsJson = False,
 ) -> None:
     """Create an API key for a tenant (the secret is shown once)."""
-    created = run(_create(MoatSettings(), tenant, name))
+    created = run(_create(local_settings(), tenant, name))
     if as_json:
         out.print_json(created.model_dump_json())
         return
@@ -56,7 +57,7 @@ async def _list(settings: MoatSettings, tenant: str) -> Sequence[ApiKeyInfo]:
 @api_key_app.command("list")
 def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     """List a tenant's API keys (ids and prefixes, never secrets)."""
-    keys = run(_list(MoatSettings(), tenant))
+    keys = run(_list(local_settings(), tenant))
     if as_json:
         print_json([k.model_dump(mode="json") for k in keys])
         return
@@ -82,6 +83,6 @@ def revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (the <id> in moat_<id>_…).")],
 ) -> None:
     """Revoke an API key; requests with it are refused from now on."""
-    revoked = run(_revoke(MoatSettings(), key_id))
+    revoked = run(_revoke(local_settings(), key_id))
     assert revoked.revoked_at is not None
     out.print(f"key {revoked.id} of {revoked.tenant_id} revoked at {revoked.revoked_at:%F %T%z}")

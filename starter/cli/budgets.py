@@ -14,6 +14,7 @@ from schemas.api import BudgetInfo
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
+from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
 from starter.service import budgets
 
@@ -34,7 +35,7 @@ async def _list(settings: MoatSettings, tenant: str) -> tuple[str, list[BudgetIn
 @budget_app.command("list")
 def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     """A tenant's budgets: limit, successes used this period, executions in flight."""
-    tenant_id, rows = run(_list(MoatSettings(), tenant))
+    tenant_id, rows = run(_list(local_settings(), tenant))
     if as_json:
         print_json([b.model_dump(mode="json") for b in rows])
         return
@@ -73,7 +74,7 @@ def set_(
 ) -> None:
     """Set how many successful executions of a capability a tenant may make per period."""
     tenant_id = run(
-        _set(MoatSettings(), tenant, capability, limit, period.value),
+        _set(local_settings(), tenant, capability, limit, period.value),
         hint="list tenants with `moat tenant list` or create one: moat tenant create NAME",
     )
     out.print(f"budget for {tenant_id} / {capability}: {limit} per {period.value}")

@@ -10,6 +10,7 @@ import typer
 
 from schemas.settings import MoatSettings
 from starter.cli.output import err, fail, out
+from starter.devstack.ports import local_settings
 from starter.runtime.codec_door import current_token, rotate
 
 codec_app = typer.Typer(
@@ -27,7 +28,7 @@ def url() -> None:
 
     For the gateway at MOAT_GATEWAY_URL and the door file it reads (MOAT_CODEC_DOOR, else
     the one `moat up` keeps in MOAT_HOME); set it as the UI's `codec.endpoint`."""
-    settings = MoatSettings()
+    settings = local_settings()
     try:
         token = current_token(settings)
     except FileNotFoundError as exc:
@@ -52,7 +53,7 @@ def rotate_token(
     Writes MOAT_CODEC_DOOR (else MOAT_HOME's door file), creating it if needed; gateways
     that read the file accept the new address at once and the old one until the grace
     period ends. Then give the UI the new address (restart `moat up`, or redeploy it)."""
-    settings = MoatSettings()
+    settings = local_settings()
     token = rotate(settings, grace=timedelta(seconds=grace))
     out.print(_door_url(settings, token), soft_wrap=True)
     when = f"for {grace} s more" if grace else "no longer"

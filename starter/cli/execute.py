@@ -11,8 +11,9 @@ import typer
 from rich.markup import escape
 
 from schemas.settings import MoatSettings
+from starter.cli.agent import agent_client, gateway_answers
 from starter.cli.output import AsJson, err, fail, out
-from starter.devstack.home import demo_api_key
+from starter.devstack.ports import local_settings
 
 if TYPE_CHECKING:
     from moat_client import ExecutionResult
@@ -31,24 +32,15 @@ def execute(
 ) -> None:
     """Execute a capability through the gateway and print a summary: status, receipt,
     replay or not, the output, the run in the Temporal UI. ``--json``: the whole envelope."""
-    from moat_client import MoatClientSync, MoatError
-
-    settings = MoatSettings()
+    settings = local_settings()
     try:
         data: Any = json.loads(input_json)
     except ValueError as exc:
         raise fail(f"--input is not valid JSON: {exc}", code=2) from None
     if not isinstance(data, dict):
         raise fail("--input must be a JSON object", code=2)
-    api_key = settings.api_key or demo_api_key(settings)
-    if not api_key:
-        raise fail(
-            "no API key",
-            "set MOAT_API_KEY, or run `moat up` to create the demo tenant's key",
-            code=2,
-        )
-    client = MoatClientSync(settings.local_gateway_url, api_key)
-    try:
+    client = agent_client(settings)
+    with gateway_answers(settings):
         started = time.monotonic()
         if as_json or not out.is_terminal:
             result = client.execute(
@@ -62,22 +54,6 @@ def execute(
                     capability, data, idempotency_key=key, capability_version=version
                 )
         elapsed = time.monotonic() - started
-    except MoatError as exc:
-        out.print_json(
-            json.dumps(
-                {
-                    "http_status": exc.http_status,
-                    "error": {"code": exc.code, "message": exc.message, "details": exc.details},
-                    "trace_id": exc.trace_id,
-                }
-            )
-        )
-        raise typer.Exit(1) from None
-    except OSError as exc:
-        raise fail(
-            f"cannot reach the gateway at {settings.local_gateway_url}: {exc}",
-            "start it with `make up` (or set MOAT_GATEWAY_URL)",
-        ) from None
     if as_json:
         if result.replayed:
             err.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")

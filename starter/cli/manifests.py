@@ -21,7 +21,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
-from schemas.settings import MoatSettings
+from starter.devstack.ports import local_settings
 from store.keys.signing import (
     Keyring,
     MalformedError,
@@ -41,7 +41,7 @@ VALID, REJECTED, UNREADABLE = 0, 1, 2
 
 def keyring_path() -> Path:
     """The local signing keyring (``MOAT_SIGNING_KEYRING``, else under ``MOAT_HOME``)."""
-    return MoatSettings().signing_keyring_path
+    return local_settings().signing_keyring_path
 
 
 def stop(message: str, code: int, hint: str | None = None) -> typer.Exit:

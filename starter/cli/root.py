@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import typer
 
-from starter.cli import codec, execute, stack
+from starter.cli import codec, execute, stack, status
 from starter.cli.api_keys import api_key_app
 from starter.cli.budgets import budget_app
 from starter.cli.manifests import manifest_app
 from starter.cli.output import error_line
+from starter.cli.receipts import receipts_app
 from starter.cli.runs import runs_app
 from starter.cli.signing_keys import signing_key_app
 from starter.cli.tenants import tenant_app
@@ -26,10 +27,12 @@ app.command()(stack.gateway)
 app.command()(stack.migrate)
 app.command("codec-url")(codec.url_alias)
 app.command()(execute.execute)
+app.command()(status.status)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(api_key_app, name="api-key")
 app.add_typer(budget_app, name="budget")
 app.add_typer(codec.codec_app, name="codec")
+app.add_typer(receipts_app, name="receipts")
 app.add_typer(runs_app, name="runs")
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(signing_key_app, name="signing-key")

@@ -1,19 +1,22 @@
-"""``moat runs``: rebuild and verify the runs projection, show an execution's causal chain."""
+"""``moat runs``: rebuild and verify the runs projection, show an execution's event log."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import Event
 from schemas.settings import MoatSettings
-from starter.cli.output import out
+from starter.cli.output import AsJson, out, print_json
+from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
 from store import events as event_log
 from store import tenancy, tenants
@@ -66,10 +69,10 @@ def rebuild(
 ) -> None:
     """Replay the event log into a fresh projection and report every run whose stored
     state differs (and, without --verify, rewrite it from the events)."""
-    raise typer.Exit(asyncio.run(_rebuild(MoatSettings(), tenant, verify)))
+    raise typer.Exit(asyncio.run(_rebuild(local_settings(), tenant, verify)))
 
 
-async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> int:
+async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, view: str) -> int:
     async with owner_sessions(settings) as sessions:
         async with sessions() as session:
             candidates = await _tenants(session, tenant)
@@ -85,13 +88,41 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None) -> 
     if not events:
         out.print(f"[red]no events for execution {receipt_id}[/]")
         return 1
-    out.print(causal_tree(receipt_id, events))
+    if view == "json":
+        print_json(
+            {
+                "receipt_id": receipt_id,
+                "run": run.model_dump(mode="json") if run is not None else None,
+                "events": [event.model_dump(mode="json") for event in events],
+            }
+        )
+        return 0
+    if view == "tree":
+        out.print(causal_tree(receipt_id, events))
+    else:
+        out.print(event_table(receipt_id, events))
     if run is not None:
         out.print(
             f"status {run.status.value}, steps {run.total_steps} "
             f"({run.failed_steps} failed), retries {run.retries}, replays {run.replays}"
         )
     return 0
+
+
+def event_table(receipt_id: str, events: list[Event]) -> Table:
+    """Events in the order they were recorded, one row each."""
+    table = Table("#", "time (UTC)", "event", "aggregate", "actor", "data", title=receipt_id)
+    for event in events:
+        data = {k: v for k, v in event.event_data.items() if v is not None and k != "run_id"}
+        table.add_row(
+            str(event.sequence_number),
+            f"{event.occurred_at:%H:%M:%S.%f}"[:-3],
+            f"[cyan]{event.event_type}[/]",
+            event.aggregate_type.lower(),
+            event.actor,
+            escape(json.dumps(data, default=str)) if data else "",
+        )
+    return table
 
 
 def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
@@ -121,6 +152,12 @@ def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
 def show(
     receipt_id: str,
     tenant: Annotated[str | None, typer.Option(help="The execution's tenant (id or name).")] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Each event under the event that caused it.")
+    ] = False,
+    as_json: AsJson = False,
 ) -> None:
-    """Print an execution's events as a causal tree."""
-    raise typer.Exit(asyncio.run(_show(MoatSettings(), receipt_id, tenant)))
+    """Print an execution's event log as a table (``--tree``: as a causal tree; ``--json``:
+    the events and the run's projected state)."""
+    view = "json" if as_json else "tree" if tree else "table"
+    raise typer.Exit(asyncio.run(_show(local_settings(), receipt_id, tenant, view)))

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from schemas.settings import MoatSettings
 from starter.cli.manifests import UNREADABLE, keyring_path, stop
 from starter.cli.output import out
+from starter.devstack.ports import local_settings
 from store.keys.signing import Keyring
 
 signing_key_app = typer.Typer(no_args_is_help=True, help="Manifest signing keys.")
@@ -29,7 +29,7 @@ class Alg(StrEnum):
 def rotate(alg: Annotated[Alg, typer.Option("--alg", help="Algorithm.")] = Alg.ES256) -> None:
     """Add a signing key and make it active; older keys still verify older manifests.
     Writes the public JWKS (MOAT_JWKS_PATH) as well: publish it before the keyring."""
-    settings = MoatSettings()
+    settings = local_settings()
     path = settings.signing_keyring_path
     existed = path.exists()
     ring = Keyring.load_or_create(path, alg.value, jwks_path=settings.jwks_file)
@@ -45,7 +45,7 @@ def rotate(alg: Annotated[Alg, typer.Option("--alg", help="Algorithm.")] = Alg.E
 def publish() -> None:
     """Write the keyring's public JWKS (MOAT_JWKS_PATH), which the gateway serves, without
     rotating: e.g. for a keyring made before the JWKS file existed."""
-    settings = MoatSettings()
+    settings = local_settings()
     path = settings.signing_keyring_path
     if not path.exists():
         raise stop(

@@ -9,6 +9,7 @@ import typer
 
 from schemas.settings import MoatSettings
 from starter.cli.output import out
+from starter.devstack.ports import local_settings
 
 
 def up() -> None:
@@ -40,5 +41,5 @@ def migrate() -> None:
     """Apply database migrations (as the owner role)."""
     from store import upgrade
 
-    upgrade(MoatSettings().sqlalchemy_url)
+    upgrade(local_settings().sqlalchemy_url)
     out.print("migrations applied")

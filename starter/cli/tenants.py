@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.api import NewTenant, TenantInfo
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, fail, out, print_json, run
+from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
 from starter.service import MoatError, tenants
 from store.models import Tenant
@@ -39,7 +40,7 @@ async def _create(settings: MoatSettings, name: str) -> NewTenant:
 @tenant_app.command("create")
 def create(name: str, as_json: AsJson = False) -> None:
     """Create a tenant and its first API key (shown once)."""
-    created = run(_create(MoatSettings(), name))
+    created = run(_create(local_settings(), name))
     tenant_id, api_key = created.tenant.id, created.api_key.api_key
     if as_json:
         print_json({"tenant_id": tenant_id, "api_key": api_key})
@@ -59,7 +60,7 @@ async def _list(settings: MoatSettings) -> list[TenantInfo]:
 @tenant_app.command("list")
 def list_(as_json: AsJson = False) -> None:
     """List tenants."""
-    rows = run(_list(MoatSettings()))
+    rows = run(_list(local_settings()))
     if as_json:
         print_json([t.model_dump(mode="json") for t in rows])
         return
@@ -103,7 +104,7 @@ def allow_hosts(
     list (MOAT_HTTP_ALLOW_HOSTS); the given entries replace the list. No entries: show it."""
     if clear and hosts:
         raise fail("give entries or --clear, not both", code=2)
-    info = run(_allow_hosts(MoatSettings(), tenant, [] if clear else hosts))
+    info = run(_allow_hosts(local_settings(), tenant, [] if clear else hosts))
     if as_json:
         print_json(info.http_allow_hosts)
         return

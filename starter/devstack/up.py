@@ -2,7 +2,8 @@
 
 Embedded PostgreSQL and Temporal dev server (unless external ones are configured),
 migrations, the demo tenant, one worker and the gateway. State stays under ``$MOAT_HOME``
-(data, ``logs/<name>.log``, ``run/<name>.pid``), so a second ``moat up`` keeps the data.
+(data, ``logs/<name>.log``, ``run/<name>.pid``, ``run/stack.json``: the ports), so a second
+``moat up`` keeps the data. Taken default ports are replaced by free ones (``ports``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from starter.devstack.home import (
     ensure_database_passwords,
     ensure_demo_tenant,
 )
+from starter.devstack.ports import choose_ports, forget, remember, variable
 from starter.devstack.postgres import EmbeddedPostgres
 from starter.devstack.processes import ChildProcess, Service, pid_alive, require_free
 from starter.devstack.temporal import TemporalDevServer
@@ -80,7 +82,16 @@ def run_up(settings: MoatSettings) -> int:
     stack = _Stack(run_dir)
     restore = _sigterm_as_interrupt()
     try:
-        _start(settings, home, stack, console)
+        ports = choose_ports(settings)
+        moved = {f: p for f, p in ports.items() if p != getattr(settings, f)}
+        for field, port in moved.items():
+            console.print(
+                f"port {getattr(settings, field)} is taken: using {port} "
+                f"(set {variable(field)} to choose)"
+            )
+        settings = settings.model_copy(update=ports)
+        remember(settings, ports)
+        _start(settings, home, stack, console, ports)
         return _supervise(stack, console)
     except KeyboardInterrupt:
         console.print()
@@ -91,12 +102,16 @@ def run_up(settings: MoatSettings) -> int:
     finally:
         with _signals_ignored():
             stack.stop_all(console)
+            forget(settings)
         restore()
 
 
-def _start(settings: MoatSettings, home: Path, stack: _Stack, console: Console) -> None:
+def _start(
+    settings: MoatSettings, home: Path, stack: _Stack, console: Console, ports: dict[str, int]
+) -> None:
     logs = home / "logs"
-    env = {"home": str(home)}
+    # The children listen and connect where this process chose.
+    env = {"home": str(home), **{field: str(port) for field, port in ports.items()}}
     ui_url = None
     require_free(settings.gateway_port)  # else a stranger could answer our health check
     host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"

@@ -26,7 +26,7 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter.gateway import openapi
+from starter.gateway import docs, openapi
 from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.middleware import Boundary, CodecCors
@@ -149,6 +149,8 @@ def create_app(
         openapi_tags=TAGS,
         default_response_class=EnvelopeJSONResponse,
         generate_unique_id_function=lambda route: route.name,  # operationId: the function
+        docs_url=None,  # served by ``docs`` from installed assets, not a CDN
+        redoc_url=None,
     )
     install(app)
     app.add_middleware(Boundary, max_body_bytes=settings.max_body_bytes)
@@ -175,6 +177,7 @@ def create_app(
         app.include_router(router)
     app.state.jwks = PublishedJwks(settings.jwks_file)
     openapi.install(app, capability_catalog)
+    docs.install(app)
     return app
 
 

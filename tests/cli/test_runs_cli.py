@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import update
 from typer.testing import CliRunner
@@ -43,7 +45,7 @@ async def test_rebuild_verify_reports_and_repairs(cli_env: Stack) -> None:
 
 async def test_show_prints_the_causal_tree(cli_env: Stack) -> None:
     body = (await cli_env.execute("demo.echo", {"tree": 1}, key="tree")).json()
-    result = await _invoke(["show", body["receipt_id"]])
+    result = await _invoke(["show", body["receipt_id"], "--tree"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     order = [
@@ -61,6 +63,27 @@ async def test_show_prints_the_causal_tree(cli_env: Stack) -> None:
     indents = [len(lines[p]) - len(lines[p].lstrip(" │├└─")) for p in positions]
     assert indents == sorted(indents) and len(set(indents)) == len(order)
     assert "status COMPLETED" in result.output
+
+
+async def test_show_prints_the_event_log_as_a_table_or_json(cli_env: Stack) -> None:
+    body = (await cli_env.execute("demo.echo", {"table": 1}, key="table")).json()
+    table = await _invoke(["show", body["receipt_id"]])
+    assert table.exit_code == 0, table.output
+    # A row's first cell is its sequence number; wrapped data continues on blank-numbered lines.
+    cells = [line.split("│") for line in table.output.splitlines() if line.startswith("│")]
+    rows = [row for row in cells if row[1].strip().isdigit()]
+    names = [row[3].strip() for row in rows]
+    assert names[0] == "RUN_STARTED" and "RUN_COMPLETED" in names
+    sequence = [int(row[1]) for row in rows]
+    assert sequence == sorted(sequence)
+    assert "status COMPLETED" in table.output
+
+    as_json = await _invoke(["show", body["receipt_id"], "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    log = json.loads(as_json.stdout)
+    assert log["receipt_id"] == body["receipt_id"]
+    assert [e["event_type"] for e in log["events"]] == names
+    assert log["run"]["status"] == "COMPLETED"
 
 
 async def _invoke(args: list[str]):  # type: ignore[no-untyped-def]

@@ -1,0 +1,68 @@
+"""``moat receipts``: the tenant's receipts through the gateway, as its agents see them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from starter.cli.agent import agent_client, gateway_answers
+from starter.cli.output import AsJson, out
+from starter.devstack.ports import local_settings
+
+receipts_app = typer.Typer(no_args_is_help=True, help="Receipts, read through the gateway.")
+
+STATUS_COLOURS = {"success": "green", "idempotent_hit": "cyan", "policy_denied": "yellow"}
+
+
+@receipts_app.command("list")
+def list_receipts(
+    status: Annotated[
+        str | None,
+        typer.Option(help="success, failure, timeout, policy_denied or idempotent_hit."),
+    ] = None,
+    capability: Annotated[str | None, typer.Option(help="Capability id, e.g. demo.echo.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 20,
+    as_json: AsJson = False,
+) -> None:
+    """The newest receipts first (``--json``: the gateway's page as it is)."""
+    settings = local_settings()
+    with gateway_answers(settings):
+        page = agent_client(settings).list_receipts(
+            status=status, capability_id=capability, limit=limit
+        )
+    if as_json:
+        out.print_json(page.model_dump_json())
+        return
+    table = Table("receipt", "time (UTC)", "capability", "status", "error", "ms", "key")
+    for receipt in page.items:
+        colour = STATUS_COLOURS.get(receipt.status, "red")
+        table.add_row(
+            receipt.id,
+            f"{receipt.timestamp:%Y-%m-%d %H:%M:%S}",
+            f"{receipt.capability_id}@{receipt.capability_version}",
+            f"[{colour}]{escape(receipt.status)}[/]",
+            receipt.error_code or "",
+            str(receipt.latency_ms),
+            receipt.idempotency_key,
+        )
+    out.print(table)
+    more = " (there are more: raise --limit)" if page.next_cursor else ""
+    out.print(f"{len(page.items)} receipts{more}")
+
+
+@receipts_app.command("show")
+def show(receipt_id: str, as_json: AsJson = False) -> None:
+    """One receipt, field by field (``--json``: as the gateway returns it)."""
+    settings = local_settings()
+    with gateway_answers(settings):
+        receipt = agent_client(settings).get_receipt(receipt_id)
+    if as_json:
+        out.print_json(receipt.model_dump_json())
+        return
+    table = Table("field", "value", show_header=False, title=f"receipt {receipt.id}")
+    for name, value in receipt.model_dump(mode="json").items():
+        table.add_row(name, escape("" if value is None else str(value)))
+    out.print(table)

@@ -1,0 +1,28 @@
+"""``moat status``: what ``moat up`` runs in this home, where, and on which ports."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from schemas.settings import MoatSettings
+from starter.cli.output import AsJson, out
+from starter.devstack.status import stack_status
+
+
+def status(as_json: AsJson = False) -> None:
+    """Print the local stack's processes (alive or not), their addresses and ports; exit 1
+    when no ``moat up`` runs in MOAT_HOME."""
+    report = stack_status(MoatSettings())
+    if as_json:
+        out.print_json(report.model_dump_json())
+    else:
+        if not report.running:
+            out.print(f"no `moat up` running in {report.home}")
+        table = Table("", "pid", "state", "address", "port", title=f"moat up in {report.home}")
+        for m in report.members:
+            state = "[green]running[/]" if m.alive else "[red]not running[/]"
+            table.add_row(m.name, str(m.pid or "-"), state, m.url or "", str(m.port or ""))
+        if report.members:
+            out.print(table)
+    raise typer.Exit(0 if report.running else 1)

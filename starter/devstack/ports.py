@@ -1,0 +1,134 @@
+"""The ports of ``moat up``, so two stacks can run on one machine: a default that is taken
+is replaced by a free port; a port the user set is theirs, and a taken one is refused with
+the ``MOAT_*`` variable to change. The choice is remembered in ``$MOAT_HOME/run/`` for the
+commands run in that home (``moat execute``, ``moat codec url``, ``moat status``…)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from schemas.settings import MoatSettings
+from starter.devstack.processes import pid_alive
+
+STACK_FILE = "stack.json"
+# How far above a taken default to look for a free port, before asking the system for one:
+# nearby ports are easier to read and to remember.
+NEARBY = 20
+
+
+class PortTaken(RuntimeError):
+    """A port the user set is in use."""
+
+
+class RunningStack(BaseModel):
+    """What a running ``moat up`` remembers in ``$MOAT_HOME/run/``: its own pid and the
+    ports it listens on, by settings field."""
+
+    pid: int
+    ports: dict[str, int]
+
+
+def variable(field: str) -> str:
+    return f"MOAT_{field.upper()}"
+
+
+def _listened(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def free_or_next(field: str, port: int, *, explicit: bool, taken: set[int]) -> int:
+    """``port`` if free; else, for a default, a free port near it (none of ``taken``, the
+    ports already chosen); for a port the user set, ``PortTaken`` naming its variable."""
+    if not _listened(port) and port not in taken:
+        return port
+    if explicit:
+        raise PortTaken(
+            f"port {port} ({variable(field)}) is already in use: set {variable(field)} "
+            "to a free port"
+        )
+    for candidate in range(port + 1, min(port + 1 + NEARBY, 65536)):
+        if candidate not in taken and not _listened(candidate):
+            return candidate
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            candidate = int(sock.getsockname()[1])
+        if candidate not in taken:
+            return candidate
+
+
+def stack_ports(settings: MoatSettings) -> dict[str, int]:
+    """The ports ``moat up`` would listen on with these settings, by field."""
+    ports = {"gateway_port": settings.gateway_port}
+    if settings.admin_port is not None:
+        ports["admin_port"] = settings.admin_port
+    if settings.database_url is None:
+        ports["database_port"] = settings.database_port
+    if settings.temporal_address is None:
+        ports["temporal_port"] = settings.temporal_port
+        ports["temporal_ui_port"] = settings.temporal_ui_port
+    return ports
+
+
+def choose_ports(settings: MoatSettings) -> dict[str, int]:
+    """The ports for ``moat up``: each one free, the ones the user set unchanged."""
+    chosen: dict[str, int] = {}
+    for field, port in stack_ports(settings).items():
+        explicit = field in settings.model_fields_set
+        chosen[field] = free_or_next(field, port, explicit=explicit, taken=set(chosen.values()))
+    return chosen
+
+
+def _stack_file(settings: MoatSettings) -> Path:
+    return settings.run_dir / STACK_FILE
+
+
+def remember(settings: MoatSettings, ports: dict[str, int]) -> None:
+    """Note this process's stack and its ports for the commands run in the same home."""
+    path = _stack_file(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(RunningStack(pid=os.getpid(), ports=ports).model_dump_json() + "\n")
+
+
+def forget(settings: MoatSettings) -> None:
+    _stack_file(settings).unlink(missing_ok=True)
+
+
+def running_stack(settings: MoatSettings) -> RunningStack | None:
+    """The stack a live ``moat up`` runs in this home, if any."""
+    try:
+        stack = RunningStack.model_validate_json(_stack_file(settings).read_text())
+    except (OSError, ValueError):
+        return None
+    return stack if pid_alive(stack.pid) else None
+
+
+def with_running_stack(settings: MoatSettings) -> MoatSettings:
+    """``settings`` with the ports of the stack running in its home, except those the
+    user set: the commands then reach the stack wherever ``moat up`` put it."""
+    stack = running_stack(settings)
+    if stack is None:
+        return settings
+    update: dict[str, Any] = {
+        field: port
+        for field, port in stack.ports.items()
+        if field in MoatSettings.model_fields and field not in settings.model_fields_set
+    }
+    return settings.model_copy(update=update) if update else settings
+
+
+def local_settings() -> MoatSettings:
+    """The settings of a command run beside ``moat up``: the configured ones, on the ports
+    of the stack running in ``$MOAT_HOME``."""
+    return with_running_stack(MoatSettings())
