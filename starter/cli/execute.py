@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from schemas.settings import MoatSettings
 from starter.cli.agent import agent_client, gateway_answers
@@ -47,9 +48,15 @@ def execute(
                 capability, data, idempotency_key=key, capability_version=version
             )
         else:
-            with out.status(f"executing {escape(capability)}…") as spinner:
-                # The client call blocks; the spinner's own thread keeps the clock moving.
-                spinner.update(f"executing {escape(capability)} (waiting for the run)")
+            # The client call blocks; the display's own thread keeps spinner and clock moving.
+            with Progress(
+                SpinnerColumn(),
+                TextColumn(f"executing {escape(capability)}, waiting for the run"),
+                TimeElapsedColumn(),
+                console=out,
+                transient=True,
+            ) as progress:
+                progress.add_task("execute", total=None)
                 result = client.execute(
                     capability, data, idempotency_key=key, capability_version=version
                 )

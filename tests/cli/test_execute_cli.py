@@ -4,12 +4,16 @@ in the Temporal UI), the whole envelope with ``--json``."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from starter.cli import app as cli
+from starter.cli import execute as execute_command
+from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
 
 
@@ -37,3 +41,24 @@ async def test_summary_and_json(stack: Stack, monkeypatch: pytest.MonkeyPatch) -
 
     again = await asyncio.to_thread(runner.invoke, cli, args)
     assert "idempotent replay" in again.output and '"hello": "cli"' in again.output
+
+
+async def test_on_a_terminal_a_spinner_shows_the_time_waited(
+    stack: Stack, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
+    monkeypatch.setenv("MOAT_API_KEY", stack.api_key)
+    screen = io.StringIO()
+    monkeypatch.setattr(
+        execute_command, "out", Console(file=screen, force_terminal=True, width=120)
+    )
+    url = provider.script("/slow", Step(200, {"done": True}, delay=1.6))
+    request = json.dumps({"method": "GET", "url": url})
+    args = ["execute", "http.request", "--input", request, "--key", "cli-slow"]
+
+    result = await asyncio.to_thread(CliRunner().invoke, cli, args)
+    assert result.exit_code == 0, result.output
+    shown = screen.getvalue()
+    assert "waiting for the run" in shown
+    assert "0:00:01" in shown  # the clock moved while the call blocked
+    assert "executed" in shown
