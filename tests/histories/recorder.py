@@ -10,7 +10,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,8 @@ from schemas.capabilities import (
     CapabilitySpec,
     RetrySettings,
 )
-from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
-from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.run import ExecuteResult, workflow_id_for
 from schemas.settings import MoatSettings
 from starter.devstack import (
     EmbeddedPostgres,
@@ -43,6 +41,7 @@ from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
 from store.keys.start import StartKeyring
 from tests.histories.corpus import KEYRING
 from tests.support.fakes import FakeProvider
+from tests.support.stack import direct_start
 
 NAMESPACE = "moat"
 
@@ -142,17 +141,7 @@ class Recorder:
         capability = CATALOG.get(capability_id)
         assert capability is not None
         workflow_id = workflow_id_for(gw.tenant_id, key)
-        request = ExecuteWorkflowInput(
-            receipt_id=str(uuid7()),
-            tenant_id=gw.tenant_id,
-            idempotency_key=key,
-            input_hash="sha256:" + "0" * 64,
-            capability=capability,
-            input=input,
-            request_id=str(uuid7()),
-            trace_id="0" * 32,
-            submitted_at=datetime.now(UTC),
-        )
+        request = direct_start(gw.tenant_id, key, capability, input)
         if sign:
             request = StartKeyring.from_settings(self.settings).signed(request, workflow_id)
         handle = await self.client.start_workflow(

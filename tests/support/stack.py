@@ -157,17 +157,7 @@ class Stack:
         start keyring (as an older gateway without those checks would)."""
         key = f"direct-{uuid.uuid4().hex}"
         workflow_id = workflow_id_for(self.tenant_id, key)
-        request = ExecuteWorkflowInput(
-            receipt_id=str(uuid7()),
-            tenant_id=self.tenant_id,
-            idempotency_key=key,
-            input_hash="sha256:" + "0" * 64,
-            capability=capability,
-            input=input,
-            request_id=str(uuid7()),
-            trace_id="0" * 32,
-            submitted_at=datetime.now(UTC),
-        )
+        request = direct_start(self.tenant_id, key, capability, input)
         result: ExecuteResult = await self.client.execute_workflow(
             EXECUTE_WORKFLOW,
             StartKeyring.from_settings(self.settings).signed(request, workflow_id),
@@ -176,6 +166,24 @@ class Stack:
             result_type=ExecuteResult,
         )
         return result
+
+
+def direct_start(
+    tenant_id: str, key: str, capability: CapabilitySpec, input: dict[str, Any]
+) -> ExecuteWorkflowInput:
+    """The input of a run started past the gateway (unsigned: sign it with the start keyring
+    to act as a gateway would)."""
+    return ExecuteWorkflowInput(
+        receipt_id=str(uuid7()),
+        tenant_id=tenant_id,
+        idempotency_key=key,
+        input_hash="sha256:" + "0" * 64,
+        capability=capability,
+        input=input,
+        request_id=str(uuid7()),
+        trace_id="0" * 32,
+        submitted_at=datetime.now(UTC),
+    )
 
 
 StackFactory = Callable[..., Any]
