@@ -8,15 +8,13 @@ rotation covers both. Old keys stay in the ring until nothing they sealed is kep
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from schemas.settings import MoatSettings
-from store.keys.files import create_json
+from store.keys.files import symmetric_keyring
 
 NONCE_BYTES = 12
 
@@ -30,26 +28,10 @@ def load_codec_keys(settings: MoatSettings) -> tuple[dict[str, bytes], str]:
     ``$MOAT_HOME/codec-keys.json``, which is created with a fresh key on first use
     (development only: a configured keyring that is missing is an error, never silently
     replaced)."""
-    path = keyring_path(settings)
-    if not path.exists():
-        if settings.codec_keyring is not None:
-            raise FileNotFoundError(
-                f"MOAT_CODEC_KEYRING points at {path}, which does not exist; mount the "
-                "keyring every worker and gateway shares"
-            )
-        _create(path)
-    ring = json.loads(path.read_text())
-    keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
-    return keys, str(ring["active"])
-
-
-def _create(path: Path) -> None:
-    """A new one-key ring, created once whoever comes first (a gateway and a worker start
-    together)."""
-    kid = "k1"
-    create_json(
-        path,
-        {"active": kid, "keys": {kid: base64.urlsafe_b64encode(AESGCM.generate_key(256)).decode()}},
+    return symmetric_keyring(
+        keyring_path(settings),
+        configured_as="MOAT_CODEC_KEYRING" if settings.codec_keyring is not None else None,
+        new_kid="k1",
     )
 
 

@@ -3,6 +3,7 @@ time. Readers (gateways, workers) never see half a file."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -64,3 +65,23 @@ def create_json(path: Path, document: Mapping[str, Any]) -> None:
             os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def symmetric_keyring(
+    path: Path, *, configured_as: str | None, new_kid: str
+) -> tuple[dict[str, bytes], str]:
+    """The keys and the active key id of a ring ``{"active": kid, "keys": {kid: base64url
+    of 32 bytes}}``. A ring that does not exist is created with one fresh key when it is the
+    development default; when an operator configured its path (``configured_as`` names the
+    setting) it is an error, never silently replaced by a key no other process has."""
+    if not path.exists():
+        if configured_as is not None:
+            raise FileNotFoundError(
+                f"{configured_as} points at {path}, which does not exist; mount the keyring "
+                "every gateway and worker shares"
+            )
+        key = base64.urlsafe_b64encode(os.urandom(32)).decode()
+        create_json(path, {"active": new_kid, "keys": {new_kid: key}})
+    ring = json.loads(path.read_text())
+    keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
+    return keys, str(ring["active"])

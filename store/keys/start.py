@@ -12,16 +12,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
-import os
 import secrets
 from collections.abc import Mapping
-from pathlib import Path
 
 from schemas.run import ExecuteWorkflowInput
 from schemas.settings import MoatSettings
 from schemas.start import CLAIMS_VERSION, StartClaims
-from store.keys.files import create_json
+from store.keys.files import symmetric_keyring
 
 MIN_KEY_BYTES = 32
 
@@ -43,17 +40,12 @@ class StartKeyring:
         """The ring at ``MOAT_START_KEYRING``, or at ``$MOAT_HOME/start-keys.json``, which is
         created with a fresh key on first use (development only: a configured keyring that
         is missing is an error, never silently replaced by a key no other process has)."""
-        path = settings.start_keyring_path
-        if not path.exists():
-            if settings.start_keyring is not None:
-                raise FileNotFoundError(
-                    f"MOAT_START_KEYRING points at {path}, which does not exist; mount the "
-                    "keyring every gateway and worker shares"
-                )
-            _create(path)
-        ring = json.loads(path.read_text())
-        keys = {kid: base64.urlsafe_b64decode(value) for kid, value in ring["keys"].items()}
-        return cls(keys, ring["active"])
+        keys, active = symmetric_keyring(
+            settings.start_keyring_path,
+            configured_as="MOAT_START_KEYRING" if settings.start_keyring is not None else None,
+            new_kid="s-" + secrets.token_hex(4),
+        )
+        return cls(keys, active)
 
     def sign(self, claims: StartClaims) -> str:
         mac = self._mac(self._keys[self._active], claims)
@@ -84,11 +76,3 @@ class StartKeyring:
     def _mac(key: bytes, claims: StartClaims) -> str:
         digest = hmac.new(key, claims.message(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
-
-
-def _create(path: Path) -> None:
-    """A new one-key ring at ``path``, unless another process wrote one first."""
-    kid = "s-" + secrets.token_hex(4)
-    create_json(
-        path, {"active": kid, "keys": {kid: base64.urlsafe_b64encode(os.urandom(32)).decode()}}
-    )
