@@ -8,7 +8,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -26,8 +25,7 @@ from starter.devstack.ports import (
 )
 from starter.devstack.processes import free_port
 from starter.devstack.up import healthy
-from tests.devstack.test_up import _environment, moat
-from tests.support.stack import repo_root
+from tests.devstack.test_up import _environment, moat, spawn_up
 
 
 @contextmanager
@@ -105,14 +103,7 @@ def test_moat_up_beside_taken_default_ports(
         assert refused.returncode == 1
         assert "MOAT_GATEWAY_PORT" in refused.stdout, refused.stdout
 
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "starter.cli", "up"],
-            cwd=repo_root(),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        proc = spawn_up(env)
         try:
             status = _wait_up(env, proc)
             ports = {m["name"]: m["port"] for m in status["members"]}

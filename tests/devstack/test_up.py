@@ -38,13 +38,9 @@ def _environment(home: Path) -> dict[str, str]:
     return {**env, **{k: str(v) for k, v in ports.items()}, "MOAT_HOME": str(home)}
 
 
-@contextmanager
-def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
-    """``moat up`` until the gateway answers; SIGTERM on exit, which must end it with 0 and
-    leave no process or pid file behind. Yields the children's pids."""
-    home = Path(env["MOAT_HOME"])
-    gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
-    proc = subprocess.Popen(
+def spawn_up(env: dict[str, str]) -> subprocess.Popen[str]:
+    """``moat up`` as its own process, its output (stdout and stderr) in one pipe."""
+    return subprocess.Popen(
         [sys.executable, "-m", "starter.cli", "up"],
         cwd=repo_root(),
         env=env,
@@ -52,6 +48,15 @@ def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+@contextmanager
+def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
+    """``moat up`` until the gateway answers; SIGTERM on exit, which must end it with 0 and
+    leave no process or pid file behind. Yields the children's pids."""
+    home = Path(env["MOAT_HOME"])
+    gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
+    proc = spawn_up(env)
     try:
         deadline = time.monotonic() + 120
         while not healthy(gateway):
