@@ -46,12 +46,15 @@ from schemas.canonical import (
     sha256_digest,
 )
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
+from schemas.connections import Credential
 from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
-Adapter = Callable[[AdapterInput], Awaitable[AdapterOutput]]
+# An adapter is called with the run's input and, when the request named a connection, its
+# decrypted credential (resolved by the activity for this one call, never stored).
+Adapter = Callable[[AdapterInput, Credential | None], Awaitable[AdapterOutput]]
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
@@ -235,7 +238,9 @@ class HttpAdapter:
         self._guard = guard
         self._max_response_bytes = max_response_bytes
 
-    async def __call__(self, inp: AdapterInput) -> AdapterOutput:
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
         req = _request(inp)
         url = httpx.URL(str(req.url))
         pinned = await self._guard.check(
@@ -480,6 +485,6 @@ def _too_deep(status: int) -> ApplicationError:
     )
 
 
-async def echo_adapter(inp: AdapterInput) -> AdapterOutput:
+async def echo_adapter(inp: AdapterInput, credential: Credential | None = None) -> AdapterOutput:
     """``demo.echo``: offline, returns its input."""
     return _recorded(None, inp.input)

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter, fail
 from activities.evidence import Chain, continue_chain, step_id
+from schemas.connections import ConnectionResolver, Credential
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.execute import KeptOutput
 from schemas.ids import uuid7
@@ -68,11 +69,13 @@ class ExecuteActivities:
         adapters: Mapping[str, Adapter],
         start_keys: StartKeyring,
         sealer: OutputSealer,
+        connections: ConnectionResolver | None = None,
     ) -> None:
         self._sessions = sessions
         self._adapters = adapters
         self._start_keys = start_keys
         self._sealer = sealer
+        self._connections = connections
 
     @activity.defn(name=CHECK_POLICY)
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
@@ -264,7 +267,10 @@ class ExecuteActivities:
                 non_retryable=True,
             )
         try:
-            out = await _guarded(adapter, inp.model_copy(update={"attempt": info.attempt}))
+            credential = await self._credential(inp)
+            out = await _guarded(
+                adapter, inp.model_copy(update={"attempt": info.attempt}), credential
+            )
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries
@@ -290,6 +296,20 @@ class ExecuteActivities:
                 next_retry_delay=err.next_retry_delay,
             ) from None
         return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
+
+    async def _credential(self, inp: AdapterInput) -> Credential | None:
+        """The request's connection, resolved afresh on every attempt (a rotation applies
+        from the next attempt on)."""
+        if inp.connection_id is None:
+            return None
+        if self._connections is None:
+            raise ApplicationError(
+                "this worker cannot resolve connections",
+                {"error_code": "connection_not_found"},
+                type=ErrorTaxonomy.GATEWAY_ERROR.value,
+                non_retryable=True,
+            )
+        return await self._connections.resolve(inp.tenant_id, inp.connection_id)
 
     async def _adapter_event(
         self,
@@ -358,7 +378,9 @@ class ExecuteActivities:
         await outputs.keep(session, self._sealer, inp.tenant_id, inp.receipt_id, kept, expires_at)
 
 
-async def _guarded(adapter: Adapter, inp: AdapterInput) -> AdapterOutput:
+async def _guarded(
+    adapter: Adapter, inp: AdapterInput, credential: Credential | None
+) -> AdapterOutput:
     """The adapter's answer; any fault it did not classify becomes an ``unknown`` failure,
     retried like a provider's server error (a provider oddity may pass, and the downstream
     ``Idempotency-Key`` keeps a repeat from taking effect twice).
@@ -366,7 +388,7 @@ async def _guarded(adapter: Adapter, inp: AdapterInput) -> AdapterOutput:
     Only the fault's type is reported, and its stack without values in the worker log: its
     text may repeat the input or the provider's answer, secrets included."""
     try:
-        return await adapter(inp)
+        return await adapter(inp, credential)
     except ApplicationError:
         raise
     except Exception as err:

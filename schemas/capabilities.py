@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator
 from pydantic_core import PydanticCustomError
 
+from schemas.connections import ConnectionType
+
 # The most of a provider's answer ``http.request`` reads (``MOAT_HTTP_MAX_RESPONSE_BYTES``).
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
 
@@ -19,6 +21,17 @@ class EffectType(StrEnum):
     SOR_UPDATE = "SOR_UPDATE"
     WEBHOOK_CALL = "WEBHOOK_CALL"
     NONE = "NONE"
+
+
+class IdempotencyStrategy(StrEnum):
+    """How a capability keeps one effect per key when an attempt is repeated."""
+
+    # The provider dedupes on the downstream key (``Idempotency-Key``, ``webhook-id``).
+    PROVIDER_KEY = "provider_key"
+    # The provider has no key: the adapter marks what it creates with the downstream key
+    # and looks for its mark before any repeated attempt.
+    RECONCILE = "reconcile"
+    NONE = "none"
 
 
 class RetrySettings(BaseModel):
@@ -55,6 +68,9 @@ class CapabilitySpec(BaseModel):
     timeout_seconds: float = Field(default=30.0, gt=0)
     retry: RetrySettings | None = None
     requires_approval: bool = False
+    idempotency: IdempotencyStrategy = IdempotencyStrategy.NONE
+    # Connection types the adapter accepts; empty: the capability takes no connection.
+    connection_types: tuple[ConnectionType, ...] = ()
 
     @property
     def retry_settings(self) -> RetrySettings:
@@ -155,6 +171,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         ),
         effect_type=EffectType.API_CALL,
         timeout_seconds=30.0,
+        idempotency=IdempotencyStrategy.PROVIDER_KEY,
     ),
 )
 

@@ -164,7 +164,7 @@ async def test_an_unexpected_adapter_fault_is_classified_and_worded_by_moat(
     caplog.set_level(logging.DEBUG)
     attempts = 0
 
-    async def boom(inp: AdapterInput) -> AdapterOutput:
+    async def boom(inp: AdapterInput, credential: object = None) -> AdapterOutput:
         nonlocal attempts
         attempts += 1
         raise RuntimeError(f"the provider said {SECRET}")

@@ -18,7 +18,7 @@ from tests.support.stack import StackFactory
 SECRET = "sk-live-" + "F4il" * 8
 
 
-async def _provider_refuses(inp: AdapterInput) -> AdapterOutput:
+async def _provider_refuses(inp: AdapterInput, credential: object = None) -> AdapterOutput:
     raise fail(
         ErrorTaxonomy.PROVIDER_SERVER_ERROR,
         f"provider answered 500 to key {SECRET}",
@@ -27,7 +27,7 @@ async def _provider_refuses(inp: AdapterInput) -> AdapterOutput:
     )
 
 
-async def _adapter_crashes(inp: AdapterInput) -> AdapterOutput:
+async def _adapter_crashes(inp: AdapterInput, credential: object = None) -> AdapterOutput:
     raise RuntimeError(f"library error repeating the header value {SECRET}")
 
 
