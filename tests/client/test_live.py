@@ -9,13 +9,13 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from moat_client import EnvelopeStatus, MoatClient, MoatClientSync, MoatError
+from moat_client import AsyncMoatClient, EnvelopeStatus, MoatClient, MoatError
 
 from tests.support.stack import Stack
 
 
 async def test_execute_replay_and_read_back(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         first = await moat.execute("demo.echo", {"hello": "client"}, idempotency_key="client-1")
         assert first.http_status == 200 and first.ok and not first.replayed
         assert first.status == EnvelopeStatus.EXECUTED
@@ -41,7 +41,7 @@ async def test_execute_replay_and_read_back(stack: Stack) -> None:
 
 
 async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         first = await moat.execute("demo.echo", {"n": 1}, idempotency_key="reused")
         with pytest.raises(MoatError) as reused:
             await moat.execute("demo.echo", {"n": 2}, idempotency_key="reused")
@@ -60,7 +60,7 @@ async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> N
         with pytest.raises(ValueError, match="timezone-aware"):
             await moat.list_receipts(since=datetime.now(UTC).replace(tzinfo=None))
 
-    async with MoatClient(stack.url, "moat_nobody_nothing") as stranger:
+    async with AsyncMoatClient(stack.url, "moat_nobody_nothing") as stranger:
         with pytest.raises(MoatError) as unauthenticated:
             await stranger.execute("demo.echo", {"n": 1})
         assert unauthenticated.value.http_status == 401
@@ -68,7 +68,7 @@ async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> N
 
 
 async def test_a_downstream_refusal_is_a_result_not_an_error(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         result = await moat.execute("http.request", {"method": "GET", "url": "http://10.0.0.1/x"})
     assert result.http_status == 403 and result.status == "failed" and not result.ok
     assert result.error is not None and result.error.code == "host_not_allowed"
@@ -76,7 +76,7 @@ async def test_a_downstream_refusal_is_a_result_not_an_error(stack: Stack) -> No
 
 
 async def test_list_and_iter_receipts(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         made = []
         for i in range(3):
             result = await moat.execute("demo.echo", {"i": i}, idempotency_key=f"list-{i}")
@@ -101,7 +101,7 @@ async def test_the_blocking_client(stack: Stack) -> None:
     """Each call runs its own event loop, so it runs here in a thread of its own."""
 
     def use() -> tuple[str, str, list[str]]:
-        with MoatClientSync(stack.url, stack.api_key) as moat:
+        with MoatClient(stack.url, stack.api_key) as moat:
             result = moat.execute("demo.echo", {"sync": True}, idempotency_key="sync-1")
             assert result.receipt_id is not None
             fetched = moat.get_execution(result.receipt_id)
@@ -113,7 +113,7 @@ async def test_the_blocking_client(stack: Stack) -> None:
 
 
 async def test_capabilities(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as client:
+    async with AsyncMoatClient(stack.url, stack.api_key) as client:
         caps = {c.id: c for c in await client.capabilities()}
     assert caps["http.request"].retry.max_retries == 5
     assert "url" in caps["http.request"].input_schema["properties"]
