@@ -9,7 +9,17 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from moat_client import AsyncMoatClient, EnvelopeStatus, MoatClient, MoatError
+from moat_client import (
+    AsyncMoatClient,
+    EnvelopeStatus,
+    HostNotAllowed,
+    IdempotencyKeyReused,
+    MoatClient,
+    MoatError,
+    NotFound,
+    PolicyDenied,
+    Unauthenticated,
+)
 
 from tests.support.stack import Stack
 
@@ -46,12 +56,15 @@ async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> N
         with pytest.raises(MoatError) as reused:
             await moat.execute("demo.echo", {"n": 2}, idempotency_key="reused")
         assert reused.value.http_status == 422 and reused.value.code == "idempotency_key_reused"
+        assert isinstance(reused.value, IdempotencyKeyReused)
+        assert reused.value.original_receipt_id == first.receipt_id
         assert reused.value.details["original_receipt_id"] == first.receipt_id
         assert reused.value.trace_id and reused.value.message
 
         with pytest.raises(MoatError) as missing:
             await moat.execute("no.such.capability", {})
         assert missing.value.http_status == 404 and missing.value.code == "capability_not_found"
+        assert isinstance(missing.value, NotFound)
 
         with pytest.raises(MoatError) as unknown:
             await moat.get_receipt("00000000-0000-7000-8000-000000000000")
@@ -65,14 +78,19 @@ async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> N
             await stranger.execute("demo.echo", {"n": 1})
         assert unauthenticated.value.http_status == 401
         assert unauthenticated.value.code == "unauthenticated"
+        assert isinstance(unauthenticated.value, Unauthenticated)
 
 
-async def test_a_downstream_refusal_is_a_result_not_an_error(stack: Stack) -> None:
+async def test_a_policy_refusal_is_raised_with_its_receipt(stack: Stack) -> None:
     async with AsyncMoatClient(stack.url, stack.api_key) as moat:
-        result = await moat.execute("http.request", {"method": "GET", "url": "http://10.0.0.1/x"})
-    assert result.http_status == 403 and result.status == "failed" and not result.ok
-    assert result.error is not None and result.error.code == "host_not_allowed"
-    assert result.receipt is not None and result.receipt.status != "success"
+        with pytest.raises(HostNotAllowed) as refused:
+            await moat.execute("http.request", {"method": "GET", "url": "http://10.0.0.1/x"})
+    assert isinstance(refused.value, PolicyDenied) and refused.value.http_status == 403
+    assert refused.value.code == "host_not_allowed"
+    envelope = refused.value.envelope
+    assert envelope is not None and envelope.status == "failed"
+    assert envelope.receipt is not None and envelope.receipt.status != "success"
+    assert refused.value.receipt_id == envelope.receipt_id
 
 
 async def test_list_and_iter_receipts(stack: Stack) -> None:
@@ -98,7 +116,7 @@ async def test_list_and_iter_receipts(stack: Stack) -> None:
 
 
 async def test_the_blocking_client(stack: Stack) -> None:
-    """Each call runs its own event loop, so it runs here in a thread of its own."""
+    """The blocking client blocks: it runs here in a thread of its own."""
 
     def use() -> tuple[str, str, list[str]]:
         with MoatClient(stack.url, stack.api_key) as moat:

@@ -76,16 +76,16 @@ class Routes:
             Call("GET", f"/v1/executions/{receipt_id}"), self.retry, None, poll=False
         )
 
-    def _wait_flow(self, receipt_id: str, max_seconds: float | None) -> Flow[ExecutionResult]:
-        retry = self.retry
-        if max_seconds is not None:
-            retry = RetryPolicy(
-                base_delay=retry.base_delay,
-                max_delay=retry.max_delay,
-                deadline=max_seconds,
-                poll_interval=retry.poll_interval,
-                rng=retry.rng,
-            )
+    def _wait_flow(
+        self, receipt_id: str, max_seconds: float | None, interval: float | None
+    ) -> Flow[ExecutionResult]:
+        retry = RetryPolicy(
+            base_delay=self.retry.base_delay,
+            max_delay=self.retry.max_delay,
+            deadline=self.retry.deadline if max_seconds is None else max_seconds,
+            poll_interval=self.retry.poll_interval if interval is None else interval,
+            rng=self.retry.rng,
+        )
         return _waiting(Call("GET", f"/v1/executions/{receipt_id}"), retry)
 
     def _receipt_flow(self, receipt_id: str) -> Flow[Receipt]:

@@ -66,7 +66,8 @@ class RetryPolicy:
     max_delay: float = 10.0
     deadline: float = 120.0
     max_attempts: int | None = None
-    poll_interval: float = 1.0
+    # Seconds between polls of an accepted run; None: the gateway's Retry-After (else 1 s).
+    poll_interval: float | None = None
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def backoff(self, retry: int, retry_after: float | None = None) -> float:

@@ -171,6 +171,7 @@ def execute(
             max_delay=policy.max_delay,
             deadline=max(0.0, deadline - time.monotonic()),
             max_attempts=policy.max_attempts,
+            poll_interval=policy.poll_interval,
             rng=policy.rng,
         )
         response = yield from exchange(call, remaining, key)
@@ -179,8 +180,9 @@ def execute(
             return result
         if result.approval is not None and stop_at_approval:
             raise ApprovalRequired(result.envelope)
-        wait = _retry_after(response)
-        wait = policy.poll_interval if wait is None else wait
+        wait = policy.poll_interval
+        if wait is None:
+            wait = _retry_after(response) or 1.0
         if time.monotonic() + wait > deadline:
             raise ExecutionPending(
                 result.envelope,

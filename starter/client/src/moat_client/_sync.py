@@ -155,10 +155,13 @@ class MoatClient(Routes):
         """The execution's current envelope (``accepted`` while it runs)."""
         return self._drive(self._get_execution_flow(receipt_id))
 
-    def wait(self, receipt_id: str, *, max_seconds: float | None = None) -> ExecutionResult:
+    def wait(
+        self, receipt_id: str, *, max_seconds: float | None = None, interval: float | None = None
+    ) -> ExecutionResult:
         """Poll an execution until it ends, or ``max_seconds`` (default: the retry
-        deadline) pass: then the last answer, still ``accepted``."""
-        return self._drive(self._wait_flow(receipt_id, max_seconds))
+        deadline) pass: then the last answer, still ``accepted``. Polls are the gateway's
+        ``Retry-After`` apart, or ``interval`` seconds."""
+        return self._drive(self._wait_flow(receipt_id, max_seconds, interval))
 
     def get_receipt(self, receipt_id: str) -> Receipt:
         return self._drive(self._receipt_flow(receipt_id))
