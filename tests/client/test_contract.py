@@ -181,6 +181,7 @@ CALLS: dict[str, Callable[[AsyncMoatClient], Awaitable[Any]]] = {
         capability_version="1.0.0",
         connection_id="conn-1",
         wait_seconds=2,
+        dry_run=True,
     ),
     "get_execution": lambda c: c.get_execution("r-1"),
     "get_receipt": lambda c: c.get_receipt("r-1"),
