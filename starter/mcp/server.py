@@ -162,8 +162,11 @@ def build_server(tools: MoatTools) -> Server[Any]:
 
 async def serve_stdio(tools: MoatTools) -> None:
     server = build_server(tools)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        await tools.aclose()
 
 
 async def serve_http(tools: MoatTools, host: str, port: int) -> None:
@@ -178,4 +181,7 @@ async def serve_http(tools: MoatTools, host: str, port: int) -> None:
         auth=AuthSettings(issuer_url=tools.url, resource_server_url=None),
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await tools.aclose()

@@ -190,7 +190,10 @@ def execute(
                 "ask again later with its receipt_id",
             )
         yield Sleep(wait)
-        location = response.headers.get("Location") or f"/v1/executions/{result.receipt_id}"
+        # Only a path on the same gateway: the API key goes with every poll.
+        location = response.headers.get("Location", "")
+        if not location.startswith("/") or location.startswith("//"):
+            location = f"/v1/executions/{result.receipt_id}"
         call = Call("GET", location)
 
 
