@@ -182,7 +182,9 @@ def execute(
             raise ApprovalRequired(result.envelope)
         wait = policy.poll_interval
         if wait is None:
-            wait = _retry_after(response) or 1.0
+            wait = _retry_after(response)
+        if wait is None:
+            wait = 1.0
         if time.monotonic() + wait > deadline:
             raise ExecutionPending(
                 result.envelope,
