@@ -25,11 +25,13 @@ from mcp.shared.exceptions import MCPError
 from moat_client import AsyncMoatClient, CapabilityInfo, MoatError, RetryPolicy, Unauthenticated
 
 from starter.mcp.tools import (
+    CONNECTION_ARGUMENT,
     KEY_ARGUMENT,
     STATUS_TOOL,
     STATUS_TOOL_SPEC,
     derived_key,
     error_of,
+    needs_connection,
     result_of,
     tool_name,
     tool_of,
@@ -98,12 +100,17 @@ class MoatTools:
                 raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool: {name}")
             given = dict(arguments)
             key = given.pop(KEY_ARGUMENT, None)
+            connection = (
+                given.pop(CONNECTION_ARGUMENT, None) if needs_connection(capability) else None
+            )
+            connection = connection if isinstance(connection, str) and connection else None
             if not isinstance(key, str) or not key:
-                key = derived_key(capability.id, given)
+                key = derived_key(capability.id, given, connection)
             result = await client.execute(
                 capability.id,
                 given,
                 idempotency_key=key,
+                connection_id=connection,
                 wait_seconds=self._wait_seconds,
                 poll=False,
             )

@@ -19,6 +19,7 @@ import rfc8785
 from moat_client import CapabilityInfo, ExecutionResult, MoatError
 
 KEY_ARGUMENT = "idempotency_key"
+CONNECTION_ARGUMENT = "connection_id"
 STATUS_TOOL = "moat_execution_status"
 
 _KEY_SCHEMA = {
@@ -52,10 +53,22 @@ def tool_name(capability_id: str) -> str:
     return capability_id.replace(".", "_")
 
 
+def needs_connection(capability: CapabilityInfo) -> bool:
+    """Whether the catalog says the capability runs on a tenant's connection (a gateway that
+    does not list ``connection_types`` says nothing: no such argument)."""
+    return bool((capability.model_extra or {}).get("connection_types"))
+
+
 def tool_of(capability: CapabilityInfo) -> types.Tool:
     schema = copy.deepcopy(capability.input_schema)
     schema.setdefault("type", "object")
-    schema.setdefault("properties", {})[KEY_ARGUMENT] = _KEY_SCHEMA
+    properties = schema.setdefault("properties", {})
+    properties[KEY_ARGUMENT] = _KEY_SCHEMA
+    if needs_connection(capability):
+        properties[CONNECTION_ARGUMENT] = {
+            "type": "string",
+            "description": "Optional. The tenant's connection (credentials) to run it with.",
+        }
     effect = capability.effect_type.lower()
     approval = " A person must approve each call first." if capability.requires_approval else ""
     return types.Tool(
@@ -69,10 +82,15 @@ def tool_of(capability: CapabilityInfo) -> types.Tool:
     )
 
 
-def derived_key(capability_id: str, arguments: dict[str, Any]) -> str:
-    """The key of a call without one: the same capability and canonical arguments, the
-    same key."""
-    canonical = rfc8785.dumps({"capability_id": capability_id, "input": arguments})
+def derived_key(
+    capability_id: str, arguments: dict[str, Any], connection_id: str | None = None
+) -> str:
+    """The key of a call without one: the same capability, connection and canonical
+    arguments, the same key."""
+    call: dict[str, Any] = {"capability_id": capability_id, "input": arguments}
+    if connection_id:
+        call["connection_id"] = connection_id
+    canonical = rfc8785.dumps(call)
     return "mcp:sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
