@@ -16,11 +16,11 @@ from starter.cli.output import fail, out
 from starter.devstack.home import demo_api_key
 
 if TYPE_CHECKING:
-    from moat_client import MoatClientSync
+    from moat_client import MoatClient
 
 
-def agent_client(settings: MoatSettings) -> MoatClientSync:
-    from moat_client import MoatClientSync
+def agent_client(settings: MoatSettings) -> MoatClient:
+    from moat_client import MoatClient
 
     api_key = settings.api_key or demo_api_key(settings)
     if not api_key:
@@ -29,7 +29,7 @@ def agent_client(settings: MoatSettings) -> MoatClientSync:
             "set MOAT_API_KEY, or run `moat up` to create the demo tenant's key",
             code=2,
         )
-    return MoatClientSync(settings.local_gateway_url, api_key)
+    return MoatClient(settings.local_gateway_url, api_key)
 
 
 @contextmanager

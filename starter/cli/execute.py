@@ -17,7 +17,7 @@ from starter.cli.output import AsJson, err, fail, out
 from starter.devstack.ports import local_settings
 
 if TYPE_CHECKING:
-    from moat_client import ExecutionResult
+    from moat_client import ExecutionResult, MoatClient
 
 # The most of an output the summary shows; --json shows all of it.
 SUMMARY_OUTPUT_CHARS = 2000
@@ -44,9 +44,7 @@ def execute(
     with gateway_answers(settings):
         started = time.monotonic()
         if as_json or not out.is_terminal:
-            result = client.execute(
-                capability, data, idempotency_key=key, capability_version=version
-            )
+            result = _execute(client, capability, data, key, version)
         else:
             # The client call blocks; the display's own thread keeps spinner and clock moving.
             with Progress(
@@ -57,9 +55,7 @@ def execute(
                 transient=True,
             ) as progress:
                 progress.add_task("execute", total=None)
-                result = client.execute(
-                    capability, data, idempotency_key=key, capability_version=version
-                )
+                result = _execute(client, capability, data, key, version)
         elapsed = time.monotonic() - started
     if as_json:
         if result.replayed:
@@ -68,6 +64,21 @@ def execute(
     else:
         _summary(result, settings, elapsed)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _execute(
+    client: MoatClient, capability: str, data: dict[str, Any], key: str | None, version: str | None
+) -> ExecutionResult:
+    """The execution's result; a policy denial (raised by the client, with its receipt) is
+    shown like any failed execution."""
+    from moat_client import ExecutionResult, PolicyDenied
+
+    try:
+        return client.execute(capability, data, idempotency_key=key, capability_version=version)
+    except PolicyDenied as denied:
+        if denied.envelope is None:
+            raise
+        return ExecutionResult(denied.http_status, denied.envelope, False)
 
 
 def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) -> None:

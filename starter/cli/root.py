@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from starter.cli import codec, execute, stack, status
+from starter.cli import codec, execute, mcp, stack, status
 from starter.cli.api_keys import api_key_app
 from starter.cli.budgets import budget_app
 from starter.cli.manifests import manifest_app
@@ -28,6 +28,7 @@ app.command()(stack.migrate)
 app.command("codec-url")(codec.url_alias)
 app.command()(execute.execute)
 app.command()(status.status)
+app.command()(mcp.mcp)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(api_key_app, name="api-key")
 app.add_typer(budget_app, name="budget")

@@ -13,7 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
-from moat_client import REPLAYED_HEADER, CapabilityInfo, Envelope, MoatClient, Receipt, ReceiptPage
+from moat_client import (
+    REPLAYED_HEADER,
+    AsyncMoatClient,
+    CapabilityInfo,
+    Envelope,
+    Receipt,
+    ReceiptPage,
+)
 from moat_client.models import ErrorEnvelope
 from pydantic import TypeAdapter
 
@@ -124,11 +131,11 @@ class Sent(Exception):
     """Stops a request at the transport, carrying it."""
 
 
-async def sent(call: Callable[[MoatClient], Awaitable[Any]]) -> httpx.Request:
+async def sent(call: Callable[[AsyncMoatClient], Awaitable[Any]]) -> httpx.Request:
     def stop(request: httpx.Request) -> httpx.Response:
         raise Sent(request)
 
-    async with MoatClient(
+    async with AsyncMoatClient(
         "http://gateway.test", "moat_x_y", transport=httpx.MockTransport(stop)
     ) as c:
         with pytest.raises(Sent) as stopped:
@@ -166,7 +173,7 @@ def fits(openapi: Schema, value: Any, schema: Schema) -> bool:
     return wanted is None or wanted == kind or (wanted == "number" and kind == "integer")
 
 
-CALLS: dict[str, Callable[[MoatClient], Awaitable[Any]]] = {
+CALLS: dict[str, Callable[[AsyncMoatClient], Awaitable[Any]]] = {
     "execute": lambda c: c.execute(
         "demo.echo",
         {"hello": "world"},
@@ -174,6 +181,7 @@ CALLS: dict[str, Callable[[MoatClient], Awaitable[Any]]] = {
         capability_version="1.0.0",
         connection_id="conn-1",
         wait_seconds=2,
+        dry_run=True,
     ),
     "get_execution": lambda c: c.get_execution("r-1"),
     "get_receipt": lambda c: c.get_receipt("r-1"),

@@ -1,6 +1,6 @@
 """The client installs alone: in a fresh virtual environment, ``pip install
 ./starter/client`` brings httpx and pydantic but nothing of the server (no Temporal, no
-PostgreSQL, no web server), and that client executes against the live gateway."""
+PostgreSQL, no web server), and the README's SDK example runs against the live gateway."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.client.wheelhouse import client_wheelhouse
 from tests.support.stack import Stack, repo_root
 
 # What an agent that only wants the client must not have to install.
@@ -27,25 +28,27 @@ SERVER_PACKAGES = (
     "moat",
 )
 
-SCRIPT = """
-import sys
 
-from moat_client import MoatClientSync
+def readme_example() -> str:
+    """The README's SDK example: the first Python block of its "Python client" section."""
+    readme = (repo_root() / "README.md").read_text()
+    section = readme[readme.index("## Python client") :]
+    return section[
+        section.index("```python\n") + 10 : section.index("```", section.index("```python") + 9)
+    ]
 
-with MoatClientSync(sys.argv[1], sys.argv[2]) as moat:
-    result = moat.execute("demo.echo", {"from": "a fresh environment"})
-print(result.status)
-"""
 
-
-async def run(*args: str | Path, cwd: Path) -> str:
+async def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run a command to its end without blocking the loop (the gateway lives in it)."""
     # The environment pip is configured by, without anything that would let the new
     # environment see this one's packages.
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+        },
+        **(env or {}),
     }
     proc = await asyncio.create_subprocess_exec(
         *args,
@@ -72,7 +75,20 @@ async def test_the_client_installs_alone_and_executes(stack: Stack, tmp_path: Pa
     )
     await run(sys.executable, "-m", "venv", tmp_path / "venv", cwd=tmp_path)
     python = tmp_path / "venv" / "bin" / "python"
-    await run(python, "-m", "pip", "install", "--disable-pip-version-check", source, cwd=tmp_path)
+    # Offline: the client's wheel and its dependencies' from this environment, no index.
+    wheels = client_wheelhouse(source, tmp_path / "wheels")
+    await run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--find-links",
+        wheels,
+        "moat-client",
+        cwd=tmp_path,
+    )
 
     listed = await run(
         python, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check", cwd=tmp_path
@@ -83,7 +99,10 @@ async def test_the_client_installs_alone_and_executes(stack: Stack, tmp_path: Pa
     assert not unwanted, f"installing the client brought {sorted(unwanted)}"
 
     await run(python, "-c", "import moat_client", cwd=tmp_path)
-    script = tmp_path / "execute.py"
-    script.write_text(SCRIPT)
-    output = await run(python, script, stack.url, stack.api_key, cwd=tmp_path)
-    assert output.strip().splitlines()[-1] == "executed", output
+    script = tmp_path / "example.py"
+    script.write_text(readme_example())
+    output = await run(
+        python, script, cwd=tmp_path, env={"MOAT_URL": stack.url, "MOAT_API_KEY": stack.api_key}
+    )
+    assert output.strip().splitlines()[-1].startswith("executed "), output
+    await run(tmp_path / "venv" / "bin" / "moat-client", "sendlog", "--help", cwd=tmp_path)

@@ -9,13 +9,23 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from moat_client import EnvelopeStatus, MoatClient, MoatClientSync, MoatError
+from moat_client import (
+    AsyncMoatClient,
+    EnvelopeStatus,
+    HostNotAllowed,
+    IdempotencyKeyReused,
+    MoatClient,
+    MoatError,
+    NotFound,
+    PolicyDenied,
+    Unauthenticated,
+)
 
 from tests.support.stack import Stack
 
 
 async def test_execute_replay_and_read_back(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         first = await moat.execute("demo.echo", {"hello": "client"}, idempotency_key="client-1")
         assert first.http_status == 200 and first.ok and not first.replayed
         assert first.status == EnvelopeStatus.EXECUTED
@@ -41,17 +51,20 @@ async def test_execute_replay_and_read_back(stack: Stack) -> None:
 
 
 async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         first = await moat.execute("demo.echo", {"n": 1}, idempotency_key="reused")
         with pytest.raises(MoatError) as reused:
             await moat.execute("demo.echo", {"n": 2}, idempotency_key="reused")
         assert reused.value.http_status == 422 and reused.value.code == "idempotency_key_reused"
+        assert isinstance(reused.value, IdempotencyKeyReused)
+        assert reused.value.original_receipt_id == first.receipt_id
         assert reused.value.details["original_receipt_id"] == first.receipt_id
         assert reused.value.trace_id and reused.value.message
 
         with pytest.raises(MoatError) as missing:
             await moat.execute("no.such.capability", {})
         assert missing.value.http_status == 404 and missing.value.code == "capability_not_found"
+        assert isinstance(missing.value, NotFound)
 
         with pytest.raises(MoatError) as unknown:
             await moat.get_receipt("00000000-0000-7000-8000-000000000000")
@@ -60,23 +73,28 @@ async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> N
         with pytest.raises(ValueError, match="timezone-aware"):
             await moat.list_receipts(since=datetime.now(UTC).replace(tzinfo=None))
 
-    async with MoatClient(stack.url, "moat_nobody_nothing") as stranger:
+    async with AsyncMoatClient(stack.url, "moat_nobody_nothing") as stranger:
         with pytest.raises(MoatError) as unauthenticated:
             await stranger.execute("demo.echo", {"n": 1})
         assert unauthenticated.value.http_status == 401
         assert unauthenticated.value.code == "unauthenticated"
+        assert isinstance(unauthenticated.value, Unauthenticated)
 
 
-async def test_a_downstream_refusal_is_a_result_not_an_error(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
-        result = await moat.execute("http.request", {"method": "GET", "url": "http://10.0.0.1/x"})
-    assert result.http_status == 403 and result.status == "failed" and not result.ok
-    assert result.error is not None and result.error.code == "host_not_allowed"
-    assert result.receipt is not None and result.receipt.status != "success"
+async def test_a_policy_refusal_is_raised_with_its_receipt(stack: Stack) -> None:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
+        with pytest.raises(HostNotAllowed) as refused:
+            await moat.execute("http.request", {"method": "GET", "url": "http://10.0.0.1/x"})
+    assert isinstance(refused.value, PolicyDenied) and refused.value.http_status == 403
+    assert refused.value.code == "host_not_allowed"
+    envelope = refused.value.envelope
+    assert envelope is not None and envelope.status == "failed"
+    assert envelope.receipt is not None and envelope.receipt.status != "success"
+    assert refused.value.receipt_id == envelope.receipt_id
 
 
 async def test_list_and_iter_receipts(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as moat:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         made = []
         for i in range(3):
             result = await moat.execute("demo.echo", {"i": i}, idempotency_key=f"list-{i}")
@@ -98,10 +116,10 @@ async def test_list_and_iter_receipts(stack: Stack) -> None:
 
 
 async def test_the_blocking_client(stack: Stack) -> None:
-    """Each call runs its own event loop, so it runs here in a thread of its own."""
+    """The blocking client blocks: it runs here in a thread of its own."""
 
     def use() -> tuple[str, str, list[str]]:
-        with MoatClientSync(stack.url, stack.api_key) as moat:
+        with MoatClient(stack.url, stack.api_key) as moat:
             result = moat.execute("demo.echo", {"sync": True}, idempotency_key="sync-1")
             assert result.receipt_id is not None
             fetched = moat.get_execution(result.receipt_id)
@@ -113,7 +131,7 @@ async def test_the_blocking_client(stack: Stack) -> None:
 
 
 async def test_capabilities(stack: Stack) -> None:
-    async with MoatClient(stack.url, stack.api_key) as client:
+    async with AsyncMoatClient(stack.url, stack.api_key) as client:
         caps = {c.id: c for c in await client.capabilities()}
     assert caps["http.request"].retry.max_retries == 5
     assert "url" in caps["http.request"].input_schema["properties"]

@@ -7,7 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from moat_client import MoatClient
+from moat_client import AsyncMoatClient
 
 import worker as worker_module
 from tests.support.stack import Stack, StackFactory
@@ -46,7 +46,7 @@ async def test_accepted_then_polled_until_executed(make_stack: StackFactory) -> 
 
         async with worker_module.activity_deps(stack.settings) as (sessions, http):
             worker = worker_module.build_worker(stack.client, stack.settings, sessions, http)
-            async with worker, MoatClient(stack.url, stack.api_key) as client:
+            async with worker, AsyncMoatClient(stack.url, stack.api_key) as client:
                 done = await client.wait(body["receipt_id"], max_seconds=30, interval=0.1)
         assert done.http_status == 200 and done.status == "executed"
         assert done.receipt_id == body["receipt_id"]
@@ -134,7 +134,7 @@ async def test_list_receipts_filters_and_pages(make_stack: StackFactory) -> None
         assert await ids(since=future) == []
 
         # The client pages for you.
-        async with MoatClient(stack.url, stack.api_key) as client:
+        async with AsyncMoatClient(stack.url, stack.api_key) as client:
             listed = [r.id async for r in client.iter_receipts(limit=4)]
         assert listed == [r["id"] for r in reversed(made)]
 

@@ -1,18 +1,40 @@
 """Moat's Python client: execute capabilities through a Moat gateway.
 
-    async with MoatClient("http://127.0.0.1:8000", api_key) as moat:
-        result = await moat.execute("demo.echo", {"hello": "world"}, idempotency_key="run-1:step-1")
+    from moat_client import MoatClient
+
+    with MoatClient() as moat:           # MOAT_URL, MOAT_API_KEY
+        result = moat.execute("demo.echo", {"hello": "world"}, idempotency_key="run-1:step-1")
         print(result.status, result.receipt_id, result.replayed)
 
 A retry with the same idempotency key never causes a second side effect: it returns the
-first execution's receipt (``result.replayed`` is then True).
+first execution's receipt (``result.replayed`` is then True). The client retries network
+errors, timeouts and 5xx with the same key by itself, and polls runs that outlast the
+gateway's wait. ``AsyncMoatClient`` is the same for asyncio; ``SendLog`` keeps a local
+record of every send (``client.send``).
 
 The client is its own distribution (``moat-client``, httpx and pydantic only) and imports
 nothing of the server, so an agent installs it without Temporal or PostgreSQL.
 """
 
-from moat_client._client import REPLAYED_HEADER, ExecutionResult, MoatClient, MoatError
-from moat_client._sync import MoatClientSync
+from moat_client._async import AsyncMoatClient
+from moat_client._config import ConfigurationError, RetryPolicy, configured
+from moat_client._results import REPLAYED_HEADER, ExecutionResult
+from moat_client._sync import MoatClient
+from moat_client.errors import (
+    ApprovalRequired,
+    BudgetExceeded,
+    ExecutionPending,
+    Forbidden,
+    GatewayUnavailable,
+    HostNotAllowed,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    MoatError,
+    NotFound,
+    PolicyDenied,
+    Unauthenticated,
+)
+from moat_client.keys import cycle_timestamp, send_key
 from moat_client.models import (
     CapabilityInfo,
     Envelope,
@@ -23,19 +45,44 @@ from moat_client.models import (
     ReceiptPage,
     RetrySettings,
 )
+from moat_client.sendlog import DeadLetter, SendLog, SendOutcome, SendRecord
+
+# The blocking client's name before it became ``MoatClient``; kept for one release.
+MoatClientSync = MoatClient
 
 __all__ = [
     "REPLAYED_HEADER",
+    "ApprovalRequired",
+    "AsyncMoatClient",
+    "BudgetExceeded",
     "CapabilityInfo",
+    "ConfigurationError",
+    "DeadLetter",
     "Envelope",
     "EnvelopeStatus",
     "ErrorBody",
+    "ExecutionPending",
     "ExecutionResult",
+    "Forbidden",
+    "GatewayUnavailable",
+    "HostNotAllowed",
+    "IdempotencyKeyReused",
+    "InvalidRequest",
     "MoatClient",
     "MoatClientSync",
     "MoatError",
+    "NotFound",
     "Plan",
+    "PolicyDenied",
     "Receipt",
     "ReceiptPage",
+    "RetryPolicy",
     "RetrySettings",
+    "SendLog",
+    "SendOutcome",
+    "SendRecord",
+    "Unauthenticated",
+    "configured",
+    "cycle_timestamp",
+    "send_key",
 ]

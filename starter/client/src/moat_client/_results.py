@@ -1,0 +1,51 @@
+"""What one execute call answers, as the client hands it to the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from moat_client.models import Envelope, EnvelopeStatus, ErrorBody, Receipt
+
+REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The outcome of one execute call: ``executed`` (``ok``), ``failed`` downstream (the
+    provider refused: ``error``, with a receipt), ``planned`` (a dry run) or, when polling
+    was turned off, ``accepted``."""
+
+    http_status: int
+    envelope: Envelope
+    replayed: bool
+
+    @property
+    def status(self) -> EnvelopeStatus:
+        return self.envelope.status
+
+    @property
+    def receipt_id(self) -> str | None:
+        return self.envelope.receipt_id
+
+    @property
+    def receipt(self) -> Receipt | None:
+        return self.envelope.receipt
+
+    @property
+    def output(self) -> Any:
+        """The adapter's redacted result (``executed`` only; None once no longer kept)."""
+        return self.envelope.output
+
+    @property
+    def error(self) -> ErrorBody | None:
+        return self.envelope.error
+
+    @property
+    def ok(self) -> bool:
+        return self.envelope.status == EnvelopeStatus.EXECUTED
+
+    @property
+    def approval(self) -> Any:
+        """What a run waiting for a person's decision says about it (None otherwise)."""
+        return (self.envelope.model_extra or {}).get("approval")

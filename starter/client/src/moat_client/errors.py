@@ -1,0 +1,154 @@
+"""Every way the gateway says no, as ``MoatError`` with the gateway's stable ``code``, and
+subclasses for the answers an agent branches on.
+
+A refusal the gateway sent carries its ``http_status``, ``details`` and ``trace_id`` (quote
+it to whoever runs the gateway). Three errors are the client's own, raised once its total
+deadline has passed: ``GatewayUnavailable`` (no answer, or only server errors),
+``ExecutionPending`` (the run is still going: ask again with its ``receipt_id``) and its
+subclass ``ApprovalRequired`` (the run waits for a person's decision).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moat_client.models import Envelope, ErrorBody
+
+
+class MoatError(Exception):
+    """The gateway refused the request, or the client gave up waiting for it."""
+
+    def __init__(
+        self,
+        http_status: int,
+        error: ErrorBody,
+        trace_id: str,
+        *,
+        envelope: Envelope | None = None,
+    ) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.http_status = http_status
+        self.code = error.code
+        self.message = error.message
+        self.details: dict[str, Any] = error.details
+        self.trace_id = trace_id
+        # A refusal that left a receipt (a policy denial) carries the whole envelope.
+        self.envelope = envelope
+
+    @property
+    def receipt_id(self) -> str | None:
+        return self.envelope.receipt_id if self.envelope is not None else None
+
+
+class InvalidRequest(MoatError):
+    """The request is malformed (``schema_validation_failed`` lists the failing fields in
+    ``details["errors"]``): fix it, retrying the same request cannot help."""
+
+
+class Unauthenticated(MoatError):
+    """No API key, or an unknown or revoked one (``MOAT_API_KEY``)."""
+
+
+class Forbidden(MoatError):
+    """The key may not use this route (a tenant key on an admin route)."""
+
+
+class NotFound(MoatError):
+    """No such capability, execution, receipt or route for this tenant."""
+
+
+class IdempotencyKeyReused(MoatError):
+    """The key was used before with other input; ``original_receipt_id`` is that run's."""
+
+    @property
+    def original_receipt_id(self) -> str | None:
+        value = self.details.get("original_receipt_id")
+        return value if isinstance(value, str) else None
+
+
+class PolicyDenied(MoatError):
+    """Moat's policy refused the execution and recorded it (``receipt_id``): nothing ran."""
+
+
+class BudgetExceeded(PolicyDenied):
+    """The tenant's budget for the capability is used up for the period."""
+
+
+class HostNotAllowed(PolicyDenied):
+    """``http.request`` to a host outside the tenant's allow-list."""
+
+
+class GatewayUnavailable(MoatError):
+    """No usable answer before the deadline (network errors, timeouts, 5xx). The request
+    may have reached Moat: send it again with the same ``idempotency_key`` to find out,
+    never with a new one."""
+
+    def __init__(self, message: str, *, idempotency_key: str | None, http_status: int = 0) -> None:
+        super().__init__(
+            http_status,
+            ErrorBody(
+                code="gateway_unavailable",
+                message=message,
+                details={"idempotency_key": idempotency_key},
+            ),
+            "",
+        )
+        self.idempotency_key = idempotency_key
+
+
+class ExecutionPending(MoatError):
+    """The run was accepted and is still going when the deadline passed: nothing is lost
+    (Moat holds it). Ask later with ``client.wait(receipt_id)`` or ``get_execution``."""
+
+    def __init__(self, envelope: Envelope, message: str, code: str = "execution_pending") -> None:
+        super().__init__(
+            202,
+            ErrorBody(code=code, message=message, details={"receipt_id": envelope.receipt_id}),
+            envelope.trace_id,
+            envelope=envelope,
+        )
+
+
+class ApprovalRequired(ExecutionPending):
+    """The run waits for a person to approve or reject it (``approval`` says who and until
+    when); ``client.wait(receipt_id)`` returns once they have decided."""
+
+    def __init__(self, envelope: Envelope) -> None:
+        super().__init__(
+            envelope,
+            "the execution waits for approval: ask again later with its receipt_id",
+            code="approval_required",
+        )
+
+    @property
+    def approval(self) -> Any:
+        return getattr(self.envelope, "approval", None)
+
+
+_BY_CODE: dict[str, type[MoatError]] = {
+    "bad_json": InvalidRequest,
+    "schema_validation_failed": InvalidRequest,
+    "unsupported_schema_version": InvalidRequest,
+    "idempotency_key_invalid": InvalidRequest,
+    "invalid_cursor": InvalidRequest,
+    "payload_too_large": InvalidRequest,
+    "unauthenticated": Unauthenticated,
+    "forbidden": Forbidden,
+    "capability_not_found": NotFound,
+    "execution_not_found": NotFound,
+    "receipt_not_found": NotFound,
+    "not_found": NotFound,
+    "idempotency_key_reused": IdempotencyKeyReused,
+    "policy_denied": PolicyDenied,
+    "budget_exceeded": BudgetExceeded,
+    "host_not_allowed": HostNotAllowed,
+}
+
+
+def error_for(
+    http_status: int, error: ErrorBody, trace_id: str, envelope: Envelope | None = None
+) -> MoatError:
+    """The most specific ``MoatError`` for a gateway's refusal (``MoatError`` itself for a
+    code this client does not know: a newer gateway's)."""
+    kind = _BY_CODE.get(error.code, MoatError)
+    return kind(http_status, error, trace_id, envelope=envelope)
