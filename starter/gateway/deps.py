@@ -25,6 +25,7 @@ from starter.service import MoatError
 from starter.service.executions import Executions
 from starter.service.scopes import require_scope
 from store import api_keys, tenancy
+from store.keys.connections import ConnectionCipher
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Deps:
     # As the owner role, for the admin writes the application role may not make (a
     # tenant's host allow-list); None when this gateway has no owner URL.
     owner_sessions: async_sessionmaker[AsyncSession] | None = None
+    # Seals connection secrets (``POST /v1/connections``); the worker opens them.
+    connection_cipher: ConnectionCipher | None = None
 
 
 def deps_of(request: Request) -> Deps:
