@@ -3,17 +3,22 @@ the adapter activity on every attempt under the tenant's row-level security."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
 from sqlalchemy import select, text
+from typer.testing import CliRunner
 
 from activities.adapters import fail
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, CapabilitySpec
 from schemas.connections import ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
+from starter.cli import app as cli
+from store.keys.connections import ConnectionCipher
 from store.models import ConnectionRow
 from tests.support.fakes import FakeProvider
 from tests.support.stack import ADMIN_KEY, Stack, StackFactory
@@ -176,3 +181,140 @@ async def test_the_resolver_sees_only_the_tenants_own_connections(
         await s.execute(text(f"SELECT set_config('moat.tenant_id', '{stack.tenant_id}', true)"))
         count = (await s.execute(select(ConnectionRow).where(ConnectionRow.id == theirs))).all()
     assert count == []
+
+
+async def test_connection_routes_check_and_never_answer_the_secret(
+    probed: tuple[Stack, Probe], provider: FakeProvider
+) -> None:
+    stack, probe = probed
+    writer = bearer(await writer_key(stack))
+    base = f"{stack.url}/v1/connections"
+    admin_base = f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/connections"
+    answers: list[str] = []
+
+    async def call(method: str, url: str, **kwargs: Any) -> Any:
+        response = await stack.http.request(method, url, **kwargs)
+        answers.append(response.text)
+        return response
+
+    mine = (
+        await call(
+            "POST",
+            admin_base,
+            json={"type": "slack", "name": "ws", "secret": SECRET},
+            headers=ADMIN,
+        )
+    ).json()
+    other_tenant, _ = await stack.new_tenant()
+    theirs = await stack.add_connection("http_bearer", ROTATED, tenant_id=other_tenant)
+
+    listed = (await call("GET", base, headers=bearer(stack.api_key))).json()
+    assert [c["id"] for c in listed] == [mine["id"]]
+    assert (await call("GET", f"{base}/{mine['id']}", headers=writer)).json()["name"] == "ws"
+    assert [c["id"] for c in (await call("GET", admin_base, headers=ADMIN)).json()] == [mine["id"]]
+    for url, headers in ((f"{base}/{theirs}", writer), (f"{admin_base}/{theirs}", ADMIN)):
+        hidden = await call("GET", url, headers=headers)
+        assert hidden.status_code == 404, hidden.text
+        assert hidden.json()["error"]["code"] == "connection_not_found"
+    cross = await call("POST", f"{base}/{theirs}/rotate", json={"secret": SECRET}, headers=writer)
+    assert cross.status_code == 404
+
+    # Ingest: another tenant's or an absent connection, or a type the capability cannot use.
+    url = provider.script("/ingest")
+    request = {"method": "GET", "url": url}
+    for connection_id, status, code in (
+        (theirs, 404, "connection_not_found"),
+        ("con_doesnotexist", 404, "connection_not_found"),
+        (mine["id"], 400, "connection_type_mismatch"),
+    ):
+        refused = await stack.execute("http.request", request, connection_id=connection_id)
+        assert refused.status_code == status, refused.text
+        assert refused.json()["error"]["code"] == code and refused.json()["receipt"] is None
+    takes_none = await stack.execute("demo.echo", {}, connection_id=mine["id"])
+    assert takes_none.json()["error"]["code"] == "connection_type_mismatch"
+    assert provider.calls_to("/ingest") == [] and probe.seen == []
+
+    # Refused bodies never repeat the secret either.
+    for body in (
+        {"type": "http_bearer", "name": "x", "secret": SECRET + "\n"},
+        {"type": "http_bearer", "name": "x", "secret": SECRET, "config": {"api_token": SECRET}},
+        {"type": "nope", "name": "x", "secret": SECRET},
+    ):
+        bad = await call("POST", base, json=body, headers=writer)
+        assert bad.status_code == 400, bad.text
+        assert bad.json()["error"]["code"] == "schema_validation_failed"
+
+    rotated = await call(
+        "POST", f"{admin_base}/{mine['id']}/rotate", json={"secret": ROTATED}, headers=ADMIN
+    )
+    assert rotated.json()["fingerprint"] != mine["fingerprint"]
+    revoked = (await call("DELETE", f"{admin_base}/{mine['id']}", headers=ADMIN)).json()
+    again = (await call("DELETE", f"{base}/{mine['id']}", headers=writer)).json()
+    assert revoked["revoked_at"] and again["revoked_at"] == revoked["revoked_at"]
+    refused = await call(
+        "POST", f"{base}/{mine['id']}/rotate", json={"secret": SECRET}, headers=writer
+    )
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "connection_revoked"
+    assert not any(s in a for a in answers for s in (SECRET, ROTATED))
+
+
+def test_cli_connection_commands(base_settings: Any, monkeypatch: Any, tmp_path: Any) -> None:
+    """add (secret on stdin), list, show, rotate (--secret-file), reencrypt under a new key,
+    revoke; no command prints a secret."""
+    monkeypatch.setenv("MOAT_DATABASE_URL", base_settings.database_url)
+    monkeypatch.setenv("MOAT_HOME", str(base_settings.home))
+    runner = CliRunner()
+    tenant = f"conn-{uuid.uuid4().hex[:8]}"
+    assert runner.invoke(cli, ["tenant", "create", tenant]).exit_code == 0
+    printed: list[str] = []
+
+    def moat(*args: str, stdin: str | None = None) -> Any:
+        done = runner.invoke(cli, list(args), input=stdin)
+        printed.append(done.output)
+        return done
+
+    added = moat(
+        "connection",
+        "add",
+        tenant,
+        "--type",
+        "github",
+        "--name",
+        "gh",
+        "--config",
+        '{"base_url": "https://ghe.example.com/api/v3"}',
+        "--json",
+        stdin=SECRET + "\n",
+    )
+    assert added.exit_code == 0, added.output
+    made = json.loads(added.output)
+    assert made["last4"] == "WXYZ" and made["config"]["base_url"].startswith("https://ghe")
+    table = moat("connection", "list", tenant)
+    assert table.exit_code == 0 and made["id"] in table.output and "github" in table.output
+    assert moat("connection", "show", tenant, made["id"]).exit_code == 0
+
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(ROTATED + "\n")
+    rotated = moat(
+        "connection", "rotate", tenant, made["id"], "--secret-file", str(secret_file), "--json"
+    )
+    assert rotated.exit_code == 0, rotated.output
+    assert json.loads(rotated.output)["fingerprint"] != made["fingerprint"]
+
+    again = moat("connection", "reencrypt", "--new-key", "--json")
+    assert again.exit_code == 0, again.output
+    report = json.loads(again.output)
+    assert report["active_key_id"] != made["key_id"] and report["by_tenant"][made["tenant_id"]] == 1
+    shown = json.loads(moat("connection", "show", tenant, made["id"], "--json").output)
+    assert shown["key_id"] == report["active_key_id"]
+    # A process started before the new key (a worker) still opens what it seals.
+    cipher = ConnectionCipher.from_settings(base_settings)
+    assert cipher.active_key_id == report["active_key_id"]
+
+    revoked = moat("connection", "revoke", tenant, made["id"], "--json")
+    assert revoked.exit_code == 0 and json.loads(revoked.output)["revoked_at"]
+    missing = moat("connection", "show", tenant, "con_nothere")
+    assert missing.exit_code == 1 and "No connection" in missing.output
+    empty = moat("connection", "add", tenant, "--type", "slack", "--name", "x", stdin="")
+    assert empty.exit_code == 2 and "no secret" in empty.output
+    assert not any(s in p for p in printed for s in (SECRET, ROTATED))
