@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -16,6 +16,8 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
+
+from schemas.canonical import json_depth
 
 
 class ConnectionType(StrEnum):
@@ -70,7 +72,44 @@ def _secret(value: str) -> str:
 Secret = Annotated[str, Field(min_length=1, max_length=MAX_SECRET_LENGTH), AfterValidator(_secret)]
 
 
+MAX_CONFIG_DEPTH = 8
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every string of a JSON value, keys included, without recursion."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            yield from node.keys()
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _storable(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _config(value: dict[str, Any]) -> dict[str, Any]:
+    if json_depth(value) > MAX_CONFIG_DEPTH:
+        raise PydanticCustomError(
+            "config_too_deep",
+            "config may be nested at most {limit} levels",
+            {"limit": MAX_CONFIG_DEPTH},
+        )
+    if not all(_storable(t) for t in _texts(value)):
+        raise PydanticCustomError(
+            "config_unstorable", "config text may not hold NUL characters or lone surrogates"
+        )
     if len(json.dumps(value)) > MAX_CONFIG_BYTES:
         raise PydanticCustomError(
             "config_too_large",
