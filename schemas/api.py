@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.capabilities import EffectType, RetrySettings
+from schemas.connections import ConnectionType
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
@@ -48,6 +49,10 @@ class CapabilityInfo(BaseModel):
     required_scopes: list[str]
     timeout_seconds: float
     requires_approval: bool
+    connection_types: list[ConnectionType] = Field(
+        default_factory=list,
+        description="Connection types a request may name with `connection_id`; empty: none.",
+    )
     retry: RetrySettings
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
 

@@ -257,6 +257,11 @@ async def test_connection_routes_check_and_never_answer_the_secret(
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "connection_revoked"
     assert not any(s in a for a in answers for s in (SECRET, ROTATED))
 
+    listed_caps = (await stack.http.get(f"{stack.url}/v1/capabilities")).json()
+    http = next(c for c in listed_caps if c["id"] == "http.request")
+    assert http["connection_types"] == ["http_bearer"]
+    assert http["required_scopes"] == ["execute:http.request"]
+
 
 def test_cli_connection_commands(base_settings: Any, monkeypatch: Any, tmp_path: Any) -> None:
     """add (secret on stdin), list, show, rotate (--secret-file), reencrypt under a new key,
