@@ -8,8 +8,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from typer.testing import CliRunner
 
 from activities.adapters import fail
@@ -18,6 +21,7 @@ from schemas.connections import ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 from starter.cli import app as cli
+from store import tenancy
 from store.keys.connections import ConnectionCipher
 from store.models import ConnectionRow
 from tests.support.fakes import FakeProvider
@@ -139,7 +143,7 @@ async def test_a_rotation_applies_from_the_next_attempt(probed: tuple[Stack, Pro
 
 
 async def test_a_revoked_connection_fails_the_run_with_a_receipt(
-    probed: tuple[Stack, Probe],
+    probed: tuple[Stack, Probe], app_sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     stack, probe = probed
     connection_id = await stack.add_connection("http_bearer", SECRET)
@@ -163,6 +167,16 @@ async def test_a_revoked_connection_fails_the_run_with_a_receipt(
     async with stack.sessions() as s:
         row = await s.get(ConnectionRow, connection_id)
     assert row is not None and row.revoked_at is not None and row.ciphertext == b""
+    # The application role can neither bring it back nor make it go away.
+    for statement, error in (
+        ("UPDATE connections SET revoked_at = NULL WHERE id = :id", "revocation is final"),
+        ("UPDATE connections SET key_id = 'x' WHERE id = :id", "revocation is final"),
+        ("DELETE FROM connections WHERE id = :id", "permission denied"),
+    ):
+        async with app_sessions.begin() as s:
+            await tenancy.set_tenant(s, stack.tenant_id)
+            with pytest.raises(DBAPIError, match=error):
+                await s.execute(text(statement), {"id": connection_id})
 
 
 async def test_the_resolver_sees_only_the_tenants_own_connections(
