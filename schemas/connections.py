@@ -7,7 +7,6 @@ decrypted by the adapter activity at the moment of the call and handed to the ad
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,22 +53,10 @@ CONNECTION_ID_PATTERN = r"^con_[a-z0-9]{1,60}$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._@:/-]*$"
 MAX_SECRET_LENGTH = 8192
 MAX_CONFIG_BYTES = 4096
-# A secret travels in HTTP headers: visible ASCII only (a pasted newline would otherwise
-# reach the HTTP library, whose refusal repeats the value).
-_SECRET = re.compile(r"^[!-~]+$")
-
-
-def _secret(value: str) -> str:
-    if not _SECRET.fullmatch(value):
-        raise PydanticCustomError(
-            "secret_invalid",
-            "the secret may hold visible ASCII characters only, without spaces: remove "
-            "white space (often a newline pasted with it) and non-ASCII characters",
-        )
-    return value
-
-
-Secret = Annotated[str, Field(min_length=1, max_length=MAX_SECRET_LENGTH), AfterValidator(_secret)]
+# A secret travels in HTTP headers: visible ASCII only, no spaces (a pasted newline would
+# otherwise reach the HTTP library, whose refusal repeats the value).
+SECRET_PATTERN = r"^[!-~]+$"
+Secret = Annotated[str, Field(min_length=1, max_length=MAX_SECRET_LENGTH, pattern=SECRET_PATTERN)]
 
 
 MAX_CONFIG_DEPTH = 8

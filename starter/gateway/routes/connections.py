@@ -50,7 +50,7 @@ def _cipher(deps: Deps) -> ConnectionCipher:
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 403, 500),
 )
-async def create(
+async def create_connection(
     request: Request, credentials: TenantKey, body: ConnectionCreate
 ) -> ConnectionInfo:
     """The secret is sealed (AES-256-GCM) and opened only by the worker, at the call; it
@@ -68,7 +68,7 @@ async def create(
     response_model=list[ConnectionInfo],
     responses=documented_errors(401, 500),
 )
-async def list_(request: Request, credentials: TenantKey) -> list[ConnectionInfo]:
+async def list_connections(request: Request, credentials: TenantKey) -> list[ConnectionInfo]:
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         return await connections.list_all(session, tenant.tenant_id)
@@ -80,7 +80,7 @@ async def list_(request: Request, credentials: TenantKey) -> list[ConnectionInfo
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 404, 500),
 )
-async def show(
+async def show_connection(
     request: Request, credentials: TenantKey, connection_id: ConnectionId
 ) -> ConnectionInfo:
     """Another tenant's connection is `404 connection_not_found`."""
@@ -95,7 +95,7 @@ async def show(
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 403, 404, 500),
 )
-async def rotate(
+async def rotate_connection(
     request: Request, credentials: TenantKey, connection_id: ConnectionId, body: ConnectionRotate
 ) -> ConnectionInfo:
     """Runs use the new secret from their next attempt on. A revoked connection cannot be
@@ -114,7 +114,7 @@ async def rotate(
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 403, 404, 500),
 )
-async def revoke(
+async def revoke_connection(
     request: Request, credentials: TenantKey, connection_id: ConnectionId
 ) -> ConnectionInfo:
     """Executions naming it fail from their next attempt on with `403 connection_revoked`.
@@ -133,7 +133,7 @@ async def _admin_tenant(session: AsyncSession, tenant_id: str) -> None:
 @admin_router.post(
     "", status_code=201, summary="Store a credential for a tenant", response_model=ConnectionInfo
 )
-async def admin_create(
+async def admin_create_connection(
     request: Request, tenant_id: TenantId, body: ConnectionCreate
 ) -> ConnectionInfo:
     deps = deps_of(request)
@@ -143,7 +143,7 @@ async def admin_create(
 
 
 @admin_router.get("", summary="List a tenant's connections", response_model=list[ConnectionInfo])
-async def admin_list(request: Request, tenant_id: TenantId) -> list[ConnectionInfo]:
+async def admin_list_connections(request: Request, tenant_id: TenantId) -> list[ConnectionInfo]:
     async with deps_of(request).sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
         return await connections.list_all(session, tenant_id)
@@ -152,7 +152,7 @@ async def admin_list(request: Request, tenant_id: TenantId) -> list[ConnectionIn
 @admin_router.get(
     "/{connection_id}", summary="One connection of a tenant", response_model=ConnectionInfo
 )
-async def admin_show(
+async def admin_show_connection(
     request: Request, tenant_id: TenantId, connection_id: ConnectionId
 ) -> ConnectionInfo:
     async with deps_of(request).sessions.begin() as session:
@@ -165,7 +165,7 @@ async def admin_show(
     summary="Replace a tenant's connection secret",
     response_model=ConnectionInfo,
 )
-async def admin_rotate(
+async def admin_rotate_connection(
     request: Request, tenant_id: TenantId, connection_id: ConnectionId, body: ConnectionRotate
 ) -> ConnectionInfo:
     deps = deps_of(request)
@@ -179,7 +179,7 @@ async def admin_rotate(
 @admin_router.delete(
     "/{connection_id}", summary="Revoke a tenant's connection", response_model=ConnectionInfo
 )
-async def admin_revoke(
+async def admin_revoke_connection(
     request: Request, tenant_id: TenantId, connection_id: ConnectionId
 ) -> ConnectionInfo:
     async with deps_of(request).sessions.begin() as session:
