@@ -1,6 +1,7 @@
 """Every side effect of a run: policy, adapters, outcome records."""
 
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
+from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
 from activities.manifest import ManifestActivities
 from activities.retention import RetentionActivities
@@ -12,6 +13,7 @@ __all__ = [
     "HttpAdapter",
     "ManifestActivities",
     "RetentionActivities",
+    "StoreConnectionResolver",
     "echo_adapter",
     "http_client",
 ]

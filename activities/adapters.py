@@ -46,7 +46,7 @@ from schemas.canonical import (
     sha256_digest,
 )
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
-from schemas.connections import Credential
+from schemas.connections import ConnectionType, Credential
 from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
@@ -247,6 +247,11 @@ class HttpAdapter:
             url.host, url.port or (443 if url.scheme == "https" else 80), inp.http_allow_hosts
         )
         headers = agent_headers(req.headers)
+        if credential is not None and credential.type == ConnectionType.HTTP_BEARER:
+            # The connection's token, never the agent's: it replaces any Authorization the
+            # agent sent, whatever its case.
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers["Authorization"] = f"Bearer {credential.secret}"
         extensions: dict[str, Any] = {}
         if pinned is not None:
             # Connect to the address the guard vetted; the provider still sees its own name

@@ -4,14 +4,16 @@ capability list and the admin resources (tenants, API keys)."""
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.capabilities import EffectType, RetrySettings
+from schemas.connections import ConnectionType
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
+from schemas.scopes import DEFAULT_SCOPES, MAX_SCOPE_LENGTH, SCOPE_PATTERN
 
 # Printable names without control characters; Postgres text cannot hold NUL anyway.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._@-]*$"
@@ -47,6 +49,10 @@ class CapabilityInfo(BaseModel):
     required_scopes: list[str]
     timeout_seconds: float
     requires_approval: bool
+    connection_types: list[ConnectionType] = Field(
+        default_factory=list,
+        description="Connection types a request may name with `connection_id`; empty: none.",
+    )
     retry: RetrySettings
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
 
@@ -90,10 +96,22 @@ class TenantUpdate(BaseModel):
     )
 
 
+Scope = Annotated[str, Field(max_length=MAX_SCOPE_LENGTH, pattern=SCOPE_PATTERN)]
+
+
 class ApiKeyCreate(BaseModel):
     """Body of ``POST /v1/admin/tenants/{tenant_id}/keys``."""
 
     name: str = Field(default="", max_length=200, pattern=KEY_NAME_PATTERN)
+    scopes: list[Scope] = Field(
+        default_factory=lambda: list(DEFAULT_SCOPES),
+        min_length=1,
+        max_length=50,
+        description="What the key may do: `execute:*` (every capability, the default), "
+        "`execute:<capability id>`, `connections:write`, … A trailing `*` grants every "
+        "scope starting with what precedes it.",
+        examples=[["execute:*", "connections:write"]],
+    )
 
 
 class ApiKeyInfo(BaseModel):
@@ -105,6 +123,7 @@ class ApiKeyInfo(BaseModel):
     prefix: str
     created_at: datetime
     revoked_at: datetime | None = None
+    scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
 
 
 class NewApiKey(ApiKeyInfo):

@@ -29,6 +29,10 @@ def execute(
     input_json: Annotated[str, typer.Option("--input", help="The capability's input, JSON.")],
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Capability version.")] = None,
+    connection: Annotated[
+        str | None,
+        typer.Option("--connection", help="The id of the connection (con_…) the call uses."),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Execute a capability through the gateway and print a summary: status, receipt,
@@ -44,7 +48,7 @@ def execute(
     with gateway_answers(settings):
         started = time.monotonic()
         if as_json or not out.is_terminal:
-            result = _execute(client, capability, data, key, version)
+            result = _execute(client, capability, data, key, version, connection)
         else:
             # The client call blocks; the display's own thread keeps spinner and clock moving.
             with Progress(
@@ -55,7 +59,7 @@ def execute(
                 transient=True,
             ) as progress:
                 progress.add_task("execute", total=None)
-                result = _execute(client, capability, data, key, version)
+                result = _execute(client, capability, data, key, version, connection)
         elapsed = time.monotonic() - started
     if as_json:
         if result.replayed:
@@ -67,14 +71,25 @@ def execute(
 
 
 def _execute(
-    client: MoatClient, capability: str, data: dict[str, Any], key: str | None, version: str | None
+    client: MoatClient,
+    capability: str,
+    data: dict[str, Any],
+    key: str | None,
+    version: str | None,
+    connection: str | None,
 ) -> ExecutionResult:
     """The execution's result; a policy denial (raised by the client, with its receipt) is
     shown like any failed execution."""
     from moat_client import ExecutionResult, PolicyDenied
 
     try:
-        return client.execute(capability, data, idempotency_key=key, capability_version=version)
+        return client.execute(
+            capability,
+            data,
+            idempotency_key=key,
+            capability_version=version,
+            connection_id=connection,
+        )
     except PolicyDenied as denied:
         if denied.envelope is None:
             raise

@@ -125,8 +125,13 @@ def test_gateways_serve_the_public_key_set_from_a_config_map() -> None:
 
 def test_shared_keyrings_are_mounted_where_each_process_needs_them() -> None:
     for name, variables in {
-        "moat-worker": ("MOAT_CODEC_KEYRING", "MOAT_START_KEYRING"),
-        "moat-gateway": ("MOAT_CODEC_KEYRING", "MOAT_START_KEYRING", "MOAT_CODEC_DOOR"),
+        "moat-worker": ("MOAT_CODEC_KEYRING", "MOAT_START_KEYRING", "MOAT_CONNECTION_KEYRING"),
+        "moat-gateway": (
+            "MOAT_CODEC_KEYRING",
+            "MOAT_START_KEYRING",
+            "MOAT_CONNECTION_KEYRING",
+            "MOAT_CODEC_DOOR",
+        ),
     }.items():
         spec = pod(name)
         env = environment(spec["containers"][0])

@@ -53,6 +53,16 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401"]
 # a wildcard), which the schema's plain string items cannot say.
 include-operation-id = "update_tenant"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+
+[[operations]]
+# Also 400: a connection's config holding text Postgres cannot store (NUL, a lone
+# surrogate), nested too deep or too large, or looking like it holds a secret.
+include-operation-id = "create_connection"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403"]
+
+[[operations]]
+include-operation-id = "admin_create_connection"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
 """
 
 
