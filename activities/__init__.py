@@ -2,16 +2,22 @@
 
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
 from activities.execute import ExecuteActivities
+from activities.github import GithubAdapter
 from activities.manifest import ManifestActivities
 from activities.retention import RetentionActivities
+from activities.slack import SlackAdapter
+from activities.webhook import WebhookAdapter
 
 __all__ = [
     "Adapter",
     "ExecuteActivities",
+    "GithubAdapter",
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
     "RetentionActivities",
+    "SlackAdapter",
+    "WebhookAdapter",
     "echo_adapter",
     "http_client",
 ]

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.capabilities import EffectType, RetrySettings
+from schemas.capabilities import EffectType, IdempotencyStrategy, RetrySettings
+from schemas.connections import ConnectionType
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
@@ -48,6 +49,15 @@ class CapabilityInfo(BaseModel):
     timeout_seconds: float
     requires_approval: bool
     retry: RetrySettings
+    idempotency: IdempotencyStrategy = Field(
+        description="How a repeated attempt is kept from a second effect: `provider_key` (the "
+        "provider dedupes on Moat's key), `reconcile` (Moat marks what it creates and looks "
+        "for the mark before any repeat) or `none`."
+    )
+    connection_types: list[ConnectionType] = Field(
+        default_factory=list,
+        description="Connection types the capability accepts (`connection_id`); empty: none.",
+    )
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
 
 

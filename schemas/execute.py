@@ -114,6 +114,10 @@ ERROR_MESSAGES: dict[str, str] = {
     "JSON nested too deeply); the call may have taken effect, so it was not retried.",
     "schema_validation_failed": "The input does not match the capability's input schema.",
     "unknown": "The execution failed for an unknown reason.",
+    "outcome_unknown": "The provider may or may not have performed the effect, and Moat "
+    "could not look it up (e.g. the connection cannot read the channel's history): it was not "
+    "retried, so as not to do it twice. Check the provider, then run it again with a new key "
+    "if it did not happen.",
 }
 
 WARNING_MESSAGES: dict[str, str] = {
