@@ -86,7 +86,8 @@ class SlackAdapter:
             except ApplicationError as err:
                 raise lookup_failed(inp, err, f"the history of channel {msg.channel}") from None
             if found is not None:
-                return recorded(200, {"channel": found[0], "ts": found[1], "reconciled": True})
+                out = recorded(200, {"channel": found[0], "ts": found[1], "reconciled": True})
+                return out.model_copy(update={"reconciled": True})
         body: dict[str, Any] = {
             "channel": msg.channel,
             "text": msg.text,
