@@ -138,6 +138,7 @@ class FakeServer:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
             self._loop = loop
             try:
                 self._server = loop.run_until_complete(
@@ -153,7 +154,11 @@ class FakeServer:
             ready.set()
             loop.run_forever()
             self._server.close()
-            loop.run_until_complete(self._server.wait_closed())
+            # Connections still open (a late answer's wait) end with the fake.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name=f"fake-{self.name}", daemon=True)
