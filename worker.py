@@ -22,6 +22,7 @@ from activities import (
     ManifestActivities,
     RetentionActivities,
     SlackAdapter,
+    StoreConnectionResolver,
     WebhookAdapter,
     echo_adapter,
     http_client,
@@ -29,6 +30,7 @@ from activities import (
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
+from store.keys.connections import ConnectionCipher
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
@@ -71,7 +73,11 @@ def build_worker(
         **(adapters or {}),
     }
     sealer = OutputSealer.from_settings(settings)
-    acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings), sealer)
+    # Connections are opened at the call, under the tenant's row-level security.
+    resolver = StoreConnectionResolver(sessions, ConnectionCipher.from_settings(settings))
+    acts = ExecuteActivities(
+        sessions, by_name, StartKeyring.from_settings(settings), sealer, connections=resolver
+    )
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)

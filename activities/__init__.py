@@ -1,6 +1,7 @@
 """Every side effect of a run: policy, adapters, outcome records."""
 
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
+from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
 from activities.github import GithubAdapter
 from activities.manifest import ManifestActivities
@@ -17,6 +18,7 @@ __all__ = [
     "ManifestActivities",
     "RetentionActivities",
     "SlackAdapter",
+    "StoreConnectionResolver",
     "WebhookAdapter",
     "echo_adapter",
     "http_client",

@@ -46,7 +46,7 @@ from schemas.canonical import (
     sha256_digest,
 )
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
-from schemas.connections import Credential
+from schemas.connections import ConnectionType, Credential
 from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
@@ -244,12 +244,18 @@ class HttpAdapter:
         self, inp: AdapterInput, credential: Credential | None = None
     ) -> AdapterOutput:
         req = _request(inp)
+        headers = agent_headers(req.headers)
+        if credential is not None and credential.type == ConnectionType.HTTP_BEARER:
+            # The connection's token, never the agent's: it replaces any Authorization the
+            # agent sent, whatever its case.
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers["Authorization"] = f"Bearer {credential.secret}"
         answer = await send(
             self._client,
             self._guard,
             req.method,
             str(req.url),
-            headers=agent_headers(req.headers),
+            headers=headers,
             timeout=inp.capability.timeout_seconds,
             allow_hosts=inp.http_allow_hosts,
             max_response_bytes=self._max_response_bytes,

@@ -209,11 +209,14 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
             "A generic HTTP call to a public or allow-listed host, with Idempotency-Key sent. "
             "Headers that belong to the connection or the message framing (Host, "
             "Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, TE, Trailer, "
-            "Proxy-*) are dropped from `headers`: the HTTP client writes its own."
+            "Proxy-*) are dropped from `headers`: the HTTP client writes its own. With an "
+            "`http_bearer` connection, its token is sent as `Authorization: Bearer …` in "
+            "place of any Authorization header of the input."
         ),
         effect_type=EffectType.API_CALL,
         timeout_seconds=30.0,
         idempotency=IdempotencyStrategy.PROVIDER_KEY,
+        connection_types=(ConnectionType.HTTP_BEARER,),
     ),
     CapabilitySpec(
         id="webhook.post",

@@ -113,6 +113,9 @@ ERROR_MESSAGES: dict[str, str] = {
     "provider_invalid_response": "The provider answered with a body Moat cannot record (e.g. "
     "JSON nested too deeply); the call may have taken effect, so it was not retried.",
     "schema_validation_failed": "The input does not match the capability's input schema.",
+    "scope_missing": "The API key lacks a scope this capability needs.",
+    "connection_revoked": "The connection was revoked: add a new one and use its id.",
+    "connection_not_found": "The tenant has no such connection.",
     "unknown": "The execution failed for an unknown reason.",
     "outcome_unknown": "The provider may or may not have performed the effect, and Moat "
     "could not look it up (e.g. the connection cannot read the channel's history): it was not "

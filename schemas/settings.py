@@ -164,6 +164,18 @@ class MoatSettings(BaseSettings):
         description="HMAC keys with which gateways sign the runs they start and workers check "
         "them; every gateway and worker needs the same file. Unset: $MOAT_HOME/start-keys.json.",
     )
+    connection_keyring: Path | None = Field(
+        default=None,
+        description="AES-256-GCM keys that seal connection secrets in Postgres; every gateway "
+        "and worker needs the same file. Set, it must exist. Unset: "
+        "$MOAT_HOME/connection-keys.json, created on first use.",
+    )
+    connection_key: SecretStr | None = Field(
+        default=None,
+        description="A connection key given in the environment instead of a file: "
+        "`<key id>:<base64url of 32 bytes>`. It seals new secrets; the keyring file, when "
+        "there is one, still opens what older keys sealed.",
+    )
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )
@@ -271,6 +283,10 @@ class MoatSettings(BaseSettings):
     @property
     def start_keyring_path(self) -> Path:
         return self.start_keyring or self.home / "start-keys.json"
+
+    @property
+    def connection_keyring_path(self) -> Path:
+        return self.connection_keyring or self.home / "connection-keys.json"
 
     @property
     def run_dir(self) -> Path:

@@ -29,6 +29,10 @@ def execute(
     input_json: Annotated[str, typer.Option("--input", help="The capability's input, JSON.")],
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Capability version.")] = None,
+    connection: Annotated[
+        str | None,
+        typer.Option("--connection", help="The id of the connection (con_…) the call uses."),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Execute a capability through the gateway and print a summary: status, receipt,
@@ -45,7 +49,11 @@ def execute(
         started = time.monotonic()
         if as_json or not out.is_terminal:
             result = client.execute(
-                capability, data, idempotency_key=key, capability_version=version
+                capability,
+                data,
+                idempotency_key=key,
+                capability_version=version,
+                connection_id=connection,
             )
         else:
             # The client call blocks; the display's own thread keeps spinner and clock moving.
@@ -58,7 +66,11 @@ def execute(
             ) as progress:
                 progress.add_task("execute", total=None)
                 result = client.execute(
-                    capability, data, idempotency_key=key, capability_version=version
+                    capability,
+                    data,
+                    idempotency_key=key,
+                    capability_version=version,
+                    connection_id=connection,
                 )
         elapsed = time.monotonic() - started
     if as_json:

@@ -26,6 +26,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 HINTS = {
     "tenant_not_found": "give a tenant's id or name; see `moat tenant list`",
     "key_not_found": "see `moat api-key list TENANT`",
+    "connection_not_found": "see `moat connection list TENANT`",
 }
 
 

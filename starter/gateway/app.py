@@ -31,12 +31,20 @@ from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.middleware import Boundary, CodecCors
 from starter.gateway.routes import admin as admin_routes
-from starter.gateway.routes import capabilities, codec, evidence, executions, receipts
+from starter.gateway.routes import (
+    capabilities,
+    codec,
+    connections,
+    evidence,
+    executions,
+    receipts,
+)
 from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
+from store.keys.connections import ConnectionCipher
 from store.keys.signing import PublishedJwks
 from store.keys.start import StartKeyring
 
@@ -66,7 +74,12 @@ TAGS = [
         "description": "What happened, verifiably: an execution's event log, its signed run "
         "manifests, and the public keys that verify them.",
     },
-    {"name": "admin", "description": "Tenants and API keys; the admin key only."},
+    {
+        "name": "connections",
+        "description": "Credentials stored once, sealed, and named by id in executions; "
+        "never answered.",
+    },
+    {"name": "admin", "description": "Tenants, API keys and connections; the admin key only."},
     {
         "name": "codec",
         "description": "Temporal's remote codec protocol, for ops: decode the encrypted "
@@ -134,6 +147,7 @@ def create_app(
             ),
             catalog=capability_catalog,
             owner_sessions=owner,
+            connection_cipher=ConnectionCipher.from_settings(settings),
         )
         try:
             yield
@@ -161,13 +175,15 @@ def create_app(
         return {"status": "ok"}
 
     if admin:
-        routers = [admin_routes.router, codec.router]
+        routers = [admin_routes.router, connections.admin_router, codec.router]
     else:
         routers = [
             executions.router,
             receipts.router,
             capabilities.router,
+            connections.router,
             admin_routes.router,
+            connections.admin_router,
             evidence.router,
             codec.router,
         ]

@@ -36,14 +36,18 @@ STATUS: dict[str, int] = {
     "unsupported_schema_version": 400,
     "idempotency_key_invalid": 400,
     "invalid_cursor": 400,
+    "connection_type_mismatch": 400,
     "unauthenticated": 401,
     "forbidden": 403,
+    "scope_missing": 403,
+    "connection_revoked": 403,
     "capability_not_found": 404,
     "execution_not_found": 404,
     "receipt_not_found": 404,
     "manifest_not_found": 404,
     "tenant_not_found": 404,
     "key_not_found": 404,
+    "connection_not_found": 404,
     "not_found": 404,
     "method_not_allowed": 405,
     "not_acceptable": 406,
@@ -70,7 +74,12 @@ _CODE_OF_STATUS = {
 }
 # An execution that ran and failed: a refusal by policy or by the host guard is the
 # caller's to fix (403), Moat's own fault is 500, anything else the provider's (502).
-_FAILED_EXECUTION_STATUS = {"host_not_allowed": 403, "gateway_error": 500}
+_FAILED_EXECUTION_STATUS = {
+    "host_not_allowed": 403,
+    "connection_revoked": 403,
+    "connection_not_found": 404,
+    "gateway_error": 500,
+}
 PROVIDER_FAILED = 502
 # Every ``unauthenticated`` answer names the scheme to authenticate with.
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -58,7 +59,7 @@ from schemas.run import (
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service.errors import MoatError, field_errors
-from store import db, idempotency, outputs, policy, receipts, tenancy
+from store import connections, db, idempotency, outputs, policy, receipts, tenancy
 from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
 
@@ -237,6 +238,32 @@ class Executions:
         self._sessions = sessions
         self.sealer = sealer
 
+    async def admit_connection(
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared
+    ) -> None:
+        """The request's connection must be the tenant's (another tenant's is as absent:
+        ``connection_not_found``) and of a type the capability takes
+        (``connection_type_mismatch``). A revoked one passes: the run's adapter step refuses
+        it, leaving a failed receipt, as it does when a revocation comes after ingest."""
+        connection_id = prepared.request.connection_id
+        if connection_id is None:
+            return
+        row = await connections.get_connection(session, tenant_id, connection_id)
+        if row is None:
+            raise MoatError(
+                "connection_not_found",
+                f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
+                {"connection_id": connection_id[:80]},
+            )
+        accepted = [t.value for t in prepared.capability.connection_types]
+        if row.type not in accepted:
+            takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
+            raise MoatError(
+                "connection_type_mismatch",
+                f"{prepared.capability.id} {takes}; connection {row.id} is {row.type}.",
+                {"connection_type": row.type, "accepted_types": accepted},
+            )
+
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
@@ -278,13 +305,16 @@ class Executions:
         submitted_at: datetime,
         wait_seconds: float,
         unfinished: Unfinished | None = None,
+        *,
+        scopes: Sequence[str],
     ) -> Outcome:
         """Start the run, or attach to the one already running for this key, and wait.
 
         An unfinished execution keeps its receipt id: attached to while its run goes on,
         resumed by a new run once it has ended without recording. The new run derives the
         same downstream ``Idempotency-Key``, so the provider dedupes an effect the ended run
-        may already have caused."""
+        may already have caused. ``scopes`` are the caller's key's: the run's policy step
+        checks them against the capability's."""
         receipt_id = unfinished.receipt_id if unfinished else str(uuid7())
         request_id = str(uuid7())
         req = prepared.request
@@ -306,6 +336,7 @@ class Executions:
             idempotency_ttl_seconds=ttl_seconds,
             local_activities=self._settings.local_activities,
             dry_run=req.dry_run,
+            scopes=list(scopes),
         )
         arg = self._start_keys.signed(arg, workflow_id)
         handle = await self._client.start_workflow(

@@ -140,6 +140,26 @@ class Stack:
         body = {"schema_version": "1", "capability_id": capability_id, "input": input, **extra}
         return await self.http.post(f"{self.url}/v1/executions", json=body, headers=headers)
 
+    async def add_connection(
+        self,
+        type: str,
+        secret: str,
+        *,
+        config: dict[str, Any] | None = None,
+        tenant_id: str | None = None,
+        name: str = "test",
+    ) -> str:
+        """A connection of the stack's tenant (or ``tenant_id``'s), stored through the admin
+        API as an operator would; its id."""
+        made = await self.http.post(
+            f"{self.url}/v1/admin/tenants/{tenant_id or self.tenant_id}/connections",
+            json={"type": type, "name": name, "secret": secret, "config": config or {}},
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        )
+        assert made.status_code == 201, made.text
+        connection_id: str = made.json()["id"]
+        return connection_id
+
     async def new_tenant(self, name: str | None = None) -> tuple[str, str]:
         async with self.sessions.begin() as session:
             tenant = await tenants.create_tenant(
@@ -151,13 +171,14 @@ class Stack:
         return tenant.id, key
 
     async def start_direct(
-        self, capability: CapabilitySpec, input: dict[str, Any]
+        self, capability: CapabilitySpec, input: dict[str, Any], connection_id: str | None = None
     ) -> ExecuteResult:
         """Start a run directly in Temporal, past the gateway's checks but signed with the
         start keyring (as an older gateway without those checks would)."""
         key = f"direct-{uuid.uuid4().hex}"
         workflow_id = workflow_id_for(self.tenant_id, key)
         request = direct_start(self.tenant_id, key, capability, input)
+        request = request.model_copy(update={"connection_id": connection_id})
         result: ExecuteResult = await self.client.execute_workflow(
             EXECUTE_WORKFLOW,
             StartKeyring.from_settings(self.settings).signed(request, workflow_id),

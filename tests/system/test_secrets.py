@@ -39,7 +39,7 @@ from starter.devstack import EmbeddedPostgres, local_temporal
 from starter.runtime.codec import data_converter
 from starter.runtime.observability import JsonFormatter
 from tests.support.fakes import Call, FakeProvider, Step
-from tests.support.stack import NAMESPACE, Stack, StackFactory
+from tests.support.stack import ADMIN_KEY, NAMESPACE, Stack, StackFactory
 
 
 def _unique(prefix: str) -> str:
@@ -166,6 +166,65 @@ async def test_secrets_never_reach_any_store(
     )
     for kept in case.kept:
         assert kept in manifest
+
+
+CONNECTION_SECRET = _unique("con-secret-")
+ROTATED_SECRET = _unique("con-rotated-")
+
+
+async def test_connection_secrets_reach_no_store(
+    stack: Stack,
+    provider: FakeProvider,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A connection's secret, stored, rotated and used by a run: sealed in Postgres, never in
+    Temporal, a log, a span, a manifest or any API answer (the provider alone gets it)."""
+    url = provider.script("/secrets/connection", Step(200))
+    made = await stack.http.post(
+        f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/keys",
+        json={"scopes": ["execute:*", "connections:write"]},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    writer = {"Authorization": f"Bearer {made.json()['api_key']}"}
+    base = f"{stack.url}/v1/connections"
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        created = await stack.http.post(
+            base,
+            json={"type": "http_bearer", "name": "crm", "secret": CONNECTION_SECRET},
+            headers=writer,
+        )
+        connection_id = created.json()["id"]
+        answers = [
+            created,
+            await stack.http.post(
+                f"{base}/{connection_id}/rotate", json={"secret": ROTATED_SECRET}, headers=writer
+            ),
+            await stack.http.get(base, headers=writer),
+            await stack.http.get(f"{base}/{connection_id}", headers=writer),
+        ]
+        response = await stack.execute(
+            "http.request", {"method": "POST", "url": url}, connection_id=connection_id
+        )
+    assert [a.status_code for a in answers] == [201, 200, 200, 200]
+    assert response.status_code == 200, response.text
+    (call,) = provider.calls_to("/secrets/connection")
+    assert call.headers["authorization"] == f"Bearer {ROTATED_SECRET}"
+    for answer in answers:
+        assert CONNECTION_SECRET not in answer.text and ROTATED_SECRET not in answer.text
+
+    body = response.json()
+    await assert_nowhere_at_rest(
+        (CONNECTION_SECRET, ROTATED_SECRET),
+        answer=response,
+        stack=stack,
+        workflow=(body["workflow_id"], body["run_id"]),
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )
 
 
 NEWLINE_KEY = _unique("nl-")

@@ -66,8 +66,9 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
             **{"Preference-Applied": "`wait=N` when the `Prefer: wait=N` header was honoured."},
         ),
         403: _envelope_response(
-            "`failed`: refused by policy (`budget_exceeded`, `policy_denied`) or a refused "
-            "host (`host_not_allowed`); the receipt records it."
+            "`failed`: refused by policy (`budget_exceeded`, `scope_missing`, "
+            "`policy_denied`), a refused host (`host_not_allowed`) or a revoked connection "
+            "(`connection_revoked`); the receipt records it."
         ),
         502: _envelope_response(
             "`failed`: the provider failed; `error.details.provider_status` is its status."
@@ -102,7 +103,8 @@ async def execute(
     """Validate, then run the capability, or answer the stored result of an earlier request
     with the same key. Errors are checked in this order: `payload_too_large`,
     `unauthenticated`, `bad_json`, `schema_validation_failed`, `unsupported_schema_version`,
-    `idempotency_key_invalid`, `capability_not_found`, `idempotency_key_reused`.
+    `idempotency_key_invalid`, `capability_not_found`, `connection_not_found`,
+    `connection_type_mismatch`, `idempotency_key_reused`.
 
     The input is any JSON object up to 64 levels deep that RFC 8785 can canonicalize: its
     integers within ±(2^53 - 1), its text valid Unicode."""
@@ -113,6 +115,7 @@ async def execute(
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         prepared = executions.prepare(body, idempotency_key, deps.catalog)
+        await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
         found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
     headers: dict[str, str] = {}
     if isinstance(found, Outcome):
@@ -129,6 +132,7 @@ async def execute(
             submitted_at,
             wait,
             found,
+            scopes=tenant.scopes,
         )
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"

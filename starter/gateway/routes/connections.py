@@ -1,0 +1,187 @@
+"""Connection routes: a tenant's credentials, stored once and named by id in executions.
+
+With a tenant's key (`/v1/connections`; writes need the `connections:write` scope) and with
+the admin key (`/v1/admin/tenants/{tenant_id}/connections`). No route ever answers a
+secret: a connection is shown by its fingerprint and at most its last 4 characters.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.connections import (
+    CONNECTION_ID_PATTERN,
+    ConnectionCreate,
+    ConnectionInfo,
+    ConnectionRotate,
+)
+from schemas.scopes import CONNECTIONS_WRITE
+from starter.gateway.deps import Deps, TenantKey, authenticate, deps_of, require_admin
+from starter.gateway.errors import documented_errors
+from starter.service import MoatError, connections, tenants
+from store.keys.connections import ConnectionCipher
+
+router = APIRouter(prefix="/v1/connections", tags=["connections"])
+admin_router = APIRouter(
+    prefix="/v1/admin/tenants/{tenant_id}/connections",
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses=documented_errors(401, 403, 404, 500),
+)
+
+ConnectionId = Annotated[str, Path(max_length=64, pattern=CONNECTION_ID_PATTERN)]
+TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def _cipher(deps: Deps) -> ConnectionCipher:
+    if deps.connection_cipher is None:
+        raise MoatError("gateway_error", "This gateway has no connection keyring.")
+    return deps.connection_cipher
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Store a credential once; executions name it by id",
+    response_model=ConnectionInfo,
+    responses=documented_errors(400, 401, 403, 500),
+)
+async def create(
+    request: Request, credentials: TenantKey, body: ConnectionCreate
+) -> ConnectionInfo:
+    """The secret is sealed (AES-256-GCM) and opened only by the worker, at the call; it
+    is never answered (`fingerprint` and `last4` tell secrets apart). Needs the
+    `connections:write` scope."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
+        return await connections.add(session, _cipher(deps), tenant.tenant_id, body)
+
+
+@router.get(
+    "",
+    summary="List the tenant's connections, revoked ones included",
+    response_model=list[ConnectionInfo],
+    responses=documented_errors(401, 500),
+)
+async def list_(request: Request, credentials: TenantKey) -> list[ConnectionInfo]:
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await connections.list_all(session, tenant.tenant_id)
+
+
+@router.get(
+    "/{connection_id}",
+    summary="One connection",
+    response_model=ConnectionInfo,
+    responses=documented_errors(400, 401, 404, 500),
+)
+async def show(
+    request: Request, credentials: TenantKey, connection_id: ConnectionId
+) -> ConnectionInfo:
+    """Another tenant's connection is `404 connection_not_found`."""
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await connections.show(session, tenant.tenant_id, connection_id)
+
+
+@router.post(
+    "/{connection_id}/rotate",
+    summary="Replace a connection's secret",
+    response_model=ConnectionInfo,
+    responses=documented_errors(400, 401, 403, 404, 500),
+)
+async def rotate(
+    request: Request, credentials: TenantKey, connection_id: ConnectionId, body: ConnectionRotate
+) -> ConnectionInfo:
+    """Runs use the new secret from their next attempt on. A revoked connection cannot be
+    rotated (`403 connection_revoked`). Needs `connections:write`."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
+        return await connections.rotate(
+            session, _cipher(deps), tenant.tenant_id, connection_id, body.secret, datetime.now(UTC)
+        )
+
+
+@router.delete(
+    "/{connection_id}",
+    summary="Revoke a connection (kept for the record, unusable)",
+    response_model=ConnectionInfo,
+    responses=documented_errors(400, 401, 403, 404, 500),
+)
+async def revoke(
+    request: Request, credentials: TenantKey, connection_id: ConnectionId
+) -> ConnectionInfo:
+    """Executions naming it fail from their next attempt on with `403 connection_revoked`.
+    Revoking twice keeps the first time. Needs `connections:write`."""
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
+        return await connections.revoke(session, tenant.tenant_id, connection_id, datetime.now(UTC))
+
+
+async def _admin_tenant(session: AsyncSession, tenant_id: str) -> None:
+    """The transaction is scoped to the tenant the admin names, which must exist."""
+    if await tenants.get_tenant(session, tenant_id) is None:
+        raise MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+
+
+@admin_router.post(
+    "", status_code=201, summary="Store a credential for a tenant", response_model=ConnectionInfo
+)
+async def admin_create(
+    request: Request, tenant_id: TenantId, body: ConnectionCreate
+) -> ConnectionInfo:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        await _admin_tenant(session, tenant_id)
+        return await connections.add(session, _cipher(deps), tenant_id, body)
+
+
+@admin_router.get("", summary="List a tenant's connections", response_model=list[ConnectionInfo])
+async def admin_list(request: Request, tenant_id: TenantId) -> list[ConnectionInfo]:
+    async with deps_of(request).sessions.begin() as session:
+        await _admin_tenant(session, tenant_id)
+        return await connections.list_all(session, tenant_id)
+
+
+@admin_router.get(
+    "/{connection_id}", summary="One connection of a tenant", response_model=ConnectionInfo
+)
+async def admin_show(
+    request: Request, tenant_id: TenantId, connection_id: ConnectionId
+) -> ConnectionInfo:
+    async with deps_of(request).sessions.begin() as session:
+        await _admin_tenant(session, tenant_id)
+        return await connections.show(session, tenant_id, connection_id)
+
+
+@admin_router.post(
+    "/{connection_id}/rotate",
+    summary="Replace a tenant's connection secret",
+    response_model=ConnectionInfo,
+)
+async def admin_rotate(
+    request: Request, tenant_id: TenantId, connection_id: ConnectionId, body: ConnectionRotate
+) -> ConnectionInfo:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        await _admin_tenant(session, tenant_id)
+        return await connections.rotate(
+            session, _cipher(deps), tenant_id, connection_id, body.secret, datetime.now(UTC)
+        )
+
+
+@admin_router.delete(
+    "/{connection_id}", summary="Revoke a tenant's connection", response_model=ConnectionInfo
+)
+async def admin_revoke(
+    request: Request, tenant_id: TenantId, connection_id: ConnectionId
+) -> ConnectionInfo:
+    async with deps_of(request).sessions.begin() as session:
+        await _admin_tenant(session, tenant_id)
+        return await connections.revoke(session, tenant_id, connection_id, datetime.now(UTC))

@@ -1,0 +1,104 @@
+"""Connections for the gateway and the CLI alike: add, list, show, rotate, revoke, and
+re-encrypt under the newest key. A secret goes in and never comes out: every answer is a
+``ConnectionInfo`` (fingerprint and at most the last 4 characters).
+
+Every function takes the caller's session, scoped to the tenant; the caller owns the
+transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.canonical import redact
+from schemas.connections import ConnectionCreate, ConnectionInfo
+from starter.service.errors import MoatError
+from store import connections
+from store.keys.connections import ConnectionCipher
+from store.models import ConnectionRow
+
+
+def not_found(connection_id: str) -> MoatError:
+    return MoatError(
+        "connection_not_found",
+        f"No connection {connection_id[:80]!r}; `moat connection list` shows the tenant's.",
+        {"connection_id": connection_id[:80]},
+    )
+
+
+def revoked(row: ConnectionRow) -> MoatError:
+    assert row.revoked_at is not None
+    return MoatError(
+        "connection_revoked",
+        f"Connection {row.id} was revoked at {row.revoked_at.isoformat()}; a revocation is "
+        "final: add a new connection.",
+        {"connection_id": row.id},
+    )
+
+
+async def add(
+    session: AsyncSession, cipher: ConnectionCipher, tenant_id: str, body: ConnectionCreate
+) -> ConnectionInfo:
+    if redact(body.config) != body.config:
+        raise MoatError(
+            "schema_validation_failed",
+            "config holds what looks like a secret (a key such as token, secret or password, "
+            "or a credential-shaped value): config is shown to everyone who lists "
+            "connections; put the credential in `secret`.",
+        )
+    row = await connections.create_connection(
+        session,
+        cipher,
+        tenant_id=tenant_id,
+        type=body.type,
+        name=body.name,
+        secret=body.secret,
+        config=body.config,
+    )
+    return connections.to_info(row)
+
+
+async def list_all(session: AsyncSession, tenant_id: str) -> list[ConnectionInfo]:
+    return [connections.to_info(r) for r in await connections.list_connections(session, tenant_id)]
+
+
+async def _row(session: AsyncSession, tenant_id: str, connection_id: str) -> ConnectionRow:
+    row = await connections.get_connection(session, tenant_id, connection_id)
+    if row is None:
+        raise not_found(connection_id)
+    return row
+
+
+async def show(session: AsyncSession, tenant_id: str, connection_id: str) -> ConnectionInfo:
+    return connections.to_info(await _row(session, tenant_id, connection_id))
+
+
+async def rotate(
+    session: AsyncSession,
+    cipher: ConnectionCipher,
+    tenant_id: str,
+    connection_id: str,
+    secret: str,
+    now: datetime,
+) -> ConnectionInfo:
+    """Replace the secret; runs use the new one from their next attempt on."""
+    row = await _row(session, tenant_id, connection_id)
+    if row.revoked_at is not None:
+        raise revoked(row)
+    return connections.to_info(
+        await connections.rotate_connection(session, cipher, row, secret, now)
+    )
+
+
+async def revoke(
+    session: AsyncSession, tenant_id: str, connection_id: str, now: datetime
+) -> ConnectionInfo:
+    """Revoke at ``now`` (revoking twice keeps the first time); kept for the record."""
+    row = await _row(session, tenant_id, connection_id)
+    return connections.to_info(await connections.revoke_connection(session, row, now))
+
+
+async def reencrypt(session: AsyncSession, cipher: ConnectionCipher, tenant_id: str) -> int:
+    """Re-seal the tenant's live connections under the active key; how many were."""
+    return await connections.reencrypt_connections(session, cipher, tenant_id)
