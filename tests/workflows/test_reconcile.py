@@ -20,11 +20,8 @@ import pytest
 import pytest_asyncio
 from temporalio.client import WorkflowExecutionStatus
 
-from activities import Adapter, GithubAdapter, HostGuard, SlackAdapter, http_client
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, RetrySettings
-from schemas.connections import ConnectionType, Credential
 from schemas.events import EffectOrigin, Event, EventType, effect_origin
-from schemas.run import AdapterInput, AdapterOutput
 from starter.devstack.providers import FakeGithub, FakeSlack, Misbehaviour
 from store import events as event_log
 from store import tenancy
@@ -64,36 +61,22 @@ def github() -> Iterator[FakeGithub]:
         yield fake
 
 
-class WithCredential:
-    """The adapter, handed the credential a connection would resolve to."""
-
-    def __init__(self, adapter: Adapter, credential: Credential) -> None:
-        self.adapter = adapter
-        self.credential = credential
-
-    async def __call__(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
-        return await self.adapter(inp, credential or self.credential)
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack(
     make_stack: StackFactory, slack: FakeSlack, github: FakeGithub
 ) -> AsyncIterator[Stack]:
-    http = http_client()
-    guard = HostGuard([slack.allow_entry, github.allow_entry])
-    adapters: dict[str, Adapter] = {
-        "slack": WithCredential(
-            SlackAdapter(http, guard),
-            Credential("con_s", ConnectionType.SLACK, "xoxb-e2e", {"base_url": slack.base_url}),
-        ),
-        "github": WithCredential(
-            GithubAdapter(http, guard),
-            Credential("con_g", ConnectionType.GITHUB, "ghp_e2e", {"base_url": github.base_url}),
-        ),
-    }
-    async with make_stack(catalog=CATALOG, adapters=adapters) as s:
+    async with make_stack(
+        catalog=CATALOG, http_allow_hosts=[slack.allow_entry, github.allow_entry]
+    ) as s:
         yield s
-    await http.aclose()
+
+
+async def _slack_connection(stack: Stack, slack: FakeSlack, token: str = "xoxb-e2e") -> str:
+    return await stack.add_connection("slack", token, config={"base_url": slack.base_url})
+
+
+async def _github_connection(stack: Stack, github: FakeGithub) -> str:
+    return await stack.add_connection("github", "ghp_e2e", config={"base_url": github.base_url})
 
 
 def _channel() -> str:
@@ -111,9 +94,12 @@ def _types(events: list[Event]) -> list[str]:
 
 
 async def test_slack_dropped_answer_leaves_one_message(stack: Stack, slack: FakeSlack) -> None:
+    con = await _slack_connection(stack, slack)
     channel = _channel()
     slack.fail_next(1, Misbehaviour.DROP)
-    r = await stack.execute("slack.post_message", {"channel": channel, "text": "hi"})
+    r = await stack.execute(
+        "slack.post_message", {"channel": channel, "text": "hi"}, connection_id=con
+    )
     assert r.status_code == 200, r.text
     envelope = r.json()
     [message] = slack.posted(channel)
@@ -138,14 +124,19 @@ async def test_slack_dropped_answer_leaves_one_message(stack: Stack, slack: Fake
     assert effect_origin(events) == EffectOrigin.RECONCILED
 
     # A fresh effect tells itself apart.
-    fresh = await stack.execute("slack.post_message", {"channel": channel, "text": "two"})
+    fresh = await stack.execute(
+        "slack.post_message", {"channel": channel, "text": "two"}, connection_id=con
+    )
     assert effect_origin(await _events(stack, fresh.json()["receipt_id"])) == EffectOrigin.FRESH
 
 
 async def test_github_late_answer_leaves_one_issue(stack: Stack, github: FakeGithub) -> None:
+    con = await _github_connection(stack, github)
     repo = f"r{uuid.uuid4().hex[:8]}"
     github.fail_next(1, Misbehaviour.LATE, late_seconds=5)
-    r = await stack.execute("github.create_issue", {"owner": "o", "repo": repo, "title": "T"})
+    r = await stack.execute(
+        "github.create_issue", {"owner": "o", "repo": repo, "title": "T"}, connection_id=con
+    )
     assert r.status_code == 200, r.text
     [issue] = github.issues_of("o", repo)
     assert r.json()["output"]["number"] == issue["number"]
@@ -153,17 +144,20 @@ async def test_github_late_answer_leaves_one_issue(stack: Stack, github: FakeGit
 
 
 async def test_reset_of_a_finished_run_posts_nothing_more(stack: Stack, slack: FakeSlack) -> None:
+    con = await _slack_connection(stack, slack)
     channel = _channel()
     slack.fail_next(1)
     first = (
-        await stack.execute("slack.post_message", {"channel": channel, "text": "r"}, key=channel)
+        await stack.execute(
+            "slack.post_message", {"channel": channel, "text": "r"}, key=channel, connection_id=con
+        )
     ).json()
     for kind in ("FirstWorkflowTask", "LastWorkflowTask"):
         run = (await stack.client.get_workflow_handle(first["workflow_id"]).describe()).run_id
         await reset(stack, first["workflow_id"], run, kind)
         assert len(slack.posted(channel)) == 1
     again = await stack.execute(
-        "slack.post_message", {"channel": channel, "text": "r"}, key=channel
+        "slack.post_message", {"channel": channel, "text": "r"}, key=channel, connection_id=con
     )
     assert again.json()["output"]["ts"] == slack.posted(channel)[0]["ts"]
 
@@ -173,10 +167,13 @@ async def test_resumed_run_reconciles_before_its_first_attempt(
 ) -> None:
     """A run terminated while its call was in flight: the next request with the key starts a
     new run that holds the key already, and looks before it creates."""
+    con = await _github_connection(stack, github)
     repo = f"r{uuid.uuid4().hex[:8]}"
     payload = {"owner": "o", "repo": repo, "title": "resume"}
     github.fail_next(1, Misbehaviour.LATE, late_seconds=30)
-    started = asyncio.create_task(stack.execute("github.create_issue", payload, key=repo))
+    started = asyncio.create_task(
+        stack.execute("github.create_issue", payload, key=repo, connection_id=con)
+    )
     for _ in range(400):
         if github.issues_of("o", repo):
             break
@@ -190,18 +187,22 @@ async def test_resumed_run_reconciles_before_its_first_attempt(
     await handle.terminate("ops: stuck call")
     await started
     github.fail_next(0)
-    r = await stack.execute("github.create_issue", payload, key=repo)
+    r = await stack.execute("github.create_issue", payload, key=repo, connection_id=con)
     assert r.status_code == 200, r.text
     assert r.json()["output"]["number"] == issue["number"]
     assert len(github.issues_of("o", repo)) == 1
 
 
 async def test_duplicate_storm_leaves_one_message(stack: Stack, slack: FakeSlack) -> None:
+    con = await _slack_connection(stack, slack)
     channel = _channel()
     slack.fail_next(1)
     body = {"channel": channel, "text": "storm"}
     responses = await asyncio.gather(
-        *(stack.execute("slack.post_message", body, key=channel) for _ in range(100))
+        *(
+            stack.execute("slack.post_message", body, key=channel, connection_id=con)
+            for _ in range(100)
+        )
     )
     assert {r.status_code for r in responses} == {200}
     assert len({r.json()["receipt_id"] for r in responses}) == 1
@@ -210,13 +211,14 @@ async def test_duplicate_storm_leaves_one_message(stack: Stack, slack: FakeSlack
 
 
 async def test_history_refused_ends_outcome_unknown(stack: Stack, slack: FakeSlack) -> None:
-    slack.scopes["xoxb-e2e"] = {"chat:write"}
-    try:
-        channel = _channel()
-        slack.fail_next(1)
-        r = await stack.execute("slack.post_message", {"channel": channel, "text": "?"})
-    finally:
-        del slack.scopes["xoxb-e2e"]
+    # A bot token without the channel's history scope.
+    slack.scopes["xoxb-noread"] = {"chat:write"}
+    con = await _slack_connection(stack, slack, "xoxb-noread")
+    channel = _channel()
+    slack.fail_next(1)
+    r = await stack.execute(
+        "slack.post_message", {"channel": channel, "text": "?"}, connection_id=con
+    )
     envelope = r.json()
     assert envelope["status"] == "failed"
     assert envelope["error"]["code"] == "outcome_unknown"
