@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.client import WorkflowExecutionStatus
+from typer.testing import CliRunner
 
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, RetrySettings
 from schemas.events import EffectOrigin, Event, EventType, effect_origin
+from starter.cli.runs import runs_app
 from starter.devstack.providers import FakeGithub, FakeSlack, Misbehaviour
 from store import events as event_log
 from store import tenancy
@@ -93,7 +95,9 @@ def _types(events: list[Event]) -> list[str]:
     return [e.event_type.value for e in events]
 
 
-async def test_slack_dropped_answer_leaves_one_message(stack: Stack, slack: FakeSlack) -> None:
+async def test_slack_dropped_answer_leaves_one_message(
+    stack: Stack, slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     con = await _slack_connection(stack, slack)
     channel = _channel()
     slack.fail_next(1, Misbehaviour.DROP)
@@ -128,6 +132,15 @@ async def test_slack_dropped_answer_leaves_one_message(stack: Stack, slack: Fake
         "slack.post_message", {"channel": channel, "text": "two"}, connection_id=con
     )
     assert effect_origin(await _events(stack, fresh.json()["receipt_id"])) == EffectOrigin.FRESH
+    # And so does the rebuild from the event log.
+    monkeypatch.setenv("MOAT_DATABASE_URL", stack.settings.database_url or "")
+    monkeypatch.setenv("COLUMNS", "200")
+    result = await asyncio.to_thread(
+        CliRunner().invoke, runs_app, ["rebuild", "--tenant", stack.tenant_id, "--verify"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "effects: 1 fresh, 1 reconciled, 0 outcome unknown" in result.output
+    assert envelope["receipt_id"] in result.output
 
 
 async def test_github_late_answer_leaves_one_issue(stack: Stack, github: FakeGithub) -> None:
