@@ -11,20 +11,23 @@ ends ``outcome_unknown``, dead-lettered, and says so in its manifest."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import standardwebhooks
 from temporalio.client import WorkflowExecutionStatus
 from typer.testing import CliRunner
 
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, RetrySettings
 from schemas.events import EffectOrigin, Event, EventType, effect_origin
 from starter.cli.runs import runs_app
-from starter.devstack.providers import FakeGithub, FakeSlack, Misbehaviour
+from starter.devstack.providers import FakeGithub, FakeSlack, FakeWebhookReceiver, Misbehaviour
 from store import events as event_log
 from store import tenancy
 from tests.support.stack import Stack, StackFactory
@@ -63,13 +66,18 @@ def github() -> Iterator[FakeGithub]:
         yield fake
 
 
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[FakeWebhookReceiver]:
+    with FakeWebhookReceiver() as fake:
+        yield fake
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack(
-    make_stack: StackFactory, slack: FakeSlack, github: FakeGithub
+    make_stack: StackFactory, slack: FakeSlack, github: FakeGithub, receiver: FakeWebhookReceiver
 ) -> AsyncIterator[Stack]:
-    async with make_stack(
-        catalog=CATALOG, http_allow_hosts=[slack.allow_entry, github.allow_entry]
-    ) as s:
+    allow = [slack.allow_entry, github.allow_entry, receiver.allow_entry]
+    async with make_stack(catalog=CATALOG, http_allow_hosts=allow) as s:
         yield s
 
 
@@ -245,3 +253,31 @@ async def test_history_refused_ends_outcome_unknown(stack: Stack, slack: FakeSla
     assert manifest["outputs"]["outcome_unknown"] is True
     assert manifest["outputs"]["compensating_action_ref"]
     assert manifest["outputs"]["status"] == "timeout"
+
+
+async def test_capabilities_show_their_strategy(stack: Stack) -> None:
+    caps = (await stack.http.get(f"{stack.url}/v1/capabilities")).json()
+    shown = {c["id"]: (c["idempotency"], c["connection_types"]) for c in caps}
+    assert shown["slack.post_message"] == ("reconcile", ["slack"])
+    assert shown["github.create_issue"] == ("reconcile", ["github"])
+    assert shown["webhook.post"] == ("provider_key", ["webhook"])
+    assert shown["http.request"][0] == "provider_key"
+    assert shown["demo.echo"] == ("none", [])
+
+
+async def test_webhook_retries_keep_one_id_and_verify(
+    stack: Stack, receiver: FakeWebhookReceiver
+) -> None:
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    con = await stack.add_connection("webhook", secret)
+    receiver.fail_next(1)
+    data = {"url": f"{receiver.base_url}/in", "event_type": "invoice.paid", "payload": {"n": 7}}
+    r = await stack.execute("webhook.post", data, connection_id=con)
+    assert r.status_code == 200, r.text
+    attempts = [d for d in receiver.deliveries if d.path == "/in"]
+    ids = {d.id for d in attempts}
+    assert len(attempts) == 2 and len(ids) == 1  # one webhook-id across the retry
+    assert ids <= set(receiver.events)  # and one event at the receiver
+    verifier = standardwebhooks.Webhook(secret)
+    for delivery in attempts:
+        assert verifier.verify(delivery.body, delivery.headers)["data"] == {"n": 7}
