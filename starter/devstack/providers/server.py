@@ -202,6 +202,10 @@ class FakeServer:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             return
+        except asyncio.CancelledError:
+            # The fake is stopping: end quietly (asyncio reports a cancelled connection task
+            # as an error otherwise).
+            return
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
