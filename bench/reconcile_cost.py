@@ -83,6 +83,7 @@ async def _series(
 
 
 async def run(n: int, depth: int) -> dict[str, Any]:
+    load_before = os.getloadavg()
     http = http_client()
     results: dict[str, dict[str, Any]] = {}
     with FakeSlack() as slack, FakeGithub() as github:
@@ -180,7 +181,7 @@ async def run(n: int, depth: int) -> dict[str, Any]:
         "at": datetime.now(UTC).isoformat(),
         "n": n,
         "depth": depth,
-        "machine": {"python": platform.python_version(), "load_before": os.getloadavg()},
+        "machine": {"python": platform.python_version(), "load_before": load_before},
         "series": results,
     }
 
