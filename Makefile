@@ -17,8 +17,9 @@ $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e ./starter/client
 	touch $(STAMP)
 
+# make up FAKE_PROVIDERS=1: also the local Slack, GitHub and webhook fakes.
 up: $(STAMP)
-	$(BIN)/moat up
+	$(BIN)/moat up $(if $(FAKE_PROVIDERS),--fake-providers)
 
 test: $(STAMP)
 	$(BIN)/pytest

@@ -16,11 +16,14 @@ from temporalio.worker import Worker
 from activities import (
     Adapter,
     ExecuteActivities,
+    GithubAdapter,
     HostGuard,
     HttpAdapter,
     ManifestActivities,
     RetentionActivities,
+    SlackAdapter,
     StoreConnectionResolver,
+    WebhookAdapter,
     echo_adapter,
     http_client,
 )
@@ -60,13 +63,13 @@ def build_worker(
 ) -> Worker:
     """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
     name (tests plant adapters that fail in ways a real provider cannot be made to)."""
+    guard = HostGuard(settings.http_allow_hosts)
     by_name: dict[str, Adapter] = {
-        "http": HttpAdapter(
-            http,
-            HostGuard(settings.http_allow_hosts),
-            max_response_bytes=settings.http_max_response_bytes,
-        ),
+        "http": HttpAdapter(http, guard, max_response_bytes=settings.http_max_response_bytes),
         "echo": echo_adapter,
+        "webhook": WebhookAdapter(http, guard),
+        "slack": SlackAdapter(http, guard),
+        "github": GithubAdapter(http, guard),
         **(adapters or {}),
     }
     sealer = OutputSealer.from_settings(settings)

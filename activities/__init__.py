@@ -3,17 +3,23 @@
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
 from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
+from activities.github import GithubAdapter
 from activities.manifest import ManifestActivities
 from activities.retention import RetentionActivities
+from activities.slack import SlackAdapter
+from activities.webhook import WebhookAdapter
 
 __all__ = [
     "Adapter",
     "ExecuteActivities",
+    "GithubAdapter",
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
     "RetentionActivities",
+    "SlackAdapter",
     "StoreConnectionResolver",
+    "WebhookAdapter",
     "echo_adapter",
     "http_client",
 ]

@@ -28,12 +28,12 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httpx
 import rfc8785
 from opentelemetry import propagate
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.addresses import is_public
@@ -55,6 +55,8 @@ from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 # An adapter is called with the run's input and, when the request named a connection, its
 # decrypted credential (resolved by the activity for this one call, never stored).
 Adapter = Callable[[AdapterInput, Credential | None], Awaitable[AdapterOutput]]
+
+M = TypeVar("M", bound=BaseModel)
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
@@ -242,61 +244,134 @@ class HttpAdapter:
         self, inp: AdapterInput, credential: Credential | None = None
     ) -> AdapterOutput:
         req = _request(inp)
-        url = httpx.URL(str(req.url))
-        pinned = await self._guard.check(
-            url.host, url.port or (443 if url.scheme == "https" else 80), inp.http_allow_hosts
-        )
         headers = agent_headers(req.headers)
         if credential is not None and credential.type == ConnectionType.HTTP_BEARER:
             # The connection's token, never the agent's: it replaces any Authorization the
             # agent sent, whatever its case.
             headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             headers["Authorization"] = f"Bearer {credential.secret}"
-        extensions: dict[str, Any] = {}
-        if pinned is not None:
-            # Connect to the address the guard vetted; the provider still sees its own name
-            # (Host header, and TLS server name, which the certificate is checked against).
-            headers["Host"] = url.netloc.decode("ascii")
-            if url.scheme == "https":
-                extensions["sni_hostname"] = url.host
-            url = url.copy_with(host=pinned)
-        headers["Idempotency-Key"] = inp.idempotency_key
-        headers.setdefault("User-Agent", "moat/0.1")
-        propagate.inject(headers)  # traceparent: the provider call joins the run's trace
+        answer = await send(
+            self._client,
+            self._guard,
+            req.method,
+            str(req.url),
+            headers=headers,
+            timeout=inp.capability.timeout_seconds,
+            allow_hosts=inp.http_allow_hosts,
+            max_response_bytes=self._max_response_bytes,
+            json_body=req.json_body,
+            idempotency_key=inp.idempotency_key,
+        )
+        return interpret(answer.response, answer.body, repeat=inp.repeat)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A provider's answer: its status and headers, and what was read of its body."""
+
+    response: httpx.Response
+    body: _Body
+
+    @property
+    def status(self) -> int:
+        return self.response.status_code
+
+    def json(self) -> Any:
+        """The body as JSON; None when it is not JSON (or was cut)."""
+        if self.body.truncated or not self.body.content:
+            return None
         try:
-            async with self._client.stream(
-                req.method,
-                url,
-                headers=headers,
-                json=req.json_body if req.json_body is not None else None,
-                timeout=inp.capability.timeout_seconds,
-                extensions=extensions,
-            ) as response:
-                # A refusal's body is read only as far as its details keep; leaving the rest
-                # unread closes the connection.
-                limit = (
-                    self._max_response_bytes
-                    if response.status_code < 300
-                    else min(self._max_response_bytes, ERROR_BODY_BYTES)
-                )
-                body = await _read(response, limit)
-        except httpx.TimeoutException:
-            raise fail(
-                ErrorTaxonomy.TIMEOUT, f"no answer within {inp.capability.timeout_seconds}s"
-            ) from None
-        except httpx.HTTPError as err:
-            raise fail(
-                ErrorTaxonomy.NETWORK_ERROR,
-                "the provider could not be reached, or its answer was not valid HTTP "
-                f"({type(err).__name__})",
-            ) from None
-        return _interpret(response, body, repeat=inp.repeat)
+            return json.loads(self.body.content)
+        except (ValueError, RecursionError):
+            return None
+
+    def said(self) -> Any:
+        """The body as a failure's details keep it (redacted, bounded)."""
+        return _provider_said(self.body, self.response.encoding or "utf-8")
+
+
+async def send(
+    client: httpx.AsyncClient,
+    guard: HostGuard,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    timeout: float,  # noqa: ASYNC109 - the HTTP client's own per-phase timeout
+    allow_hosts: Iterable[str] = (),
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    json_body: Any = None,
+    content: bytes | None = None,
+    params: Mapping[str, str] | None = None,
+    idempotency_key: str | None = None,
+) -> Answer:
+    """One HTTP call to a target the host guard admits, sent to the address it vetted.
+
+    Every adapter goes through here, so no base URL (an agent's, or a connection's) reaches
+    a host ``http.request`` would refuse. A timeout or a transport failure is raised as a
+    retryable ``timeout`` / ``network_error`` failure."""
+    target = httpx.URL(url)
+    if target.scheme not in ("http", "https") or not target.host:
+        raise fail(
+            ErrorTaxonomy.GATEWAY_ERROR,
+            "the target URL must be absolute http(s)",
+            code="schema_validation_failed",
+            retryable=False,
+        )
+    pinned = await guard.check(
+        target.host, target.port or (443 if target.scheme == "https" else 80), allow_hosts
+    )
+    out_headers = dict(headers)
+    extensions: dict[str, Any] = {}
+    if pinned is not None:
+        # Connect to the address the guard vetted; the provider still sees its own name
+        # (Host header, and TLS server name, which the certificate is checked against).
+        out_headers["Host"] = target.netloc.decode("ascii")
+        if target.scheme == "https":
+            extensions["sni_hostname"] = target.host
+        target = target.copy_with(host=pinned)
+    if idempotency_key is not None:
+        out_headers["Idempotency-Key"] = idempotency_key
+    out_headers.setdefault("User-Agent", "moat/0.1")
+    propagate.inject(out_headers)  # traceparent: the provider call joins the run's trace
+    try:
+        async with client.stream(
+            method,
+            target,
+            headers=out_headers,
+            json=json_body if json_body is not None and content is None else None,
+            content=content,
+            params=params,
+            timeout=timeout,
+            extensions=extensions,
+        ) as response:
+            # A refusal's body is read only as far as its details keep; leaving the rest
+            # unread closes the connection.
+            limit = (
+                max_response_bytes
+                if response.status_code < 300
+                else min(max_response_bytes, ERROR_BODY_BYTES)
+            )
+            body = await _read(response, limit)
+    except httpx.TimeoutException:
+        raise fail(ErrorTaxonomy.TIMEOUT, f"no answer within {timeout}s") from None
+    except httpx.HTTPError as err:
+        raise fail(
+            ErrorTaxonomy.NETWORK_ERROR,
+            "the provider could not be reached, or its answer was not valid HTTP "
+            f"({type(err).__name__})",
+        ) from None
+    return Answer(response, body)
 
 
 def _request(inp: AdapterInput) -> HttpRequestInput:
+    return parse_input(inp, HttpRequestInput)
+
+
+def parse_input(inp: AdapterInput, model: type[M]) -> M:
     """The input, validated again: a run may have been started past the gateway's checks."""
     try:
-        return HttpRequestInput.model_validate(inp.input)
+        return model.model_validate(inp.input)
     except ValidationError as err:
         # Locations and types only: a refused value may be a secret.
         where = "; ".join(
@@ -340,7 +415,7 @@ async def _read(response: httpx.Response, limit: int) -> _Body:
     return _Body(b"".join(chunks), size, "sha256:" + digest.hexdigest(), limit)
 
 
-def _interpret(
+def interpret(
     response: httpx.Response, body: _Body | None, *, repeat: bool = False
 ) -> AdapterOutput:
     status = response.status_code
@@ -422,7 +497,7 @@ def _output(
             bytes_read=body.bytes_read,
             bytes_read_sha256=body.sha256,
         )
-        return _recorded(status, output, truncated=True)
+        return recorded(status, output, truncated=True)
     if content:
         try:
             value = json.loads(content)
@@ -434,11 +509,11 @@ def _output(
             raise _too_deep(status)
         output["body"] = value
     try:
-        return _recorded(status, output)
+        return recorded(status, output)
     except rfc8785.CanonicalizationError:
         # JSON outside I-JSON (integers beyond 2^53, NaN, lone surrogates): kept as text is.
         output["body"] = _text(content, encoding)
-        return _recorded(status, output)
+        return recorded(status, output)
 
 
 def _text(content: bytes, encoding: str) -> str:
@@ -448,7 +523,7 @@ def _text(content: bytes, encoding: str) -> str:
     return redact_text(content.decode(encoding, errors="replace"))
 
 
-def _recorded(status: int | None, value: Any, *, truncated: bool = False) -> AdapterOutput:
+def recorded(status: int | None, value: Any, *, truncated: bool = False) -> AdapterOutput:
     """The output redacted, and its hash: sha256 of exactly the redacted output's RFC 8785
     bytes, so anyone holding the output can check it against the receipt."""
     output = redact(value)
@@ -492,4 +567,4 @@ def _too_deep(status: int) -> ApplicationError:
 
 async def echo_adapter(inp: AdapterInput, credential: Credential | None = None) -> AdapterOutput:
     """``demo.echo``: offline, returns its input."""
-    return _recorded(None, inp.input)
+    return recorded(None, inp.input)

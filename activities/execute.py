@@ -25,6 +25,7 @@ from schemas.execute import KeptOutput
 from schemas.ids import uuid7
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME
 from schemas.records import (
+    OUTCOME_UNKNOWN,
     Decision,
     ErrorTaxonomy,
     ExecutionStatus,
@@ -51,6 +52,9 @@ from store.models import PolicyDecisionRow, Tenant
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
 ADAPTER_STEP = "adapter"
+ADAPTER_STEP_INDEX = 1
+# An adapter-step event to append: type, aggregate, name (None: the type), data.
+_Draft = tuple[EventType, AggregateType, str | None, dict[str, Any]]
 TENANT_ID_MAX = 64  # the tenants.id column
 # An execution always claims its key first; this only covers a claim that is gone.
 DEFAULT_OUTPUT_WINDOW = timedelta(hours=24)
@@ -241,25 +245,42 @@ class ExecuteActivities:
         info = activity.info()
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""
+        effect = step_id(inp.receipt_id, ADAPTER_STEP)
+        # The adapter step is the run's second (after the policy check): the step index the
+        # events design gives every step event.
+        step: dict[str, Any] = {
+            "step": ADAPTER_STEP,
+            "step_index": ADAPTER_STEP_INDEX,
+            "effect_id": effect,
+        }
+        called: _Draft = (
+            EventType.TOOL_CALLED,
+            AggregateType.STEP,
+            f"TOOL_CALLED:{info.attempt}",
+            {
+                **step,
+                "tool_name": inp.capability.id,
+                "attempt": info.attempt,
+                "retry_count": info.attempt - 1,
+                "resumed": inp.resumed,
+            },
+        )
+        first: _Draft
         if info.attempt == 1:
-            await self._adapter_event(
-                inp,
-                run_id,
+            first = (
                 EventType.STEP_STARTED,
                 AggregateType.STEP,
-                step=ADAPTER_STEP,
-                adapter_id=inp.capability.adapter_id,
+                None,
+                {"step": ADAPTER_STEP, "adapter_id": inp.capability.adapter_id},
             )
         else:
-            await self._adapter_event(
-                inp,
-                run_id,
+            first = (
                 EventType.STEP_RETRIED,
                 AggregateType.STEP,
                 f"STEP_RETRIED:{info.attempt}",
-                step=ADAPTER_STEP,
-                attempt=info.attempt,
+                {"step": ADAPTER_STEP, "attempt": info.attempt},
             )
+        await self._adapter_events(inp, run_id, [first, called])
         adapter = self._adapters.get(inp.capability.adapter)
         if adapter is None:
             raise ApplicationError(
@@ -275,19 +296,48 @@ class ExecuteActivities:
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries
-            if not err.non_retryable and retries_left:
-                delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else None
-                await self._adapter_event(
-                    inp,
-                    run_id,
-                    EventType.EFFECT_RETRYING,
-                    AggregateType.EFFECT,
-                    f"EFFECT_RETRYING:{info.attempt}",
-                    attempt=info.attempt,
-                    error_code=err.type,
-                    http_status=details.get("http_status"),
-                    retry_after_seconds=delay,
+            will_retry = not err.non_retryable and retries_left
+            error_code = details.get("error_code") or err.type
+            delay = err.next_retry_delay or (_backoff(inp, info.attempt) if will_retry else None)
+            failed: list[_Draft] = [
+                (
+                    EventType.TOOL_FAILED,
+                    AggregateType.STEP,
+                    f"TOOL_FAILED:{info.attempt}",
+                    {
+                        **step,
+                        "attempt": info.attempt,
+                        "retry_count": info.attempt - 1,
+                        "duration_ms": _ms_since(invoked_at),
+                        "error_code": error_code,
+                        "http_status": details.get("http_status"),
+                        "next_retry_at": (
+                            (datetime.now(UTC) + delay).isoformat()
+                            if will_retry and delay is not None
+                            else None
+                        ),
+                    },
                 )
+            ]
+            if will_retry:
+                failed.append(
+                    (
+                        EventType.EFFECT_RETRYING,
+                        AggregateType.EFFECT,
+                        f"EFFECT_RETRYING:{info.attempt}",
+                        {
+                            "attempt": info.attempt,
+                            "error_code": err.type,
+                            "http_status": details.get("http_status"),
+                            "retry_after_seconds": (
+                                err.next_retry_delay.total_seconds()
+                                if err.next_retry_delay
+                                else None
+                            ),
+                        },
+                    )
+                )
+            await self._adapter_events(inp, run_id, failed)
             # Not chained: Temporal records a cause's text, which Moat did not write.
             raise ApplicationError(
                 err.message,
@@ -296,6 +346,40 @@ class ExecuteActivities:
                 non_retryable=err.non_retryable,
                 next_retry_delay=err.next_retry_delay,
             ) from None
+        done: list[_Draft] = []
+        if out.reconciled is not None:
+            # What the look-up before this repeated attempt found.
+            done.append(
+                (
+                    EventType.EFFECT_RECONCILED,
+                    AggregateType.EFFECT,
+                    f"EFFECT_RECONCILED:{info.attempt}",
+                    {
+                        "effect_id": effect,
+                        "attempt": info.attempt,
+                        "found": out.reconciled,
+                        "strategy": inp.capability.idempotency.value,
+                        "output_hash": out.output_hash,
+                    },
+                )
+            )
+        done.append(
+            (
+                EventType.TOOL_COMPLETED,
+                AggregateType.STEP,
+                f"TOOL_COMPLETED:{info.attempt}",
+                {
+                    **step,
+                    "attempt": info.attempt,
+                    "retry_count": info.attempt - 1,
+                    "duration_ms": _ms_since(invoked_at),
+                    "http_status": out.http_status,
+                    "output_hash": out.output_hash,
+                    "reconciled": bool(out.reconciled),
+                },
+            )
+        )
+        await self._adapter_events(inp, run_id, done)
         return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
 
     async def _credential(self, inp: AdapterInput) -> Credential | None:
@@ -312,23 +396,17 @@ class ExecuteActivities:
             )
         return await self._connections.resolve(inp.tenant_id, inp.connection_id)
 
-    async def _adapter_event(
-        self,
-        inp: AdapterInput,
-        run_id: str,
-        event_type: EventType,
-        aggregate: AggregateType,
-        name: str | None = None,
-        **data: Any,
-    ) -> None:
-        """One event of the adapter step, in a transaction of its own (the attempt itself is
-        the state it records)."""
+    async def _adapter_events(self, inp: AdapterInput, run_id: str, events: list[_Draft]) -> None:
+        """Events of the adapter step, in a transaction of their own (the attempt itself is
+        the state they record)."""
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             chain = await continue_chain(
                 session, inp.tenant_id, inp.receipt_id, run_id, "moat.adapter"
             )
-            chain.add(event_type, aggregate, step_id(inp.receipt_id, ADAPTER_STEP), name, **data)
+            for event_type, aggregate, name, data in events:
+                aggregate_id = step_id(inp.receipt_id, ADAPTER_STEP)
+                chain.add(event_type, aggregate, aggregate_id, name, **data)
             await event_log.append(session, chain.drafts)
 
     @activity.defn(name=RECORD_OUTCOME)
@@ -377,6 +455,18 @@ class ExecuteActivities:
         expires_at = claim.expires_at if claim is not None else now + DEFAULT_OUTPUT_WINDOW
         kept = KeptOutput(output=inp.output, error_details=inp.error_details)
         await outputs.keep(session, self._sealer, inp.tenant_id, inp.receipt_id, kept, expires_at)
+
+
+def _ms_since(start: datetime) -> int:
+    return max(0, int((datetime.now(UTC) - start).total_seconds() * 1000))
+
+
+def _backoff(inp: AdapterInput, attempt: int) -> timedelta:
+    """The wait Temporal's retry policy puts before the next attempt (the workflow's)."""
+    retry = inp.capability.retry_settings
+    return timedelta(
+        seconds=min(retry.base_delay_seconds * 2 ** (attempt - 1), retry.max_delay_seconds)
+    )
 
 
 async def _guarded(
@@ -515,13 +605,16 @@ async def _outcome_events(session: AsyncSession, inp: RecordInput) -> list[Event
         else:
             chain.add(EventType.STEP_FAILED, AggregateType.STEP, sid, step=ADAPTER_STEP, **outcome)
             chain.add(EventType.EFFECT_FAILED, AggregateType.EFFECT, sid, **outcome)
-            if inp.retry_exhausted:
+            if inp.retry_exhausted or inp.error_code == OUTCOME_UNKNOWN:
+                # Retries ran out, or the effect may have happened and could not be looked
+                # up: either way a person decides what happens next.
                 chain.add(
                     EventType.EFFECT_DEAD_LETTERED,
                     AggregateType.EFFECT,
                     sid,
                     error_code=inp.error_code,
                     max_retries=inp.capability.retry_settings.max_retries,
+                    outcome_unknown=inp.error_code == OUTCOME_UNKNOWN,
                 )
     if inp.success:
         chain.add(

@@ -30,6 +30,7 @@ from schemas.manifest import (
     redacted_tool,
 )
 from schemas.names import WRITE_MANIFEST
+from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from store import events as event_log
 from store import manifests, tenancy
@@ -156,9 +157,16 @@ class ManifestActivities:
                     idempotency_token=tool.idempotency_token,
                 )
             )
-        if inp.dead_lettered:
+        unknown = receipt.error_code == OUTCOME_UNKNOWN and not inp.replayed
+        if inp.dead_lettered or unknown:
             outputs["compensating_action_ref"] = f"compensate/{receipt.tenant_id}/{receipt.id}"
             extra["dlq_entry"] = True
+        if unknown:
+            outputs["outcome_unknown"] = True
+            outputs["note"] = (
+                "The provider may or may not have performed the effect and it could not be "
+                "looked up; it was not retried. A person checks the provider and decides."
+            )
         attempts = inp.tool.attempts if inp.tool is not None and not inp.replayed else 1
         return redact_manifest(
             RunManifest(

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.capabilities import EffectType, RetrySettings
+from schemas.capabilities import EffectType, IdempotencyStrategy, RetrySettings
 from schemas.connections import ConnectionType
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
@@ -54,6 +54,11 @@ class CapabilityInfo(BaseModel):
         description="Connection types a request may name with `connection_id`; empty: none.",
     )
     retry: RetrySettings
+    idempotency: IdempotencyStrategy = Field(
+        description="How a repeated attempt is kept from a second effect: `provider_key` (the "
+        "provider dedupes on Moat's key), `reconcile` (Moat marks what it creates and looks "
+        "for the mark before any repeat) or `none`."
+    )
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
 
 

@@ -143,9 +143,51 @@ class EchoInput(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class WebhookPostInput(BaseModel):
+    """Input of ``webhook.post``: one Standard Webhooks delivery, signed with the
+    connection's ``whsec_`` secret."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    url: HttpUrl
+    event_type: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class SlackPostMessageInput(BaseModel):
+    """Input of ``slack.post_message`` (Slack's ``chat.postMessage``)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    channel: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1, max_length=40000)
+    blocks: list[dict[str, Any]] | None = None
+    thread_ts: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")
+
+
+# GitHub's own rules for owner and repository names.
+_GITHUB_NAME = r"^[A-Za-z0-9_.-]{1,100}$"
+
+
+class GithubCreateIssueInput(BaseModel):
+    """Input of ``github.create_issue`` (``POST /repos/{owner}/{repo}/issues``)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    owner: str = Field(pattern=_GITHUB_NAME)
+    repo: str = Field(pattern=_GITHUB_NAME)
+    title: str = Field(min_length=1, max_length=256)
+    body: str | None = Field(default=None, max_length=60000)
+    labels: list[str] | None = None
+    assignees: list[str] | None = None
+
+
 INPUT_MODELS: dict[str, type[BaseModel]] = {
     "http": HttpRequestInput,
     "echo": EchoInput,
+    "webhook": WebhookPostInput,
+    "slack": SlackPostMessageInput,
+    "github": GithubCreateIssueInput,
 }
 
 BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
@@ -175,6 +217,51 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         timeout_seconds=30.0,
         idempotency=IdempotencyStrategy.PROVIDER_KEY,
         connection_types=(ConnectionType.HTTP_BEARER,),
+    ),
+    CapabilitySpec(
+        id="webhook.post",
+        version="1.0.0",
+        adapter="webhook",
+        adapter_id="webhook-adapter-v1",
+        description=(
+            "A Standard Webhooks delivery: `payload` sent as `{type, timestamp, data}` with "
+            "`webhook-id` (the same on every retry: the receiver dedupes on it), "
+            "`webhook-timestamp` and `webhook-signature` made with the connection's secret."
+        ),
+        effect_type=EffectType.WEBHOOK_CALL,
+        timeout_seconds=15.0,
+        idempotency=IdempotencyStrategy.PROVIDER_KEY,
+        connection_types=(ConnectionType.WEBHOOK,),
+    ),
+    CapabilitySpec(
+        id="slack.post_message",
+        version="1.0.0",
+        adapter="slack",
+        adapter_id="slack-adapter-v1",
+        description=(
+            "Posts a message with Slack's chat.postMessage. Slack has no idempotency key: the "
+            "message carries Moat's key in its metadata, and a repeated attempt first looks for "
+            "it in the channel's history (the bot needs the channel's `*:history` scope)."
+        ),
+        effect_type=EffectType.API_CALL,
+        timeout_seconds=10.0,
+        idempotency=IdempotencyStrategy.RECONCILE,
+        connection_types=(ConnectionType.SLACK,),
+    ),
+    CapabilitySpec(
+        id="github.create_issue",
+        version="1.0.0",
+        adapter="github",
+        adapter_id="github-adapter-v1",
+        description=(
+            "Creates an issue with GitHub's REST API. GitHub has no idempotency key: the body "
+            "ends with a hidden `<!-- moat:<key> -->` comment, and a repeated attempt first "
+            "looks for it among the repository's newest issues."
+        ),
+        effect_type=EffectType.API_CALL,
+        timeout_seconds=10.0,
+        idempotency=IdempotencyStrategy.RECONCILE,
+        connection_types=(ConnectionType.GITHUB,),
     ),
 )
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.records import OUTCOME_UNKNOWN
+
 
 class EventType(StrEnum):
     RUN_STARTED = "RUN_STARTED"
@@ -30,6 +32,11 @@ class EventType(StrEnum):
     EFFECT_FAILED = "EFFECT_FAILED"
     EFFECT_RETRYING = "EFFECT_RETRYING"
     EFFECT_DEAD_LETTERED = "EFFECT_DEAD_LETTERED"
+    # A repeated attempt of a ``reconcile`` adapter looked for its mark at the provider.
+    EFFECT_RECONCILED = "EFFECT_RECONCILED"
+    TOOL_CALLED = "TOOL_CALLED"
+    TOOL_COMPLETED = "TOOL_COMPLETED"
+    TOOL_FAILED = "TOOL_FAILED"
     MANIFEST_WRITTEN = "MANIFEST_WRITTEN"
     MANIFEST_EXPIRED = "MANIFEST_EXPIRED"
 
@@ -143,3 +150,27 @@ def apply(state: RunState | None, event: Event) -> RunState | None:
         case _:
             pass
     return state.model_copy(update=update)
+
+
+class EffectOrigin(StrEnum):
+    """Where an execution's effect came from, as its events tell it."""
+
+    FRESH = "fresh"  # performed by an attempt of this execution
+    RECONCILED = "reconciled"  # found at the provider, left by an earlier attempt
+    OUTCOME_UNKNOWN = "outcome_unknown"  # could not be looked for: a person decides
+
+
+def effect_origin(events: list[Event]) -> EffectOrigin | None:
+    """The origin of the execution's effect (None: no effect recorded yet, or none at all).
+    The last word wins: a reset run that reconciles an effect an earlier run created
+    reports it reconciled."""
+    origin: EffectOrigin | None = None
+    for event in events:
+        data = event.event_data
+        if event.event_type == EventType.TOOL_COMPLETED:
+            origin = EffectOrigin.RECONCILED if data.get("reconciled") else EffectOrigin.FRESH
+        elif event.event_type == EventType.EFFECT_DEAD_LETTERED and (
+            data.get("error_code") == OUTCOME_UNKNOWN
+        ):
+            origin = EffectOrigin.OUTCOME_UNKNOWN
+    return origin

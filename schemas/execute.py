@@ -117,6 +117,10 @@ ERROR_MESSAGES: dict[str, str] = {
     "connection_revoked": "The connection was revoked: add a new one and use its id.",
     "connection_not_found": "The tenant has no such connection.",
     "unknown": "The execution failed for an unknown reason.",
+    "outcome_unknown": "The provider may or may not have performed the effect, and Moat "
+    "could not look it up (e.g. the connection cannot read the channel's history): it was not "
+    "retried, so as not to do it twice. Check the provider, then run it again with a new key "
+    "if it did not happen.",
 }
 
 WARNING_MESSAGES: dict[str, str] = {

@@ -36,6 +36,9 @@ class ErrorTaxonomy(StrEnum):
 # The error code a *success* receipt carries when the provider's answer was larger than the
 # adapter reads: the call took effect, its output keeps only the size read and a hash.
 RESPONSE_TRUNCATED = "provider_response_truncated"
+# The error code of an execution whose effect may or may not have happened and could not be
+# looked up (taxonomy ``timeout``): never retried blindly, dead-lettered for a person.
+OUTCOME_UNKNOWN = "outcome_unknown"
 
 
 def taxonomy_for_http_status(status: int) -> ErrorTaxonomy:

@@ -120,6 +120,12 @@ class AdapterOutput(BaseModel):
         description="The provider's answer was larger than the adapter reads: ``output`` "
         "holds its first bytes as text (``truncated: true``).",
     )
+    reconciled: bool | None = Field(
+        default=None,
+        description="A ``reconcile`` adapter's look-up before a repeated attempt: True, the "
+        "effect of an earlier attempt was found and returned; False, none was found and the "
+        "effect was performed now; None, no look-up was needed.",
+    )
 
 
 class RecordInput(BaseModel):

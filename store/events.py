@@ -9,7 +9,15 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.events import Event, EventDraft, RunState, apply
+from schemas.events import (
+    EffectOrigin,
+    Event,
+    EventDraft,
+    EventType,
+    RunState,
+    apply,
+    effect_origin,
+)
 from store.models import OrchestrationEvent, RunRow
 
 
@@ -109,6 +117,30 @@ async def rebuild(session: AsyncSession, tenant_id: str | None = None) -> dict[s
         event = _event(row)
         states[event.correlation_id] = apply(states.get(event.correlation_id), event)
     return {k: v for k, v in states.items() if v is not None}
+
+
+async def effect_origins(
+    session: AsyncSession, tenant_id: str | None = None
+) -> dict[str, EffectOrigin]:
+    """Each execution's effect origin (fresh, reconciled, outcome unknown), from its events
+    alone: the projection does not hold it, so a rebuild can tell them apart."""
+    stmt = (
+        select(OrchestrationEvent)
+        .where(
+            OrchestrationEvent.event_type.in_(
+                [EventType.TOOL_COMPLETED.value, EventType.EFFECT_DEAD_LETTERED.value]
+            )
+        )
+        .order_by(OrchestrationEvent.sequence_number)
+    )
+    if tenant_id is not None:
+        stmt = stmt.where(OrchestrationEvent.tenant_id == tenant_id)
+    by_execution: dict[str, list[Event]] = {}
+    for row in (await session.execute(stmt)).scalars():
+        event = _event(row)
+        by_execution.setdefault(event.correlation_id, []).append(event)
+    origins = {key: effect_origin(events) for key, events in by_execution.items()}
+    return {key: origin for key, origin in origins.items() if origin is not None}
 
 
 async def stored_runs(session: AsyncSession, tenant_id: str | None = None) -> dict[str, RunState]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Annotated
 
 import typer
@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.tree import Tree
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.events import Event
+from schemas.events import EffectOrigin, Event, effect_origin
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json
 from starter.devstack.ports import local_settings
@@ -37,6 +37,8 @@ async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
 async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool) -> int:
     table = Table("tenant", "receipt", "field", "stored", "from events", title="differences")
     checked = differing = 0
+    origins: Counter[EffectOrigin] = Counter()
+    notable = Table("tenant", "receipt", "effect", title="effects reconciled or of unknown outcome")
     async with owner_sessions(settings) as sessions:
         async with sessions() as session:
             tenant_ids = await _tenants(session, tenant)
@@ -45,6 +47,12 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
                 await tenancy.set_tenant(session, tenant_id)
                 rebuilt, diffs = await event_log.compare(session, tenant_id)
                 checked += len(rebuilt)
+                for receipt_id, origin in (
+                    await event_log.effect_origins(session, tenant_id)
+                ).items():
+                    origins[origin] += 1
+                    if origin != EffectOrigin.FRESH:
+                        notable.add_row(tenant_id, receipt_id, origin.value)
                 for diff in diffs:
                     differing += 1
                     for name, (stored, derived) in diff.fields.items():
@@ -53,9 +61,17 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
                     await event_log.repair(session, rebuilt, diffs)
     if differing:
         out.print(table)
+    if notable.row_count:
+        out.print(notable)
     verb = "differ" if verify_only else "differed and were rebuilt from their events"
     out.print(
         f"{checked} runs replayed from events across {len(tenant_ids)} tenants; {differing} {verb}"
+    )
+    # A reconciled effect was found at the provider, left by an earlier attempt; a fresh one
+    # was performed by the attempt that recorded it.
+    out.print(
+        f"effects: {origins[EffectOrigin.FRESH]} fresh, {origins[EffectOrigin.RECONCILED]} "
+        f"reconciled, {origins[EffectOrigin.OUTCOME_UNKNOWN]} outcome unknown"
     )
     return 1 if differing and verify_only else 0
 
@@ -102,9 +118,11 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, vie
     else:
         out.print(event_table(receipt_id, events))
     if run is not None:
+        origin = effect_origin(events)
         out.print(
             f"status {run.status.value}, steps {run.total_steps} "
             f"({run.failed_steps} failed), retries {run.retries}, replays {run.replays}"
+            + (f", effect {origin.value}" if origin is not None else "")
         )
     return 0
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 import typer
 
@@ -12,13 +13,22 @@ from starter.cli.output import out
 from starter.devstack.ports import local_settings
 
 
-def up() -> None:
+def up(
+    fake_providers: Annotated[
+        bool,
+        typer.Option(
+            "--fake-providers",
+            help="Also start local fakes of Slack, GitHub and a webhook receiver (their "
+            "addresses are printed and allow-listed for the worker): try the adapters offline.",
+        ),
+    ] = False,
+) -> None:
     """Run the whole stack on embedded defaults until Ctrl-C.
 
     Temporal dev server and its UI, PostgreSQL, migrations, one worker and the gateway."""
     from starter.devstack.up import run_up
 
-    raise typer.Exit(run_up(MoatSettings()))
+    raise typer.Exit(run_up(MoatSettings(), fake_providers=fake_providers))
 
 
 def worker() -> None:

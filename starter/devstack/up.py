@@ -32,7 +32,13 @@ from starter.devstack.home import (
 )
 from starter.devstack.ports import choose_ports, forget, remember, variable
 from starter.devstack.postgres import EmbeddedPostgres
-from starter.devstack.processes import ChildProcess, Service, pid_alive, require_free
+from starter.devstack.processes import (
+    ChildProcess,
+    Service,
+    free_port,
+    pid_alive,
+    require_free,
+)
 from starter.devstack.temporal import TemporalDevServer
 from starter.runtime.codec_door import current_token
 from store import upgrade
@@ -68,9 +74,12 @@ class _Stack:
             (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
 
 
-def run_up(settings: MoatSettings) -> int:
+def run_up(settings: MoatSettings, *, fake_providers: bool = False) -> int:
     """Start everything, print where it is, and supervise until interrupted. Returns the exit
-    code: 0 after Ctrl-C/SIGTERM, non-zero when starting fails or a child dies."""
+    code: 0 after Ctrl-C/SIGTERM, non-zero when starting fails or a child dies.
+
+    ``fake_providers`` also starts the local fakes of Slack, GitHub and a webhook receiver
+    (``starter.devstack.providers``) and lets the worker call them, for working offline."""
     console = Console()
     home = settings.home.absolute()
     run_dir, logs = home / "run", home / "logs"
@@ -91,7 +100,7 @@ def run_up(settings: MoatSettings) -> int:
             )
         settings = settings.model_copy(update=ports)
         remember(settings, ports)
-        _start(settings, home, stack, console, ports)
+        _start(settings, home, stack, console, ports, fake_providers=fake_providers)
         return _supervise(stack, console)
     except KeyboardInterrupt:
         console.print()
@@ -107,7 +116,13 @@ def run_up(settings: MoatSettings) -> int:
 
 
 def _start(
-    settings: MoatSettings, home: Path, stack: _Stack, console: Console, ports: dict[str, int]
+    settings: MoatSettings,
+    home: Path,
+    stack: _Stack,
+    console: Console,
+    ports: dict[str, int],
+    *,
+    fake_providers: bool = False,
 ) -> None:
     logs = home / "logs"
     # The children listen and connect where this process chose.
@@ -147,6 +162,13 @@ def _start(
         if pg is not None:  # the migration creates the application role
             pg.set_password(APP_DATABASE_ROLE, passwords[APP_DATABASE_ROLE])
         api_key = ensure_demo_tenant(settings)
+    fakes: dict[str, str] = {}
+    if fake_providers:
+        fakes = _start_fakes(settings, stack, console, logs)
+        # The fakes listen on loopback, which the host guard refuses unless allow-listed.
+        env["http_allow_hosts"] = ",".join(
+            [*settings.http_allow_hosts, *(url.removeprefix("http://") for url in fakes.values())]
+        )
     children = {}
     for name in ("worker", "gateway"):
         child = ChildProcess([sys.executable, "-m", "starter.cli", name], logs / f"{name}.log",
@@ -160,7 +182,31 @@ def _start(
     admin = "MOAT_ADMIN_API_KEY" if settings.admin_api_key else str(home / ADMIN_KEY_FILE)
     # The dev server's UI is given the codec address; an external UI must be told it.
     codec = "the UI decodes payloads through the gateway" if ui_url else codec_url
-    console.print(_banner(gateway_url, ui_url, api_key, admin, codec, logs))
+    console.print(_banner(gateway_url, ui_url, api_key, admin, codec, logs, fakes))
+
+
+def _start_fakes(
+    settings: MoatSettings, stack: _Stack, console: Console, logs: Path
+) -> dict[str, str]:
+    """The provider fakes in a child process of their own; their base URLs by name."""
+    ports = {name: free_port() for name in ("slack", "github", "webhook")}
+    args = [f"--{name}={port}" for name, port in ports.items()]
+    child = ChildProcess([sys.executable, "-m", "starter.devstack.providers", *args],
+                         logs / "providers.log", env=settings.child_environment())  # fmt: skip
+    stack.add("providers", child)
+    child.start()
+    stack.write_pid("providers", child.pid)
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    with _step(console, "starting the provider fakes"):
+        child.wait_ready("provider fakes", lambda: all(map(_answers, urls.values())), timeout=30)
+    return urls
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/_fake/state", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _supervise(stack: _Stack, console: Console) -> int:
@@ -174,7 +220,13 @@ def _supervise(stack: _Stack, console: Console) -> int:
 
 
 def _banner(
-    gateway_url: str, ui_url: str | None, api_key: str, admin: str, codec: str, logs: Path
+    gateway_url: str,
+    ui_url: str | None,
+    api_key: str,
+    admin: str,
+    codec: str,
+    logs: Path,
+    fakes: dict[str, str] | None = None,
 ) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_row("gateway", gateway_url)
@@ -185,6 +237,9 @@ def _banner(
     grid.add_row("demo API key", api_key)
     grid.add_row("admin key", admin)
     grid.add_row("try", 'moat execute demo.echo --input \'{"hello":"world"}\'')
+    for name, url in (fakes or {}).items():
+        # Slack's Web API lives under /api; the others at the root.
+        grid.add_row(f"fake {name}", f"{url}/api" if name == "slack" else url)
     grid.add_row("logs", str(logs))
     return Panel(grid, title="Moat is up", subtitle="Ctrl-C to stop", expand=False)
 

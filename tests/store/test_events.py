@@ -45,6 +45,8 @@ async def test_success_chain(stack: Stack, provider: FakeProvider) -> None:
         "POLICY_EVALUATED",
         "EFFECT_REQUESTED",
         "STEP_STARTED",
+        "TOOL_CALLED",
+        "TOOL_COMPLETED",
         "STEP_COMPLETED",
         "EFFECT_COMPLETED",
         "RUN_COMPLETED",
@@ -68,10 +70,16 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
         "POLICY_EVALUATED",
         "EFFECT_REQUESTED",
         "STEP_STARTED",
+        "TOOL_CALLED",
+        "TOOL_FAILED",
         "EFFECT_RETRYING",
         "STEP_RETRIED",
+        "TOOL_CALLED",
+        "TOOL_FAILED",
         "EFFECT_RETRYING",
         "STEP_RETRIED",
+        "TOOL_CALLED",
+        "TOOL_FAILED",
         "STEP_FAILED",
         "EFFECT_FAILED",
         "EFFECT_DEAD_LETTERED",
@@ -82,6 +90,10 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
     retrying = [e for e in events if e.event_type == "EFFECT_RETRYING"]
     assert [e.event_data["attempt"] for e in retrying] == [1, 2]
     assert all(e.event_data["http_status"] == 500 for e in retrying)
+    failed = [e for e in events if e.event_type == "TOOL_FAILED"]
+    assert [e.event_data["retry_count"] for e in failed] == [0, 1, 2]
+    # The last attempt is not retried: no next attempt is announced.
+    assert [e.event_data["next_retry_at"] is None for e in failed] == [False, False, True]
     async with fast.sessions() as s:
         run = await event_log.get_run(s, fast.tenant_id, body["receipt_id"])
     assert run is not None and run.status == RunStatus.FAILED

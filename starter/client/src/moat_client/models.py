@@ -142,3 +142,10 @@ class CapabilityInfo(BaseModel):
     requires_approval: bool
     retry: RetrySettings
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
+    idempotency: str = Field(
+        default="none",
+        description="provider_key | reconcile | none: how a repeat is kept from a second effect.",
+    )
+    connection_types: list[str] = Field(
+        default_factory=list, description="Connection types the capability accepts."
+    )

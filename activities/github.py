@@ -1,0 +1,217 @@
+"""``github.create_issue``: GitHub's ``POST /repos/{owner}/{repo}/issues``, exactly once by
+reconcile.
+
+GitHub has no idempotency key. The issue's body ends with a hidden comment holding the
+execution's key (``<!-- moat:<key> -->``); an attempt that may repeat an earlier one first
+lists the repository's issues, newest first, created since the execution started
+(``state=all&sort=created&direction=desc&since=…``: lists are strongly consistent, the search
+API lags) and answers with the issue it finds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters import (
+    Answer,
+    HostGuard,
+    fail,
+    parse_input,
+    parse_retry_after,
+    recorded,
+    send,
+)
+from activities.reconcile import (
+    base_url,
+    call_failed,
+    credential_of,
+    lookup_failed,
+    outcome_unknown,
+    window_start,
+)
+from schemas.capabilities import GithubCreateIssueInput
+from schemas.connections import ConnectionType, Credential
+from schemas.records import ErrorTaxonomy
+from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
+
+DEFAULT_BASE_URL = "https://api.github.com"
+PER_PAGE = 100
+# How many pages a look-up reads before it gives up (and the outcome is unknown).
+LIST_PAGES = 10
+API_VERSION = "2022-11-28"
+
+
+def mark(key: str) -> str:
+    return f"<!-- moat:{key} -->"
+
+
+class GithubAdapter:
+    def __init__(self, client: httpx.AsyncClient, guard: HostGuard) -> None:
+        self._client = client
+        self._guard = guard
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        issue = parse_input(inp, GithubCreateIssueInput)
+        cred = credential_of(inp, credential, ConnectionType.GITHUB)
+        repo_url = f"{base_url(cred, DEFAULT_BASE_URL)}/repos/{issue.owner}/{issue.repo}/issues"
+        headers = {
+            "Authorization": f"Bearer {cred.secret}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+        }
+        looked = False
+        if inp.repeat:
+            looked = True
+            try:
+                found = await self._find(inp, repo_url, headers)
+            except ApplicationError as err:
+                raise lookup_failed(inp, err, f"the issues of {issue.owner}/{issue.repo}") from None
+            if found is not None:
+                return _output(found, reconciled=True)
+        body: dict[str, Any] = {
+            "title": issue.title,
+            "body": (issue.body + "\n\n" if issue.body else "") + mark(inp.idempotency_key),
+        }
+        if issue.labels is not None:
+            body["labels"] = issue.labels
+        if issue.assignees is not None:
+            body["assignees"] = issue.assignees
+        try:
+            created = await self._call(inp, "POST", repo_url, headers, json=body)
+        except ApplicationError as err:
+            raise call_failed(inp, err, "creating the issue") from None
+        if not isinstance(created, dict):
+            raise fail(ErrorTaxonomy.UNKNOWN, "GitHub answered 201 without an issue")
+        return _output(created, reconciled=False if looked else None)
+
+    async def _find(
+        self, inp: AdapterInput, repo_url: str, headers: dict[str, str]
+    ) -> dict[str, Any] | None:
+        start = window_start(inp)
+        wanted = mark(inp.idempotency_key)
+        params = {
+            "state": "all",
+            "sort": "created",
+            "direction": "desc",
+            "since": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "per_page": str(PER_PAGE),
+        }
+        for page in range(1, LIST_PAGES + 1):
+            items = await self._call(
+                inp, "GET", repo_url, headers, params={**params, "page": str(page)}, reading=True
+            )
+            if not isinstance(items, list):
+                raise fail(ErrorTaxonomy.UNKNOWN, "GitHub's issue list was not a list")
+            for item in items:
+                if not isinstance(item, dict) or "pull_request" in item:
+                    continue
+                if (item.get("body") or "").rstrip().endswith(wanted):
+                    return item
+            if len(items) < PER_PAGE or _created_before(items[-1], start):
+                return None
+        raise outcome_unknown(
+            f"more than {LIST_PAGES * PER_PAGE} issues changed since the execution started"
+        )
+
+    async def _call(
+        self,
+        inp: AdapterInput,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        reading: bool = False,
+    ) -> Any:
+        answer = await send(
+            self._client,
+            self._guard,
+            method,
+            url,
+            headers=headers,
+            timeout=inp.capability.timeout_seconds,
+            allow_hosts=inp.http_allow_hosts,
+            json_body=json,
+            params=params,
+        )
+        if answer.status < 300:
+            return answer.json()
+        refusal = _refusal(answer)
+        if reading and refusal.non_retryable:
+            raise outcome_unknown(
+                f"this connection cannot list the repository's issues ({refusal.message})",
+                http_status=answer.status,
+                provider_response=answer.said(),
+            )
+        raise refusal
+
+
+def _output(issue: dict[str, Any], *, reconciled: bool | None) -> AdapterOutput:
+    out = recorded(
+        201,
+        {
+            "number": issue.get("number"),
+            "html_url": issue.get("html_url"),
+            "id": issue.get("id"),
+            "reconciled": bool(reconciled),
+        },
+    )
+    return out.model_copy(update={"reconciled": reconciled})
+
+
+def _created_before(item: Any, start: datetime) -> bool:
+    try:
+        created = datetime.fromisoformat(str(item.get("created_at")).replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        return False
+    return created < start
+
+
+def _rate_limit_delay(answer: Answer) -> timedelta | None:
+    """GitHub's wait: ``Retry-After`` (secondary limits), else ``x-ratelimit-reset`` (epoch
+    seconds) when the primary limit is used up; None when the answer is no rate limit."""
+    headers = answer.response.headers
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    if retry_after is not None:
+        return retry_after
+    reset_at = headers.get("x-ratelimit-reset") or ""
+    if headers.get("x-ratelimit-remaining") == "0" and reset_at.isdigit():
+        reset = datetime.fromtimestamp(int(reset_at), UTC)
+        return max(reset - datetime.now(UTC), timedelta(0))
+    return None
+
+
+def _refusal(answer: Answer) -> ApplicationError:
+    status = answer.status
+    said = answer.said()
+    detail = said.get("message") if isinstance(said, dict) else None
+    message = f"GitHub answered HTTP {status}" + (f": {detail}" if detail else "")
+    if status in (403, 429):
+        delay = _rate_limit_delay(answer)
+        if delay is not None or status == 429:
+            return fail(
+                ErrorTaxonomy.PROVIDER_RATE_LIMITED,
+                message,
+                http_status=status,
+                retry_after=min(delay, MAX_RETRY_AFTER) if delay is not None else None,
+                provider_response=said,
+            )
+    if status in (401, 403):
+        taxonomy = ErrorTaxonomy.PROVIDER_AUTH_FAILURE
+    elif status == 404:
+        taxonomy = ErrorTaxonomy.PROVIDER_NOT_FOUND
+    elif status >= 500:
+        return fail(
+            ErrorTaxonomy.PROVIDER_SERVER_ERROR, message, http_status=status, provider_response=said
+        )
+    else:
+        # 410 (issues disabled), 422 (with GitHub's ``errors`` list in the details), …
+        taxonomy = ErrorTaxonomy.PROVIDER_INVALID_INPUT
+    return fail(taxonomy, message, http_status=status, retryable=False, provider_response=said)

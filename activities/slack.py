@@ -1,0 +1,257 @@
+"""``slack.post_message``: Slack's ``chat.postMessage``, exactly once by reconcile.
+
+Slack has no idempotency key. The message carries the execution's key in its metadata
+(``event_type: moat_execution``); an attempt that may repeat an earlier one first reads the
+channel's history (``conversations.history``, or ``conversations.replies`` for a thread
+reply) with ``include_all_metadata`` from the execution's start, and answers with the
+message it finds. Slack answers most failures with HTTP 200 and ``{"ok": false, "error"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters import (
+    HostGuard,
+    fail,
+    parse_input,
+    parse_retry_after,
+    recorded,
+    send,
+)
+from activities.reconcile import (
+    MARK_EVENT_TYPE,
+    base_url,
+    call_failed,
+    credential_of,
+    lookup_failed,
+    outcome_unknown,
+    window_start,
+)
+from schemas.capabilities import SlackPostMessageInput
+from schemas.connections import ConnectionType, Credential
+from schemas.records import ErrorTaxonomy
+from schemas.run import AdapterInput, AdapterOutput
+
+DEFAULT_BASE_URL = "https://slack.com/api"
+HISTORY_PAGE = 200
+# How many pages of history a look-up reads before it gives up (and the outcome is unknown).
+HISTORY_PAGES = 20
+
+# Slack's ``error`` strings, by what they mean for a retry.
+_AUTH = frozenset(
+    {
+        "not_authed",
+        "invalid_auth",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "no_permission",
+        "missing_scope",
+        "not_allowed_token_type",
+        "ekm_access_denied",
+        "team_access_not_granted",
+    }
+)
+_NOT_FOUND = frozenset({"channel_not_found", "thread_not_found", "message_not_found"})
+# Retried; all but ``ratelimited`` may leave the message posted (Slack: "some aspect of the
+# operation may have succeeded"), which the retry's look-up settles.
+_SERVER = frozenset(
+    {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
+)
+# Errors that mean the connection cannot read history at all.
+_CANNOT_READ = _AUTH | _NOT_FOUND
+
+
+class SlackAdapter:
+    def __init__(self, client: httpx.AsyncClient, guard: HostGuard) -> None:
+        self._client = client
+        self._guard = guard
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        msg = parse_input(inp, SlackPostMessageInput)
+        cred = credential_of(inp, credential, ConnectionType.SLACK)
+        api = base_url(cred, DEFAULT_BASE_URL)
+        headers = {"Authorization": f"Bearer {cred.secret}"}
+        looked = False
+        if inp.repeat:
+            looked = True
+            try:
+                found = await self._find(inp, api, headers, msg)
+            except ApplicationError as err:
+                raise lookup_failed(inp, err, f"the history of channel {msg.channel}") from None
+            if found is not None:
+                out = recorded(200, {"channel": found[0], "ts": found[1], "reconciled": True})
+                return out.model_copy(update={"reconciled": True})
+        body: dict[str, Any] = {
+            "channel": msg.channel,
+            "text": msg.text,
+            "metadata": {
+                "event_type": MARK_EVENT_TYPE,
+                "event_payload": {"key": inp.idempotency_key},
+            },
+        }
+        if msg.blocks is not None:
+            body["blocks"] = msg.blocks
+        if msg.thread_ts is not None:
+            body["thread_ts"] = msg.thread_ts
+        try:
+            answer = await self._call(inp, "POST", f"{api}/chat.postMessage", headers, json=body)
+        except ApplicationError as err:
+            raise call_failed(inp, err, "chat.postMessage") from None
+        out = recorded(
+            200, {"channel": answer.get("channel"), "ts": answer.get("ts"), "reconciled": False}
+        )
+        return out.model_copy(update={"reconciled": False if looked else None})
+
+    async def _find(
+        self,
+        inp: AdapterInput,
+        api: str,
+        headers: dict[str, str],
+        msg: SlackPostMessageInput,
+    ) -> tuple[str, str] | None:
+        """(channel, ts) of the message this execution posted, if there is one."""
+        method = "conversations.replies" if msg.thread_ts else "conversations.history"
+        params = {
+            "channel": msg.channel,
+            "oldest": f"{window_start(inp).timestamp():.6f}",
+            "inclusive": "true",
+            "include_all_metadata": "true",
+            "limit": str(HISTORY_PAGE),
+        }
+        if msg.thread_ts:
+            params["ts"] = msg.thread_ts
+        cursor = ""
+        for _ in range(HISTORY_PAGES):
+            page = await self._call(
+                inp,
+                "GET",
+                f"{api}/{method}",
+                headers,
+                params={**params, **({"cursor": cursor} if cursor else {})},
+                reading=True,
+            )
+            for message in page.get("messages") or []:
+                if _marked(message, inp.idempotency_key):
+                    return msg.channel, str(message.get("ts"))
+            cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
+            if not page.get("has_more") or not cursor:
+                return None
+        raise outcome_unknown(
+            f"the history of channel {msg.channel} holds more than "
+            f"{HISTORY_PAGES * HISTORY_PAGE} messages since the execution started"
+        )
+
+    async def _call(
+        self,
+        inp: AdapterInput,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        reading: bool = False,
+    ) -> dict[str, Any]:
+        """One Web API call's JSON when ``ok``; Slack's refusals as Moat failures."""
+        answer = await send(
+            self._client,
+            self._guard,
+            method,
+            url,
+            headers=headers,
+            timeout=inp.capability.timeout_seconds,
+            allow_hosts=inp.http_allow_hosts,
+            json_body=json,
+            params=params,
+        )
+        data = answer.json()
+        if answer.status == 429:
+            raise fail(
+                ErrorTaxonomy.PROVIDER_RATE_LIMITED,
+                "Slack rate-limited the call (HTTP 429)",
+                http_status=429,
+                retry_after=parse_retry_after(answer.response.headers.get("retry-after")),
+                provider_response=answer.said(),
+            )
+        if answer.status >= 500:
+            raise fail(
+                ErrorTaxonomy.PROVIDER_SERVER_ERROR,
+                f"Slack answered HTTP {answer.status}",
+                http_status=answer.status,
+                provider_response=answer.said(),
+            )
+        if not isinstance(data, dict):
+            raise fail(
+                ErrorTaxonomy.UNKNOWN,
+                f"Slack answered HTTP {answer.status} without a Web API body",
+                http_status=answer.status,
+                provider_response=answer.said(),
+            )
+        if data.get("ok") is True:
+            return data
+        error = str(data.get("error") or "unknown_error")
+        said = {k: data[k] for k in ("ok", "error", "needed", "provided", "errors") if k in data}
+        if reading and error in _CANNOT_READ:
+            raise outcome_unknown(
+                f"this connection cannot read the channel's history ({error}"
+                + (f", needs {data['needed']}" if "needed" in data else "")
+                + ")",
+                http_status=answer.status,
+                provider_response=said,
+            )
+        raise _refusal(error, answer.status, said)
+
+
+def _marked(message: Any, key: str) -> bool:
+    if not isinstance(message, dict):
+        return False
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != MARK_EVENT_TYPE:
+        return False
+    payload = metadata.get("event_payload")
+    return isinstance(payload, dict) and payload.get("key") == key
+
+
+def _refusal(error: str, status: int, said: dict[str, Any]) -> ApplicationError:
+    """Slack's ``ok: false`` as a failure: auth and input errors are final; server errors
+    are retried (and a retry looks for the message first)."""
+    message = f"Slack refused the call: {error}"
+    if error in _AUTH:
+        return fail(
+            ErrorTaxonomy.PROVIDER_AUTH_FAILURE,
+            message,
+            http_status=status,
+            retryable=False,
+            provider_response=said,
+        )
+    if error in _NOT_FOUND:
+        return fail(
+            ErrorTaxonomy.PROVIDER_NOT_FOUND,
+            message,
+            http_status=status,
+            retryable=False,
+            provider_response=said,
+        )
+    if error in _SERVER:
+        taxonomy = (
+            ErrorTaxonomy.PROVIDER_RATE_LIMITED
+            if error == "ratelimited"
+            else ErrorTaxonomy.PROVIDER_SERVER_ERROR
+        )
+        return fail(taxonomy, message, http_status=status, provider_response=said)
+    # not_in_channel, is_archived, msg_too_long, no_text, invalid_blocks, …: the input or
+    # the channel's state; a repeat would be refused the same.
+    return fail(
+        ErrorTaxonomy.PROVIDER_INVALID_INPUT,
+        message,
+        http_status=status,
+        retryable=False,
+        provider_response=said,
+    )

@@ -1,0 +1,19 @@
+"""Local fakes of the providers Moat's adapters call (Slack's Web API, GitHub's issues API,
+a Standard Webhooks receiver), written from the providers' public API references. Tests
+start them, and so does ``moat up --fake-providers`` for an offline walk-through."""
+
+from starter.devstack.providers.github import FakeGithub
+from starter.devstack.providers.server import FakeServer, Misbehaviour, Reply, Request
+from starter.devstack.providers.slack import FakeSlack
+from starter.devstack.providers.webhook import Delivery, FakeWebhookReceiver
+
+__all__ = [
+    "Delivery",
+    "FakeGithub",
+    "FakeServer",
+    "FakeSlack",
+    "FakeWebhookReceiver",
+    "Misbehaviour",
+    "Reply",
+    "Request",
+]

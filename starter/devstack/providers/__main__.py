@@ -1,0 +1,42 @@
+"""``python -m starter.devstack.providers --slack PORT --github PORT --webhook PORT``: the
+provider fakes on 127.0.0.1 until SIGTERM or Ctrl-C (``moat up --fake-providers`` runs it)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from types import FrameType
+
+from starter.devstack.providers import FakeGithub, FakeServer, FakeSlack, FakeWebhookReceiver
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m starter.devstack.providers")
+    parser.add_argument("--slack", type=int, required=True)
+    parser.add_argument("--github", type=int, required=True)
+    parser.add_argument("--webhook", type=int, required=True)
+    args = parser.parse_args()
+    fakes: list[tuple[FakeServer, int]] = [
+        (FakeSlack(), args.slack),
+        (FakeGithub(), args.github),
+        (FakeWebhookReceiver(), args.webhook),
+    ]
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        for fake, port in fakes:
+            fake.start(port)
+        stop.wait()
+    finally:
+        for fake, _ in fakes:
+            fake.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""A fake of GitHub's REST issues API, from its public reference: ``POST
+/repos/{owner}/{repo}/issues`` (201 with the issue) and ``GET`` of the same path (``state``
+open|closed|all, ``sort`` created|updated|comments, ``direction``, ``since`` on
+``updated_at``, ``per_page`` up to 100, ``page``, a ``Link`` header), with GitHub's error
+bodies (``{"message", "documentation_url"}``; 422 with an ``errors`` list): 401 for a bad
+token, 403 for a token without access, 404 for a repository it does not know, 410 when its
+issues are disabled, 422 for a missing title or an unknown assignee, and the secondary rate
+limit (403 with ``Retry-After``).
+
+Any token is good unless listed in ``bad_tokens`` (401), ``forbidden_tokens`` (403 on every
+call) or ``write_only_tokens`` (403 on listing). Any repository exists unless listed in
+``missing_repos`` or ``issues_disabled`` (``owner/repo``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from starter.devstack.providers.server import FakeServer, Reply, Request
+
+DOCS = "https://docs.github.com/rest"
+_ISSUES = re.compile(r"^/repos/([^/]+)/([^/]+)/issues$")
+
+
+class FakeGithub(FakeServer):
+    name = "github"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bad_tokens: set[str] = set()
+        self.forbidden_tokens: set[str] = set()
+        self.write_only_tokens: set[str] = set()
+        self.missing_repos: set[str] = set()
+        self.issues_disabled: set[str] = set()
+        self.users: set[str] | None = None  # None: every assignee exists
+        self.secondary_limit_next = 0
+        self.retry_after = 1
+        self.issues: dict[str, list[dict[str, Any]]] = {}
+        self._next_id = 1000
+
+    def reset(self) -> None:
+        with self.lock:
+            super().reset()
+            self.issues.clear()
+            self.secondary_limit_next = 0
+
+    def state(self) -> dict[str, Any]:
+        return {"issues": self.issues}
+
+    def issues_of(self, owner: str, repo: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.issues.get(f"{owner}/{repo}", []))
+
+    async def handle(self, request: Request) -> Reply:
+        match = _ISSUES.match(request.path)
+        token = request.bearer()
+        with self.lock:
+            if not token or token in self.bad_tokens:
+                return _refusal(401, "Bad credentials")
+            if token in self.forbidden_tokens:
+                return _refusal(403, "Resource not accessible by personal access token")
+            if self.secondary_limit_next > 0:
+                self.secondary_limit_next -= 1
+                return Reply(
+                    403,
+                    {
+                        "message": "You have exceeded a secondary rate limit. Please wait a few "
+                        "minutes before you try again.",
+                        "documentation_url": DOCS
+                        + "/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits",
+                    },
+                    {"Retry-After": str(self.retry_after)},
+                )
+            if match is None:
+                return _refusal(404, "Not Found")
+            full = f"{match.group(1)}/{match.group(2)}"
+            if full in self.missing_repos:
+                return _refusal(404, "Not Found")
+            if full in self.issues_disabled:
+                return _refusal(410, "Issues are disabled for this repo")
+            if request.method == "POST":
+                return self._create(request, full)
+            if request.method == "GET":
+                if token in self.write_only_tokens:
+                    return _refusal(403, "Resource not accessible by personal access token")
+                return self._list(request, full)
+            return _refusal(404, "Not Found")
+
+    def _create(self, request: Request, full: str) -> Reply:
+        args = request.json()
+        if not isinstance(args, dict):
+            return _refusal(400, "Problems parsing JSON")
+        title = args.get("title")
+        if not title:
+            return _invalid([{"resource": "Issue", "code": "missing_field", "field": "title"}])
+        assignees = args.get("assignees") or []
+        if self.users is not None:
+            unknown = [a for a in assignees if a not in self.users]
+            if unknown:
+                return _invalid(
+                    [
+                        {"resource": "Issue", "code": "invalid", "field": "assignees", "value": a}
+                        for a in unknown
+                    ]
+                )
+        issues = self.issues.setdefault(full, [])
+        number = len(issues) + 1
+        self._next_id += 1
+        now = _now()
+        issue = {
+            "id": self._next_id,
+            "node_id": f"I_fake{self._next_id}",
+            "number": number,
+            "url": f"{self.base_url}/repos/{full}/issues/{number}",
+            "html_url": f"{self.base_url}/{full}/issues/{number}",
+            "title": str(title),
+            "body": args.get("body"),
+            "state": "open",
+            "labels": [{"name": str(name)} for name in args.get("labels") or []],
+            "assignees": [{"login": str(login)} for login in assignees],
+            "user": {"login": "moat-bot"},
+            "comments": 0,
+            "created_at": now,
+            "updated_at": now,
+            "closed_at": None,
+        }
+        issues.append(issue)
+        return self.acted(Reply(201, issue, {"Location": str(issue["url"])}))
+
+    def _list(self, request: Request, full: str) -> Reply:
+        q = request.query
+        state = q.get("state", "open")
+        sort = q.get("sort", "created")
+        direction = q.get("direction", "desc")
+        chosen = [i for i in self.issues.get(full, []) if state == "all" or i["state"] == state]
+        if "since" in q:
+            since = _parse(q["since"])
+            if since is None:
+                return _invalid([{"resource": "Issue", "code": "invalid", "field": "since"}])
+            chosen = [i for i in chosen if _parse(i["updated_at"]) >= since]  # type: ignore[operator]
+        key = {"created": "created_at", "updated": "updated_at", "comments": "comments"}.get(
+            sort, "created_at"
+        )
+        chosen.sort(key=lambda i: (i[key], i["number"]), reverse=direction != "asc")
+        per_page = max(1, min(int(q.get("per_page", 30)), 100))
+        page = max(1, int(q.get("page", 1)))
+        items = chosen[(page - 1) * per_page : page * per_page]
+        headers: dict[str, str] = {}
+        if page * per_page < len(chosen):
+            nxt = urlencode({**q, "page": str(page + 1)})
+            headers["Link"] = f'<{self.base_url}{request.path}?{nxt}>; rel="next"'
+        return Reply(200, items, headers)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(text: str) -> datetime | None:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _refusal(status: int, message: str) -> Reply:
+    return Reply(status, {"message": message, "documentation_url": DOCS, "status": str(status)})
+
+
+def _invalid(errors: list[dict[str, Any]]) -> Reply:
+    return Reply(
+        422,
+        {
+            "message": "Validation Failed",
+            "errors": errors,
+            "documentation_url": DOCS + "/issues/issues#create-an-issue",
+            "status": "422",
+        },
+    )

@@ -1,0 +1,224 @@
+"""A fake of Slack's Web API, from its public reference: ``chat.postMessage`` (with message
+``metadata``), ``conversations.history`` and ``conversations.replies`` (newest first / thread
+order, ``oldest``/``latest``/``inclusive``, cursor pagination, metadata only with
+``include_all_metadata``), ``auth.test``.
+
+Like Slack it answers HTTP 200 with ``{"ok": false, "error"}`` for most failures
+(``not_authed``, ``invalid_auth``, ``token_revoked``, ``channel_not_found``,
+``not_in_channel``, ``msg_too_long``, ``no_text``, ``missing_scope`` with ``needed`` and
+``provided``) and HTTP 429 with ``Retry-After`` when rate limiting.
+
+Tokens: with ``accept_any_token`` (the default) any ``xox…`` token has every scope; a token
+in ``scopes`` has exactly those; one in ``revoked`` is revoked. Channels: any id starting
+with C, G or D exists, unless listed in ``missing_channels``; the bot is a member of all but
+``not_member``.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from starter.devstack.providers.server import FakeServer, Reply, Request
+
+MAX_TEXT = 40000
+ALL_SCOPES = frozenset(
+    {"chat:write", "channels:history", "groups:history", "im:history", "mpim:history"}
+)
+_HISTORY_SCOPE = {"C": "channels:history", "G": "groups:history", "D": "im:history"}
+
+
+class FakeSlack(FakeServer):
+    name = "slack"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accept_any_token = True
+        self.scopes: dict[str, set[str]] = {}
+        self.revoked: set[str] = set()
+        self.missing_channels: set[str] = set()
+        self.not_member: set[str] = set()
+        self.messages: dict[str, list[dict[str, Any]]] = {}
+        self.rate_limit_next = 0
+        self.retry_after = 1
+        self.error_next: list[str] = []  # the next postMessage calls answer these errors
+        self._last_ts = 0.0
+
+    def reset(self) -> None:
+        with self.lock:
+            super().reset()
+            self.messages.clear()
+            self.rate_limit_next = 0
+            self.error_next.clear()
+
+    def state(self) -> dict[str, Any]:
+        return {"messages": self.messages}
+
+    def posted(self, channel: str) -> list[dict[str, Any]]:
+        """Every message in ``channel``, thread replies included, oldest first."""
+        with self.lock:
+            return list(self.messages.get(channel, []))
+
+    async def handle(self, request: Request) -> Reply:
+        method = request.path.removeprefix("/api").strip("/")
+        args = request.params()
+        token = request.bearer() or args.get("token")
+        with self.lock:
+            if not token:
+                return _error("not_authed")
+            if token in self.revoked:
+                return _error("token_revoked")
+            scopes = self._scopes_of(str(token))
+            if scopes is None:
+                return _error("invalid_auth")
+            if self.rate_limit_next > 0:
+                self.rate_limit_next -= 1
+                return Reply(
+                    429,
+                    {"ok": False, "error": "ratelimited"},
+                    {"Retry-After": str(self.retry_after)},
+                )
+            match method:
+                case "auth.test":
+                    return Reply(200, {"ok": True, "team": "Fake", "user": "moat-bot"})
+                case "chat.postMessage":
+                    return self._post(args, scopes)
+                case "conversations.history" | "conversations.replies":
+                    return self._read(method, args, scopes)
+            return _error("unknown_method")
+
+    def _scopes_of(self, token: str) -> set[str] | None:
+        if token in self.scopes:
+            return self.scopes[token]
+        if self.accept_any_token and token.startswith("xox"):
+            return set(ALL_SCOPES)
+        return None
+
+    def _channel_error(self, channel: str) -> str | None:
+        if not channel or channel[0] not in "CGD" or channel in self.missing_channels:
+            return "channel_not_found"
+        if channel in self.not_member:
+            return "not_in_channel"
+        return None
+
+    def _post(self, args: dict[str, Any], scopes: set[str]) -> Reply:
+        if "chat:write" not in scopes:
+            return _missing_scope("chat:write", scopes)
+        channel = str(args.get("channel") or "")
+        problem = self._channel_error(channel)
+        if problem:
+            return _error(problem)
+        text, blocks = args.get("text"), args.get("blocks")
+        if not text and not blocks:
+            return _error("no_text")
+        if text and len(str(text)) > MAX_TEXT:
+            return _error("msg_too_long")
+        if self.error_next:
+            return _error(self.error_next.pop(0))
+        ts = self._next_ts()
+        message: dict[str, Any] = {
+            "type": "message",
+            "text": text or "",
+            "user": "U0FAKEBOT",
+            "bot_id": "B0FAKEBOT",
+            "ts": ts,
+        }
+        if blocks:
+            message["blocks"] = blocks
+        if args.get("thread_ts"):
+            message["thread_ts"] = str(args["thread_ts"])
+        metadata = args.get("metadata")
+        if isinstance(metadata, dict) and metadata.get("event_type"):
+            message["metadata"] = {
+                "event_type": metadata["event_type"],
+                "event_payload": metadata.get("event_payload") or {},
+            }
+        self.messages.setdefault(channel, []).append(message)
+        shown = _without_metadata(message)
+        return self.acted(Reply(200, {"ok": True, "channel": channel, "ts": ts, "message": shown}))
+
+    def _read(self, method: str, args: dict[str, Any], scopes: set[str]) -> Reply:
+        channel = str(args.get("channel") or "")
+        needed = _HISTORY_SCOPE.get(channel[:1], "channels:history")
+        if needed not in scopes:
+            return _missing_scope(needed, scopes)
+        problem = self._channel_error(channel)
+        if problem:
+            return _error(problem)
+        oldest = float(args.get("oldest") or 0)
+        latest = float(args.get("latest") or time.time() + 1)
+        inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+        everything = self.messages.get(channel, [])
+        if method == "conversations.replies":
+            parent = str(args.get("ts") or "")
+            thread = [m for m in everything if m["ts"] == parent or m.get("thread_ts") == parent]
+            if not thread:
+                return _error("thread_not_found")
+            chosen = sorted(thread, key=lambda m: float(m["ts"]))
+        else:
+            top = [m for m in everything if m.get("thread_ts") in (None, m["ts"])]
+            chosen = sorted(top, key=lambda m: float(m["ts"]), reverse=True)
+
+        def within(m: dict[str, Any]) -> bool:
+            ts = float(m["ts"])
+            if inclusive:
+                return oldest <= ts <= latest
+            return oldest < ts < latest
+
+        chosen = [m for m in chosen if within(m)]
+        limit = max(1, min(int(args.get("limit") or 100), 999))
+        start = _cursor_offset(str(args.get("cursor") or ""))
+        page = chosen[start : start + limit]
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        shown = [
+            m if with_metadata else {k: v for k, v in m.items() if k != "metadata"} for m in page
+        ]
+        more = start + limit < len(chosen)
+        return Reply(
+            200,
+            {
+                "ok": True,
+                "messages": shown,
+                "has_more": more,
+                "response_metadata": {"next_cursor": _cursor(start + limit) if more else ""},
+            },
+        )
+
+    def _next_ts(self) -> str:
+        now = max(time.time(), self._last_ts + 0.000001)
+        self._last_ts = now
+        return f"{now:.6f}"
+
+
+def _without_metadata(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k != "metadata"}
+
+
+def _error(error: str) -> Reply:
+    return Reply(200, {"ok": False, "error": error})
+
+
+def _missing_scope(needed: str, scopes: set[str]) -> Reply:
+    return Reply(
+        200,
+        {
+            "ok": False,
+            "error": "missing_scope",
+            "needed": needed,
+            "provided": ",".join(sorted(scopes)),
+        },
+    )
+
+
+def _cursor(offset: int) -> str:
+    return base64.b64encode(f"offset:{offset}".encode()).decode()
+
+
+def _cursor_offset(cursor: str) -> int:
+    if not cursor:
+        return 0
+    try:
+        return int(base64.b64decode(cursor).decode().removeprefix("offset:"))
+    except ValueError:
+        return 0
