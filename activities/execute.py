@@ -106,7 +106,7 @@ class ExecuteActivities:
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             tenant = await tenants.get_tenant(session, inp.tenant_id)
-            document = await current_policy(session, inp.tenant_id, tenant)
+            document = await policy_versions.current(session, inp.tenant_id, tenant)
             mode = document.mode
             if inp.dry_run:
                 return await self._decide(session, inp, document, tenant, now, events=False)
@@ -452,20 +452,6 @@ async def _record_decision(
         is_synthetic=inp.is_synthetic,
         policy_version=document.version,
     )
-
-
-async def current_policy(
-    session: AsyncSession, tenant_id: str, tenant: Tenant | None
-) -> PolicyVersion:
-    """The tenant's current policy document; version 0 (its mode, no rules) before it has
-    one."""
-    row = await policy_versions.latest(session, tenant_id)
-    if row is not None:
-        return PolicyVersion.model_validate(
-            {**row.document, "version": row.version, "created_at": row.created_at}
-        )
-    mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
-    return PolicyVersion(mode=mode, version=0)
 
 
 async def _evaluate(

@@ -8,7 +8,9 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.models import PolicyVersionRow
+from schemas.policy import PolicyVersion
+from schemas.records import PolicyMode
+from store.models import PolicyVersionRow, Tenant
 
 
 async def latest(session: AsyncSession, tenant_id: str) -> PolicyVersionRow | None:
@@ -62,3 +64,24 @@ async def add(
     await session.flush()
     await session.refresh(row)
     return row
+
+
+def to_version(row: PolicyVersionRow) -> PolicyVersion:
+    return PolicyVersion.model_validate(
+        {
+            **row.document,
+            "version": row.version,
+            "created_at": row.created_at,
+            "created_by": row.created_by,
+        }
+    )
+
+
+async def current(session: AsyncSession, tenant_id: str, tenant: Tenant | None) -> PolicyVersion:
+    """The tenant's current policy document; version 0 (its mode, no rules) before it has
+    one."""
+    row = await latest(session, tenant_id)
+    if row is not None:
+        return to_version(row)
+    mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
+    return PolicyVersion(mode=mode, version=0)
