@@ -42,6 +42,7 @@ from schemas.run import (
     RecordInput,
     longest_run_seconds,
 )
+from schemas.scopes import capability_scopes, missing_scopes
 from schemas.start import START_NOT_SIGNED, StartClaims
 from store import (
     budgets,
@@ -470,6 +471,14 @@ async def _evaluate(
     mode = document.mode
     if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
         return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode", None
+    if inp.scopes is not None:
+        needed = capability_scopes(inp.capability.id, inp.capability.required_scopes)
+        missing = missing_scopes(inp.scopes, needed)
+        if missing:
+            reason = f"the API key lacks the scope {' and '.join(missing)}"
+            if mode == PolicyMode.AUDIT:
+                return Decision.WOULD_DENY, RuleHit.SCOPE_MISSING, reason, None
+            return Decision.DENY, RuleHit.SCOPE_MISSING, reason, None
     if inp.is_synthetic:
         return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
     budget = await budgets.budget_state(

@@ -4,7 +4,7 @@ capability list and the admin resources (tenants, API keys)."""
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,6 +12,7 @@ from schemas.capabilities import EffectType, RetrySettings
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
+from schemas.scopes import DEFAULT_SCOPES, MAX_SCOPE_LENGTH, SCOPE_PATTERN
 
 # Printable names without control characters; Postgres text cannot hold NUL anyway.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._@-]*$"
@@ -90,10 +91,22 @@ class TenantUpdate(BaseModel):
     )
 
 
+Scope = Annotated[str, Field(max_length=MAX_SCOPE_LENGTH, pattern=SCOPE_PATTERN)]
+
+
 class ApiKeyCreate(BaseModel):
     """Body of ``POST /v1/admin/tenants/{tenant_id}/keys``."""
 
     name: str = Field(default="", max_length=200, pattern=KEY_NAME_PATTERN)
+    scopes: list[Scope] = Field(
+        default_factory=lambda: list(DEFAULT_SCOPES),
+        min_length=1,
+        max_length=50,
+        description="What the key may do: `execute:*` (every capability, the default), "
+        "`execute:<capability id>`, `connections:write`, … A trailing `*` grants every "
+        "scope starting with what precedes it.",
+        examples=[["execute:*", "connections:write"]],
+    )
 
 
 class ApiKeyInfo(BaseModel):
@@ -105,6 +118,7 @@ class ApiKeyInfo(BaseModel):
     prefix: str
     created_at: datetime
     revoked_at: datetime | None = None
+    scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
 
 
 class NewApiKey(ApiKeyInfo):

@@ -41,6 +41,12 @@ class ExecuteWorkflowInput(BaseModel):
     api_key_id: str = Field(
         default="", description="The key that made the call (separation of duties)."
     )
+    scopes: list[str] | None = Field(
+        default=None,
+        description="The scopes of the API key that asked for the run, checked by the "
+        "policy step against the capability's. None: a run started before keys had scopes, "
+        "or by Moat itself (synthetic probes).",
+    )
 
 
 class PolicyInput(BaseModel):
@@ -57,6 +63,9 @@ class PolicyInput(BaseModel):
     connection_id: str | None = None
     input_digest: str = Field(default="", description="schemas.start.input_digest of the input.")
     start_signature: str = ""
+    scopes: list[str] | None = Field(
+        default=None, description="See ``ExecuteWorkflowInput.scopes``."
+    )
 
 
 class PolicyOutcome(BaseModel):

@@ -10,7 +10,8 @@ synthetic probe, which skips budgets). Labels (trace and request ids, submission
 left out: swapping them changes nothing a run does.
 
 A field added to the claims later must be added under a new version, so that runs started
-(and signed) before it can still be reset.
+(and signed) before it can still be reset: ``v2`` added the caller's scopes, and claims
+without scopes are still signed and checked as ``v1``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from pydantic_core import to_json
 from schemas.capabilities import CapabilitySpec
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
-CLAIMS_VERSION = "v1"
+CLAIMS_VERSION = "v2"
+# Claims without scopes (runs started before keys had them, and Moat's own runs).
+CLAIMS_VERSION_NO_SCOPES = "v1"
 START_NOT_SIGNED = "start_not_signed"
 
 
@@ -58,6 +61,11 @@ class StartClaims(BaseModel):
     connection_id: str | None
     is_synthetic: bool
     dry_run: bool
+    scopes: list[str] | None = None
+
+    @property
+    def version(self) -> str:
+        return CLAIMS_VERSION_NO_SCOPES if self.scopes is None else CLAIMS_VERSION
 
     @classmethod
     def of_start(cls, req: ExecuteWorkflowInput, workflow_id: str) -> StartClaims:
@@ -74,6 +82,7 @@ class StartClaims(BaseModel):
             connection_id=req.connection_id,
             is_synthetic=req.is_synthetic,
             dry_run=req.dry_run,
+            scopes=req.scopes,
         )
 
     @classmethod
@@ -91,11 +100,12 @@ class StartClaims(BaseModel):
             connection_id=inp.connection_id,
             is_synthetic=inp.is_synthetic,
             dry_run=inp.dry_run,
+            scopes=inp.scopes,
         )
 
     def message(self) -> bytes:
-        """The bytes the HMAC covers: version, then the claims as sorted compact JSON."""
-        body = json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        )
-        return f"moat start {CLAIMS_VERSION}\n{body}".encode()
+        """The bytes the HMAC covers: version, then the claims as sorted compact JSON (``v1``
+        claims have no ``scopes`` key)."""
+        claims = self.model_dump(mode="json", exclude={"scopes"} if self.scopes is None else None)
+        body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return f"moat start {self.version}\n{body}".encode()

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
 from schemas.api import ApiKeyInfo, NewApiKey
+from schemas.scopes import DEFAULT_SCOPES
 from store.db import storable
 from store.models import ApiKey
 
@@ -44,6 +45,7 @@ def to_key_info(row: ApiKey) -> ApiKeyInfo:
         prefix=key_prefix(row.id),
         created_at=row.created_at,
         revoked_at=row.revoked_at,
+        scopes=list(row.scopes),
     )
 
 
@@ -53,22 +55,36 @@ def to_new_key(row: ApiKey, secret: str) -> NewApiKey:
 
 
 async def issue_api_key(
-    session: AsyncSession, tenant_id: str, name: str = ""
+    session: AsyncSession,
+    tenant_id: str,
+    name: str = "",
+    scopes: Sequence[str] = DEFAULT_SCOPES,
 ) -> tuple[ApiKey, str]:
     """Create a key; returns its row and the full key (``moat_<id>_<secret>``), which exists
     only here: the database keeps the secret's hash."""
     key_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
     secret = secrets.token_urlsafe(32)
-    row = ApiKey(id=key_id, tenant_id=tenant_id, secret_hash=_hash_secret(secret), name=name)
+    row = ApiKey(
+        id=key_id,
+        tenant_id=tenant_id,
+        secret_hash=_hash_secret(secret),
+        name=name,
+        scopes=list(scopes),
+    )
     session.add(row)
     await session.flush()
     await session.refresh(row, ["created_at", "revoked_at"])
     return row, key_prefix(key_id) + secret
 
 
-async def create_api_key(session: AsyncSession, tenant_id: str, name: str = "") -> str:
+async def create_api_key(
+    session: AsyncSession,
+    tenant_id: str,
+    name: str = "",
+    scopes: Sequence[str] = DEFAULT_SCOPES,
+) -> str:
     """Create a key and return it in full (``moat_<id>_<secret>``); only its hash is kept."""
-    return (await issue_api_key(session, tenant_id, name))[1]
+    return (await issue_api_key(session, tenant_id, name, scopes))[1]
 
 
 async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
@@ -102,10 +118,13 @@ async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> A
 
 @dataclass(frozen=True)
 class AuthenticatedTenant:
+    """Who is calling: a tenant, through one of its keys, with that key's scopes."""
+
     tenant_id: str
     key_id: str
     policy_mode: str
     idempotency_ttl_seconds: int
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
 
 
 async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTenant | None:
@@ -122,7 +141,7 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     row = (
         await session.execute(
             text(
-                "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds"
+                "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes"
                 " FROM moat_lookup_api_key(:key_id, :secret_hash)"
             ),
             {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])},
@@ -130,9 +149,13 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     ).one_or_none()
     if row is None:
         return None
-    tenant_id, revoked_at, mode, ttl = row
+    tenant_id, revoked_at, mode, ttl, scopes = row
     if revoked_at is not None:
         return None
     return AuthenticatedTenant(
-        tenant_id=tenant_id, key_id=parts[1], policy_mode=mode, idempotency_ttl_seconds=ttl
+        tenant_id=tenant_id,
+        key_id=parts[1],
+        policy_mode=mode,
+        idempotency_ttl_seconds=ttl,
+        scopes=tuple(scopes),
     )

@@ -71,6 +71,8 @@ class ApiKey(Base):
     name: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    # What the key may do (schemas.scopes); set when the key is created, never changed.
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{execute:*}'"))
 
 
 class IdempotencyClaim(Base):
@@ -306,3 +308,26 @@ class ExecutionOutputRow(Base):
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
     expires_at: Mapped[datetime] = mapped_column(_tz())
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class ConnectionRow(Base):
+    """A tenant's credential for one provider: the secret only sealed (AES-256-GCM, the key
+    id beside it), never in the clear (``store.connections``). A revoked row is kept and
+    never changes again (a trigger)."""
+
+    __tablename__ = "connections"
+    __table_args__ = (Index("ix_connections_tenant_created", "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    type: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(200))
+    config: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'"))
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    nonce: Mapped[bytes] = mapped_column(LargeBinary)
+    key_id: Mapped[str] = mapped_column(String(100))
+    fingerprint: Mapped[str] = mapped_column(String(80))
+    last4: Mapped[str] = mapped_column(String(4), server_default=text("''"))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    rotated_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)

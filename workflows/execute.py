@@ -66,6 +66,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.start import input_digest
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
+# The error code of a denial, by the rule that denied it.
+DENIAL_CODES = {RuleHit.BUDGET_EXCEEDED: "budget_exceeded", RuleHit.SCOPE_MISSING: "scope_missing"}
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 # Runs that wait for a person's approval (only runs a strict policy holds take that path).
@@ -110,6 +112,7 @@ class ExecuteCapability:
                 connection_id=req.connection_id,
                 input_digest=input_digest(req.input),
                 start_signature=req.start_signature,
+                scopes=req.scopes,
             ),
             PolicyOutcome,
             req.local_activities,
@@ -147,11 +150,7 @@ class ExecuteCapability:
         if policy.approval_ttl_seconds is not None and policy.decision != Decision.DENY:
             approval = await self._await_approval(req, policy)
         if policy.decision == Decision.DENY:
-            code = (
-                "budget_exceeded"
-                if policy.rule_hit == RuleHit.BUDGET_EXCEEDED
-                else ("policy_denied")
-            )
+            code = DENIAL_CODES.get(policy.rule_hit, "policy_denied")
             record = record.model_copy(
                 update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
             )

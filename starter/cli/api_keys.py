@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from schemas.api import ApiKeyInfo, NewApiKey
+from schemas.scopes import DEFAULT_SCOPES
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
@@ -23,26 +24,37 @@ api_key_app = typer.Typer(
 )
 
 
-async def _create(settings: MoatSettings, tenant: str, name: str) -> NewApiKey:
+async def _create(
+    settings: MoatSettings, tenant: str, name: str, scopes: Sequence[str]
+) -> NewApiKey:
     async with owner_transaction(settings) as session:
         row = await tenant_of(session, tenant)
-        return await tenants.create_key(session, row.id, name)
+        return await tenants.create_key(session, row.id, name, scopes)
 
 
 @api_key_app.command("create")
 def create(
     tenant: TenantArg,
     name: Annotated[str, typer.Option("--name", help="A label, e.g. the agent using it.")] = "",
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            help="What the key may do; repeat for several (default: execute:*). E.g. "
+            "execute:http.request, connections:write.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Create an API key for a tenant (the secret is shown once)."""
-    created = run(_create(local_settings(), tenant, name))
+    created = run(_create(local_settings(), tenant, name, scope or DEFAULT_SCOPES))
     if as_json:
         out.print_json(created.model_dump_json())
         return
     table = Table(show_header=False)
     table.add_row("key_id", created.id)
     table.add_row("tenant_id", created.tenant_id)
+    table.add_row("scopes", " ".join(created.scopes))
     table.add_row("api_key", created.api_key)
     out.print(table)
     out.print("[yellow]The API key is shown once; store it now.[/]")
@@ -61,11 +73,11 @@ def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     if as_json:
         print_json([k.model_dump(mode="json") for k in keys])
         return
-    table = Table("name", "created", "revoked")
+    table = Table("name", "scopes", "created", "revoked")
     table.add_column("key id", no_wrap=True)
     for k in keys:
         revoked = f"{k.revoked_at:%F %T}" if k.revoked_at else ""
-        table.add_row(k.name, f"{k.created_at:%F %T}", revoked, k.id)
+        table.add_row(k.name, " ".join(k.scopes), f"{k.created_at:%F %T}", revoked, k.id)
     out.print(table)
 
 

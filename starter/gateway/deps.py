@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -22,6 +23,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
+from starter.service.scopes import require_scope
 from store import api_keys, tenancy
 
 
@@ -73,16 +75,32 @@ def unauthenticated(message: str) -> MoatError:
 
 
 async def authenticate(
-    session: AsyncSession, credentials: HTTPAuthorizationCredentials | None
+    session: AsyncSession,
+    credentials: HTTPAuthorizationCredentials | None,
+    *scopes: str,
 ) -> api_keys.AuthenticatedTenant:
-    """The caller's tenant; the session's transaction is scoped to it from here on."""
+    """The caller's tenant, whose key must hold every one of ``scopes`` (403
+    ``scope_missing`` otherwise); the session's transaction is scoped to it from here on."""
     if credentials is None:
         raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
     tenant = await api_keys.authenticate(session, credentials.credentials)
     if tenant is None:
         raise unauthenticated("The API key is unknown or revoked.")
+    require_scope(tenant.scopes, *scopes)
     await tenancy.set_tenant(session, tenant.tenant_id)
     return tenant
+
+
+def requires_scope(*scopes: str) -> Callable[[Request, TenantKey], Awaitable[None]]:
+    """A route dependency refusing a key without ``scopes`` before the route runs
+    (``dependencies=[Depends(requires_scope("policy:write"))]``). Routes that authenticate
+    in their own transaction pass the scopes to ``authenticate`` instead."""
+
+    async def check(request: Request, credentials: TenantKey) -> None:
+        async with deps_of(request).sessions.begin() as session:
+            await authenticate(session, credentials, *scopes)
+
+    return check
 
 
 def same_secret(presented: str, expected: str) -> bool:

@@ -38,6 +38,7 @@ STATUS: dict[str, int] = {
     "invalid_cursor": 400,
     "unauthenticated": 401,
     "forbidden": 403,
+    "scope_missing": 403,
     "capability_not_found": 404,
     "execution_not_found": 404,
     "receipt_not_found": 404,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -278,13 +279,16 @@ class Executions:
         submitted_at: datetime,
         wait_seconds: float,
         unfinished: Unfinished | None = None,
+        *,
+        scopes: Sequence[str],
     ) -> Outcome:
         """Start the run, or attach to the one already running for this key, and wait.
 
         An unfinished execution keeps its receipt id: attached to while its run goes on,
         resumed by a new run once it has ended without recording. The new run derives the
         same downstream ``Idempotency-Key``, so the provider dedupes an effect the ended run
-        may already have caused."""
+        may already have caused. ``scopes`` are the caller's key's: the run's policy step
+        checks them against the capability's."""
         receipt_id = unfinished.receipt_id if unfinished else str(uuid7())
         request_id = str(uuid7())
         req = prepared.request
@@ -306,6 +310,7 @@ class Executions:
             idempotency_ttl_seconds=ttl_seconds,
             local_activities=self._settings.local_activities,
             dry_run=req.dry_run,
+            scopes=list(scopes),
         )
         arg = self._start_keys.signed(arg, workflow_id)
         handle = await self._client.start_workflow(

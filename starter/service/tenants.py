@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import ApiKeyInfo, NewApiKey, NewTenant, TenantInfo
 from schemas.hosts import normalize_allow_list
+from schemas.scopes import DEFAULT_SCOPES, valid_scope
 from starter.service.errors import MoatError
 from store import api_keys, tenancy, tenants
 from store.models import Tenant
@@ -98,9 +99,25 @@ async def set_allow_hosts(session: AsyncSession, tenant: Tenant, hosts: list[str
     return tenants.to_tenant_info(updated)
 
 
-async def create_key(session: AsyncSession, tenant_id: str, name: str = "") -> NewApiKey:
-    """A new API key of a tenant (the transaction's); its secret is in this answer only."""
-    key, secret = await api_keys.issue_api_key(session, tenant_id, name)
+async def create_key(
+    session: AsyncSession,
+    tenant_id: str,
+    name: str = "",
+    scopes: Sequence[str] = DEFAULT_SCOPES,
+) -> NewApiKey:
+    """A new API key of a tenant (the transaction's) with ``scopes``; its secret is in this
+    answer only. ``MoatError("schema_validation_failed")`` names a scope that is not one."""
+    bad = [s for s in scopes if not valid_scope(s)]
+    if bad or not scopes:
+        raise MoatError(
+            "schema_validation_failed",
+            f"Not scopes: {bad!r}. A scope is `<area>:<name>` such as `execute:*`, "
+            "`execute:http.request` or `connections:write`."
+            if bad
+            else "A key needs at least one scope, e.g. `execute:*`.",
+        )
+    unique = list(dict.fromkeys(scopes))
+    key, secret = await api_keys.issue_api_key(session, tenant_id, name, unique)
     return api_keys.to_new_key(key, secret)
 
 

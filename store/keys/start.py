@@ -1,10 +1,10 @@
 """The keys that sign run starts: gateways sign what they vouch for, workers check it.
 
 The keyring is a JSON file (mode 0600) ``{"active": kid, "keys": {kid: base64url key}}``
-that every gateway and worker shares. A signature is ``v1.<kid>.<base64url HMAC-SHA256>``:
-gateways sign with the active key and workers accept any key of the ring, so a key is
-rotated by adding it everywhere first, then making it active, and removed only once no run
-signed with it can still be reset.
+that every gateway and worker shares. A signature is
+``<claims version>.<kid>.<base64url HMAC-SHA256>``: gateways sign with the active key and
+workers accept any key of the ring, so a key is rotated by adding it everywhere first, then
+making it active, and removed only once no run signed with it can still be reset.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from schemas.run import ExecuteWorkflowInput
 from schemas.settings import MoatSettings
-from schemas.start import CLAIMS_VERSION, StartClaims
+from schemas.start import StartClaims
 from store.keys.files import symmetric_keyring
 
 MIN_KEY_BYTES = 32
@@ -49,7 +49,7 @@ class StartKeyring:
 
     def sign(self, claims: StartClaims) -> str:
         mac = self._mac(self._keys[self._active], claims)
-        return f"{CLAIMS_VERSION}.{self._active}.{mac}"
+        return f"{claims.version}.{self._active}.{mac}"
 
     def signed(self, req: ExecuteWorkflowInput, workflow_id: str) -> ExecuteWorkflowInput:
         """``req`` with its signature for the run ``workflow_id``: the one way a legitimate
@@ -63,7 +63,7 @@ class StartKeyring:
             return "unsigned"
         version, _, rest = signature.partition(".")
         kid, _, mac = rest.rpartition(".")
-        if version != CLAIMS_VERSION or not kid or not mac:
+        if version != claims.version or not kid or not mac:
             return "malformed"
         key = self._keys.get(kid)
         if key is None:

@@ -114,11 +114,12 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     responses=documented_errors(400, 404),
 )
 async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) -> NewApiKey:
-    """The secret (`api_key`) is in this answer only; store it now."""
+    """The secret (`api_key`) is in this answer only; store it now. `scopes` default to
+    `["execute:*"]`."""
     async with deps_of(request).sessions.begin() as session:
         if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
-        return await tenants.create_key(session, tenant_id, body.name)
+        return await tenants.create_key(session, tenant_id, body.name, body.scopes)
 
 
 @router.get(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from schemas.api import CapabilityInfo
+from schemas.scopes import capability_scopes
 from starter.gateway.deps import deps_of
 from starter.gateway.errors import documented_errors
 
@@ -23,7 +24,9 @@ async def capabilities(request: Request) -> list[CapabilityInfo]:
     catalog = deps_of(request).catalog
     return [
         CapabilityInfo(
-            **spec.model_dump(exclude={"retry"}),
+            **spec.model_dump(exclude={"retry", "required_scopes"}),
+            # Every scope a key needs to execute it, its execute scope included.
+            required_scopes=capability_scopes(spec.id, spec.required_scopes),
             retry=spec.retry_settings,
             input_schema=catalog.input_model(spec).model_json_schema(),
         )

@@ -66,8 +66,8 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
             **{"Preference-Applied": "`wait=N` when the `Prefer: wait=N` header was honoured."},
         ),
         403: _envelope_response(
-            "`failed`: refused by policy (`budget_exceeded`, `policy_denied`) or a refused "
-            "host (`host_not_allowed`); the receipt records it."
+            "`failed`: refused by policy (`budget_exceeded`, `scope_missing`, "
+            "`policy_denied`) or a refused host (`host_not_allowed`); the receipt records it."
         ),
         502: _envelope_response(
             "`failed`: the provider failed; `error.details.provider_status` is its status."
@@ -129,6 +129,7 @@ async def execute(
             submitted_at,
             wait,
             found,
+            scopes=tenant.scopes,
         )
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"

@@ -13,14 +13,14 @@ Both new tables are under row-level security like every tenant table (ENABLE and
 the tenant policy).
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-03
 """
 
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

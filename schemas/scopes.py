@@ -1,0 +1,50 @@
+"""API key scopes: what a tenant's key may do.
+
+A scope is ``<area>:<action or name>``, e.g. ``execute:slack.post_message`` or
+``policy:write``. A key's scope ending in ``*`` grants every scope starting with what comes
+before it (``execute:*`` grants every capability; ``*`` alone grants everything).
+Executing a capability always needs ``execute:<capability id>``, besides the capability's
+own ``required_scopes``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+SCOPE_PATTERN = r"^(?:\*|[a-z][a-z0-9_-]*:(?:\*|[A-Za-z0-9_.-]+\*?))$"
+MAX_SCOPE_LENGTH = 200
+EXECUTE_ALL = "execute:*"
+# What a key gets when created without scopes (and what every key held before keys had
+# scopes).
+DEFAULT_SCOPES: tuple[str, ...] = (EXECUTE_ALL,)
+CONNECTIONS_WRITE = "connections:write"
+
+_SCOPE = re.compile(SCOPE_PATTERN)
+
+
+def valid_scope(scope: str) -> bool:
+    return len(scope) <= MAX_SCOPE_LENGTH and _SCOPE.fullmatch(scope) is not None
+
+
+def grants(granted: str, required: str) -> bool:
+    """Whether one granted scope (possibly ending in ``*``) covers ``required``."""
+    if granted.endswith("*"):
+        return required.startswith(granted[:-1])
+    return granted == required
+
+
+def missing_scopes(granted: Iterable[str], required: Iterable[str]) -> list[str]:
+    """The required scopes none of ``granted`` covers, in order."""
+    held = list(granted)
+    return [r for r in required if not any(grants(g, r) for g in held)]
+
+
+def execute_scope(capability_id: str) -> str:
+    return f"execute:{capability_id}"
+
+
+def capability_scopes(capability_id: str, required_scopes: Iterable[str]) -> list[str]:
+    """Every scope executing a capability needs: its execute scope, then its own."""
+    needed = [execute_scope(capability_id)]
+    needed += [s for s in required_scopes if s not in needed]
+    return needed
