@@ -76,6 +76,7 @@ class TenantInfo(BaseModel):
         description="Non-public hosts this tenant's http.request may call besides the "
         "worker's own list: host (ports 80 and 443) or host:port.",
     )
+    allow_bypass: bool = Field(default=False, description="May set policy mode `bypass`.")
 
 
 class TenantUpdate(BaseModel):
@@ -83,6 +84,9 @@ class TenantUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    allow_bypass: bool | None = Field(
+        default=None, description="Whether the tenant may set policy mode `bypass`."
+    )
     http_allow_hosts: AllowHosts | None = Field(
         default=None,
         description="Replaces the tenant's allow-list: host (ports 80 and 443) or host:port, "

@@ -124,6 +124,24 @@ class Approval(BaseModel):
     input: Any = Field(default=None, description="The call's input, redacted (reads only).")
 
 
+class ApprovalRef(BaseModel):
+    """The approval an ``accepted`` execution waits for, in its envelope: decide it with
+    ``POST /v1/approvals/{id}/approve`` (or ``reject``) giving this ``input_hash`` and
+    ``policy_version``."""
+
+    id: str
+    status: ApprovalStatus
+    input_hash: str
+    capability_id: str
+    capability_version: str
+    policy_version: int
+    expires_at: datetime
+
+    @classmethod
+    def of(cls, approval: Approval) -> ApprovalRef:
+        return cls.model_validate(approval.model_dump(include=set(cls.model_fields)))
+
+
 class ApprovalDecision(BaseModel):
     """Body of ``POST /v1/approvals/{id}/approve|reject``: what the person saw and decides
     on. Both must equal the pending request's, or nothing changes (`approval_mismatch`)."""

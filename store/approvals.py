@@ -54,6 +54,22 @@ async def by_receipt(session: AsyncSession, tenant_id: str, receipt_id: str) -> 
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
+async def pending_of_workflow(
+    session: AsyncSession, tenant_id: str, workflow_id: str
+) -> ApprovalRow | None:
+    stmt = (
+        select(ApprovalRow)
+        .where(
+            ApprovalRow.tenant_id == tenant_id,
+            ApprovalRow.workflow_id == workflow_id,
+            ApprovalRow.status == "pending",
+        )
+        .order_by(ApprovalRow.requested_at.desc())
+        .limit(1)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
 async def listing(
     session: AsyncSession, tenant_id: str, status: str | None, limit: int
 ) -> Sequence[ApprovalRow]:

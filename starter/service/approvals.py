@@ -11,6 +11,7 @@ again and whose activity records the decision with its event in one transaction.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -31,6 +32,7 @@ from store.keys.codec import OutputSealer
 from store.models import ApprovalRow
 
 LIST_LIMIT = 200
+Action = Literal["approve", "reject"]
 _MESSAGES = {
     "approval_mismatch": "The decision names another call or policy version than the one "
     "waiting: read the approval again (GET /v1/approvals/{id}) and decide on what it shows.",
@@ -71,6 +73,14 @@ async def pending_for(session: AsyncSession, tenant_id: str, receipt_id: str) ->
     return approvals.to_approval(row)
 
 
+async def pending_of_workflow(
+    session: AsyncSession, tenant_id: str, workflow_id: str
+) -> Approval | None:
+    """The approval the execution running as ``workflow_id`` waits for, if any."""
+    row = await approvals.pending_of_workflow(session, tenant_id, workflow_id)
+    return approvals.to_approval(row) if row is not None else None
+
+
 async def decide(
     sessions: async_sessionmaker[AsyncSession],
     client: Client,
@@ -78,7 +88,7 @@ async def decide(
     *,
     tenant_id: str,
     approval_id: str,
-    action: ApprovalAction,
+    action: Action,
     decision: ApprovalDecision,
     actor: str,
 ) -> Approval:

@@ -25,6 +25,13 @@ async def current(session: AsyncSession, tenant: Tenant) -> PolicyVersion:
     return await policy_versions.current(session, tenant.id, tenant)
 
 
+async def is_strict(session: AsyncSession, tenant_id: str, legacy_mode: str) -> bool:
+    """Whether the tenant's policy in force is ``strict`` (``legacy_mode``: its mode before
+    it had a document)."""
+    row = await policy_versions.latest(session, tenant_id)
+    return (row.mode if row is not None else legacy_mode) == PolicyMode.STRICT.value
+
+
 async def version(session: AsyncSession, tenant: Tenant, number: int) -> PolicyVersion:
     if number == 0:
         return PolicyVersion(mode=PolicyMode(tenant.policy_mode), version=0)
