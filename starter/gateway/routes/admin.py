@@ -176,7 +176,9 @@ async def get_tenant_policy(request: Request, tenant_id: TenantId) -> PolicyVers
     response_model=PolicyVersion,
     responses=documented_errors(404),
 )
-async def put_tenant_policy(request: Request, tenant_id: TenantId, body: PolicyDocument) -> PolicyVersion:
+async def put_tenant_policy(
+    request: Request, tenant_id: TenantId, body: PolicyDocument
+) -> PolicyVersion:
     """As `PUT /v1/policy`, recorded as made by `admin`."""
     async with deps_of(request).sessions.begin() as session:
         tenant = await tenants.get_tenant(session, tenant_id)
