@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from schemas.capabilities import EffectType, RetrySettings
 from schemas.execute import Envelope, ErrorBody
@@ -84,7 +84,7 @@ class TenantUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    allow_bypass: bool | None = Field(
+    allow_bypass: StrictBool | None = Field(
         default=None, description="Whether the tenant may set policy mode `bypass`."
     )
     http_allow_hosts: AllowHosts | None = Field(

@@ -12,9 +12,9 @@ import fnmatch
 import hashlib
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from schemas.records import PolicyMode
 
@@ -32,10 +32,25 @@ def key_actor(key_id: str) -> str:
     return f"key:{key_id}"
 
 
+def _storable(text: str) -> str:
+    """Text is stored as it is: no NUL, no lone surrogate (Postgres holds neither)."""
+    if "\x00" in text:
+        raise ValueError("text may not hold NUL characters")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("text may not hold lone surrogates") from None
+    return text
+
+
+StorableText = Annotated[str, AfterValidator(_storable)]
+APPROVER_PATTERN = r"^(?:scope:[a-z][a-z0-9_-]*:[A-Za-z0-9_.*-]+|key:[A-Za-z0-9]+|admin)$"
+
+
 class PolicyBudget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    limit: int = Field(ge=0)
+    limit: StrictInt = Field(ge=0, le=2**62)
     period: Literal["day", "month"]
 
 
@@ -46,21 +61,21 @@ class PolicyRule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     capability: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.*?\-\[\]]+$")
-    requires_approval: bool | None = Field(
+    requires_approval: StrictBool | None = Field(
         default=None,
         description="In `strict` mode, wait for a person's approval; unset: the catalog "
         "entry's `requires_approval` decides.",
     )
-    approval_ttl_seconds: int = Field(
+    approval_ttl_seconds: StrictInt = Field(
         default=DEFAULT_APPROVAL_TTL_SECONDS, ge=1, le=MAX_APPROVAL_TTL_SECONDS
     )
-    approvers: list[str] = Field(
+    approvers: list[Annotated[str, Field(max_length=200, pattern=APPROVER_PATTERN)]] = Field(
         default_factory=lambda: [f"scope:{APPROVALS_WRITE}"],
         max_length=20,
         description="Who may decide: `scope:approvals:write` (any key with the scope; the "
         "admin key always may).",
     )
-    allow_self_approval: bool = Field(
+    allow_self_approval: StrictBool = Field(
         default=False,
         description="Let the key that made the call approve it (separation of duties is "
         "the default).",
@@ -148,9 +163,9 @@ class ApprovalDecision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input_hash: str = Field(min_length=1, max_length=80)
-    policy_version: int = Field(ge=0)
-    comment: str | None = Field(default=None, max_length=MAX_COMMENT)
+    input_hash: StorableText = Field(min_length=1, max_length=80)
+    policy_version: StrictInt = Field(ge=0, le=2**31 - 1)
+    comment: StorableText | None = Field(default=None, max_length=MAX_COMMENT)
 
 
 ApprovalAction = Literal["approve", "reject", "expire"]
