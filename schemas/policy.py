@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from schemas.records import PolicyMode
 
@@ -44,13 +44,25 @@ def _storable(text: str) -> str:
 
 
 StorableText = Annotated[str, AfterValidator(_storable)]
+
+
+def _integer(value: Any) -> Any:
+    """A JSON integer (``3`` or ``3.0``), never a boolean or a numeric string."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError("must be an integer")
+
+
+Integer = Annotated[int, BeforeValidator(_integer)]
 APPROVER_PATTERN = r"^(?:scope:[a-z][a-z0-9_-]*:[A-Za-z0-9_.*-]+|key:[A-Za-z0-9]+|admin)$"
 
 
 class PolicyBudget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    limit: StrictInt = Field(ge=0, le=2**62)
+    limit: Integer = Field(ge=0, le=2**62)
     period: Literal["day", "month"]
 
 
@@ -66,7 +78,7 @@ class PolicyRule(BaseModel):
         description="In `strict` mode, wait for a person's approval; unset: the catalog "
         "entry's `requires_approval` decides.",
     )
-    approval_ttl_seconds: StrictInt = Field(
+    approval_ttl_seconds: Integer = Field(
         default=DEFAULT_APPROVAL_TTL_SECONDS, ge=1, le=MAX_APPROVAL_TTL_SECONDS
     )
     approvers: list[Annotated[str, Field(max_length=200, pattern=APPROVER_PATTERN)]] = Field(
@@ -164,7 +176,7 @@ class ApprovalDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input_hash: StorableText = Field(min_length=1, max_length=80)
-    policy_version: StrictInt = Field(ge=0, le=2**31 - 1)
+    policy_version: Integer = Field(ge=0, le=2**31 - 1)
     comment: StorableText | None = Field(default=None, max_length=MAX_COMMENT)
 
 
