@@ -7,16 +7,21 @@ nothing and needs no second approval."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributeKey
+from typer.testing import CliRunner
 
 import worker as worker_module
 from schemas.names import STATUS_ATTRIBUTE
 from schemas.run import ExecuteResult
+from starter.cli import app as cli
 from store import budgets, tenancy
 from store.models import ApprovalRow, OrchestrationEvent, PolicyDecisionRow
 from tests.gateway.test_policy import ADMIN, bearer, new_key, put_policy
@@ -286,3 +291,44 @@ async def test_worker_killed_while_waiting(
             result = await asyncio.wait_for(finished(stack, waiting), 60)
         assert result.receipt is not None and result.receipt.status == "success"
         assert len(provider.calls_to("/killed")) == 1
+
+
+async def test_cli_walkthrough(
+    stack: Stack, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README's walk-through: set a strict policy, see the call pending, approve it."""
+    monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
+    monkeypatch.setenv("COLUMNS", "200")
+    runner = CliRunner()
+
+    async def moat(*argv: str) -> str:
+        result = await asyncio.to_thread(runner.invoke, cli, list(argv))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    writer = await new_key(stack, ["policy:write"])
+    document = tmp_path / "policy.json"
+    document.write_text(json.dumps(strict()))
+    assert "policy version 1 is in force" in await moat(
+        "policy", "set", "--file", str(document), "--api-key", writer
+    )
+    url = provider.script("/cli", Step(201, {"ok": True}))
+    waiting = await pending(stack, url, "cli")
+    approval_id = waiting["approval"]["id"]
+    listed = await moat("approvals", "list", "--status", "pending", "--api-key", stack.api_key)
+    assert approval_id in listed
+    shown = await moat("approvals", "show", approval_id, "--api-key", stack.api_key)
+    assert "[REDACTED]" in shown and "s3cret" not in shown
+    # The agent's key may not decide (no approvals:write); an approver's key may.
+    mine = await asyncio.to_thread(
+        runner.invoke,
+        cli,
+        ["approvals", "approve", approval_id, "--yes", "--api-key", stack.api_key],
+    )
+    assert mine.exit_code == 1 and "scope_missing" in mine.output
+    approver = await new_key(stack, ["approvals:write"])
+    decided = await moat("approvals", "approve", approval_id, "--yes", "--api-key", approver)
+    assert "approved by key:" in decided
+    result = await finished(stack, waiting)
+    assert result.receipt is not None and result.receipt.status == "success"
+    assert "1" in await moat("policy", "history", "--api-key", stack.api_key)
