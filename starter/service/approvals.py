@@ -10,6 +10,7 @@ again and whose activity records the decision with its event in one transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -20,12 +21,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.names import DECIDE_APPROVAL_UPDATE
 from schemas.policy import (
+    ADMIN_ACTOR,
     Approval,
     ApprovalAction,
     ApprovalDecision,
     ApprovalStatus,
     ApprovalVerdict,
 )
+from schemas.scopes import missing_scopes
 from starter.service.errors import MoatError
 from store import approvals, policy_versions, tenancy
 from store.keys.codec import OutputSealer
@@ -91,14 +94,26 @@ async def decide(
     action: Action,
     decision: ApprovalDecision,
     actor: str,
+    actor_scopes: Sequence[str] = (),
 ) -> Approval:
-    """Approve or reject for ``actor`` (``key:<id>`` or ``admin``): checked here, then sent
-    to the waiting run, which records it. The approval as recorded."""
+    """Approve or reject for ``actor`` (``key:<id>`` with ``actor_scopes``, or ``admin``):
+    checked here, then sent to the waiting run, which records it. The approval as
+    recorded."""
     async with tenancy.tenant_transaction(sessions, tenant_id) as session:
         row = await approvals.get(session, tenant_id, approval_id)
         if row is None:
             raise not_found(approval_id)
         current = await policy_versions.latest_version(session, tenant_id)
+        under = await policy_versions.get(session, tenant_id, row.policy_version)
+    if under is not None and actor != ADMIN_ACTOR:
+        rule = policy_versions.to_version(under).rule_for(row.capability_id)
+        if rule is not None and not _may_decide(rule.approvers, actor, actor_scopes):
+            raise MoatError(
+                "forbidden",
+                "The policy's rule for this capability names other approvers: "
+                + ", ".join(rule.approvers),
+                {"approval_id": row.id, "approvers": rule.approvers},
+            )
     _check(row, action, decision, actor, current, datetime.now(UTC))
     verdict = ApprovalVerdict(
         approval_id=row.id,
@@ -125,6 +140,17 @@ async def decide(
 
 
 _STATUS = {"approve": "approved", "reject": "rejected", "expire": "expired"}
+
+
+def _may_decide(approvers: Sequence[str], actor: str, scopes: Sequence[str]) -> bool:
+    """Whether ``actor`` is one of a rule's ``approvers``: ``key:<id>`` names a key,
+    ``scope:<scope>`` any key holding that scope."""
+    for approver in approvers:
+        if approver == actor:
+            return True
+        if approver.startswith("scope:") and not missing_scopes(scopes, [approver[6:]]):
+            return True
+    return False
 
 
 def _check(

@@ -240,6 +240,19 @@ async def test_refusals_never_call_the_provider(stack: Stack, provider: FakeProv
         assert answer.status_code == 200 and answer.json()["decided_by"] == "admin"
         await finished(stack, waiting)
 
+    # A rule naming its approvers: a key with approvals:write but not named may not decide.
+    await put_policy(stack, writer, strict(approvers=["key:someoneelse"]))
+    named = await pending(stack, url, "named")
+    refused = await decide(stack, approver, named["approval"])
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    await stack.http.post(
+        f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/approvals/"
+        f"{named['approval']['id']}/reject",
+        json={k: named["approval"][k] for k in ("input_hash", "policy_version")},
+        headers=ADMIN,
+    )
+    await finished(stack, named)
+
     assert provider.calls_to("/refused") == []
     assert await used(stack) == 0
 

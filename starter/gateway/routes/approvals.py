@@ -98,4 +98,5 @@ async def _decide(
         action=action,
         decision=body,
         actor=key_actor(key.key_id),
+        actor_scopes=key.scopes,
     )
