@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 
 from activities import (
     Adapter,
+    ApprovalActivities,
     ExecuteActivities,
     GithubAdapter,
     HostGuard,
@@ -81,6 +82,7 @@ def build_worker(
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
+    approvals = ApprovalActivities(sessions, sealer)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -89,6 +91,8 @@ def build_worker(
             acts.check_policy,
             acts.call_adapter,
             acts.record_outcome,
+            approvals.request_approval,
+            approvals.record_approval,
             manifests.write_manifest,
             retention.expire_manifests,
         ],

@@ -1,6 +1,7 @@
 """Every side effect of a run: policy, adapters, outcome records."""
 
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
+from activities.approvals import ApprovalActivities
 from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
 from activities.github import GithubAdapter
@@ -11,6 +12,7 @@ from activities.webhook import WebhookAdapter
 
 __all__ = [
     "Adapter",
+    "ApprovalActivities",
     "ExecuteActivities",
     "GithubAdapter",
     "HostGuard",

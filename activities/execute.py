@@ -24,6 +24,7 @@ from schemas.events import AggregateType, EventDraft, EventType
 from schemas.execute import KeptOutput
 from schemas.ids import uuid7
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME
+from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyVersion
 from schemas.records import (
     OUTCOME_UNKNOWN,
     Decision,
@@ -44,7 +45,17 @@ from schemas.run import (
 )
 from schemas.scopes import capability_scopes, missing_scopes
 from schemas.start import START_NOT_SIGNED, StartClaims
-from store import budgets, db, idempotency, outputs, policy, receipts, tenancy, tenants
+from store import (
+    budgets,
+    db,
+    idempotency,
+    outputs,
+    policy,
+    policy_versions,
+    receipts,
+    tenancy,
+    tenants,
+)
 from store import events as event_log
 from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
@@ -100,9 +111,10 @@ class ExecuteActivities:
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             tenant = await tenants.get_tenant(session, inp.tenant_id)
-            mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
+            document = await policy_versions.current(session, inp.tenant_id, tenant)
+            mode = document.mode
             if inp.dry_run:
-                return await self._decide(session, inp, mode, tenant, now, events=False)
+                return await self._decide(session, inp, document, tenant, now, events=False)
             claim = await idempotency.claim_key(
                 session,
                 tenant_id=inp.tenant_id,
@@ -121,12 +133,12 @@ class ExecuteActivities:
                     type="idempotency_key_busy",
                 )
             if existing is None:
-                outcome = await self._decide(session, inp, mode, tenant, now, events=True)
+                outcome = await self._decide(session, inp, document, tenant, now, events=True)
                 return outcome.model_copy(update={"resumed": not claim.taken_now})
             row = await _record_decision(
                 session,
                 inp,
-                mode,
+                document,
                 existing.id,
                 Decision.ALLOW,
                 RuleHit.IDEMPOTENT_HIT,
@@ -138,6 +150,7 @@ class ExecuteActivities:
                 rule_hit=RuleHit.IDEMPOTENT_HIT,
                 mode=mode,
                 existing_receipt=existing,
+                policy_version=row.policy_version,
             )
 
     async def _record_refused_start(self, inp: PolicyInput, reason: str) -> None:
@@ -179,24 +192,29 @@ class ExecuteActivities:
         self,
         session: AsyncSession,
         inp: PolicyInput,
-        mode: PolicyMode,
+        document: PolicyVersion,
         tenant: Tenant | None,
         now: datetime,
         *,
         events: bool,
     ) -> PolicyOutcome:
-        decision, rule, reason, budget = await _evaluate(session, inp, mode, tenant, now)
-        row = await _record_decision(session, inp, mode, inp.receipt_id, decision, rule, reason)
+        decision, rule, reason, budget = await _evaluate(session, inp, document, tenant, now)
+        row = await _record_decision(session, inp, document, inp.receipt_id, decision, rule, reason)
+        matched = document.rule_for(inp.capability.id)
+        waits = row.rule_hit == RuleHit.APPROVAL_REQUIRED.value
+        ttl = matched.approval_ttl_seconds if matched else DEFAULT_APPROVAL_TTL_SECONDS
         held = False
         if budget is not None and not inp.dry_run and row.decision != Decision.DENY.value:
-            # The execution holds its unit until it records: concurrent checks count it.
+            # The execution holds its unit until it records: concurrent checks count it,
+            # through a wait for its approval too.
+            run = longest_run_seconds(inp.capability) + (ttl if waits else 0)
             await budgets.hold_budget(
                 session,
                 inp.tenant_id,
                 inp.capability.id,
                 inp.receipt_id,
                 budget,
-                now + timedelta(seconds=longest_run_seconds(inp.capability)),
+                now + timedelta(seconds=run),
             )
             held = True
         # A retried check returns the decision first recorded, not a re-evaluation.
@@ -208,6 +226,9 @@ class ExecuteActivities:
             reason=row.reason,
             budget_held=held,
             http_allow_hosts=list(tenant.http_allow_hosts) if tenant is not None else [],
+            policy_version=row.policy_version,
+            approval_ttl_seconds=ttl if waits else None,
+            allow_self_approval=bool(matched and matched.allow_self_approval),
         )
         if events:
             chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.policy")
@@ -228,6 +249,7 @@ class ExecuteActivities:
                 decision=outcome.decision.value,
                 rule_hit=outcome.rule_hit.value,
                 reason=outcome.reason,
+                policy_version=outcome.policy_version,
             )
             if outcome.decision != Decision.DENY:
                 chain.add(
@@ -500,7 +522,7 @@ async def _guarded(
 async def _record_decision(
     session: AsyncSession,
     inp: PolicyInput,
-    mode: PolicyMode,
+    document: PolicyVersion,
     receipt_id: str,
     decision: Decision,
     rule: RuleHit,
@@ -514,18 +536,29 @@ async def _record_decision(
         receipt_id=receipt_id,
         capability_id=inp.capability.id,
         idempotency_key=inp.idempotency_key,
-        mode=mode.value,
+        mode=document.mode.value,
         decision=decision.value,
         rule_hit=rule.value,
         reason=reason,
         is_synthetic=inp.is_synthetic,
+        policy_version=document.version,
     )
 
 
 async def _evaluate(
-    session: AsyncSession, inp: PolicyInput, mode: PolicyMode, tenant: Tenant | None, now: datetime
+    session: AsyncSession,
+    inp: PolicyInput,
+    document: PolicyVersion,
+    tenant: Tenant | None,
+    now: datetime,
 ) -> tuple[Decision, RuleHit, str, budgets.BudgetState | None]:
-    """The decision, and the budget it was taken against (None when none applies)."""
+    """The decision, and the budget it was taken against (None when none applies).
+
+    ``bypass`` skips every check, and only for a tenant the operators allowed it; otherwise
+    the tenant is held to ``standard``. ``audit`` evaluates like ``standard`` and records
+    what it would deny without denying it. ``strict`` is ``standard`` plus a person's
+    approval for the capabilities its rule (or else the catalog) marks."""
+    mode = document.mode
     if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
         return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode", None
     if inp.scopes is not None:
@@ -554,7 +587,20 @@ async def _evaluate(
         if mode == PolicyMode.AUDIT:
             return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
         return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
+    if mode == PolicyMode.STRICT and _requires_approval(document, inp):
+        rule = document.rule_for(inp.capability.id)
+        why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
+        return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
+    if mode == PolicyMode.BYPASS:
+        return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
     return Decision.ALLOW, RuleHit.ALLOWED, "", budget
+
+
+def _requires_approval(document: PolicyVersion, inp: PolicyInput) -> bool:
+    rule = document.rule_for(inp.capability.id)
+    if rule is not None and rule.requires_approval is not None:
+        return rule.requires_approval
+    return inp.capability.requires_approval
 
 
 def _receipt(inp: RecordInput, now: datetime) -> Receipt:

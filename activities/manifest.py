@@ -22,6 +22,7 @@ from activities.evidence import continue_chain
 from schemas.canonical import sha256_digest
 from schemas.events import AggregateType, EventType
 from schemas.manifest import (
+    Approval,
     Artifact,
     ManifestMetadata,
     RunManifest,
@@ -30,6 +31,7 @@ from schemas.manifest import (
     redacted_tool,
 )
 from schemas.names import WRITE_MANIFEST
+from schemas.policy import ApprovalStatus
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from store import events as event_log
@@ -184,7 +186,7 @@ class ManifestActivities:
                 outputs=outputs,
                 signatures=[],
                 policy_mode=inp.policy_mode,
-                approvals=[],
+                approvals=_approvals(inp),
                 metadata=ManifestMetadata(
                     message_id=receipt.request_id,
                     priority=5,
@@ -195,6 +197,23 @@ class ManifestActivities:
                 ),
             )
         )
+
+
+def _approvals(inp: ManifestInput) -> list[Approval]:
+    """Who approved which digest when; a run that waited and was not approved has none."""
+    decided = inp.approval
+    if decided is None or decided.status != ApprovalStatus.APPROVED or decided.decided_at is None:
+        return []
+    return [
+        Approval(
+            approver=decided.decided_by or "",
+            approved_at=decided.decided_at,
+            approval_type="manual",
+            reason=decided.comment or None,
+            approved_digest=decided.approved_digest,
+            policy_version=decided.policy_version,
+        )
+    ]
 
 
 async def _index(

@@ -48,6 +48,9 @@ class BenchStack:
     select_url: str
     api_key: str
     http: httpx.AsyncClient
+    tenant_id: str = ""
+    # As the owner role, for setting up what a bench needs (policies, keys).
+    sessions: async_sessionmaker[AsyncSession] | None = None
 
 
 def select_app(sessions: async_sessionmaker[AsyncSession]) -> FastAPI:
@@ -143,4 +146,6 @@ async def _start_processes(
         api_key = await api_keys.create_api_key(session, tenant.id, name="bench")
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     http = await st.enter_async_context(httpx.AsyncClient(timeout=60, limits=limits))
-    return BenchStack(env.client, bare_queue, gateways, select_url, api_key, http)
+    return BenchStack(
+        env.client, bare_queue, gateways, select_url, api_key, http, tenant.id, sessions
+    )

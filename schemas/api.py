@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from schemas.capabilities import EffectType, IdempotencyStrategy, RetrySettings
 from schemas.connections import ConnectionType
@@ -86,6 +86,7 @@ class TenantInfo(BaseModel):
         description="Non-public hosts this tenant's http.request may call besides the "
         "worker's own list: host (ports 80 and 443) or host:port.",
     )
+    allow_bypass: bool = Field(default=False, description="May set policy mode `bypass`.")
 
 
 class TenantUpdate(BaseModel):
@@ -93,6 +94,9 @@ class TenantUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    allow_bypass: StrictBool | None = Field(
+        default=None, description="Whether the tenant may set policy mode `bypass`."
+    )
     http_allow_hosts: AllowHosts | None = Field(
         default=None,
         description="Replaces the tenant's allow-list: host (ports 80 and 443) or host:port, "

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.policy import ApprovalRef
 from schemas.records import RESPONSE_TRUNCATED, ExecutionStatus, Receipt
 
 SUPPORTED_SCHEMA_VERSIONS = ("1",)
@@ -90,6 +91,11 @@ class Envelope(BaseModel):
         "closed), so `output` is null; `receipt.output_hash` still names it.",
     )
     plan: Plan | None = None
+    approval: ApprovalRef | None = Field(
+        default=None,
+        description="`accepted` only: the person's approval the run waits for (strict "
+        "policy). Every request with the key answers the same one until it is decided.",
+    )
     error: ErrorBody | None = None
     warnings: list[ErrorBody] = Field(
         default_factory=list,

@@ -92,6 +92,10 @@ class Approval(_Part):
     approved_at: AwareDatetime
     approval_type: Literal["manual", "automated", "policy"]
     reason: str | None = None
+    approved_digest: str | None = Field(
+        default=None, description="The input_hash the approver decided on."
+    )
+    policy_version: int | None = Field(default=None, description="The policy it was under.")
 
 
 class ManifestMetadata(_Part):

@@ -18,6 +18,13 @@ CALL_ADAPTER = "moat.call_adapter"
 RECORD_OUTCOME = "moat.record_outcome"
 WRITE_MANIFEST = "moat.write_manifest"
 EXPIRE_MANIFESTS = "moat.expire_manifests"
+REQUEST_APPROVAL = "moat.request_approval"
+RECORD_APPROVAL = "moat.record_approval"
+
+# The update a person's decision reaches a run waiting for approval with.
+DECIDE_APPROVAL_UPDATE = "decide_approval"
+# MoatStatus of a run waiting for a person.
+AWAITING_APPROVAL = "awaiting_approval"
 
 # The Temporal Schedule that starts the retention workflow.
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from schemas.capabilities import CapabilitySpec
+from schemas.policy import Approval
 from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
 
 
@@ -36,6 +37,9 @@ class ExecuteWorkflowInput(BaseModel):
         default="",
         description="The gateway's signature of what it vouches for (schemas.start); the "
         "policy step refuses a run without a valid one.",
+    )
+    api_key_id: str = Field(
+        default="", description="The key that made the call (separation of duties)."
     )
     scopes: list[str] | None = Field(
         default=None,
@@ -86,6 +90,12 @@ class PolicyOutcome(BaseModel):
         default_factory=list,
         description="The tenant's own allow-list entries (host[:port]), read with its policy.",
     )
+    policy_version: int = Field(default=0, description="The policy document evaluated.")
+    approval_ttl_seconds: int | None = Field(
+        default=None,
+        description="Set when the run must wait for a person's approval: how long it waits.",
+    )
+    allow_self_approval: bool = False
 
 
 class AdapterInput(BaseModel):
@@ -226,6 +236,9 @@ class ManifestInput(BaseModel):
     policy_mode: PolicyMode = PolicyMode.STANDARD
     submitted_at: datetime
     dead_lettered: bool = False
+    approval: Approval | None = Field(
+        default=None, description="The person's decision the run waited for, if any."
+    )
 
 
 class ManifestRef(BaseModel):

@@ -159,6 +159,50 @@ class PolicyDecisionRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     is_synthetic: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    # 0: the tenant's mode from before it had a policy document (migration 0010).
+    policy_version: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+
+
+class PolicyVersionRow(Base):
+    """One version of a tenant's policy document; write-once (migration 0010)."""
+
+    __tablename__ = "policy_versions"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    document: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class ApprovalRow(Base):
+    """A person's approval an execution waits for. Leaves ``pending`` once, and only its
+    status and decider's columns change (migration 0010). The redacted input a person is
+    shown is sealed with the codec's keys, like kept outputs."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (Index("ix_approvals_tenant_status", "tenant_id", "status", "requested_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    receipt_id: Mapped[str] = mapped_column(String(64), unique=True)
+    workflow_id: Mapped[str] = mapped_column(String(300))
+    status: Mapped[str] = mapped_column(String(16))
+    capability_id: Mapped[str] = mapped_column(String(200))
+    capability_version: Mapped[str] = mapped_column(String(50))
+    input_hash: Mapped[str] = mapped_column(String(80))
+    policy_version: Mapped[int] = mapped_column(Integer)
+    requested_by: Mapped[str] = mapped_column(String(100))
+    allow_self_approval: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    input_key_id: Mapped[str] = mapped_column(String(100))
+    input_sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    requested_at: Mapped[datetime] = mapped_column(_tz())
+    expires_at: Mapped[datetime] = mapped_column(_tz())
+    decided_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    comment: Mapped[str | None] = mapped_column(Text, nullable=True)
+    approved_digest: Mapped[str | None] = mapped_column(String(80), nullable=True)
 
 
 class Budget(Base):

@@ -21,6 +21,7 @@ async def insert_policy_decision(
     rule_hit: str,
     reason: str = "",
     is_synthetic: bool = False,
+    policy_version: int = 0,
 ) -> PolicyDecisionRow:
     """Record a decision; a retried step with the same id gets the first one back."""
     stmt = (
@@ -36,6 +37,7 @@ async def insert_policy_decision(
             rule_hit=rule_hit,
             reason=reason,
             is_synthetic=is_synthetic,
+            policy_version=policy_version,
         )
         .on_conflict_do_nothing(index_elements=[PolicyDecisionRow.id])
     )

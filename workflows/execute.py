@@ -6,6 +6,8 @@ need was resolved at ingest and travels in ``ExecuteWorkflowInput``.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -17,13 +19,26 @@ with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
     from schemas.execute import EnvelopeStatus
     from schemas.names import (
+        AWAITING_APPROVAL,
         CALL_ADAPTER,
         CHECK_POLICY,
+        DECIDE_APPROVAL_UPDATE,
         EXECUTE_WORKFLOW,
         PROVIDER_RESPONSE,
+        RECORD_APPROVAL,
         RECORD_OUTCOME,
+        REQUEST_APPROVAL,
         STATUS_ATTRIBUTE,
         WRITE_MANIFEST,
+    )
+    from schemas.policy import (
+        Approval,
+        ApprovalRecorded,
+        ApprovalRecordInput,
+        ApprovalRequestInput,
+        ApprovalStatus,
+        ApprovalVerdict,
+        key_actor,
     )
     from schemas.records import (
         RESPONSE_TRUNCATED,
@@ -55,6 +70,8 @@ STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 DENIAL_CODES = {RuleHit.BUDGET_EXCEEDED: "budget_exceeded", RuleHit.SCOPE_MISSING: "scope_missing"}
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
+# Runs that wait for a person's approval (only runs a strict policy holds take that path).
+APPROVAL_PATCH = "approval-wait"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -67,9 +84,18 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
 
 @workflow.defn(name=EXECUTE_WORKFLOW)
 class ExecuteCapability:
+    def __init__(self) -> None:
+        self._req: ExecuteWorkflowInput | None = None
+        self._pending: Approval | None = None
+        self._decided: Approval | None = None
+        # Set once the run stops waiting: no decision is taken any more.
+        self._closing = False
+
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
         info = workflow.info()
+        self._req = req
+        self._show(req, "checking policy")
         policy: PolicyOutcome = await self._bookkeeping(
             CHECK_POLICY,
             PolicyInput(
@@ -120,24 +146,153 @@ class ExecuteCapability:
             budget_held=policy.budget_held,
         )
         tool: ToolCall | None = None
+        approval: Approval | None = None
+        if policy.approval_ttl_seconds is not None and policy.decision != Decision.DENY:
+            approval = await self._await_approval(req, policy)
         if policy.decision == Decision.DENY:
             code = DENIAL_CODES.get(policy.rule_hit, "policy_denied")
             record = record.model_copy(
                 update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
             )
+        elif approval is not None and approval.status != ApprovalStatus.APPROVED:
+            # Rejected or expired: no provider call, no budget used.
+            record = record.model_copy(
+                update={
+                    "error_code": f"approval_{approval.status.value}",
+                    "taxonomy": ErrorTaxonomy.POLICY_DENIED,
+                }
+            )
         else:
+            self._show(req, "calling the provider")
             record, tool = await self._call_adapter(req, record, policy)
 
         receipt: Receipt = await self._bookkeeping(
             RECORD_OUTCOME, record, Receipt, req.local_activities
         )
-        await self._manifest(req, receipt, policy, tool=tool, dead_lettered=record.retry_exhausted)
+        await self._manifest(
+            req,
+            receipt,
+            policy,
+            tool=tool,
+            dead_lettered=record.retry_exhausted,
+            approval=approval,
+        )
         if receipt.run_id != info.run_id:
             # Reset past the record step: the effect and its manifest belong to the original
             # run; this run leaves a replayed manifest of its own beside it.
             await self._manifest(req, receipt, policy, replay_reason="workflow_reset")
         self._set_status(receipt)
         return ExecuteResult(receipt=receipt, request_id=req.request_id)
+
+    async def _await_approval(self, req: ExecuteWorkflowInput, policy: PolicyOutcome) -> Approval:
+        """Ask for a person's approval and wait for it, durably, until it expires. A run
+        reset after the decision finds it recorded and does not ask again."""
+        workflow.patched(APPROVAL_PATCH)
+        info = workflow.info()
+        requested: Approval = await self._bookkeeping(
+            REQUEST_APPROVAL,
+            ApprovalRequestInput(
+                tenant_id=req.tenant_id,
+                receipt_id=req.receipt_id,
+                workflow_id=info.workflow_id,
+                run_id=info.run_id,
+                capability_id=req.capability.id,
+                capability_version=req.capability.version,
+                input_hash=req.input_hash,
+                policy_version=policy.policy_version,
+                requested_by=key_actor(req.api_key_id),
+                ttl_seconds=policy.approval_ttl_seconds or 0,
+                allow_self_approval=policy.allow_self_approval,
+                input=redact(req.input),
+            ),
+            Approval,
+            req.local_activities,
+        )
+        if requested.status != ApprovalStatus.PENDING:
+            return requested
+        self._pending = requested
+        workflow.upsert_search_attributes([STATUS_ATTR.value_set(AWAITING_APPROVAL)])
+        self._show(req, f"awaiting approval {requested.id} until {requested.expires_at}")
+        remaining = requested.expires_at - workflow.now()
+        if remaining > timedelta(0):
+            # The timer is the expiry: nobody decided in time.
+            with contextlib.suppress(builtins.TimeoutError):
+                await workflow.wait_condition(lambda: self._decided is not None, timeout=remaining)
+        if self._decided is None:
+            self._closing = True
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._decided is None:
+            recorded: ApprovalRecorded = await self._bookkeeping(
+                RECORD_APPROVAL,
+                self._record_input(ApprovalVerdict(approval_id=requested.id, action="expire")),
+                ApprovalRecorded,
+                req.local_activities,
+            )
+            self._decided = recorded.approval
+        self._closing = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        decided = self._decided
+        self._show(req, f"approval {decided.id} {decided.status.value}")
+        return decided
+
+    def _record_input(self, verdict: ApprovalVerdict) -> ApprovalRecordInput:
+        assert self._req is not None
+        return ApprovalRecordInput(
+            tenant_id=self._req.tenant_id,
+            receipt_id=self._req.receipt_id,
+            run_id=workflow.info().run_id,
+            verdict=verdict,
+        )
+
+    @workflow.update(name=DECIDE_APPROVAL_UPDATE)
+    async def decide_approval(self, verdict: ApprovalVerdict) -> Approval:
+        """A person's decision on the approval this run waits for; the approval as
+        recorded. Fails (changing nothing) when the decision is no longer possible."""
+        assert self._req is not None
+        recorded: ApprovalRecorded = await self._bookkeeping(
+            RECORD_APPROVAL,
+            self._record_input(verdict),
+            ApprovalRecorded,
+            self._req.local_activities,
+        )
+        if recorded.refusal is not None:
+            raise ApplicationError(
+                f"{recorded.refusal}: the approval was not decided",
+                type=recorded.refusal,
+                non_retryable=True,
+            )
+        if self._decided is None and recorded.approval.status != ApprovalStatus.PENDING:
+            self._decided = recorded.approval
+        return recorded.approval
+
+    @decide_approval.validator
+    def _check_decision(self, verdict: ApprovalVerdict) -> None:
+        """Refused before anything is recorded: a decision for another approval or one no
+        longer pending, or on another call or policy version than the one waiting."""
+        pending = self._pending
+        if (
+            pending is None
+            or pending.id != verdict.approval_id
+            or self._decided is not None
+            or self._closing
+            or verdict.action == "expire"
+        ):
+            raise ApplicationError("the approval is not pending", type="approval_not_pending")
+        if (verdict.input_hash, verdict.policy_version) != (
+            pending.input_hash,
+            pending.policy_version,
+        ):
+            raise ApplicationError(
+                "the decision names another call or policy version than the one waiting",
+                type="approval_mismatch",
+            )
+
+    def _show(self, req: ExecuteWorkflowInput, doing: str) -> None:
+        """The run's one line in the Web UI: what it executes and where it is. Metadata
+        only (no command), so runs recorded before it replay unchanged."""
+        workflow.set_current_details(
+            f"{req.capability.id}@{req.capability.version} · receipt {req.receipt_id} · {doing}"
+        )
 
     async def _manifest(
         self,
@@ -148,6 +303,7 @@ class ExecuteCapability:
         tool: ToolCall | None = None,
         dead_lettered: bool = False,
         replay_reason: str | None = None,
+        approval: Approval | None = None,
     ) -> None:
         """Sign and store the run manifest. Its failure leaves the receipt standing."""
         try:
@@ -162,6 +318,7 @@ class ExecuteCapability:
                     policy_mode=policy.mode,
                     submitted_at=req.submitted_at,
                     dead_lettered=dead_lettered,
+                    approval=approval,
                 ),
                 ManifestRef,
                 req.local_activities,
@@ -265,6 +422,9 @@ class ExecuteCapability:
 
     def _set_status(self, receipt: Receipt) -> None:
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
+        if self._req is not None:
+            code = f" · {receipt.error_code}" if receipt.error_code else ""
+            self._show(self._req, f"{receipt.status.value}{code}")
 
     def _planned(self, policy: PolicyOutcome) -> ExecuteResult:
         """A dry run's answer. Its ``MoatStatus = "planned"`` tells a finished dry run apart

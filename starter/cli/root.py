@@ -7,10 +7,12 @@ import typer
 
 from starter.cli import codec, execute, mcp, stack, status
 from starter.cli.api_keys import api_key_app
+from starter.cli.approvals import approvals_app
 from starter.cli.budgets import budget_app
 from starter.cli.connections import connection_app
 from starter.cli.manifests import manifest_app
 from starter.cli.output import error_line
+from starter.cli.policy import policy_app
 from starter.cli.receipts import receipts_app
 from starter.cli.runs import runs_app
 from starter.cli.signing_keys import signing_key_app
@@ -34,6 +36,8 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(api_key_app, name="api-key")
 app.add_typer(budget_app, name="budget")
 app.add_typer(connection_app, name="connection")
+app.add_typer(policy_app, name="policy")
+app.add_typer(approvals_app, name="approvals")
 app.add_typer(codec.codec_app, name="codec")
 app.add_typer(receipts_app, name="receipts")
 app.add_typer(runs_app, name="runs")

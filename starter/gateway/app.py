@@ -31,6 +31,7 @@ from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.middleware import Boundary, CodecCors
 from starter.gateway.routes import admin as admin_routes
+from starter.gateway.routes import approvals as approval_routes
 from starter.gateway.routes import (
     capabilities,
     codec,
@@ -39,6 +40,7 @@ from starter.gateway.routes import (
     executions,
     receipts,
 )
+from starter.gateway.routes import policy as policy_routes
 from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
@@ -182,6 +184,8 @@ def create_app(
             receipts.router,
             capabilities.router,
             connections.router,
+            policy_routes.router,
+            approval_routes.router,
             admin_routes.router,
             connections.admin_router,
             evidence.router,

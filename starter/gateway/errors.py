@@ -41,6 +41,15 @@ STATUS: dict[str, int] = {
     "forbidden": 403,
     "scope_missing": 403,
     "connection_revoked": 403,
+    "bypass_not_allowed": 403,
+    "self_approval_forbidden": 403,
+    "approval_expired": 403,
+    "approval_rejected": 403,
+    "approval_not_found": 404,
+    "policy_version_not_found": 404,
+    "approval_mismatch": 409,
+    "approval_stale": 409,
+    "approval_not_pending": 409,
     "capability_not_found": 404,
     "execution_not_found": 404,
     "receipt_not_found": 404,
@@ -196,12 +205,15 @@ ERROR_DESCRIPTIONS = {
     "`details.errors`), `unsupported_schema_version`, `idempotency_key_invalid`, "
     "`invalid_cursor`.",
     401: "`unauthenticated`: no API key, or an unknown or revoked one.",
-    403: "`forbidden`: the key may not use this route.",
+    403: "`forbidden`: the key may not use this route; `scope_missing`: it lacks the "
+    "route's scope; `bypass_not_allowed`, `self_approval_forbidden`, `approval_expired`.",
     404: "Not found (`not_found`, `receipt_not_found`, `execution_not_found`, "
-    "`capability_not_found`, `tenant_not_found`, `key_not_found`). Another tenant's records "
-    "are not found either.",
+    "`capability_not_found`, `tenant_not_found`, `key_not_found`, `approval_not_found`, "
+    "`policy_version_not_found`). Another tenant's records are not found either.",
     405: "`method_not_allowed`; the `Allow` header lists the methods.",
-    409: "`conflict`: the name is taken.",
+    409: "`conflict`: the name is taken; `approval_mismatch`: the decision names another "
+    "call or policy version than the one waiting (nothing changed); `approval_stale`: the "
+    "policy changed since the call; `approval_not_pending`: it was decided already.",
     413: "`payload_too_large`: the body is over the gateway's limit.",
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",

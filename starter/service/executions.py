@@ -49,6 +49,7 @@ from schemas.names import (
     RECEIPT_ATTRIBUTE,
     TENANT_ATTRIBUTE,
 )
+from schemas.policy import Approval, ApprovalRef
 from schemas.records import Receipt
 from schemas.run import (
     ExecuteResult,
@@ -58,6 +59,7 @@ from schemas.run import (
 )
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
+from starter.service import approvals as approvals_service
 from starter.service.errors import MoatError, field_errors
 from store import connections, db, idempotency, outputs, policy, receipts, tenancy
 from store.keys.codec import OutputSealer
@@ -68,6 +70,8 @@ CAPABILITY_ATTR = SearchAttributeKey.for_keyword(CAPABILITY_ATTRIBUTE)
 KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
 RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
 MAX_INPUT_DEPTH = MAX_JSON_DEPTH
+# How often a run that may wait for a person is looked at while the gateway waits for it.
+APPROVAL_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,8 @@ class Executions:
         unfinished: Unfinished | None = None,
         *,
         scopes: Sequence[str],
+        api_key_id: str = "",
+        may_await_approval: bool = False,
     ) -> Outcome:
         """Start the run, or attach to the one already running for this key, and wait.
 
@@ -314,7 +320,11 @@ class Executions:
         resumed by a new run once it has ended without recording. The new run derives the
         same downstream ``Idempotency-Key``, so the provider dedupes an effect the ended run
         may already have caused. ``scopes`` are the caller's key's: the run's policy step
-        checks them against the capability's."""
+        checks them against the capability's.
+
+        ``may_await_approval`` (the tenant's policy is strict): a run that waits for a
+        person is answered ``accepted`` with its approval as soon as it asks, not after the
+        whole wait budget."""
         receipt_id = unfinished.receipt_id if unfinished else str(uuid7())
         request_id = str(uuid7())
         req = prepared.request
@@ -337,6 +347,7 @@ class Executions:
             local_activities=self._settings.local_activities,
             dry_run=req.dry_run,
             scopes=list(scopes),
+            api_key_id=api_key_id,
         )
         arg = self._start_keys.signed(arg, workflow_id)
         handle = await self._client.start_workflow(
@@ -347,6 +358,9 @@ class Executions:
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             result_type=ExecuteResult,
+            # The run's line in the Web UI's list; the run keeps its details current.
+            static_summary=f"{prepared.capability.id}@{prepared.capability.version} "
+            f"· receipt {receipt_id}",
             memo={
                 "receipt_id": receipt_id,
                 "input_hash": prepared.input_hash,
@@ -364,7 +378,9 @@ class Executions:
             ),
         )
         try:
-            result = await asyncio.wait_for(handle.result(), wait_seconds)
+            result = await self._wait(
+                handle, tenant_id, workflow_id, wait_seconds, may_await_approval and not req.dry_run
+            )
         except TimeoutError:
             return await self._accepted(handle, receipt_id, request_id, prepared, trace_id)
         except WorkflowFailureError as err:
@@ -390,6 +406,39 @@ class Executions:
         attached = result.request_id != request_id or result.receipt.id != receipt_id
         return await self._finished(result.receipt, result.replayed or attached, prepared)
 
+    async def _wait(
+        self,
+        handle: Any,
+        tenant_id: str,
+        workflow_id: str,
+        wait_seconds: float,
+        approvals_possible: bool,
+    ) -> ExecuteResult:
+        """The run's result within ``wait_seconds``; ``TimeoutError`` when it is not there,
+        or as soon as the run waits for a person (nobody answers that in a wait budget)."""
+        if not approvals_possible:
+            result: ExecuteResult = await asyncio.wait_for(handle.result(), wait_seconds)
+            return result
+        task = asyncio.ensure_future(handle.result())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        try:
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({task}, timeout=min(APPROVAL_POLL_SECONDS, left))
+                if done:
+                    return task.result()  # type: ignore[no-any-return]
+                if await self._awaited_approval(tenant_id, workflow_id) is not None:
+                    raise TimeoutError
+        finally:
+            task.cancel()
+
+    async def _awaited_approval(self, tenant_id: str, workflow_id: str) -> Approval | None:
+        async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
+            return await approvals_service.pending_of_workflow(session, tenant_id, workflow_id)
+
     async def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
         if receipt.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, receipt.id)
@@ -411,6 +460,8 @@ class Executions:
         if memo.get("input_hash", prepared.input_hash) != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, memo.get("receipt_id"))
         running_id = memo.get("receipt_id", receipt_id)
+        tenant_id = _tenant_of(handle.id)
+        approval = await self._awaited_approval(tenant_id, handle.id) if tenant_id else None
         envelope = Envelope(
             receipt_id=running_id,
             trace_id=trace_id,
@@ -418,6 +469,7 @@ class Executions:
             idempotency_key=prepared.idempotency_key,
             workflow_id=handle.id,
             run_id=handle.result_run_id,
+            approval=ApprovalRef.of(approval) if approval else None,
         )
         attached = memo.get("request_id", request_id) != request_id or running_id != receipt_id
         return Outcome(envelope, replayed=attached)
@@ -450,7 +502,9 @@ async def recorded(
     claim = await idempotency.find_claim_by_receipt(session, tenant_id, receipt_id)
     if claim is None:
         return None
-    return _accepted(receipt_id, trace_id, claim.key, claim.workflow_id)
+    envelope = _accepted(receipt_id, trace_id, claim.key, claim.workflow_id)
+    approval = await approvals_service.pending_for(session, tenant_id, receipt_id)
+    return envelope.model_copy(update={"approval": ApprovalRef.of(approval) if approval else None})
 
 
 def _accepted(receipt_id: str, trace_id: str, key: str | None, workflow_id: str) -> Envelope:
@@ -461,6 +515,12 @@ def _accepted(receipt_id: str, trace_id: str, key: str | None, workflow_id: str)
         idempotency_key=key,
         workflow_id=workflow_id,
     )
+
+
+def _tenant_of(workflow_id: str) -> str | None:
+    """The tenant in an execution's workflow id (``exec/<tenant>/<digest>``)."""
+    parts = workflow_id.split("/")
+    return parts[1] if len(parts) >= 3 and parts[0] == "exec" else None
 
 
 def _refused_start(err: WorkflowFailureError) -> bool:

@@ -99,6 +99,12 @@ async def set_allow_hosts(session: AsyncSession, tenant: Tenant, hosts: list[str
     return tenants.to_tenant_info(updated)
 
 
+async def set_allow_bypass(session: AsyncSession, tenant: Tenant, allowed: bool) -> None:
+    """Whether the tenant may set policy mode ``bypass``. Only the owner role may write it."""
+    tenant.allow_bypass = allowed
+    await session.flush()
+
+
 async def create_key(
     session: AsyncSession,
     tenant_id: str,

@@ -11,8 +11,8 @@ from typing import Any
 
 from schemas.names import EXECUTE_WORKFLOW, RETENTION_WORKFLOW
 from schemas.retention import RetentionInput, RetentionReport
-from store import budgets
-from tests.histories.recorder import Recorder, Run
+from store import api_keys, budgets, policy_versions, tenancy
+from tests.histories.recorder import Gateway, Recorder, Run
 from tests.support.fakes import Step
 
 
@@ -161,6 +161,39 @@ async def unsigned_start(rec: Recorder) -> dict[str, Run]:
     }
 
 
+async def _awaiting_approval(rec: Recorder, key: str, ttl: int) -> tuple[Gateway, dict[str, Any]]:
+    """A strict policy whose rule holds ``demo.echo`` for approval, and a call waiting."""
+    gw = await rec.gateway()
+    rule = {"capability": "demo.*", "requires_approval": True, "approval_ttl_seconds": ttl}
+    async with rec.sessions.begin() as session:
+        await tenancy.set_tenant(session, gw.tenant_id)
+        await policy_versions.add(
+            session, gw.tenant_id, "strict", {"mode": "strict", "rules": [rule]}, "histories"
+        )
+    answer = await rec.execute(gw, "demo.echo", ECHO, key)
+    assert answer["status"] == "accepted" and answer["approval"], answer
+    return gw, answer
+
+
+async def approval_approved(rec: Recorder) -> dict[str, Run]:
+    gw, answer = await _awaiting_approval(rec, "approved", ttl=3600)
+    async with rec.sessions.begin() as session:
+        approver = await api_keys.create_api_key(session, gw.tenant_id, scopes=["approvals:write"])
+    approval = answer["approval"]
+    decided = await rec.http.post(
+        f"{gw.url}/v1/approvals/{approval['id']}/approve",
+        json={"input_hash": approval["input_hash"], "policy_version": approval["policy_version"]},
+        headers={"Authorization": f"Bearer {approver}"},
+    )
+    assert decided.status_code == 200, decided.text
+    return {"approval_approved": await rec.latest(answer)}
+
+
+async def approval_expired(rec: Recorder) -> dict[str, Run]:
+    _, answer = await _awaiting_approval(rec, "expired", ttl=1)
+    return {"approval_expired": await rec.latest(answer)}
+
+
 async def retention(rec: Recorder) -> dict[str, Run]:
     """As the retention schedule starts it (no ``as_of``: the run's own start time)."""
     workflow_id = f"manifest-retention-{uuid.uuid4().hex[:8]}"
@@ -262,6 +295,20 @@ DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {
             "refused_unsigned_start",
             "a start through the codec without the start signature: the policy step "
             "refuses it (start_not_signed), the run fails",
+        ),
+    ),
+    approval_approved: (
+        _execute(
+            "approval_approved",
+            "strict policy: the run asks for approval, waits (awaiting_approval), a person "
+            "approves through the update, the adapter runs once",
+        ),
+    ),
+    approval_expired: (
+        _execute(
+            "approval_expired",
+            "strict policy: nobody decides within the approval's TTL; the timer fires, the "
+            "approval expires, the run fails approval_expired without an adapter call",
         ),
     ),
     retention: (

@@ -8,7 +8,7 @@ tenant goes through the database's one cross-tenant function for it.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Request
 
@@ -21,9 +21,10 @@ from schemas.api import (
     TenantInfo,
     TenantUpdate,
 )
+from schemas.policy import ADMIN_ACTOR, Approval, ApprovalDecision, PolicyDocument, PolicyVersion
 from starter.gateway.deps import deps_of, require_admin
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, tenants
+from starter.service import MoatError, approvals, policy, tenants
 
 router = APIRouter(
     prefix="/v1/admin",
@@ -79,7 +80,7 @@ async def get_tenant(request: Request, tenant_id: TenantId) -> TenantInfo:
 
 @router.patch(
     "/tenants/{tenant_id}",
-    summary="Change a tenant's settings (its http.request host allow-list)",
+    summary="Change a tenant's settings (host allow-list, whether it may use bypass)",
     response_model=TenantInfo,
     responses=documented_errors(404),
 )
@@ -87,8 +88,10 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     """Fields left out keep their value. `http_allow_hosts` replaces the tenant's list of
     non-public hosts its `http.request` may call, besides the worker's own list: `host`
     (ports 80 and 443 only) or `host:port`, IPv6 as `[address]:port`; an address also admits
-    names resolving to it. Written as the database owner role, so this gateway needs the
-    owner's URL (`MOAT_DATABASE_URL`)."""
+    names resolving to it. `allow_bypass` lets the tenant set policy mode `bypass` (every
+    bypassed execution is recorded as such); false takes it back, and a tenant whose policy
+    says `bypass` is then held to `standard`. Written as the database owner role, so this
+    gateway needs the owner's URL (`MOAT_DATABASE_URL`)."""
     owner = deps_of(request).owner_sessions
     if owner is None:
         raise MoatError(
@@ -101,6 +104,8 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
         tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
             raise _no_tenant(tenant_id)
+        if body.allow_bypass is not None:
+            await tenants.set_allow_bypass(session, tenant, body.allow_bypass)
         if body.http_allow_hosts is None:
             return tenants.tenant_info(tenant)
         return await tenants.set_allow_hosts(session, tenant, body.http_allow_hosts)
@@ -149,3 +154,62 @@ async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
     if key is None:
         raise MoatError("key_not_found", f"No API key {key_id!r}.")
     return key
+
+
+@router.get(
+    "/tenants/{tenant_id}/policy",
+    summary="A tenant's policy in force",
+    response_model=PolicyVersion,
+    responses=documented_errors(404),
+)
+async def get_tenant_policy(request: Request, tenant_id: TenantId) -> PolicyVersion:
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await tenants.get_tenant(session, tenant_id)
+        if tenant is None:
+            raise _no_tenant(tenant_id)
+        return await policy.current(session, tenant)
+
+
+@router.put(
+    "/tenants/{tenant_id}/policy",
+    summary="Replace a tenant's policy (a new version)",
+    response_model=PolicyVersion,
+    responses=documented_errors(404),
+)
+async def put_tenant_policy(
+    request: Request, tenant_id: TenantId, body: PolicyDocument
+) -> PolicyVersion:
+    """As `PUT /v1/policy`, recorded as made by `admin`."""
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await tenants.get_tenant(session, tenant_id)
+        if tenant is None:
+            raise _no_tenant(tenant_id)
+        return await policy.replace(session, tenant, body, ADMIN_ACTOR)
+
+
+@router.post(
+    "/tenants/{tenant_id}/approvals/{approval_id}/{action}",
+    summary="Approve or reject a tenant's pending call as the admin",
+    response_model=Approval,
+    responses=documented_errors(404, 409),
+)
+async def decide_approval(
+    request: Request,
+    tenant_id: TenantId,
+    approval_id: Annotated[str, Path(max_length=64, pattern=r"^apr_[0-9a-f]+$")],
+    action: Literal["approve", "reject"],
+    body: ApprovalDecision,
+) -> Approval:
+    """The same binding and checks as `/v1/approvals/{id}/approve|reject`; the decider on
+    the record is `admin`."""
+    deps = deps_of(request)
+    return await approvals.decide(
+        deps.sessions,
+        deps.client,
+        deps.executions.sealer,
+        tenant_id=tenant_id,
+        approval_id=approval_id,
+        action=action,
+        decision=body,
+        actor=ADMIN_ACTOR,
+    )

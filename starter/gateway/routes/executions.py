@@ -21,7 +21,7 @@ from starter.gateway.deps import (
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors, execution_status
 from starter.runtime import observability
-from starter.service import executions
+from starter.service import executions, policy
 from starter.service.executions import Outcome
 
 router = APIRouter()
@@ -61,7 +61,8 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
             **{REPLAYED_HEADER: "`true` when the stored answer of an earlier request is replayed."},
         ),
         202: _envelope_response(
-            "`accepted`: still running after the wait budget; poll `Location`.",
+            "`accepted`: still running after the wait budget, or waiting for a person's "
+            "approval (`approval` names it); poll `Location`.",
             Location="Where to poll: `/v1/executions/{receipt_id}`.",
             **{"Preference-Applied": "`wait=N` when the `Prefer: wait=N` header was honoured."},
         ),
@@ -117,6 +118,9 @@ async def execute(
         prepared = executions.prepare(body, idempotency_key, deps.catalog)
         await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
         found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
+        strict = not isinstance(found, Outcome) and await policy.is_strict(
+            session, tenant.tenant_id, tenant.policy_mode
+        )
     headers: dict[str, str] = {}
     if isinstance(found, Outcome):
         outcome = found
@@ -133,6 +137,8 @@ async def execute(
             wait,
             found,
             scopes=tenant.scopes,
+            api_key_id=tenant.key_id,
+            may_await_approval=strict,
         )
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"

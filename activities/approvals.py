@@ -1,0 +1,141 @@
+"""The approval steps of ``ExecuteCapability``: ask for a person's approval, and record the
+decision (approved, rejected, or expired when nobody decided in time).
+
+Each step is one transaction holding the approval's new state and the event that records
+it. The row itself arbitrates: it leaves ``pending`` once, so a decision racing the expiry
+(or another decision) finds the first one and changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.evidence import continue_chain
+from schemas.events import AggregateType, EventType
+from schemas.names import RECORD_APPROVAL, REQUEST_APPROVAL
+from schemas.policy import (
+    Approval,
+    ApprovalRecorded,
+    ApprovalRecordInput,
+    ApprovalRequestInput,
+    ApprovalStatus,
+    approval_id_for,
+)
+from store import approvals, policy_versions, tenancy
+from store import events as event_log
+from store.keys.codec import OutputSealer
+from store.models import ApprovalRow
+
+_OUTCOME = {
+    "approve": (ApprovalStatus.APPROVED, EventType.APPROVAL_GRANTED),
+    "reject": (ApprovalStatus.REJECTED, EventType.APPROVAL_REJECTED),
+    "expire": (ApprovalStatus.EXPIRED, EventType.APPROVAL_EXPIRED),
+}
+
+
+class ApprovalActivities:
+    """Built once in ``worker.py``."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], sealer: OutputSealer) -> None:
+        self._sessions = sessions
+        self._sealer = sealer
+
+    @activity.defn(name=REQUEST_APPROVAL)
+    async def request_approval(self, inp: ApprovalRequestInput) -> Approval:
+        """The execution's approval request, made now or found (a retried step, a reset
+        run): ``APPROVAL_REQUESTED`` is written with the request, once."""
+        now = datetime.now(UTC)
+        row = ApprovalRow(
+            id=approval_id_for(inp.receipt_id),
+            tenant_id=inp.tenant_id,
+            receipt_id=inp.receipt_id,
+            workflow_id=inp.workflow_id,
+            status=ApprovalStatus.PENDING.value,
+            capability_id=inp.capability_id,
+            capability_version=inp.capability_version,
+            input_hash=inp.input_hash,
+            policy_version=inp.policy_version,
+            requested_by=inp.requested_by,
+            allow_self_approval=inp.allow_self_approval,
+            requested_at=now,
+            expires_at=now + timedelta(seconds=inp.ttl_seconds),
+        )
+        approvals.seal_input(self._sealer, row, inp.input)
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            stored, inserted = await approvals.request(session, row)
+            if inserted:
+                chain = await continue_chain(
+                    session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.approval"
+                )
+                chain.add(
+                    EventType.APPROVAL_REQUESTED,
+                    AggregateType.APPROVAL,
+                    stored.id,
+                    input_hash=stored.input_hash,
+                    policy_version=stored.policy_version,
+                    capability_id=stored.capability_id,
+                    requested_by=stored.requested_by,
+                    expires_at=stored.expires_at.isoformat(),
+                )
+                await event_log.append(session, chain.drafts)
+            return approvals.to_approval(stored)
+
+    @activity.defn(name=RECORD_APPROVAL)
+    async def record_approval(self, inp: ApprovalRecordInput) -> ApprovalRecorded:
+        """Decide the approval unless it was decided already. An approval is refused (and
+        nothing changes) when the tenant's policy changed since the request
+        (``approval_stale``) or its time is up (``approval_expired``)."""
+        verdict = inp.verdict
+        now = datetime.now(UTC)
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            row = await approvals.get(session, inp.tenant_id, verdict.approval_id, lock=True)
+            if row is None:
+                raise ValueError(f"no approval {verdict.approval_id}")
+            if row.status != ApprovalStatus.PENDING.value:
+                return ApprovalRecorded(approval=approvals.to_approval(row))
+            if verdict.action != "expire" and (
+                verdict.input_hash != row.input_hash or verdict.policy_version != row.policy_version
+            ):
+                return ApprovalRecorded(
+                    approval=approvals.to_approval(row), refusal="approval_mismatch"
+                )
+            if verdict.action == "approve":
+                refusal = None
+                if now >= row.expires_at:
+                    refusal = "approval_expired"
+                elif await policy_versions.latest_version(session, inp.tenant_id) != (
+                    row.policy_version
+                ):
+                    refusal = "approval_stale"
+                if refusal is not None:
+                    return ApprovalRecorded(approval=approvals.to_approval(row), refusal=refusal)
+            status, event = _OUTCOME[verdict.action]
+            decided_by = verdict.decided_by if verdict.action != "expire" else "moat"
+            await approvals.decide(
+                session,
+                row,
+                status.value,
+                decided_by=decided_by,
+                decided_at=now,
+                comment=verdict.comment,
+                digest=verdict.input_hash if verdict.action != "expire" else None,
+            )
+            chain = await continue_chain(
+                session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.approval"
+            )
+            chain.add(
+                event,
+                AggregateType.APPROVAL,
+                row.id,
+                decided_by=decided_by,
+                input_hash=row.approved_digest,
+                policy_version=row.policy_version,
+                comment=row.comment,
+            )
+            await event_log.append(session, chain.drafts)
+            return ApprovalRecorded(approval=approvals.to_approval(row))

@@ -1,0 +1,128 @@
+"""``moat approvals``: the calls waiting for a person, and deciding them, through the
+gateway. ``approve`` and ``reject`` first show the call (its redacted input, digest and
+policy version) and bind the decision to exactly what was shown."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from schemas.policy import ApprovalStatus
+from schemas.settings import MoatSettings
+from starter.cli.output import AsJson, out, print_json
+from starter.cli.tenant_api import ApiKeyOption, call
+from starter.devstack.ports import local_settings
+
+approvals_app = typer.Typer(no_args_is_help=True, help="Approvals of calls held by policy.")
+
+ApiKey = Annotated[str | None, ApiKeyOption]
+STATUS_COLOURS = {"pending": "yellow", "approved": "green", "rejected": "red", "expired": "dim"}
+Comment = Annotated[str | None, typer.Option(help="Why, for the record.")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+@approvals_app.command("list")
+def list_(
+    status: Annotated[ApprovalStatus | None, typer.Option(help="Only these.")] = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Approvals, newest first."""
+    params = {"status": status.value if status else None}
+    answer = call(local_settings(), "GET", "/v1/approvals", api_key, params=params)
+    if as_json:
+        print_json(answer)
+        return
+    table = Table()
+    table.add_column("approval", no_wrap=True)
+    for name in ("status", "capability", "requested by", "expires (UTC)", "receipt"):
+        table.add_column(name)
+    for a in answer:
+        colour = STATUS_COLOURS.get(a["status"], "white")
+        table.add_row(
+            a["id"],
+            f"[{colour}]{a['status']}[/]",
+            f"{a['capability_id']}@{a['capability_version']}",
+            a["requested_by"],
+            a["expires_at"][:19].replace("T", " "),
+            a["receipt_id"],
+        )
+    out.print(table)
+    out.print(f"{len(answer)} approvals")
+
+
+def _table(a: dict[str, Any]) -> Table:
+    table = Table(show_header=False, title=f"approval {a['id']}")
+    rows = [
+        ("status", a["status"]),
+        ("capability", f"{a['capability_id']}@{a['capability_version']}"),
+        ("input (redacted)", json.dumps(a.get("input"), indent=2, ensure_ascii=False)),
+        ("input_hash", a["input_hash"]),
+        ("policy_version", str(a["policy_version"])),
+        ("requested by", a["requested_by"]),
+        ("requested at", a["requested_at"]),
+        ("expires at", a["expires_at"]),
+        ("receipt", a["receipt_id"]),
+    ]
+    if a.get("decided_by"):
+        rows += [
+            ("decided by", a["decided_by"]),
+            ("decided at", a["decided_at"] or ""),
+            ("approved digest", a.get("approved_digest") or ""),
+            ("comment", a.get("comment") or ""),
+        ]
+    for name, value in rows:
+        table.add_row(name, escape(value))
+    return table
+
+
+def _get(settings: MoatSettings, approval_id: str, api_key: str | None) -> dict[str, Any]:
+    answer: dict[str, Any] = call(settings, "GET", f"/v1/approvals/{approval_id}", api_key)
+    return answer
+
+
+@approvals_app.command("show")
+def show(approval_id: str, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """One approval with the redacted input it is about."""
+    answer = _get(local_settings(), approval_id, api_key)
+    if as_json:
+        print_json(answer)
+        return
+    out.print(_table(answer))
+
+
+def _decide(
+    action: str, approval_id: str, comment: str | None, yes: bool, api_key: str | None
+) -> None:
+    settings = local_settings()
+    shown = _get(settings, approval_id, api_key)
+    out.print(_table(shown))
+    if not yes and not typer.confirm(f"{action} this exact call?"):
+        raise typer.Exit(1)
+    body = {
+        "input_hash": shown["input_hash"],
+        "policy_version": shown["policy_version"],
+        "comment": comment,
+    }
+    decided = call(settings, "POST", f"/v1/approvals/{approval_id}/{action}", api_key, body)
+    out.print(f"{approval_id} {decided['status']} by {decided['decided_by']}")
+
+
+@approvals_app.command("approve")
+def approve(
+    approval_id: str, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
+) -> None:
+    """Approve the call shown (needs scope approvals:write; not the key that made it)."""
+    _decide("approve", approval_id, comment, yes, api_key)
+
+
+@approvals_app.command("reject")
+def reject(
+    approval_id: str, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
+) -> None:
+    """Reject the call shown: its run ends approval_rejected, the provider is not called."""
+    _decide("reject", approval_id, comment, yes, api_key)

@@ -1,0 +1,87 @@
+"""``moat policy``: the tenant's policy document (mode and rules), each ``set`` a new
+version, through the gateway."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from starter.cli.output import AsJson, fail, out, print_json
+from starter.cli.tenant_api import ApiKeyOption, call
+from starter.devstack.ports import local_settings
+
+policy_app = typer.Typer(no_args_is_help=True, help="The tenant's policy document.")
+
+ApiKey = Annotated[str | None, ApiKeyOption]
+
+
+def _rules_table(version: dict[str, Any]) -> Table:
+    title = f"policy version {version['version']}: mode {version['mode']}"
+    table = Table("capability", "approval", "ttl (s)", "approvers", "budget", title=title)
+    for rule in version["rules"]:
+        approval = rule.get("requires_approval")
+        budget = rule.get("budget")
+        table.add_row(
+            escape(rule["capability"]),
+            "catalog" if approval is None else ("required" if approval else "no"),
+            str(rule["approval_ttl_seconds"]),
+            escape(" ".join(rule["approvers"]))
+            + (" (self allowed)" if rule.get("allow_self_approval") else ""),
+            f"{budget['limit']} per {budget['period']}" if budget else "",
+        )
+    return table
+
+
+@policy_app.command("show")
+def show(
+    version: Annotated[int | None, typer.Option(help="An older version.")] = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """The policy in force (or an older version)."""
+    path = "/v1/policy" if version is None else f"/v1/policy/versions/{version}"
+    answer = call(local_settings(), "GET", path, api_key)
+    if as_json:
+        print_json(answer)
+        return
+    out.print(_rules_table(answer))
+
+
+@policy_app.command("set")
+def set_(
+    file: Annotated[Path, typer.Option("--file", help="The policy document (JSON).")],
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace the policy with a document ({"mode": …, "rules": […]}); needs a key with
+    scope policy:write. Pending approvals under the old version become stale."""
+    try:
+        document = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise fail(f"cannot read {file}: {exc}", 'give a JSON file: {"mode": "strict"}') from None
+    answer = call(local_settings(), "PUT", "/v1/policy", api_key, document)
+    if as_json:
+        print_json(answer)
+        return
+    out.print(_rules_table(answer))
+    out.print(f"policy version {answer['version']} is in force")
+
+
+@policy_app.command("history")
+def history(api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Every version, newest first."""
+    answer = call(local_settings(), "GET", "/v1/policy/versions", api_key)
+    if as_json:
+        print_json(answer)
+        return
+    table = Table("version", "mode", "rules", "by", "at (UTC)")
+    for v in answer:
+        table.add_row(
+            str(v["version"]), v["mode"], str(len(v["rules"])), v["created_by"], v["created_at"]
+        )
+    out.print(table)

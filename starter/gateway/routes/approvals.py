@@ -1,0 +1,102 @@
+"""Approval routes (``/v1/approvals``): the calls waiting for a person, and their decision.
+
+Reading needs any key of the tenant; deciding needs the scope ``approvals:write`` (the
+admin key decides through ``/v1/admin/tenants/{id}/approvals``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+
+from schemas.policy import APPROVALS_WRITE, Approval, ApprovalDecision, ApprovalStatus, key_actor
+from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.errors import documented_errors
+from starter.service import approvals
+
+router = APIRouter(
+    prefix="/v1/approvals", tags=["approvals"], responses=documented_errors(401, 403, 500)
+)
+
+ApprovalId = Annotated[str, Path(max_length=64, pattern=r"^apr_[0-9a-f]+$")]
+DECISION_ERRORS = documented_errors(400, 404, 409)
+
+
+@router.get("", summary="Approvals, newest first", response_model=list[Approval])
+async def list_approvals(
+    request: Request,
+    credentials: TenantKey,
+    status: Annotated[ApprovalStatus | None, Query(description="Only these.")] = None,
+    limit: Annotated[int, Query(ge=1, le=approvals.LIST_LIMIT)] = 50,
+) -> list[Approval]:
+    async with deps_of(request).sessions.begin() as session:
+        key = await authenticate(session, credentials)
+        return await approvals.list_approvals(session, key.tenant_id, status, limit)
+
+
+@router.get(
+    "/{approval_id}",
+    summary="One approval, with the redacted input it is about",
+    response_model=Approval,
+    responses=documented_errors(404),
+)
+async def get_approval(
+    request: Request, credentials: TenantKey, approval_id: ApprovalId
+) -> Approval:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        key = await authenticate(session, credentials)
+        return await approvals.get(session, deps.executions.sealer, key.tenant_id, approval_id)
+
+
+@router.post(
+    "/{approval_id}/approve",
+    summary="Approve the exact call",
+    response_model=Approval,
+    responses=DECISION_ERRORS,
+)
+async def approve(
+    request: Request, credentials: TenantKey, approval_id: ApprovalId, body: ApprovalDecision
+) -> Approval:
+    """`input_hash` and `policy_version` must be the approval's (`409 approval_mismatch`
+    otherwise, and nothing changes). `409 approval_stale`: the policy changed since the
+    call was made; `403 approval_expired`; `403 self_approval_forbidden`: the key that
+    made the call cannot approve it unless its rule allows. The run then executes once."""
+    return await _decide(request, credentials, approval_id, body, "approve")
+
+
+@router.post(
+    "/{approval_id}/reject",
+    summary="Reject the call",
+    response_model=Approval,
+    responses=DECISION_ERRORS,
+)
+async def reject(
+    request: Request, credentials: TenantKey, approval_id: ApprovalId, body: ApprovalDecision
+) -> Approval:
+    """The same binding as approving; the run ends `failed` with `403 approval_rejected`,
+    without calling the provider or using budget."""
+    return await _decide(request, credentials, approval_id, body, "reject")
+
+
+async def _decide(
+    request: Request,
+    credentials: TenantKey,
+    approval_id: str,
+    body: ApprovalDecision,
+    action: approvals.Action,
+) -> Approval:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        key = await authenticate(session, credentials, APPROVALS_WRITE)
+    return await approvals.decide(
+        deps.sessions,
+        deps.client,
+        deps.executions.sealer,
+        tenant_id=key.tenant_id,
+        approval_id=approval_id,
+        action=action,
+        decision=body,
+        actor=key_actor(key.key_id),
+        actor_scopes=key.scopes,
+    )

@@ -1,0 +1,71 @@
+"""Policy routes (``/v1/policy``): the tenant's policy document, each ``PUT`` a new version.
+Reading needs any key of the tenant; replacing needs the scope ``policy:write``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.policy import POLICY_WRITE, PolicyDocument, PolicyVersion, key_actor
+from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.errors import documented_errors
+from starter.service import MoatError, policy, tenants
+from store.models import Tenant
+
+router = APIRouter(prefix="/v1/policy", tags=["policy"], responses=documented_errors(401, 403, 500))
+
+Version = Annotated[int, Path(ge=0, le=2**31 - 1)]
+
+
+@router.get("", summary="The policy in force", response_model=PolicyVersion)
+async def get_policy(request: Request, credentials: TenantKey) -> PolicyVersion:
+    """Mode, rules and `version` (0: the tenant's mode before its first document)."""
+    async with deps_of(request).sessions.begin() as session:
+        key = await authenticate(session, credentials)
+        return await policy.current(session, await _tenant(session, key.tenant_id))
+
+
+@router.put(
+    "",
+    summary="Replace the policy (a new version)",
+    response_model=PolicyVersion,
+    responses=documented_errors(400),
+)
+async def put_policy(
+    request: Request, credentials: TenantKey, body: PolicyDocument
+) -> PolicyVersion:
+    """Stores the document as the next version and answers it with its `version`. It
+    applies to executions checked from now on; approvals pending under an older version
+    become stale. `bypass` needs an operator's consent (`bypass_not_allowed`)."""
+    async with deps_of(request).sessions.begin() as session:
+        key = await authenticate(session, credentials, POLICY_WRITE)
+        tenant = await _tenant(session, key.tenant_id)
+        return await policy.replace(session, tenant, body, key_actor(key.key_id))
+
+
+@router.get("/versions", summary="Every version, newest first", response_model=list[PolicyVersion])
+async def list_versions(request: Request, credentials: TenantKey) -> list[PolicyVersion]:
+    async with deps_of(request).sessions.begin() as session:
+        key = await authenticate(session, credentials)
+        return await policy.history(session, await _tenant(session, key.tenant_id))
+
+
+@router.get(
+    "/versions/{version}",
+    summary="One version",
+    response_model=PolicyVersion,
+    responses=documented_errors(404),
+)
+async def get_version(request: Request, credentials: TenantKey, version: Version) -> PolicyVersion:
+    async with deps_of(request).sessions.begin() as session:
+        key = await authenticate(session, credentials)
+        return await policy.version(session, await _tenant(session, key.tenant_id), version)
+
+
+async def _tenant(session: AsyncSession, tenant_id: str) -> Tenant:
+    tenant = await tenants.get_tenant(session, tenant_id)
+    if tenant is None:
+        raise MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+    return tenant

@@ -1,0 +1,191 @@
+"""Approvals: list and read them, and decide one, for the tenant's API and the CLI.
+
+A decision binds to the exact call: the ``input_hash`` and ``policy_version`` the person
+saw must be the pending request's (``approval_mismatch`` otherwise, and nothing changes).
+An approval under a policy that has changed since is stale; one past its expiry is
+expired; the key that made the call may not approve it unless its rule allows. The
+decision reaches the waiting run as a Temporal update, whose validator checks the binding
+again and whose activity records the decision with its event in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from schemas.names import DECIDE_APPROVAL_UPDATE
+from schemas.policy import (
+    ADMIN_ACTOR,
+    Approval,
+    ApprovalAction,
+    ApprovalDecision,
+    ApprovalStatus,
+    ApprovalVerdict,
+)
+from schemas.scopes import missing_scopes
+from starter.service.errors import MoatError
+from store import approvals, policy_versions, tenancy
+from store.keys.codec import OutputSealer
+from store.models import ApprovalRow
+
+LIST_LIMIT = 200
+Action = Literal["approve", "reject"]
+_MESSAGES = {
+    "approval_mismatch": "The decision names another call or policy version than the one "
+    "waiting: read the approval again (GET /v1/approvals/{id}) and decide on what it shows.",
+    "approval_stale": "The tenant's policy changed since this call asked for approval: the "
+    "agent must make the call again under the current policy.",
+    "approval_expired": "The approval's time is up; the run ends with approval_expired.",
+    "approval_not_pending": "The approval is no longer pending.",
+}
+
+
+def not_found(approval_id: str) -> MoatError:
+    return MoatError("approval_not_found", f"No approval {approval_id[:80]!r}.")
+
+
+async def list_approvals(
+    session: AsyncSession, tenant_id: str, status: ApprovalStatus | None, limit: int = LIST_LIMIT
+) -> list[Approval]:
+    """Newest first, without their inputs (``show`` has them)."""
+    rows = await approvals.listing(session, tenant_id, status.value if status else None, limit)
+    return [approvals.to_approval(r) for r in rows]
+
+
+async def get(
+    session: AsyncSession, sealer: OutputSealer, tenant_id: str, approval_id: str
+) -> Approval:
+    """One approval with the redacted input it is about."""
+    row = await approvals.get(session, tenant_id, approval_id)
+    if row is None:
+        raise not_found(approval_id)
+    return approvals.to_approval(row, sealer)
+
+
+async def pending_for(session: AsyncSession, tenant_id: str, receipt_id: str) -> Approval | None:
+    """The approval an execution waits for, if it waits for one."""
+    row = await approvals.by_receipt(session, tenant_id, receipt_id)
+    if row is None or row.status != ApprovalStatus.PENDING.value:
+        return None
+    return approvals.to_approval(row)
+
+
+async def pending_of_workflow(
+    session: AsyncSession, tenant_id: str, workflow_id: str
+) -> Approval | None:
+    """The approval the execution running as ``workflow_id`` waits for, if any."""
+    row = await approvals.pending_of_workflow(session, tenant_id, workflow_id)
+    return approvals.to_approval(row) if row is not None else None
+
+
+async def decide(
+    sessions: async_sessionmaker[AsyncSession],
+    client: Client,
+    sealer: OutputSealer,
+    *,
+    tenant_id: str,
+    approval_id: str,
+    action: Action,
+    decision: ApprovalDecision,
+    actor: str,
+    actor_scopes: Sequence[str] = (),
+) -> Approval:
+    """Approve or reject for ``actor`` (``key:<id>`` with ``actor_scopes``, or ``admin``):
+    checked here, then sent to the waiting run, which records it. The approval as
+    recorded."""
+    async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+        row = await approvals.get(session, tenant_id, approval_id)
+        if row is None:
+            raise not_found(approval_id)
+        current = await policy_versions.latest_version(session, tenant_id)
+        under = await policy_versions.get(session, tenant_id, row.policy_version)
+    if under is not None and actor != ADMIN_ACTOR:
+        rule = policy_versions.to_version(under).rule_for(row.capability_id)
+        if rule is not None and not _may_decide(rule.approvers, actor, actor_scopes):
+            raise MoatError(
+                "forbidden",
+                "The policy's rule for this capability names other approvers: "
+                + ", ".join(rule.approvers),
+                {"approval_id": row.id, "approvers": rule.approvers},
+            )
+    _check(row, action, decision, actor, current, datetime.now(UTC))
+    verdict = ApprovalVerdict(
+        approval_id=row.id,
+        action=action,
+        input_hash=decision.input_hash,
+        policy_version=decision.policy_version,
+        decided_by=actor,
+        comment=decision.comment,
+    )
+    handle = client.get_workflow_handle(row.workflow_id)
+    try:
+        decided = await handle.execute_update(DECIDE_APPROVAL_UPDATE, verdict, result_type=Approval)
+    except WorkflowUpdateFailedError as err:
+        raise _refusal(err.cause, row) from err
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise _refused("approval_not_pending", row) from err
+        raise
+    if decided.status.value != _STATUS[action] or decided.decided_by != actor:
+        # Another decision (or the expiry) came first.
+        raise _refused("approval_not_pending", row, status=decided.status.value)
+    async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+        return await get(session, sealer, tenant_id, approval_id)
+
+
+_STATUS = {"approve": "approved", "reject": "rejected", "expire": "expired"}
+
+
+def _may_decide(approvers: Sequence[str], actor: str, scopes: Sequence[str]) -> bool:
+    """Whether ``actor`` is one of a rule's ``approvers``: ``key:<id>`` names a key,
+    ``scope:<scope>`` any key holding that scope."""
+    for approver in approvers:
+        if approver == actor:
+            return True
+        if approver.startswith("scope:") and not missing_scopes(scopes, [approver[6:]]):
+            return True
+    return False
+
+
+def _check(
+    row: ApprovalRow,
+    action: ApprovalAction,
+    decision: ApprovalDecision,
+    actor: str,
+    current_version: int,
+    now: datetime,
+) -> None:
+    if row.status != ApprovalStatus.PENDING.value:
+        raise _refused("approval_not_pending", row, status=row.status)
+    if (decision.input_hash, decision.policy_version) != (row.input_hash, row.policy_version):
+        raise _refused("approval_mismatch", row)
+    if now >= row.expires_at:
+        raise _refused("approval_expired", row)
+    if action == "approve" and current_version != row.policy_version:
+        raise _refused("approval_stale", row, current_policy_version=current_version)
+    if action == "approve" and actor == row.requested_by and not row.allow_self_approval:
+        raise MoatError(
+            "self_approval_forbidden",
+            "The key that made this call cannot approve it (separation of duties): another "
+            "person's key with scope approvals:write, or the admin key, must decide.",
+            {"approval_id": row.id},
+        )
+
+
+def _refused(code: str, row: ApprovalRow, **details: object) -> MoatError:
+    return MoatError(code, _MESSAGES[code], {"approval_id": row.id, **details})
+
+
+def _refusal(cause: BaseException | None, row: ApprovalRow) -> MoatError:
+    """The run's refusal of the update, as the API's error."""
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type in _MESSAGES:
+            return _refused(cause.type, row)
+        cause = cause.__cause__
+    return _refused("approval_not_pending", row)

@@ -1,0 +1,88 @@
+"""A tenant's policy document: read it, replace it (a new version each time), read its
+history. For the tenant's own API, the admin API and the CLI alike.
+
+``bypass`` is refused unless the operators allowed it for the tenant. A rule's budget sets
+the tenant's budget of the capability it names, in the same transaction as the version, so
+a rule with a budget names one capability exactly (a pattern would name budgets not yet
+known).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.policy import PolicyDocument, PolicyVersion
+from schemas.records import PolicyMode
+from starter.service.errors import MoatError
+from store import budgets, policy_versions
+from store.models import Tenant
+
+_PATTERN_CHARS = set("*?[]")
+
+
+async def current(session: AsyncSession, tenant: Tenant) -> PolicyVersion:
+    """The tenant's policy in force (version 0 before its first document)."""
+    return await policy_versions.current(session, tenant.id, tenant)
+
+
+async def is_strict(session: AsyncSession, tenant_id: str, legacy_mode: str) -> bool:
+    """Whether the tenant's policy in force is ``strict`` (``legacy_mode``: its mode before
+    it had a document)."""
+    row = await policy_versions.latest(session, tenant_id)
+    return (row.mode if row is not None else legacy_mode) == PolicyMode.STRICT.value
+
+
+async def version(session: AsyncSession, tenant: Tenant, number: int) -> PolicyVersion:
+    if number == 0:
+        return PolicyVersion(mode=PolicyMode(tenant.policy_mode), version=0)
+    row = await policy_versions.get(session, tenant.id, number)
+    if row is None:
+        raise MoatError(
+            "policy_version_not_found",
+            f"The tenant has no policy version {number}; see GET /v1/policy/versions.",
+        )
+    return policy_versions.to_version(row)
+
+
+async def history(session: AsyncSession, tenant: Tenant) -> list[PolicyVersion]:
+    """Every stored version, newest first."""
+    return [
+        policy_versions.to_version(r) for r in await policy_versions.history(session, tenant.id)
+    ]
+
+
+async def replace(
+    session: AsyncSession, tenant: Tenant, document: PolicyDocument, created_by: str
+) -> PolicyVersion:
+    """Store ``document`` as the tenant's next version; it applies to executions checked
+    from now on, and makes approvals still pending under an older version stale."""
+    if document.mode == PolicyMode.BYPASS and not tenant.allow_bypass:
+        raise MoatError(
+            "bypass_not_allowed",
+            "This tenant may not use mode 'bypass': an operator must allow it first "
+            '(PATCH /v1/admin/tenants/{id} with {"allow_bypass": true}).',
+        )
+    for index, rule in enumerate(document.rules):
+        if rule.budget is not None and _PATTERN_CHARS & set(rule.capability):
+            raise MoatError(
+                "schema_validation_failed",
+                "A rule with a budget must name one capability, not a pattern.",
+                {
+                    "errors": [
+                        {
+                            "loc": ["rules", str(index), "capability"],
+                            "msg": "a pattern cannot carry a budget",
+                            "type": "value_error",
+                        }
+                    ]
+                },
+            )
+    row = await policy_versions.add(
+        session, tenant.id, document.mode.value, document.model_dump(mode="json"), created_by
+    )
+    for rule in document.rules:
+        if rule.budget is not None:
+            await budgets.set_budget(
+                session, tenant.id, rule.capability, rule.budget.limit, rule.budget.period
+            )
+    return policy_versions.to_version(row)

@@ -1,0 +1,87 @@
+"""A tenant's policy documents: one write-once row per version, numbered 1, 2, … per tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.policy import PolicyVersion
+from schemas.records import PolicyMode
+from store.models import PolicyVersionRow, Tenant
+
+
+async def latest(session: AsyncSession, tenant_id: str) -> PolicyVersionRow | None:
+    stmt = (
+        select(PolicyVersionRow)
+        .where(PolicyVersionRow.tenant_id == tenant_id)
+        .order_by(PolicyVersionRow.version.desc())
+        .limit(1)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def latest_version(session: AsyncSession, tenant_id: str) -> int:
+    """The number of the tenant's current document; 0 when it has none."""
+    stmt = select(func.coalesce(func.max(PolicyVersionRow.version), 0)).where(
+        PolicyVersionRow.tenant_id == tenant_id
+    )
+    return int((await session.execute(stmt)).scalar_one())
+
+
+async def get(session: AsyncSession, tenant_id: str, version: int) -> PolicyVersionRow | None:
+    return await session.get(PolicyVersionRow, (tenant_id, version))
+
+
+async def history(session: AsyncSession, tenant_id: str) -> Sequence[PolicyVersionRow]:
+    stmt = (
+        select(PolicyVersionRow)
+        .where(PolicyVersionRow.tenant_id == tenant_id)
+        .order_by(PolicyVersionRow.version.desc())
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def add(
+    session: AsyncSession, tenant_id: str, mode: str, document: dict[str, Any], created_by: str
+) -> PolicyVersionRow:
+    """Store the next version. Concurrent writers of one tenant queue on a transaction-scoped
+    advisory lock, so each gets its own number and none is lost."""
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
+        {"k": f"moat.policy:{tenant_id}"},
+    )
+    row = PolicyVersionRow(
+        tenant_id=tenant_id,
+        version=await latest_version(session, tenant_id) + 1,
+        mode=mode,
+        document=document,
+        created_by=created_by,
+    )
+    session.add(row)
+    await session.flush()
+    await session.refresh(row)
+    return row
+
+
+def to_version(row: PolicyVersionRow) -> PolicyVersion:
+    return PolicyVersion.model_validate(
+        {
+            **row.document,
+            "version": row.version,
+            "created_at": row.created_at,
+            "created_by": row.created_by,
+        }
+    )
+
+
+async def current(session: AsyncSession, tenant_id: str, tenant: Tenant | None) -> PolicyVersion:
+    """The tenant's current policy document; version 0 (its mode, no rules) before it has
+    one."""
+    row = await latest(session, tenant_id)
+    if row is not None:
+        return to_version(row)
+    mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
+    return PolicyVersion(mode=mode, version=0)
