@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 
 from activities import (
     Adapter,
+    DeliveryActivities,
     ExecuteActivities,
     HostGuard,
     HttpAdapter,
@@ -29,7 +30,7 @@ from store.keys.codec import OutputSealer
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import ExecuteCapability, ManifestRetention
+from workflows import DeliverWebhook, ExecuteCapability, ManifestRetention
 
 
 @asynccontextmanager
@@ -72,16 +73,24 @@ def build_worker(
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
+    delivery = DeliveryActivities(
+        sessions,
+        http,
+        HostGuard(settings.http_allow_hosts),
+        sealer,
+        timeout_seconds=settings.webhook_timeout_seconds,
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability, ManifestRetention],
+        workflows=[ExecuteCapability, ManifestRetention, DeliverWebhook],
         activities=[
             acts.check_policy,
             acts.call_adapter,
             acts.record_outcome,
             manifests.write_manifest,
             retention.expire_manifests,
+            delivery.attempt_delivery,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),

@@ -4,9 +4,11 @@ from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, h
 from activities.execute import ExecuteActivities
 from activities.manifest import ManifestActivities
 from activities.retention import RetentionActivities
+from activities.webhooks import DeliveryActivities
 
 __all__ = [
     "Adapter",
+    "DeliveryActivities",
     "ExecuteActivities",
     "HostGuard",
     "HttpAdapter",

@@ -157,7 +157,7 @@ class ManifestActivities:
                 )
             )
         if inp.dead_lettered:
-            outputs["compensating_action_ref"] = f"compensate/{receipt.tenant_id}/{receipt.id}"
+            outputs["compensating_action_ref"] = compensating_action_ref(receipt.id)
             extra["dlq_entry"] = True
         attempts = inp.tool.attempts if inp.tool is not None and not inp.replayed else 1
         return redact_manifest(

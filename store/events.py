@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import Event, EventDraft, RunState, apply
+from store import announcements
 from store.models import OrchestrationEvent, RunRow
 
 
@@ -35,6 +36,7 @@ async def append(session: AsyncSession, drafts: Sequence[EventDraft]) -> list[Ev
     rows = (await session.execute(stmt)).scalars().all()
     written = sorted((_event(r) for r in rows), key=lambda e: e.sequence_number)
     await _project(session, written)
+    await announcements.announce(session, written)
     return written
 
 
