@@ -31,6 +31,7 @@ from schemas.manifest import (
 )
 from schemas.names import WRITE_MANIFEST
 from schemas.run import ManifestInput, ManifestRef
+from schemas.webhooks import compensating_action_ref
 from store import events as event_log
 from store import manifests, tenancy
 from store.keys.signing import Keyring, sign_manifest

@@ -60,7 +60,7 @@ def body_of(row: OutboxRow) -> bytes:
 
 def retry_delay(base: float, failures: int, retry_after: timedelta | None) -> float:
     """Seconds to wait after the ``failures``-th failure."""
-    delay = base * 2 ** (failures - 1) * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311
+    delay: float = base * 2.0 ** (failures - 1) * random.uniform(1 - JITTER, 1 + JITTER)
     if retry_after is not None:
         delay = max(delay, retry_after.total_seconds())
     return delay

@@ -38,14 +38,18 @@ async def enqueue(
     call idempotent per subscription; the events of one aggregate are delivered to each
     endpoint in the order they were enqueued. Returns how many rows were written."""
     subscribers = (
-        await session.execute(
-            select(WebhookSubscription.id).where(
-                WebhookSubscription.tenant_id == tenant_id,
-                WebhookSubscription.status == SubscriptionStatus.ACTIVE.value,
-                WebhookSubscription.events.any(event_type.value),  # type: ignore[arg-type]
+        (
+            await session.execute(
+                select(WebhookSubscription.id).where(
+                    WebhookSubscription.tenant_id == tenant_id,
+                    WebhookSubscription.status == SubscriptionStatus.ACTIVE.value,
+                    WebhookSubscription.events.any(event_type.value),  # type: ignore[arg-type]
+                )
             )
         )
-    ).scalars().all()
+        .scalars()
+        .all()
+    )
     if not subscribers:
         return 0
     event = event_id or str(uuid7())

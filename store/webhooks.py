@@ -131,7 +131,9 @@ def signing_secrets(
         and row.previous_secret_expires_at is not None
         and row.previous_secret_expires_at > now
     ):
-        previous = sealer.open(row.previous_secret_kid, row.previous_secret_sealed, context).decode()
+        previous = sealer.open(
+            row.previous_secret_kid, row.previous_secret_sealed, context
+        ).decode()
     return SigningSecrets(current, previous)
 
 

@@ -33,7 +33,7 @@ class DeliverWebhook:
     @workflow.run
     async def run(self, inp: DeliveryInput) -> AttemptResult:
         while True:
-            result = await workflow.execute_activity(
+            result: AttemptResult = await workflow.execute_activity(
                 ATTEMPT_DELIVERY,
                 inp,
                 result_type=AttemptResult,

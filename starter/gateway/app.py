@@ -31,7 +31,15 @@ from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.middleware import Boundary, CodecCors
 from starter.gateway.routes import admin as admin_routes
-from starter.gateway.routes import capabilities, codec, evidence, executions, receipts
+from starter.gateway.routes import (
+    capabilities,
+    codec,
+    dead_letters,
+    evidence,
+    executions,
+    receipts,
+    webhooks,
+)
 from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
@@ -65,6 +73,16 @@ TAGS = [
         "name": "evidence",
         "description": "What happened, verifiably: an execution's event log, its signed run "
         "manifests, and the public keys that verify them.",
+    },
+    {
+        "name": "webhooks",
+        "description": "Tenants hear about outcomes: signed webhook subscriptions (Standard "
+        "Webhooks) and their delivery attempts.",
+    },
+    {
+        "name": "dead-letters",
+        "description": "What needs a person: deliveries out of attempts and executions whose "
+        "effect dead-lettered; requeue or resolve, and compensating-action records.",
     },
     {"name": "admin", "description": "Tenants and API keys; the admin key only."},
     {
@@ -120,6 +138,7 @@ def create_app(
             owner = make_sessionmaker(engines[-1])
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
+        sealer = OutputSealer.from_settings(settings)
         app.state.deps = Deps(
             settings=settings,
             sessions=db,
@@ -130,10 +149,11 @@ def create_app(
                 capability_catalog,
                 StartKeyring.from_settings(settings),
                 db,
-                OutputSealer.from_settings(settings),
+                sealer,
             ),
             catalog=capability_catalog,
             owner_sessions=owner,
+            sealer=sealer,
         )
         try:
             yield
@@ -169,6 +189,8 @@ def create_app(
             capabilities.router,
             admin_routes.router,
             evidence.router,
+            webhooks.router,
+            dead_letters.router,
             codec.router,
         ]
     for router in routers:

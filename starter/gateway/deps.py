@@ -23,6 +23,7 @@ from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
 from store import api_keys, tenancy
+from store.keys.codec import OutputSealer
 
 
 @dataclass
@@ -37,6 +38,14 @@ class Deps:
     # As the owner role, for the admin writes the application role may not make (a
     # tenant's host allow-list); None when this gateway has no owner URL.
     owner_sessions: async_sessionmaker[AsyncSession] | None = None
+    # Seals and opens webhook signing secrets (the codec's keys).
+    sealer: OutputSealer | None = None
+
+
+def sealer_of(deps: Deps) -> OutputSealer:
+    if deps.sealer is None:
+        deps.sealer = OutputSealer.from_settings(deps.settings)
+    return deps.sealer
 
 
 def deps_of(request: Request) -> Deps:

@@ -100,10 +100,12 @@ class OutboxRelay:
                 try:
                     if await self.dispatch() >= self._batch:
                         continue
-                except Exception:  # noqa: BLE001 - a relay outlives a database or Temporal blip
+                except Exception:
                     log.exception("outbox relay: dispatch failed; retrying")
                 woken = asyncio.create_task(self._wake.wait())
-                await asyncio.wait({woken, stopping}, timeout=self._poll, return_when="FIRST_COMPLETED")
+                await asyncio.wait(
+                    {woken, stopping}, timeout=self._poll, return_when="FIRST_COMPLETED"
+                )
                 woken.cancel()
         finally:
             stopping.cancel()

@@ -34,7 +34,8 @@ CREATE TABLE webhook_subscriptions (
     url text NOT NULL,
     events text[] NOT NULL,
     status varchar(16) NOT NULL DEFAULT 'active'
-        CONSTRAINT ck_webhook_subscriptions_status CHECK (status IN ('active', 'disabled', 'removed')),
+        CONSTRAINT ck_webhook_subscriptions_status
+        CHECK (status IN ('active', 'disabled', 'removed')),
     disabled_reason text,
     secret_kid varchar(100) NOT NULL,
     secret_sealed bytea NOT NULL,
