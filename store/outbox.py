@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import any_, delete, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -43,7 +43,7 @@ async def enqueue(
                 select(WebhookSubscription.id).where(
                     WebhookSubscription.tenant_id == tenant_id,
                     WebhookSubscription.status == SubscriptionStatus.ACTIVE.value,
-                    WebhookSubscription.events.any(event_type.value),  # type: ignore[arg-type]
+                    literal(event_type.value) == any_(WebhookSubscription.events),
                 )
             )
         )
@@ -91,10 +91,12 @@ class Due:
     generation: int
 
 
-async def claim_due(session: AsyncSession, limit: int) -> list[Due]:
-    """Rows of every tenant ready for a delivery workflow, locked until the caller's
-    transaction ends (other relays skip them)."""
-    rows = await session.execute(text("SELECT * FROM moat_outbox_due(:n)"), {"n": limit})
+async def claim_due(session: AsyncSession, limit: int, tenant_id: str | None = None) -> list[Due]:
+    """Rows (of every tenant, or one) ready for a delivery workflow, locked until the
+    caller's transaction ends (other relays skip them)."""
+    rows = await session.execute(
+        text("SELECT * FROM moat_outbox_due(:n, :tenant)"), {"n": limit, "tenant": tenant_id}
+    )
     return [Due(r.id, r.tenant_id, r.generation) for r in rows]
 
 

@@ -45,6 +45,7 @@ class OutboxRelay:
         listen_url: str | None,
         poll_seconds: float,
         batch: int = BATCH,
+        tenant_id: str | None = None,
     ) -> None:
         self._client = client
         self._sessions = sessions
@@ -52,6 +53,7 @@ class OutboxRelay:
         self._listen_url = listen_url
         self._poll = poll_seconds
         self._batch = batch
+        self._tenant = tenant_id  # one tenant's rows only (tests, benchmarks); None: all
         self._wake = asyncio.Event()
 
     @classmethod
@@ -62,6 +64,7 @@ class OutboxRelay:
         settings: MoatSettings,
         *,
         task_queue: str | None = None,
+        tenant_id: str | None = None,
     ) -> OutboxRelay:
         return cls(
             client,
@@ -69,12 +72,13 @@ class OutboxRelay:
             task_queue=task_queue or settings.task_queue,
             listen_url=libpq_url(settings.app_sqlalchemy_url) if settings.outbox_listen else None,
             poll_seconds=settings.outbox_poll_seconds,
+            tenant_id=tenant_id,
         )
 
     async def dispatch(self) -> int:
         """Start the delivery of every due row (one batch); returns how many were due."""
         async with self._sessions.begin() as session:
-            due = await outbox.claim_due(session, self._batch)
+            due = await outbox.claim_due(session, self._batch, self._tenant)
             await asyncio.gather(*(self._start(d) for d in due))
             await outbox.mark_dispatched(session, due)
         return len(due)

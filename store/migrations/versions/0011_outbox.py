@@ -150,10 +150,10 @@ def _relay(schema: str) -> str:
     return f"""
 CREATE POLICY definer_relay ON outbox TO CURRENT_USER USING ({scope}) WITH CHECK ({scope});
 
--- Pending rows no delivery has been started for, oldest first, each the head of its
--- (subscription, aggregate) queue so one execution's events reach an endpoint in order;
--- locked until the caller's transaction ends, skipped by other relays meanwhile.
-CREATE FUNCTION moat_outbox_due(p_limit integer)
+-- Pending rows (of one tenant, or all) no delivery has been started for, oldest first,
+-- each the head of its (subscription, aggregate) queue so one execution's events reach an
+-- endpoint in order; locked until the caller's transaction ends, skipped by other relays.
+CREATE FUNCTION moat_outbox_due(p_limit integer, p_tenant text DEFAULT NULL)
 RETURNS TABLE (id text, tenant_id text, generation integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = {path}
@@ -166,6 +166,7 @@ BEGIN
         SELECT o.id::text, o.tenant_id::text, o.generation
         FROM outbox o
         WHERE o.status = 'pending' AND o.dispatched_generation < o.generation
+          AND (p_tenant IS NULL OR o.tenant_id = p_tenant)
           AND NOT EXISTS (
               SELECT 1 FROM outbox p
               WHERE p.subscription_id = o.subscription_id
@@ -177,8 +178,8 @@ BEGIN
     {scope_off}
 END;
 $$;
-REVOKE ALL ON FUNCTION moat_outbox_due(integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION moat_outbox_due(integer) TO {APP_ROLE};
+REVOKE ALL ON FUNCTION moat_outbox_due(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION moat_outbox_due(integer, text) TO {APP_ROLE};
 
 CREATE FUNCTION moat_outbox_dispatched(p_ids text[], p_generations integer[])
 RETURNS void
@@ -228,7 +229,7 @@ def downgrade() -> None:
     op.execute(
         """
 DROP FUNCTION moat_outbox_dispatched(text[], integer[]);
-DROP FUNCTION moat_outbox_due(integer);
+DROP FUNCTION moat_outbox_due(integer, text);
 DROP TABLE compensating_actions;
 DROP TABLE dead_letters;
 DROP TABLE webhook_deliveries;
