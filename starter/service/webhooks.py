@@ -8,6 +8,7 @@ guard at every delivery (a name may point elsewhere by then)."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -22,7 +23,7 @@ from schemas.webhooks import (
     WebhookWithSecret,
 )
 from starter.service.errors import MoatError
-from store import outbox, tenants, webhooks
+from store import db, outbox, tenants, webhooks
 from store.keys.codec import OutputSealer
 from store.models import WebhookSubscription
 
@@ -31,8 +32,13 @@ def webhook_not_found(subscription_id: str) -> MoatError:
     return MoatError("webhook_not_found", f"No webhook {subscription_id[:80]!r}.")
 
 
+_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
 def check_url(url: str, allow: Iterable[str]) -> None:
     """Refuse a URL no delivery could be sent to, with what to do about it."""
+    if not db.storable(url):
+        raise MoatError("webhook_url_invalid", "The webhook URL holds characters no URL has.")
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError) as err:
@@ -86,7 +92,11 @@ async def list_webhooks(session: AsyncSession, tenant_id: str) -> list[Webhook]:
 async def _found(
     session: AsyncSession, tenant_id: str, subscription_id: str
 ) -> WebhookSubscription:
-    row = await webhooks.get(session, tenant_id, subscription_id, lock=True)
+    row = (
+        await webhooks.get(session, tenant_id, subscription_id, lock=True)
+        if _ID.match(subscription_id)
+        else None
+    )
     if row is None or row.status == "removed":
         raise webhook_not_found(subscription_id)
     return row
@@ -109,7 +119,11 @@ async def remove(session: AsyncSession, tenant_id: str, subscription_id: str) ->
 async def deliveries(
     session: AsyncSession, tenant_id: str, subscription_id: str, limit: int
 ) -> list[Delivery]:
-    row = await webhooks.get(session, tenant_id, subscription_id)
+    row = (
+        await webhooks.get(session, tenant_id, subscription_id)
+        if _ID.match(subscription_id)
+        else None
+    )
     if row is None:
         raise webhook_not_found(subscription_id)
     return [

@@ -92,7 +92,7 @@ async def rotate_secret(
     tags=["webhooks"],
     summary="A subscription's delivery attempts, newest first",
     response_model=DeliveryList,
-    responses=documented_errors(401, 404, 500),
+    responses=documented_errors(400, 401, 404, 500),
 )
 async def list_deliveries(
     request: Request,
