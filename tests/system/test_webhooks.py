@@ -391,3 +391,50 @@ async def test_dead_lettered_execution_in_order_with_compensating_action(
         keys = [c.headers.get("idempotency-key") for c in provider.calls_to("/always-500")]
         assert len(set(keys)) == 2  # the new attempt went under a new downstream key
         assert keys[-1] not in keys[:-1]
+
+
+async def test_relay_dying_before_its_mark_starts_nothing_twice(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with make_stack(http_allow_hosts=[endpoint.allow_entry]) as stack:
+        await subscribe(stack, endpoint.script("/relay-crash", 200))
+        await stack.execute("demo.echo", {"message": "hi"}, key="relay-crash")
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        mark = outbox.mark_dispatched
+
+        async def dies(*args: Any) -> None:
+            raise Fault
+
+        monkeypatch.setattr(outbox, "mark_dispatched", dies)
+        with pytest.raises(Fault):
+            await relay.dispatch()  # started the workflow, then died before marking
+        monkeypatch.setattr(outbox, "mark_dispatched", mark)
+        assert await relay.dispatch() == 1  # the row is due again: started again...
+        assert await relay.dispatch() == 0
+        await endpoint.wait_for("/relay-crash", 1)
+        await settled(stack)
+        assert len(endpoint.to("/relay-crash")) == 1  # ...as the same workflow
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("http://10.1.2.3/hook", "webhook_url_not_allowed"),
+        ("http://127.0.0.1:9/hook", "webhook_url_not_allowed"),
+        ("http://[::ffff:169.254.169.254]/hook", "webhook_url_not_allowed"),
+        ("ftp://hooks.example.com/hook", "webhook_url_invalid"),
+        ("hooks.example.com/hook", "webhook_url_invalid"),
+    ],
+)
+async def test_endpoint_urls_pass_the_host_guard(stack: Stack, url: str, code: str) -> None:
+    response = await api(
+        stack, "POST", "/v1/webhooks", json={"url": url, "events": ["execution.failed"]}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
