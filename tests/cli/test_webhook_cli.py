@@ -7,15 +7,20 @@ import asyncio
 import json
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from starter.cli import app as cli
+from starter.cli import dead_letters as dlq_command
+from starter.cli import webhooks as webhook_command
 from tests.support.stack import Stack
 
 
 async def test_webhook_and_dlq_commands(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
     monkeypatch.setenv("MOAT_API_KEY", stack.api_key)
+    for module in (webhook_command, dlq_command):  # wide enough for whole ids
+        monkeypatch.setattr(module, "out", Console(width=240))
     runner = CliRunner()
 
     async def moat(*args: str) -> str:
