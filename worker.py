@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 from activities import (
     Adapter,
     ApprovalActivities,
+    DeliveryActivities,
     ExecuteActivities,
     GithubAdapter,
     HostGuard,
@@ -35,7 +36,7 @@ from store.keys.connections import ConnectionCipher
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import ExecuteCapability, ManifestRetention
+from workflows import DeliverWebhook, ExecuteCapability, ManifestRetention
 
 
 @asynccontextmanager
@@ -83,10 +84,17 @@ def build_worker(
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
     approvals = ApprovalActivities(sessions, sealer)
+    delivery = DeliveryActivities(
+        sessions,
+        http,
+        HostGuard(settings.http_allow_hosts),
+        sealer,
+        timeout_seconds=settings.webhook_timeout_seconds,
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability, ManifestRetention],
+        workflows=[ExecuteCapability, ManifestRetention, DeliverWebhook],
         activities=[
             acts.check_policy,
             acts.call_adapter,
@@ -95,6 +103,7 @@ def build_worker(
             approvals.record_approval,
             manifests.write_manifest,
             retention.expire_manifests,
+            delivery.attempt_delivery,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),

@@ -9,10 +9,12 @@ from activities.manifest import ManifestActivities
 from activities.retention import RetentionActivities
 from activities.slack import SlackAdapter
 from activities.webhook import WebhookAdapter
+from activities.webhooks import DeliveryActivities
 
 __all__ = [
     "Adapter",
     "ApprovalActivities",
+    "DeliveryActivities",
     "ExecuteActivities",
     "GithubAdapter",
     "HostGuard",

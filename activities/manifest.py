@@ -34,6 +34,7 @@ from schemas.names import WRITE_MANIFEST
 from schemas.policy import ApprovalStatus
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
+from schemas.webhooks import compensating_action_ref
 from store import events as event_log
 from store import manifests, tenancy
 from store.keys.signing import Keyring, sign_manifest
@@ -161,7 +162,7 @@ class ManifestActivities:
             )
         unknown = receipt.error_code == OUTCOME_UNKNOWN and not inp.replayed
         if inp.dead_lettered or unknown:
-            outputs["compensating_action_ref"] = f"compensate/{receipt.tenant_id}/{receipt.id}"
+            outputs["compensating_action_ref"] = compensating_action_ref(receipt.id)
             extra["dlq_entry"] = True
         if unknown:
             outputs["outcome_unknown"] = True

@@ -55,3 +55,8 @@ RUN_ID_HEADER = "X-Moat-Run-Id"
 # The key of a failure's details (adapter → workflow → envelope's ``error.details``) that
 # holds what the provider answered, redacted and bounded.
 PROVIDER_RESPONSE = "provider_response"
+
+# The outbox: one delivery workflow per row, its attempt activity, the relay's channel.
+DELIVER_WEBHOOK_WORKFLOW = "DeliverWebhook"
+ATTEMPT_DELIVERY = "moat.attempt_delivery"
+OUTBOX_CHANNEL = "moat_outbox"

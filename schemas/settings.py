@@ -179,6 +179,19 @@ class MoatSettings(BaseSettings):
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )
+    webhook_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="How long a webhook endpoint has to answer one delivery."
+    )
+    outbox_listen: bool = Field(
+        default=True,
+        description="The outbox relay wakes on Postgres NOTIFY at commit (else it only polls).",
+    )
+    outbox_poll_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="The relay's poll interval: its only trigger without NOTIFY, else the "
+        "safety net for a notification missed while it was reconnecting.",
+    )
 
     @field_validator("http_allow_hosts", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from schemas.events import (
     apply,
     effect_origin,
 )
+from store import announcements
 from store.models import OrchestrationEvent, RunRow
 
 
@@ -43,6 +44,7 @@ async def append(session: AsyncSession, drafts: Sequence[EventDraft]) -> list[Ev
     rows = (await session.execute(stmt)).scalars().all()
     written = sorted((_event(r) for r in rows), key=lambda e: e.sequence_number)
     await _project(session, written)
+    await announcements.announce(session, written)
     return written
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Boolean,
     Date,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -331,3 +332,109 @@ class ConnectionRow(Base):
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     rotated_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class WebhookSubscription(Base):
+    """A tenant's webhook endpoint (migration 0011). Its signing secrets are kept sealed
+    with the codec's keys; the previous one signs beside the new until it expires."""
+
+    __tablename__ = "webhook_subscriptions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    disabled_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    secret_kid: Mapped[str] = mapped_column(String(100))
+    secret_sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    previous_secret_kid: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    previous_secret_sealed: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    previous_secret_expires_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    max_retries: Mapped[int] = mapped_column(Integer, default=3)
+    retry_base_seconds: Mapped[float] = mapped_column(Float, default=2.0)
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class OutboxRow(Base):
+    """One event for one subscription, written in the transaction of the state change it
+    announces; ``seq`` orders the events of an aggregate."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), unique=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    subscription_id: Mapped[str] = mapped_column(ForeignKey("webhook_subscriptions.id"))
+    event_id: Mapped[str] = mapped_column(String(64))
+    event_type: Mapped[str] = mapped_column(String(64))
+    aggregate_id: Mapped[str] = mapped_column(String(300))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    occurred_at: Mapped[datetime] = mapped_column(_tz())
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    dispatched_generation: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class WebhookDeliveryRow(Base):
+    """One attempt to deliver an outbox row (write-once)."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    outbox_id: Mapped[str] = mapped_column(ForeignKey("outbox.id", ondelete="CASCADE"))
+    subscription_id: Mapped[str] = mapped_column(ForeignKey("webhook_subscriptions.id"))
+    webhook_id: Mapped[str] = mapped_column(String(100))
+    event_type: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer)
+    attempted_at: Mapped[datetime] = mapped_column(_tz())
+    http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class DeadLetterRow(Base):
+    """Something that needs a person: a delivery out of attempts, or an execution whose
+    effect dead-lettered."""
+
+    __tablename__ = "dead_letters"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    subject_id: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text)
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    closed_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    closed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    requeued_as: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class CompensatingActionRow(Base):
+    """What a dead-lettered run's manifest points at: what was attempted, what is known of
+    the effect, what operators did."""
+
+    __tablename__ = "compensating_actions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    receipt_id: Mapped[str] = mapped_column(String(64))
+    dead_letter_id: Mapped[str] = mapped_column(ForeignKey("dead_letters.id"))
+    attempted: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    effect: Mapped[str] = mapped_column(String(32), default="unknown")
+    operator_actions: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSONB, server_default=text("'[]'")
+    )
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

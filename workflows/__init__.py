@@ -1,7 +1,8 @@
 """Floor 2, deterministic orchestration: no I/O, no clock, no randomness. Workflows import
 ``schemas`` and the SDK only, and name their activities (``schemas.names``)."""
 
+from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
 from workflows.retention import ManifestRetention
 
-__all__ = ["ExecuteCapability", "ManifestRetention"]
+__all__ = ["DeliverWebhook", "ExecuteCapability", "ManifestRetention"]

@@ -10,6 +10,7 @@ from starter.cli.api_keys import api_key_app
 from starter.cli.approvals import approvals_app
 from starter.cli.budgets import budget_app
 from starter.cli.connections import connection_app
+from starter.cli.dead_letters import dlq_app
 from starter.cli.manifests import manifest_app
 from starter.cli.output import error_line
 from starter.cli.policy import policy_app
@@ -17,6 +18,7 @@ from starter.cli.receipts import receipts_app
 from starter.cli.runs import runs_app
 from starter.cli.signing_keys import signing_key_app
 from starter.cli.tenants import tenant_app
+from starter.cli.webhooks import webhook_app
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -43,6 +45,8 @@ app.add_typer(receipts_app, name="receipts")
 app.add_typer(runs_app, name="runs")
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(signing_key_app, name="signing-key")
+app.add_typer(webhook_app, name="webhook")
+app.add_typer(dlq_app, name="dlq")
 # The names before ``api-key`` and ``signing-key``, which read too much alike; hidden, and
 # kept for one release so scripts can move over.
 app.add_typer(api_key_app, name="key", hidden=True)

@@ -21,6 +21,9 @@ HINTS = {
     "approval_mismatch": "read the approval again with `moat approvals show ID`",
     "bypass_not_allowed": "an operator allows it: PATCH /v1/admin/tenants/{id} "
     '{"allow_bypass": true}',
+    "webhook_not_found": "see `moat webhook list`",
+    "dead_letter_not_found": "see `moat dlq list`",
+    "webhook_url_not_allowed": "an operator can allow-list the host (MOAT_HTTP_ALLOW_HOSTS)",
 }
 
 

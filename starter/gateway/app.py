@@ -36,9 +36,11 @@ from starter.gateway.routes import (
     capabilities,
     codec,
     connections,
+    dead_letters,
     evidence,
     executions,
     receipts,
+    webhooks,
 )
 from starter.gateway.routes import policy as policy_routes
 from starter.runtime import observability
@@ -80,6 +82,16 @@ TAGS = [
         "name": "connections",
         "description": "Credentials stored once, sealed, and named by id in executions; "
         "never answered.",
+    },
+    {
+        "name": "webhooks",
+        "description": "Tenants hear about outcomes: signed webhook subscriptions (Standard "
+        "Webhooks) and their delivery attempts.",
+    },
+    {
+        "name": "dead-letters",
+        "description": "What needs a person: deliveries out of attempts and executions whose "
+        "effect dead-lettered; requeue or resolve, and compensating-action records.",
     },
     {"name": "admin", "description": "Tenants, API keys and connections; the admin key only."},
     {
@@ -135,6 +147,7 @@ def create_app(
             owner = make_sessionmaker(engines[-1])
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
+        sealer = OutputSealer.from_settings(settings)
         app.state.deps = Deps(
             settings=settings,
             sessions=db,
@@ -145,11 +158,12 @@ def create_app(
                 capability_catalog,
                 StartKeyring.from_settings(settings),
                 db,
-                OutputSealer.from_settings(settings),
+                sealer,
             ),
             catalog=capability_catalog,
             owner_sessions=owner,
             connection_cipher=ConnectionCipher.from_settings(settings),
+            sealer=sealer,
         )
         try:
             yield
@@ -189,6 +203,8 @@ def create_app(
             admin_routes.router,
             connections.admin_router,
             evidence.router,
+            webhooks.router,
+            dead_letters.router,
             codec.router,
         ]
     for router in routers:

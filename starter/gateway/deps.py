@@ -25,6 +25,7 @@ from starter.service import MoatError
 from starter.service.executions import Executions
 from starter.service.scopes import require_scope
 from store import api_keys, tenancy
+from store.keys.codec import OutputSealer
 from store.keys.connections import ConnectionCipher
 
 
@@ -42,6 +43,14 @@ class Deps:
     owner_sessions: async_sessionmaker[AsyncSession] | None = None
     # Seals connection secrets (``POST /v1/connections``); the worker opens them.
     connection_cipher: ConnectionCipher | None = None
+    # Seals and opens webhook signing secrets (the codec's keys).
+    sealer: OutputSealer | None = None
+
+
+def sealer_of(deps: Deps) -> OutputSealer:
+    if deps.sealer is None:
+        deps.sealer = OutputSealer.from_settings(deps.settings)
+    return deps.sealer
 
 
 def deps_of(request: Request) -> Deps:

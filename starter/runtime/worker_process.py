@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import worker
 from schemas.settings import MoatSettings
 from starter.runtime import observability
+from starter.runtime.outbox_relay import OutboxRelay
 from starter.runtime.schedules import ensure_retention_schedule
 from starter.runtime.temporal import connect
 from store import receipts
@@ -34,7 +35,8 @@ async def run(settings: MoatSettings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with polling:
+        relay = OutboxRelay.from_settings(client, sessions, settings)
+        async with polling, relay.running():
             log.info(
                 "worker polling task queue %s in namespace %s",
                 settings.task_queue,

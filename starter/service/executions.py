@@ -439,6 +439,45 @@ class Executions:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
             return await approvals_service.pending_of_workflow(session, tenant_id, workflow_id)
 
+    async def restart(self, receipt: Receipt, new_key: str) -> str:
+        """Start the execution of ``receipt`` again under ``new_key`` (a new workflow, so a
+        new downstream ``Idempotency-Key``), from the input its run was started with;
+        returns the new receipt id. Only for an effect an operator states did not happen."""
+        handle = self._client.get_workflow_handle(receipt.workflow_id, run_id=receipt.run_id)
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        [original] = await self._client.data_converter.decode(
+            started.input.payloads, [ExecuteWorkflowInput]
+        )
+        assert isinstance(original, ExecuteWorkflowInput)
+        receipt_id = str(uuid7())
+        workflow_id = workflow_id_for(receipt.tenant_id, new_key)
+        arg = original.model_copy(
+            update={
+                "receipt_id": receipt_id,
+                "idempotency_key": new_key,
+                "request_id": str(uuid7()),
+                "submitted_at": datetime.now(UTC),
+            }
+        )
+        await self._client.start_workflow(
+            EXECUTE_WORKFLOW,
+            self._start_keys.signed(arg, workflow_id),
+            id=workflow_id,
+            task_queue=self._settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            memo={"receipt_id": receipt_id, "requeue_of": receipt.id},
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(TENANT_ATTR, receipt.tenant_id),
+                    SearchAttributePair(CAPABILITY_ATTR, original.capability.id),
+                    SearchAttributePair(KEY_ATTR, new_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]),
+                    SearchAttributePair(RECEIPT_ATTR, receipt_id),
+                ]
+            ),
+        )
+        return receipt_id
+
     async def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
         if receipt.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, receipt.id)

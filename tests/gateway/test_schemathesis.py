@@ -49,6 +49,16 @@ include-operation-id = "list_receipts"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401"]
 
 [[operations]]
+# Also 400: a URL no delivery could reach (not http(s), or a non-public address).
+include-operation-id = "add_webhook"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401"]
+
+[[operations]]
+# Also 400: an execution's requeue without the operator's statement.
+include-operation-id = "requeue_dead_letter"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409"]
+
+[[operations]]
 # Also 400: a string that is not a host[:port] allow-list entry (a port over 65535, a URL,
 # a wildcard), which the schema's plain string items cannot say.
 include-operation-id = "update_tenant"

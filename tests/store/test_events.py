@@ -10,6 +10,7 @@ from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError
 
 from schemas.events import Event, RunStatus
+from schemas.webhooks import compensating_action_ref
 from store import budgets
 from store import events as event_log
 from store.models import OrchestrationEvent, RunRow
@@ -101,9 +102,12 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
     # The dead-lettered run's manifest names its compensating action.
     path = fast.settings.manifests_dir / fast.tenant_id / body["run_id"] / "manifest.json"
     manifest = json.loads(await asyncio.to_thread(path.read_bytes))
-    assert manifest["outputs"]["compensating_action_ref"] == (
-        f"compensate/{fast.tenant_id}/{body['receipt_id']}"
+    ref = manifest["outputs"]["compensating_action_ref"]
+    assert ref == compensating_action_ref(body["receipt_id"])
+    record = await fast.http.get(
+        fast.url + ref, headers={"Authorization": f"Bearer {fast.api_key}"}
     )
+    assert record.json()["receipt_id"] == body["receipt_id"]
     assert manifest["metadata"]["dlq_entry"] is True
     assert manifest["attempt"] == 2  # 0-based: the third attempt
     assert manifest["tools"][0]["result"]["status"] == "failure"

@@ -1,0 +1,223 @@
+"""Delivering an outbox row to a tenant's endpoint, Standard Webhooks style: one attempt
+per activity, marked in the transaction after the send. A crash between the send and the
+mark re-sends the same event with the same ``webhook-id``, which the standard lets the
+receiver dedupe on.
+
+The retry schedule is the subscription's: after the n-th failure wait
+``retry_base_seconds * 2^(n-1)`` (2, 4, 8 s by default) with jitter, or longer when the
+endpoint answers ``Retry-After``; past ``max_retries`` the row is a dead letter. ``410
+Gone`` disables the subscription."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import random
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from opentelemetry import propagate
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters import HostGuard, parse_retry_after
+from schemas.names import ATTEMPT_DELIVERY
+from schemas.webhooks import (
+    WEBHOOK_SECRET_PREFIX,
+    AttemptResult,
+    DeliveryInput,
+    OutboxStatus,
+    SubscriptionStatus,
+    webhook_id_for,
+)
+from store import dead_letters, outbox, tenancy, tenants, webhooks
+from store.keys.codec import OutputSealer
+from store.models import OutboxRow, WebhookSubscription
+
+JITTER = 0.2  # each wait is drawn from ±20 % of the schedule's, so retries spread out
+MAX_ERROR_CHARS = 300
+
+
+def sign(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
+    """``v1,<base64 HMAC-SHA256>`` over ``id.timestamp.body``, keyed by the secret's bytes
+    (the base64 after ``whsec_``)."""
+    key = base64.b64decode(secret.removeprefix(WEBHOOK_SECRET_PREFIX))
+    signed = f"{webhook_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def body_of(row: OutboxRow) -> bytes:
+    """The same bytes on every attempt: ``{"type", "timestamp", "data"}``."""
+    doc = {"type": row.event_type, "timestamp": row.occurred_at.isoformat(), "data": row.payload}
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def retry_delay(base: float, failures: int, retry_after: timedelta | None) -> float:
+    """Seconds to wait after the ``failures``-th failure."""
+    delay: float = base * 2.0 ** (failures - 1) * random.uniform(1 - JITTER, 1 + JITTER)
+    if retry_after is not None:
+        delay = max(delay, retry_after.total_seconds())
+    return delay
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one send came to."""
+
+    http_status: int | None
+    latency_ms: int
+    error: str | None
+    retry_after: timedelta | None = None
+
+
+class DeliveryActivities:
+    """Built once in ``worker.py``."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        http: httpx.AsyncClient,
+        guard: HostGuard,
+        sealer: OutputSealer,
+        *,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        self._sessions = sessions
+        self._http = http
+        self._guard = guard
+        self._sealer = sealer
+        self._timeout = timeout_seconds
+
+    @activity.defn(name=ATTEMPT_DELIVERY)
+    async def attempt_delivery(self, inp: DeliveryInput) -> AttemptResult:
+        now = datetime.now(UTC)
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            row = await outbox.get(session, inp.tenant_id, inp.outbox_id)
+            if row is None or row.generation != inp.generation:
+                return AttemptResult(final=True, status="superseded")
+            if row.status != OutboxStatus.PENDING.value:
+                return AttemptResult(final=True, status=row.status)
+            sub = await webhooks.get(session, inp.tenant_id, row.subscription_id)
+            tenant = await tenants.get_tenant(session, inp.tenant_id)
+            allow = list(tenant.http_allow_hosts) if tenant is not None else []
+        if sub is None or sub.status != SubscriptionStatus.ACTIVE.value:
+            return await self._mark(inp, None, sub)
+        sent = await self._send(row, sub, allow, now)
+        return await self._mark(inp, sent, sub)
+
+    async def _send(
+        self, row: OutboxRow, sub: WebhookSubscription, allow: list[str], now: datetime
+    ) -> Sent:
+        secrets = webhooks.signing_secrets(self._sealer, sub, now)
+        body = body_of(row)
+        webhook_id = webhook_id_for(row.event_id)
+        stamp = int(now.timestamp())
+        keys = [k for k in (secrets.current, secrets.previous) if k is not None]
+        headers: dict[str, str] = {
+            "webhook-id": webhook_id,
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": " ".join(sign(k, webhook_id, stamp, body) for k in keys),
+            "content-type": "application/json",
+            "user-agent": "moat-webhooks/0.1",
+        }
+        url = httpx.URL(sub.url)
+        extensions: dict[str, Any] = {}
+        started = time.monotonic()
+        try:
+            pinned = await self._guard.check(
+                url.host, url.port or (443 if url.scheme == "https" else 80), allow
+            )
+            if pinned is not None:
+                headers["host"] = url.netloc.decode("ascii")
+                if url.scheme == "https":
+                    extensions["sni_hostname"] = url.host
+                url = url.copy_with(host=pinned)
+            propagate.inject(headers)
+            response = await self._http.post(
+                url, content=body, headers=headers, timeout=self._timeout, extensions=extensions
+            )
+        except ApplicationError as err:  # the host guard's refusal
+            return Sent(None, _since(started), err.message[:MAX_ERROR_CHARS])
+        except httpx.TimeoutException:
+            return Sent(None, _since(started), f"no answer within {self._timeout:g}s")
+        except httpx.HTTPError as err:
+            return Sent(None, _since(started), f"endpoint unreachable ({type(err).__name__})")
+        error = None if response.is_success else f"endpoint answered HTTP {response.status_code}"
+        return Sent(
+            response.status_code,
+            _since(started),
+            error,
+            parse_retry_after(response.headers.get("retry-after")),
+        )
+
+    async def _mark(
+        self, inp: DeliveryInput, sent: Sent | None, sub: WebhookSubscription | None
+    ) -> AttemptResult:
+        """The attempt's outcome, in one transaction; ``sent`` None: the subscription is
+        gone, nothing was sent."""
+        now = datetime.now(UTC)
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            row = await outbox.lock(session, inp.tenant_id, inp.outbox_id)
+            if row is None or row.generation != inp.generation:
+                return AttemptResult(final=True, status="superseded")
+            if row.status != OutboxStatus.PENDING.value:
+                return AttemptResult(final=True, status=row.status)
+            if sent is None:
+                reason = "the subscription is " + (sub.status if sub is not None else "gone")
+                await _dead_letter(session, row, reason, "subscription_disabled")
+                return AttemptResult(final=True, status=OutboxStatus.DEAD_LETTER.value)
+            gone = sent.http_status == httpx.codes.GONE
+            ok = sent.error is None
+            await outbox.record_attempt(
+                session,
+                row,
+                webhook_id=webhook_id_for(row.event_id),
+                attempted_at=now - timedelta(milliseconds=sent.latency_ms),
+                http_status=sent.http_status,
+                latency_ms=sent.latency_ms,
+                outcome="delivered" if ok else "gone" if gone else "failed",
+                error=sent.error,
+            )
+            row.attempts += 1
+            if ok:
+                row.status = OutboxStatus.DELIVERED.value
+                row.delivered_at = now
+                row.last_error = None
+                row.next_attempt_at = None
+                return AttemptResult(final=True, status=row.status)
+            row.last_error = sent.error
+            if gone:
+                locked = await webhooks.get(session, inp.tenant_id, row.subscription_id, lock=True)
+                if locked is not None:
+                    await webhooks.disable(session, locked, "endpoint answered 410 Gone", now)
+                await _dead_letter(session, row, "the endpoint answered 410 Gone", "gone")
+                return AttemptResult(final=True, status=row.status)
+            max_retries = sub.max_retries if sub is not None else 0
+            if row.attempts > max_retries:
+                reason = f"no successful delivery in {row.attempts} attempts: {sent.error}"
+                await _dead_letter(session, row, reason, "retries_exhausted")
+                return AttemptResult(final=True, status=row.status)
+            base = sub.retry_base_seconds if sub is not None else 2.0
+            delay = retry_delay(base, row.attempts, sent.retry_after)
+            row.next_attempt_at = now + timedelta(seconds=delay)
+            return AttemptResult(final=False, status=row.status, retry_in_seconds=delay)
+
+
+async def _dead_letter(session: AsyncSession, row: OutboxRow, reason: str, code: str) -> None:
+    row.status = OutboxStatus.DEAD_LETTER.value
+    row.last_error = reason[:MAX_ERROR_CHARS]
+    row.next_attempt_at = None
+    await dead_letters.record_delivery(session, row, reason[:MAX_ERROR_CHARS], code)
+    await session.flush()
+
+
+def _since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,103 @@
+"""``moat dlq``: what needs a person (deliveries out of attempts, executions whose effect
+dead-lettered), through the gateway."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from starter.cli.output import AsJson, out, print_json
+from starter.cli.tenant_api import call
+from starter.devstack.ports import local_settings
+
+dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, requeue, resolve.")
+
+
+@dlq_app.command("list")
+def list_dead_letters(
+    status: Annotated[str, typer.Option(help="open, requeued or resolved.")] = "open",
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """Dead letters, newest first."""
+    page = call(local_settings(), "GET", f"/v1/dead-letters?status={status}&limit={limit}")
+    if as_json:
+        print_json(page)
+        return
+    table = Table("id", "time (UTC)", "kind", "subject", "code", "status", "reason")
+    for d in page["items"]:
+        table.add_row(
+            d["id"],
+            d["created_at"][:19].replace("T", " "),
+            d["kind"],
+            d["subject_id"],
+            d["error_code"] or "",
+            d["status"],
+            escape(d["reason"]),
+        )
+    out.print(table)
+    out.print(f"{len(page['items'])} {status} dead letters")
+
+
+@dlq_app.command("show")
+def show(dead_letter_id: str, as_json: AsJson = False) -> None:
+    """One dead letter (and, for an execution, its compensating-action record)."""
+    settings = local_settings()
+    letter = call(settings, "GET", f"/v1/dead-letters/{dead_letter_id}")
+    action = None
+    if letter.get("compensating_action_id"):
+        action = call(
+            settings, "GET", f"/v1/compensating-actions/{letter['compensating_action_id']}"
+        )
+    if as_json:
+        print_json({"dead_letter": letter, "compensating_action": action})
+        return
+    table = Table("field", "value", show_header=False, title=f"dead letter {letter['id']}")
+    for name, value in letter.items():
+        table.add_row(name, escape("" if value is None else str(value)))
+    if action is not None:
+        table.add_row("effect", action["effect"])
+        for name, value in action["attempted"].items():
+            table.add_row(f"attempted.{name}", escape(str(value)))
+        for entry in action["operator_actions"]:
+            table.add_row("operator", escape(f"{entry['at']} {entry['action']} by {entry['by']}"))
+    out.print(table)
+
+
+@dlq_app.command("requeue")
+def requeue(
+    dead_letter_id: str,
+    effect_did_not_happen: Annotated[
+        bool,
+        typer.Option(
+            "--effect-did-not-happen",
+            help="For an execution: you checked that its effect did not take place; a new "
+            "attempt starts under a new key.",
+        ),
+    ] = False,
+    note: Annotated[str, typer.Option(help="Why, for the record.")] = "",
+) -> None:
+    """Try again: a delivery as it was (same webhook-id), an execution only with
+    --effect-did-not-happen."""
+    letter = call(
+        local_settings(),
+        "POST",
+        f"/v1/dead-letters/{dead_letter_id}/requeue",
+        body={"effect_did_not_happen": effect_did_not_happen, "note": note},
+    )
+    out.print(f"requeued as {letter['requeued_as']}")
+
+
+@dlq_app.command("resolve")
+def resolve(
+    dead_letter_id: str,
+    note: Annotated[str, typer.Option(help="What was done about it (required).")],
+) -> None:
+    """Close by hand, with a note."""
+    call(
+        local_settings(), "POST", f"/v1/dead-letters/{dead_letter_id}/resolve", body={"note": note}
+    )
+    out.print(f"dead letter {dead_letter_id} resolved")

@@ -1,0 +1,124 @@
+"""``moat webhook``: a tenant's webhook subscriptions, through the gateway."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from starter.cli.output import AsJson, out, print_json
+from starter.cli.tenant_api import call
+from starter.devstack.ports import local_settings
+
+webhook_app = typer.Typer(no_args_is_help=True, help="Webhook subscriptions (signed deliveries).")
+
+
+def _secret_note(secret: str) -> None:
+    out.print(f"signing secret: [bold]{escape(secret)}[/]")
+    out.print("[dim]Shown this once: keep it where the endpoint verifies signatures.[/]")
+
+
+@webhook_app.command("add")
+def add(
+    url: str,
+    event: Annotated[
+        list[str],
+        typer.Option(
+            "--event",
+            "-e",
+            help="execution.completed, execution.failed, execution.dead_lettered, "
+            "approval.requested, approval.decided (repeat the option).",
+        ),
+    ],
+    max_retries: Annotated[int, typer.Option(min=0, max=30)] = 3,
+    retry_base_seconds: Annotated[float, typer.Option(min=0.001)] = 2.0,
+    as_json: AsJson = False,
+) -> None:
+    """Subscribe URL to events; prints the signing secret once."""
+    created = call(
+        local_settings(),
+        "POST",
+        "/v1/webhooks",
+        body={
+            "url": url,
+            "events": event,
+            "max_retries": max_retries,
+            "retry_base_seconds": retry_base_seconds,
+        },
+    )
+    if as_json:
+        print_json(created)
+        return
+    out.print(f"webhook {created['id']} → {escape(created['url'])}")
+    _secret_note(created["secret"])
+
+
+@webhook_app.command("list")
+def list_webhooks(as_json: AsJson = False) -> None:
+    """The tenant's subscriptions."""
+    page = call(local_settings(), "GET", "/v1/webhooks")
+    if as_json:
+        print_json(page)
+        return
+    table = Table("id", "url", "events", "status", "retries", "first wait", "old secret until")
+    for hook in page["items"]:
+        colour = "green" if hook["status"] == "active" else "red"
+        status = hook["status"] + (
+            f" ({hook['disabled_reason']})" if hook["disabled_reason"] else ""
+        )
+        table.add_row(
+            hook["id"],
+            escape(hook["url"]),
+            ", ".join(hook["events"]),
+            f"[{colour}]{escape(status)}[/]",
+            str(hook["max_retries"]),
+            f"{hook['retry_base_seconds']:g}s, doubling",
+            hook["previous_secret_expires_at"] or "",
+        )
+    out.print(table)
+
+
+@webhook_app.command("rotate")
+def rotate(webhook_id: str, as_json: AsJson = False) -> None:
+    """A new signing secret; the old one keeps signing beside it for 24 h."""
+    rotated = call(local_settings(), "POST", f"/v1/webhooks/{webhook_id}/rotate-secret")
+    if as_json:
+        print_json(rotated)
+        return
+    _secret_note(rotated["secret"])
+    out.print(f"the previous secret signs too until {rotated['previous_secret_expires_at']}")
+
+
+@webhook_app.command("remove")
+def remove(webhook_id: str) -> None:
+    """No more deliveries to this subscription."""
+    call(local_settings(), "DELETE", f"/v1/webhooks/{webhook_id}")
+    out.print(f"webhook {webhook_id} removed")
+
+
+@webhook_app.command("deliveries")
+def deliveries(
+    webhook_id: str,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """A subscription's delivery attempts, newest first."""
+    page = call(local_settings(), "GET", f"/v1/webhooks/{webhook_id}/deliveries?limit={limit}")
+    if as_json:
+        print_json(page)
+        return
+    table = Table("time (UTC)", "event", "webhook-id", "attempt", "status", "ms", "error")
+    for d in page["items"]:
+        ok = d["outcome"] == "delivered"
+        table.add_row(
+            d["attempted_at"][:19].replace("T", " "),
+            d["event_type"],
+            d["webhook_id"],
+            str(d["attempt"]),
+            f"[{'green' if ok else 'red'}]{d['http_status'] or '-'}[/]",
+            str(d["latency_ms"]),
+            escape(d["error"] or ""),
+        )
+    out.print(table)

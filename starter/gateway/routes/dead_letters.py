@@ -1,0 +1,119 @@
+"""Dead-letter routes: one list of what needs a person (deliveries out of attempts,
+executions whose effect dead-lettered), requeue and resolve; and the compensating-action
+records dead-lettered runs' manifests point at."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from schemas.webhooks import (
+    CompensatingAction,
+    DeadLetter,
+    DeadLetterList,
+    DeadLetterStatus,
+    RequeueRequest,
+    ResolveRequest,
+)
+from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.errors import documented_errors
+from starter.service import dead_letters
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/dead-letters",
+    tags=["dead-letters"],
+    summary="Dead letters, newest first",
+    response_model=DeadLetterList,
+    responses=documented_errors(400, 401, 500),
+)
+async def list_dead_letters(
+    request: Request,
+    credentials: TenantKey,
+    status: DeadLetterStatus | None = DeadLetterStatus.OPEN,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> DeadLetterList:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        items = await dead_letters.list_open(session, tenant.tenant_id, status, limit)
+    return DeadLetterList(items=items)
+
+
+@router.get(
+    "/v1/dead-letters/{dead_letter_id}",
+    tags=["dead-letters"],
+    summary="One dead letter",
+    response_model=DeadLetter,
+    responses=documented_errors(401, 404, 500),
+)
+async def get_dead_letter(
+    request: Request, dead_letter_id: str, credentials: TenantKey
+) -> DeadLetter:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await dead_letters.show(session, tenant.tenant_id, dead_letter_id)
+
+
+@router.post(
+    "/v1/dead-letters/{dead_letter_id}/requeue",
+    tags=["dead-letters"],
+    summary="Try again",
+    response_model=DeadLetter,
+    responses=documented_errors(400, 401, 404, 409, 500),
+)
+async def requeue_dead_letter(
+    request: Request, dead_letter_id: str, body: RequeueRequest, credentials: TenantKey
+) -> DeadLetter:
+    """A delivery goes again with its attempts reset and the same `webhook-id`. An
+    execution only with `effect_did_not_happen: true`: a new execution under a new key."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await dead_letters.requeue(
+            session,
+            tenant.tenant_id,
+            dead_letter_id,
+            body,
+            key_id=tenant.key_id,
+            restart=deps.executions.restart,
+        )
+
+
+@router.post(
+    "/v1/dead-letters/{dead_letter_id}/resolve",
+    tags=["dead-letters"],
+    summary="Close by hand, with a note",
+    response_model=DeadLetter,
+    responses=documented_errors(400, 401, 404, 409, 500),
+)
+async def resolve_dead_letter(
+    request: Request, dead_letter_id: str, body: ResolveRequest, credentials: TenantKey
+) -> DeadLetter:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await dead_letters.resolve(
+            session, tenant.tenant_id, dead_letter_id, body.note, key_id=tenant.key_id
+        )
+
+
+@router.get(
+    "/v1/compensating-actions/{action_id}",
+    tags=["dead-letters"],
+    summary="A dead-lettered run's compensating-action record",
+    response_model=CompensatingAction,
+    responses=documented_errors(401, 404, 500),
+)
+async def get_compensating_action(
+    request: Request, action_id: str, credentials: TenantKey
+) -> CompensatingAction:
+    """What was attempted, what is known of the effect, what operators did."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await dead_letters.compensating_action(session, tenant.tenant_id, action_id)

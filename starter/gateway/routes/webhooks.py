@@ -1,0 +1,108 @@
+"""Webhook routes: a tenant's subscriptions (the signing secret is shown once, on creation
+and on rotation) and each subscription's delivery attempts."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from schemas.webhooks import DeliveryList, WebhookCreate, WebhookList, WebhookWithSecret
+from starter.gateway.deps import TenantKey, authenticate, deps_of, sealer_of
+from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
+from starter.gateway.errors import documented_errors
+from starter.service import webhooks
+
+router = APIRouter()
+
+
+@router.post(
+    "/v1/webhooks",
+    tags=["webhooks"],
+    summary="Subscribe an endpoint to events",
+    status_code=201,
+    response_model=WebhookWithSecret,
+    responses=documented_errors(400, 401, 500),
+)
+async def add_webhook(
+    request: Request, body: WebhookCreate, credentials: TenantKey
+) -> JSONResponse:
+    """Deliveries are signed Standard Webhooks (`webhook-id`, `webhook-timestamp`,
+    `webhook-signature`); the signing secret (`whsec_…`) is in this answer only."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        created = await webhooks.add(
+            session, sealer_of(deps), tenant.tenant_id, body, deps.settings.http_allow_hosts
+        )
+    return JSONResponse(created.model_dump(mode="json"), status_code=201)
+
+
+@router.get(
+    "/v1/webhooks",
+    tags=["webhooks"],
+    summary="The tenant's webhook subscriptions",
+    response_model=WebhookList,
+    responses=documented_errors(401, 500),
+)
+async def list_webhooks(request: Request, credentials: TenantKey) -> WebhookList:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return WebhookList(items=await webhooks.list_webhooks(session, tenant.tenant_id))
+
+
+@router.delete(
+    "/v1/webhooks/{webhook_id}",
+    tags=["webhooks"],
+    summary="Remove a subscription",
+    status_code=204,
+    responses=documented_errors(401, 404, 500),
+)
+async def remove_webhook(request: Request, webhook_id: str, credentials: TenantKey) -> Response:
+    """No more deliveries; what it was still to receive is dropped."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        await webhooks.remove(session, tenant.tenant_id, webhook_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v1/webhooks/{webhook_id}/rotate-secret",
+    tags=["webhooks"],
+    summary="A new signing secret; the old one signs beside it for 24 h",
+    response_model=WebhookWithSecret,
+    responses=documented_errors(401, 404, 500),
+)
+async def rotate_secret(
+    request: Request, webhook_id: str, credentials: TenantKey
+) -> WebhookWithSecret:
+    """Deliveries carry a signature by each secret until `previous_secret_expires_at`, so
+    the receiver can switch at any time within the day."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await webhooks.rotate(session, sealer_of(deps), tenant.tenant_id, webhook_id)
+
+
+@router.get(
+    "/v1/webhooks/{webhook_id}/deliveries",
+    tags=["webhooks"],
+    summary="A subscription's delivery attempts, newest first",
+    response_model=DeliveryList,
+    responses=documented_errors(400, 401, 404, 500),
+)
+async def list_deliveries(
+    request: Request,
+    webhook_id: str,
+    credentials: TenantKey,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> DeliveryList:
+    """Time, HTTP status, latency and error of each attempt, to debug an endpoint."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        items = await webhooks.deliveries(session, tenant.tenant_id, webhook_id, limit)
+    return DeliveryList(items=items)

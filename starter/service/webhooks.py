@@ -1,0 +1,132 @@
+"""Tenants' webhook subscriptions: add (the secret is shown once), list, rotate the secret
+(the old one signs beside the new for a day), remove, and read the delivery attempts.
+
+An endpoint URL is http(s) with a host; an address literal must be public or on the
+worker's or tenant's allow-list. A name is judged again, resolved, by the worker's host
+guard at every delivery (a name may point elsewhere by then)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.hosts import canonical_host, judged_address, parse_allow_entry
+from schemas.webhooks import (
+    Delivery,
+    Webhook,
+    WebhookCreate,
+    WebhookWithSecret,
+)
+from starter.service.errors import MoatError
+from store import db, outbox, tenants, webhooks
+from store.keys.codec import OutputSealer
+from store.models import WebhookSubscription
+
+
+def webhook_not_found(subscription_id: str) -> MoatError:
+    return MoatError("webhook_not_found", f"No webhook {subscription_id[:80]!r}.")
+
+
+_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def check_url(url: str, allow: Iterable[str]) -> None:
+    """Refuse a URL no delivery could be sent to, with what to do about it."""
+    if not db.storable(url):
+        raise MoatError("webhook_url_invalid", "The webhook URL holds characters no URL has.")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as err:
+        raise MoatError("webhook_url_invalid", "The webhook URL does not parse.") from err
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise MoatError(
+            "webhook_url_invalid", "A webhook URL is http:// or https:// with a host name."
+        )
+    host = canonical_host(parsed.host)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        address = judged_address(ipaddress.ip_address(host))
+    except ValueError:
+        return  # a name: judged resolved, at each delivery
+    entries = [parse_allow_entry(a) for a in allow]
+    if address.is_global or any(e.admits(str(address), port) for e in entries):
+        return
+    raise MoatError(
+        "webhook_url_not_allowed",
+        f"{host} is not a public address; an operator can allow-list it "
+        "(MOAT_HTTP_ALLOW_HOSTS, or the tenant's list) to send webhooks there.",
+        {"host": host, "port": port},
+    )
+
+
+async def add(
+    session: AsyncSession,
+    sealer: OutputSealer,
+    tenant_id: str,
+    body: WebhookCreate,
+    worker_allow: Iterable[str],
+) -> WebhookWithSecret:
+    tenant = await tenants.get_tenant(session, tenant_id)
+    check_url(body.url, [*worker_allow, *(tenant.http_allow_hosts if tenant else [])])
+    row, secret = await webhooks.create(
+        session,
+        sealer,
+        tenant_id=tenant_id,
+        url=body.url,
+        events=[e.value for e in body.events],
+        max_retries=body.max_retries,
+        retry_base_seconds=body.retry_base_seconds,
+    )
+    return WebhookWithSecret(**webhooks.to_webhook(row).model_dump(), secret=secret)
+
+
+async def list_webhooks(session: AsyncSession, tenant_id: str) -> list[Webhook]:
+    return [webhooks.to_webhook(r) for r in await webhooks.list_active(session, tenant_id)]
+
+
+async def _found(
+    session: AsyncSession, tenant_id: str, subscription_id: str
+) -> WebhookSubscription:
+    row = (
+        await webhooks.get(session, tenant_id, subscription_id, lock=True)
+        if _ID.match(subscription_id)
+        else None
+    )
+    if row is None or row.status == "removed":
+        raise webhook_not_found(subscription_id)
+    return row
+
+
+async def rotate(
+    session: AsyncSession, sealer: OutputSealer, tenant_id: str, subscription_id: str
+) -> WebhookWithSecret:
+    row = await _found(session, tenant_id, subscription_id)
+    secret = await webhooks.rotate(session, sealer, row, datetime.now(UTC))
+    return WebhookWithSecret(**webhooks.to_webhook(row).model_dump(), secret=secret)
+
+
+async def remove(session: AsyncSession, tenant_id: str, subscription_id: str) -> None:
+    row = await _found(session, tenant_id, subscription_id)
+    await webhooks.remove(session, row, datetime.now(UTC))
+    await outbox.drop_pending(session, tenant_id, subscription_id)
+
+
+async def deliveries(
+    session: AsyncSession, tenant_id: str, subscription_id: str, limit: int
+) -> list[Delivery]:
+    row = (
+        await webhooks.get(session, tenant_id, subscription_id)
+        if _ID.match(subscription_id)
+        else None
+    )
+    if row is None:
+        raise webhook_not_found(subscription_id)
+    return [
+        Delivery.model_validate(d, from_attributes=True)
+        for d in await outbox.deliveries(session, tenant_id, subscription_id, limit)
+    ]

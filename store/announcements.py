@@ -1,0 +1,66 @@
+"""What the event log tells tenants: an execution's outcome events become outbox rows for
+its tenant's webhooks, and an effect that dead-lettered becomes a dead letter with its
+compensating-action record, all in the transaction that writes the events.
+
+Keyed on the events themselves, so any step that records an outcome or dead-letters an
+effect (retries exhausted, an outcome that stays unknown) is announced the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from schemas.events import Event, EventType
+from schemas.webhooks import WebhookEventType, compensating_action_id, execution_dead_letter_id
+from store import dead_letters, outbox, receipts
+
+_OUTCOMES = {
+    EventType.RUN_COMPLETED: WebhookEventType.EXECUTION_COMPLETED,
+    EventType.RUN_FAILED: WebhookEventType.EXECUTION_FAILED,
+    EventType.EFFECT_DEAD_LETTERED: WebhookEventType.EXECUTION_DEAD_LETTERED,
+}
+
+
+async def announce(session: AsyncSession, written: Sequence[Event]) -> None:
+    """Outbox rows (and dead letters) for the events just written, in their order."""
+    for event in written:
+        kind = _OUTCOMES.get(event.event_type)
+        if kind is None:
+            continue
+        receipt = await receipts.get_receipt(session, event.tenant_id, event.correlation_id)
+        if receipt is None:  # e.g. a refused start: there is no execution to speak of
+            continue
+        data = receipt.model_dump(mode="json")
+        if kind == WebhookEventType.EXECUTION_DEAD_LETTERED:
+            error_code = event.event_data.get("error_code")
+            await dead_letters.record_execution(
+                session,
+                tenant_id=event.tenant_id,
+                receipt_id=receipt.id,
+                reason=str(event.event_data.get("reason") or "the effect's retries ran out"),
+                error_code=str(error_code) if error_code is not None else None,
+                attempted={
+                    "capability_id": receipt.capability_id,
+                    "capability_version": receipt.capability_version,
+                    "adapter_id": receipt.adapter_id,
+                    "idempotency_key": receipt.idempotency_key,
+                    "input_hash": receipt.input_hash,
+                    "workflow_id": receipt.workflow_id,
+                    "run_id": receipt.run_id,
+                    "error_code": receipt.error_code,
+                    "http_status": receipt.http_status,
+                    **{k: v for k, v in event.event_data.items() if k != "reason"},
+                },
+            )
+            data["dead_letter_id"] = execution_dead_letter_id(receipt.id)
+            data["compensating_action_id"] = compensating_action_id(receipt.id)
+        await outbox.enqueue(
+            session,
+            tenant_id=event.tenant_id,
+            event_type=kind,
+            aggregate_id=receipt.id,
+            data=data,
+            event_id=event.id,
+            occurred_at=event.occurred_at,
+        )

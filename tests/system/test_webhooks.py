@@ -1,0 +1,440 @@
+"""Tenants hear about outcomes: the outbox, signed deliveries, retries, dead letters.
+
+Real gateway, worker, relay, Temporal and Postgres; the tenant's endpoint is a local server
+written from the Standard Webhooks specification, and signatures are verified with the
+``standardwebhooks`` package, not with Moat's signer."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from standardwebhooks.webhooks import Webhook
+from temporalio.worker import Worker
+
+import worker as worker_module
+from activities import DeliveryActivities, HostGuard
+from schemas.events import EventDraft, EventType
+from schemas.webhooks import AttemptResult, DeliveryInput
+from starter.devstack import serve_asgi
+from starter.runtime.outbox_relay import OutboxRelay
+from store import events as event_log
+from store import outbox, receipts, tenancy
+from store.keys.codec import OutputSealer
+from store.models import OutboxRow, ReceiptRow
+from tests.activities.test_outcomes import post
+from tests.support.fakes import FakeProvider, Step
+from tests.support.stack import CATALOG, Stack, StackFactory
+from tests.support.webhook_endpoint import WebhookEndpoint
+
+FAST_RETRIES = {"max_retries": 3, "retry_base_seconds": 0.05}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def endpoint() -> AsyncIterator[WebhookEndpoint]:
+    app = WebhookEndpoint()
+    async with serve_asgi(app) as url:
+        app.base_url = url
+        yield app
+
+
+@asynccontextmanager
+async def hooked_stack(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+    *,
+    delivery_queue: str | None = None,
+) -> AsyncIterator[Stack]:
+    """A stack whose relay runs for its tenant; deliveries on ``delivery_queue`` if given."""
+    async with make_stack(
+        catalog=CATALOG, http_allow_hosts=[endpoint.allow_entry, provider.allow_entry]
+    ) as stack:
+        relay = OutboxRelay.from_settings(
+            stack.client,
+            app_sessions,
+            stack.settings,
+            task_queue=delivery_queue,
+            tenant_id=stack.tenant_id,
+        )
+        async with relay.running():
+            yield stack
+
+
+async def subscribe(stack: Stack, url: str, *events: str, **extra: Any) -> dict[str, Any]:
+    response = await stack.http.post(
+        f"{stack.url}/v1/webhooks",
+        json={"url": url, "events": list(events) or ["execution.completed"], **extra},
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def api(stack: Stack, method: str, path: str, **kwargs: Any) -> Any:
+    response = await stack.http.request(
+        method, stack.url + path, headers={"Authorization": f"Bearer {stack.api_key}"}, **kwargs
+    )
+    return response
+
+
+async def rows_of(stack: Stack) -> list[OutboxRow]:
+    async with stack.sessions() as s:
+        return list(
+            (
+                await s.execute(
+                    select(OutboxRow)
+                    .where(OutboxRow.tenant_id == stack.tenant_id)
+                    .order_by(OutboxRow.seq)
+                )
+            )
+            .scalars()
+            .all()
+        )
+
+
+async def settled(stack: Stack, count: int = 1) -> list[OutboxRow]:
+    """The tenant's outbox rows once ``count`` of them are no longer pending."""
+    for _ in range(1200):
+        rows = await rows_of(stack)
+        if len([r for r in rows if r.status != "pending"]) >= count:
+            return rows
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"outbox rows still pending: {await rows_of(stack)}")
+
+
+async def test_signed_delivery(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    async with hooked_stack(make_stack, app_sessions, endpoint, provider) as stack:
+        sub = await subscribe(stack, endpoint.script("/signed", 200))
+        assert sub["secret"].startswith("whsec_")
+        listed = (await api(stack, "GET", "/v1/webhooks")).json()["items"]
+        assert [w["id"] for w in listed] == [sub["id"]]
+        assert "secret" not in listed[0]  # shown once only
+        body = (await stack.execute("demo.echo", {"message": "hi"}, key="signed")).json()
+        [got] = await endpoint.wait_for("/signed", 1)
+        payload = Webhook(sub["secret"]).verify(got.body, got.headers)
+        assert payload["type"] == "execution.completed"
+        assert payload["data"]["id"] == body["receipt_id"]
+        assert payload["data"]["input_hash"].startswith("sha256:")
+        assert got.webhook_id.startswith("msg_")
+        deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+        [attempt] = deliveries["items"]
+        assert (attempt["http_status"], attempt["outcome"]) == (200, "delivered")
+        assert attempt["webhook_id"] == got.webhook_id
+
+        # Rotation: both secrets sign for a day, so either verifies.
+        rotated = (await api(stack, "POST", f"/v1/webhooks/{sub['id']}/rotate-secret")).json()
+        assert rotated["secret"] != sub["secret"]
+        await stack.execute("demo.echo", {"message": "again"}, key="signed-2")
+        [_, second] = await endpoint.wait_for("/signed", 2)
+        assert len(second.headers["webhook-signature"].split(" ")) == 2
+        Webhook(sub["secret"]).verify(second.body, second.headers)
+        Webhook(rotated["secret"]).verify(second.body, second.headers)
+
+
+async def test_endpoint_down_then_up(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    async with hooked_stack(make_stack, app_sessions, endpoint, provider) as stack:
+        url = endpoint.script("/flaky", 503, 500, 200)
+        await subscribe(stack, url, **FAST_RETRIES)
+        await stack.execute("demo.echo", {"message": "hi"}, key="flaky")
+        [accepted] = await endpoint.wait_for("/flaky", 1)
+        calls = endpoint.to("/flaky")
+        assert [c.status for c in calls] == [503, 500, 200]
+        assert {c.webhook_id for c in calls} == {accepted.webhook_id}
+        [row] = await settled(stack)
+        assert (row.status, row.attempts) == ("delivered", 3)
+
+
+class CrashAfterSend(DeliveryActivities):
+    """Dies once between the send and the mark, as a killed worker would."""
+
+    crashed = False
+
+    async def _mark(self, inp: DeliveryInput, sent: Any, sub: Any) -> AttemptResult:
+        if sent is not None and not CrashAfterSend.crashed:
+            CrashAfterSend.crashed = True
+            raise RuntimeError("worker killed between send and mark")
+        return await super()._mark(inp, sent, sub)
+
+
+async def test_killed_between_send_and_mark(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    queue = f"tq-deliver-{uuid.uuid4().hex}"
+    async with hooked_stack(
+        make_stack, app_sessions, endpoint, provider, delivery_queue=queue
+    ) as stack:
+        async with worker_module.activity_deps(stack.settings) as (sessions, http):
+            acts = CrashAfterSend(
+                sessions,
+                http,
+                HostGuard(stack.settings.http_allow_hosts),
+                OutputSealer.from_settings(stack.settings),
+            )
+            deliverer = Worker(
+                stack.client,
+                task_queue=queue,
+                workflows=[worker_module.DeliverWebhook],
+                activities=[acts.attempt_delivery],
+            )
+            async with deliverer:
+                await subscribe(stack, endpoint.script("/crash", 200))
+                await stack.execute("demo.echo", {"message": "hi"}, key="crash")
+                first, second = await endpoint.wait_for("/crash", 2)
+                [row] = await settled(stack)
+        assert CrashAfterSend.crashed
+        assert first.webhook_id == second.webhook_id
+        assert first.body == second.body
+        assert len(endpoint.to("/crash")) == 2  # and nothing else
+        assert (row.status, row.attempts) == ("delivered", 1)
+
+
+async def test_poison_endpoint_dead_letter_then_requeue(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    async with hooked_stack(make_stack, app_sessions, endpoint, provider) as stack:
+        url = endpoint.script("/poison", 500)
+        sub = await subscribe(stack, url, max_retries=1, retry_base_seconds=0.05)
+        await stack.execute("demo.echo", {"message": "hi"}, key="poison")
+        await endpoint.wait_for("/poison", 2, accepted=False)
+        await settled(stack)
+        [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+        assert (letter["kind"], letter["error_code"]) == ("delivery", "retries_exhausted")
+        [row] = await rows_of(stack)
+        assert (row.status, row.attempts) == ("dead_letter", 2)
+        assert len(endpoint.to("/poison")) == 2
+
+        endpoint.script("/poison", 200)
+        requeued = await api(stack, "POST", f"/v1/dead-letters/{letter['id']}/requeue", json={})
+        assert requeued.status_code == 200, requeued.text
+        assert requeued.json()["status"] == "requeued"
+        [accepted] = await endpoint.wait_for("/poison", 1)
+        assert accepted.webhook_id == endpoint.to("/poison")[0].webhook_id
+        again = await api(stack, "POST", f"/v1/dead-letters/{letter['id']}/requeue", json={})
+        assert again.json()["error"]["code"] == "dead_letter_closed"
+        # The requeue is an event, with the operator's key as its actor.
+        async with stack.sessions() as s:
+            events = await event_log.events_of(s, stack.tenant_id, row.id)
+        [event] = events
+        assert event.event_type == EventType.DEAD_LETTER_REQUEUED
+        assert event.actor == "api_key:" + stack.api_key.split("_")[1]
+        deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+        assert [d["http_status"] for d in deliveries["items"]] == [200, 500, 500]
+
+
+async def test_gone_disables_the_subscription(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    async with hooked_stack(make_stack, app_sessions, endpoint, provider) as stack:
+        sub = await subscribe(stack, endpoint.script("/gone", 410), **FAST_RETRIES)
+        await stack.execute("demo.echo", {"message": "hi"}, key="gone")
+        await endpoint.wait_for("/gone", 1, accepted=False)
+        await settled(stack)
+        [listed] = (await api(stack, "GET", "/v1/webhooks")).json()["items"]
+        assert listed["id"] == sub["id"]
+        assert listed["status"] == "disabled"
+        assert "410" in listed["disabled_reason"]
+        await stack.execute("demo.echo", {"message": "after"}, key="gone-2")
+        assert len(endpoint.to("/gone")) == 1  # never retried, nothing more announced
+        [row] = await rows_of(stack)
+        assert row.status == "dead_letter"
+
+
+class Fault(Exception):
+    pass
+
+
+async def test_outbox_row_and_receipt_commit_together(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault injected between the outbox row and the commit of the receipt leaves
+    neither; a fault in writing the outbox row takes the receipt with it."""
+    await subscribe(stack, "https://hooks.example.com/x", "execution.completed")
+    body = (await stack.execute("demo.echo", {"message": "hi"}, key="atomic")).json()
+    async with stack.sessions() as s:
+        receipt = await receipts.get_receipt(s, stack.tenant_id, body["receipt_id"])
+        events = await event_log.events_of(s, stack.tenant_id, body["receipt_id"])
+    assert receipt is not None
+    [outcome] = [e for e in events if e.event_type == EventType.RUN_COMPLETED]
+    [row] = await rows_of(stack)
+    assert (row.event_id, row.aggregate_id) == (outcome.id, receipt.id)
+
+    # The same receipt and outcome event again, as new ones, in a transaction that fails
+    # after the outbox row is written.
+    copy = receipt.model_copy(update={"id": str(uuid.uuid4())})
+    draft = EventDraft(**outcome.model_dump(exclude={"sequence_number", "occurred_at"})).model_copy(
+        update={"id": str(uuid.uuid4()), "correlation_id": copy.id}
+    )
+    with pytest.raises(Fault):
+        async with app_sessions.begin() as session:
+            await tenancy.set_tenant(session, stack.tenant_id)
+            assert await receipts.insert_receipt(session, copy)
+            await event_log.append(session, [draft])
+            assert len(await rows_of_in(session, stack.tenant_id)) == 2
+            raise Fault
+    assert len(await rows_of(stack)) == 1
+    async with stack.sessions() as s:
+        count = await s.scalar(select(func.count()).where(ReceiptRow.id == copy.id))
+    assert count == 0
+
+    async def failing_enqueue(*args: Any, **kwargs: Any) -> int:
+        raise Fault
+
+    monkeypatch.setattr(outbox, "enqueue", failing_enqueue)
+    with pytest.raises(Fault):
+        async with app_sessions.begin() as session:
+            await tenancy.set_tenant(session, stack.tenant_id)
+            assert await receipts.insert_receipt(session, copy)
+            await event_log.append(session, [draft])
+    async with stack.sessions() as s:
+        count = await s.scalar(select(func.count()).where(ReceiptRow.id == copy.id))
+    assert count == 0
+
+
+async def rows_of_in(session: AsyncSession, tenant_id: str) -> list[OutboxRow]:
+    stmt = select(OutboxRow).where(OutboxRow.tenant_id == tenant_id)
+    return list((await session.execute(stmt)).scalars().all())
+
+
+async def test_dead_lettered_execution_in_order_with_compensating_action(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    """One execution's events reach the endpoint in event order even when the first needs
+    a retry; the dead-lettered execution is in the dead-letter list, its manifest points at
+    its compensating-action record, and it is requeued only on an operator's statement."""
+    async with hooked_stack(make_stack, app_sessions, endpoint, provider) as stack:
+        hook = endpoint.script("/ordered", 503, 200)
+        await subscribe(
+            stack,
+            hook,
+            "execution.failed",
+            "execution.dead_lettered",
+            "execution.completed",
+            **FAST_RETRIES,
+        )
+        target = provider.script("/always-500", Step(500))
+        body = (await stack.execute("test.http", post(target), key="dead")).json()
+        assert body["status"] == "failed"
+        got = await endpoint.wait_for("/ordered", 2)
+        await settled(stack, 2)
+        async with stack.sessions() as s:
+            events = await event_log.events_of(s, stack.tenant_id, body["receipt_id"])
+        announced = [
+            e.id
+            for e in events
+            if e.event_type in (EventType.EFFECT_DEAD_LETTERED, EventType.RUN_FAILED)
+        ]
+        assert [g.webhook_id for g in got] == [f"msg_{i}" for i in announced]
+        assert [g.json["type"] for g in got] == ["execution.dead_lettered", "execution.failed"]
+        # The second event was not sent before the first was accepted.
+        calls = endpoint.to("/ordered")
+        assert [c.status for c in calls] == [503, 200, 200]
+        assert calls[0].webhook_id == calls[1].webhook_id
+
+        [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+        assert (letter["kind"], letter["subject_id"]) == ("execution", body["receipt_id"])
+        manifest = await api(stack, "GET", f"/v1/executions/{body['receipt_id']}/manifest")
+        ref = manifest.json()["outputs"]["compensating_action_ref"]
+        record = (await api(stack, "GET", ref)).json()
+        assert record["id"] == letter["compensating_action_id"]
+        assert record["receipt_id"] == body["receipt_id"]
+        assert record["effect"] == "unknown"
+        assert record["attempted"]["capability_id"] == "test.http"
+
+        path = f"/v1/dead-letters/{letter['id']}/requeue"
+        refused = await api(stack, "POST", path, json={})
+        assert refused.json()["error"]["code"] == "effect_statement_required"
+        provider.script("/always-500", Step(200))
+        requeued = await api(
+            stack, "POST", path, json={"effect_did_not_happen": True, "note": "checked"}
+        )
+        assert requeued.status_code == 200, requeued.text
+        new_receipt = requeued.json()["requeued_as"]
+        completed = (await endpoint.wait_for("/ordered", 3))[2]
+        assert completed.json["type"] == "execution.completed"
+        assert completed.json["data"]["id"] == new_receipt
+        assert completed.json["data"]["idempotency_key"].startswith("dead#requeue-")
+        record = (await api(stack, "GET", ref)).json()
+        assert record["effect"] == "did_not_happen"
+        assert record["operator_actions"][0]["requeued_as"] == new_receipt
+        keys = [c.headers.get("idempotency-key") for c in provider.calls_to("/always-500")]
+        assert len(set(keys)) == 2  # the new attempt went under a new downstream key
+        assert keys[-1] not in keys[:-1]
+
+
+async def test_relay_dying_before_its_mark_starts_nothing_twice(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with make_stack(http_allow_hosts=[endpoint.allow_entry]) as stack:
+        await subscribe(stack, endpoint.script("/relay-crash", 200))
+        await stack.execute("demo.echo", {"message": "hi"}, key="relay-crash")
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        mark = outbox.mark_dispatched
+
+        async def dies(*args: Any) -> None:
+            raise Fault
+
+        monkeypatch.setattr(outbox, "mark_dispatched", dies)
+        with pytest.raises(Fault):
+            await relay.dispatch()  # started the workflow, then died before marking
+        monkeypatch.setattr(outbox, "mark_dispatched", mark)
+        assert await relay.dispatch() == 1  # the row is due again: started again...
+        assert await relay.dispatch() == 0
+        await endpoint.wait_for("/relay-crash", 1)
+        await settled(stack)
+        assert len(endpoint.to("/relay-crash")) == 1  # ...as the same workflow
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("http://10.1.2.3/hook", "webhook_url_not_allowed"),
+        ("http://127.0.0.1:9/hook", "webhook_url_not_allowed"),
+        ("http://[::ffff:169.254.169.254]/hook", "webhook_url_not_allowed"),
+        ("ftp://hooks.example.com/hook", "webhook_url_invalid"),
+        ("hooks.example.com/hook", "webhook_url_invalid"),
+    ],
+)
+async def test_endpoint_urls_pass_the_host_guard(stack: Stack, url: str, code: str) -> None:
+    response = await api(
+        stack, "POST", "/v1/webhooks", json={"url": url, "events": ["execution.failed"]}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
