@@ -13,18 +13,27 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import Event, EventType
 from schemas.webhooks import WebhookEventType, compensating_action_id, execution_dead_letter_id
-from store import dead_letters, outbox, receipts
+from store import approvals, dead_letters, outbox, receipts
 
 _OUTCOMES = {
     EventType.RUN_COMPLETED: WebhookEventType.EXECUTION_COMPLETED,
     EventType.RUN_FAILED: WebhookEventType.EXECUTION_FAILED,
     EventType.EFFECT_DEAD_LETTERED: WebhookEventType.EXECUTION_DEAD_LETTERED,
 }
+_APPROVALS = {
+    EventType.APPROVAL_REQUESTED: WebhookEventType.APPROVAL_REQUESTED,
+    EventType.APPROVAL_GRANTED: WebhookEventType.APPROVAL_DECIDED,
+    EventType.APPROVAL_REJECTED: WebhookEventType.APPROVAL_DECIDED,
+    EventType.APPROVAL_EXPIRED: WebhookEventType.APPROVAL_DECIDED,
+}
 
 
 async def announce(session: AsyncSession, written: Sequence[Event]) -> None:
     """Outbox rows (and dead letters) for the events just written, in their order."""
     for event in written:
+        if event.event_type in _APPROVALS:
+            await _announce_approval(session, event)
+            continue
         kind = _OUTCOMES.get(event.event_type)
         if kind is None:
             continue
@@ -64,3 +73,21 @@ async def announce(session: AsyncSession, written: Sequence[Event]) -> None:
             event_id=event.id,
             occurred_at=event.occurred_at,
         )
+
+
+async def _announce_approval(session: AsyncSession, event: Event) -> None:
+    """``approval.requested`` / ``approval.decided`` with the approval as the API answers it,
+    without the call's input (hashes, not input, leave Moat). Keyed on the execution's
+    receipt id, so an approval's events stay in order with the execution's outcome."""
+    row = await approvals.get(session, event.tenant_id, event.aggregate_id)
+    if row is None:
+        return
+    await outbox.enqueue(
+        session,
+        tenant_id=event.tenant_id,
+        event_type=_APPROVALS[event.event_type],
+        aggregate_id=row.receipt_id,
+        data=approvals.to_approval(row).model_dump(mode="json", exclude={"input"}),
+        event_id=event.id,
+        occurred_at=event.occurred_at,
+    )
