@@ -19,6 +19,7 @@ from activities import (
     HostGuard,
     HttpAdapter,
     ManifestActivities,
+    PartitionActivities,
     RetentionActivities,
     echo_adapter,
     http_client,
@@ -29,7 +30,7 @@ from store.keys.codec import OutputSealer
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import ExecuteCapability, ManifestRetention
+from workflows import ExecuteCapability, ManifestRetention, OutcomePartitions
 
 
 @asynccontextmanager
@@ -72,16 +73,18 @@ def build_worker(
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
+    partitions = PartitionActivities(sessions)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability, ManifestRetention],
+        workflows=[ExecuteCapability, ManifestRetention, OutcomePartitions],
         activities=[
             acts.check_policy,
             acts.call_adapter,
             acts.record_outcome,
             manifests.write_manifest,
             retention.expire_manifests,
+            partitions.ensure_partitions,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),

@@ -3,6 +3,7 @@
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
 from activities.execute import ExecuteActivities
 from activities.manifest import ManifestActivities
+from activities.partitions import PartitionActivities
 from activities.retention import RetentionActivities
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
+    "PartitionActivities",
     "RetentionActivities",
     "echo_adapter",
     "http_client",

@@ -2,6 +2,7 @@
 ``schemas`` and the SDK only, and name their activities (``schemas.names``)."""
 
 from workflows.execute import ExecuteCapability
+from workflows.partitions import OutcomePartitions
 from workflows.retention import ManifestRetention
 
-__all__ = ["ExecuteCapability", "ManifestRetention"]
+__all__ = ["ExecuteCapability", "ManifestRetention", "OutcomePartitions"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -35,10 +36,13 @@ from starter.gateway.routes import capabilities, codec, evidence, executions, re
 from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
+from starter.service.hits import HitLedger
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
 from store.keys.signing import PublishedJwks
 from store.keys.start import StartKeyring
+
+log = logging.getLogger("moat.gateway")
 
 DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
@@ -84,6 +88,16 @@ def takes_admin_key(route: BaseRoute) -> bool:
     )
 
 
+async def _last_flush(ledger: HitLedger) -> None:
+    """On shutdown: the hits counted since the last flush, so a clean stop loses none."""
+    try:
+        await ledger.flush()
+    except Exception as err:
+        log.warning(
+            "%d idempotent hits not recorded at shutdown (%s)", ledger.pending, type(err).__name__
+        )
+
+
 def _only(router: APIRouter, keep: Callable[[BaseRoute], bool]) -> APIRouter:
     return APIRouter(routes=[route for route in router.routes if keep(route)])
 
@@ -120,6 +134,7 @@ def create_app(
             owner = make_sessionmaker(engines[-1])
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
+        ledger = HitLedger(db)
         app.state.deps = Deps(
             settings=settings,
             sessions=db,
@@ -131,13 +146,19 @@ def create_app(
                 StartKeyring.from_settings(settings),
                 db,
                 OutputSealer.from_settings(settings),
+                ledger,
             ),
             catalog=capability_catalog,
             owner_sessions=owner,
         )
+        flushing = asyncio.create_task(ledger.run(settings.hit_flush_seconds))
         try:
             yield
         finally:
+            flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flushing
+            await _last_flush(ledger)
             for engine in engines:
                 await engine.dispose()
 
