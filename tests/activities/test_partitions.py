@@ -63,10 +63,7 @@ async def test_every_row_lands_in_its_month_as_the_clock_moves(stack: Stack) -> 
                 written[event.id] = f"outcome_events_{event.timestamp:%Y_%m}"
     async with stack.sessions() as session:
         rows = await session.execute(
-            text(
-                "SELECT id, tableoid::regclass::text FROM outcome_events "
-                "WHERE id = ANY(:ids)"
-            ),
+            text("SELECT id, tableoid::regclass::text FROM outcome_events WHERE id = ANY(:ids)"),
             {"ids": list(written)},
         )
         landed = {row[0]: row[1] for row in rows}
