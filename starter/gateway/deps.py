@@ -22,7 +22,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
-from store import api_keys, tenancy
+from store import api_keys
 
 
 @dataclass
@@ -78,10 +78,10 @@ async def authenticate(
     """The caller's tenant; the session's transaction is scoped to it from here on."""
     if credentials is None:
         raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
-    tenant = await api_keys.authenticate(session, credentials.credentials)
+    # The lookup names the tenant too (row-level security), in the same round trip.
+    tenant = await api_keys.authenticate(session, credentials.credentials, scope=True)
     if tenant is None:
         raise unauthenticated("The API key is unknown or revoked.")
-    await tenancy.set_tenant(session, tenant.tenant_id)
     return tenant
 
 

@@ -248,26 +248,20 @@ class Executions:
         key (``Unfinished``) or a new one (None)."""
         if prepared.request.dry_run:
             return None
-        found = await idempotency.find_live_claim(
-            session, tenant_id, prepared.idempotency_key, datetime.now(UTC)
-        )
+        now = datetime.now(UTC)
+        # Claim, receipt and kept output in one statement: a replay reads once.
+        found = await idempotency.find_replay(session, tenant_id, prepared.idempotency_key, now)
         if found is None:
             return None
-        claim, receipt = found
+        claim, receipt, output = found
         if claim.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, claim.receipt_id)
         if receipt is None:
             return Unfinished(claim.receipt_id)
         # Counted in memory and added to the execution's counter in batches: no write, and
         # no Temporal call, on a replay.
-        self.hits.note(
-            tenant_id,
-            receipt.id,
-            receipt.capability_id,
-            prepared.idempotency_key,
-            datetime.now(UTC),
-        )
-        kept = await outputs.find(session, self.sealer, tenant_id, receipt.id, datetime.now(UTC))
+        self.hits.note(tenant_id, receipt.id, receipt.capability_id, prepared.idempotency_key, now)
+        kept = outputs.opened(self.sealer, output) if output is not None else None
         return Outcome(envelope_for_receipt(receipt, kept), replayed=True)
 
     async def run(
