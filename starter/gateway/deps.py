@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Request, Security
@@ -22,6 +22,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
+from starter.service.flights import Flights
 from store import api_keys
 
 
@@ -37,6 +38,8 @@ class Deps:
     # As the owner role, for the admin writes the application role may not make (a
     # tenant's host allow-list); None when this gateway has no owner URL.
     owner_sessions: async_sessionmaker[AsyncSession] | None = None
+    # Identical execute requests in flight share one run (``service.flights``).
+    flights: Flights = field(default_factory=Flights)
 
 
 def deps_of(request: Request) -> Deps:

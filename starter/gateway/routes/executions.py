@@ -121,14 +121,19 @@ async def execute(
         wait, applied = _wait_budget(prefer, deps)
         if applied:
             headers["Preference-Applied"] = applied
-        outcome = await deps.executions.run(
-            tenant.tenant_id,
-            tenant.idempotency_ttl_seconds,
-            prepared,
+        copy_of = (tenant.tenant_id, prepared.idempotency_key, prepared.input_hash, wait)
+        outcome = await deps.flights.share(
+            copy_of if not prepared.request.dry_run else object(),
+            lambda: deps.executions.run(
+                tenant.tenant_id,
+                tenant.idempotency_ttl_seconds,
+                prepared,
+                trace_id,
+                submitted_at,
+                wait,
+                found,
+            ),
             trace_id,
-            submitted_at,
-            wait,
-            found,
         )
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"
