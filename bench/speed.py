@@ -342,6 +342,36 @@ async def per_execution(
     }
 
 
+async def closed_loop(
+    call: Call, clients: int, seconds: float, pids: dict[str, int]
+) -> dict[str, Any]:
+    """``clients`` callers back to back for ``seconds``: requests/s and CPU per request."""
+    done = 0
+    stop = time.monotonic() + seconds
+    cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+    async def client(c: int) -> None:
+        nonlocal done
+        i = c
+        while time.monotonic() < stop:
+            await call(i)
+            done += 1
+            i += clients
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    elapsed = time.perf_counter() - start
+    cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+    return {
+        "clients": clients,
+        "requests": done,
+        "per_second": round(done / elapsed, 1),
+        "cpu_ms_per_request": {name: round(c * 1000 / max(done, 1), 2) for name, c in cpu.items()},
+        "cpu_utilization": {name: round(c / elapsed, 2) for name, c in cpu.items()},
+        "load_1m": load(),
+    }
+
+
 async def temporal_actions(client: Client, workflow_id: str) -> dict[str, Any]:
     """Billable actions in one run's history, by Temporal Cloud's rules: the start; every
     activity attempt; the local activities of one workflow task together as one; every
@@ -412,6 +442,13 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     stack.moat_client if series == "moat" else stack.bare_client, workflow_id
                 )
                 for series, workflow_id in calls.workflow_ids.items()
+            }
+        with console.status("closed loop: 16 clients of hits, then of fresh executes…"):
+            gateway_only = {"gateway": stack.pids["gateway"]}
+            both = {"gateway": stack.pids["gateway"], "worker": stack.pids["worker"]}
+            report["closed_loop"] = {
+                "hits": await closed_loop(calls.hit, 16, 5, gateway_only),
+                "fresh": await closed_loop(calls.fresh, 16, 10, both),
             }
         with console.status(f"duplicate storm: {args.storm} identical requests…"):
             report["storm"] = await storm(stack, calls, args.storm)
@@ -516,6 +553,16 @@ def render(report: dict[str, Any], console: Console) -> None:
         f"{cpu['gateway']:.1f} / {cpu['worker']:.1f}",
         f"{report['per_b1']['cpu_ms']['bare worker']:.1f}", "", "", None,
         loads["after"])  # fmt: skip
+    cl = report.get("closed_loop")
+    if cl:
+        hits, fresh_cl = cl["hits"], cl["fresh"]
+        row("closed loop x16: hits/s (gateway CPU)",
+            f"{hits['per_second']:.0f} ({hits['cpu_utilization']['gateway']:.0%})", "", "",
+            "", None, hits["load_1m"])  # fmt: skip
+        row("closed loop x16: executions/s (gw / worker CPU)",
+            f"{fresh_cl['per_second']:.0f} ({fresh_cl['cpu_utilization']['gateway']:.0%} / "
+            f"{fresh_cl['cpu_utilization']['worker']:.0%})", "", "", "", None,
+            fresh_cl["load_1m"])  # fmt: skip
     console.print(table)
     console.print(
         f"load average (1 min) before {loads['before']}, after {loads['after']}, on "
@@ -533,7 +580,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="warm-up requests per series")
     parser.add_argument("--storm", type=int, default=1000, help="identical concurrent requests")
     parser.add_argument(
-        "--rates", default="5,10,20,30,40,60,80,120", help="open-loop arrival rates per second"
+        "--rates", default="1,2,3,5,8,12,20,30,50,80", help="open-loop arrival rates per second"
     )
     parser.add_argument("--step-seconds", type=float, default=8.0, help="per open-loop step")
     parser.add_argument(
