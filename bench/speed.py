@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import temporalio
 from rich.console import Console
@@ -171,7 +172,14 @@ async def storm(stack: SpeedStack, calls: Calls, size: int) -> dict[str, Any]:
     async def one() -> None:
         await go.wait()
         start = time.perf_counter()
-        resp = await calls.post(key, body)
+        # As an agent would: on a dropped connection, the same request again, same key.
+        for attempt in range(3):
+            try:
+                resp = await calls.post(key, body)
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
         latency = (time.perf_counter() - start) * 1000
         replayed = resp.headers.get(REPLAYED_HEADER) == "true"
         receipt = resp.json().get("receipt_id", "") if resp.status_code == 200 else ""
