@@ -88,4 +88,3 @@ def test_the_migrations_job_runs_as_the_owner() -> None:
     assert container["args"] == ["migrate"]
     (owner,) = [e for e in container["env"] if e["name"] == "MOAT_DATABASE_URL"]
     assert owner["valueFrom"]["secretKeyRef"]["key"] == "database-owner-url"
-
