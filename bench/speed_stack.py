@@ -133,6 +133,9 @@ async def _start(st: AsyncExitStack, root: Path, logs: Path, pg: EmbeddedPostgre
         http_allow_hosts=f"127.0.0.1:{provider_port}",
         log_format="text",
     )
+    # Deployed code runs from compiled bytecode; without it the workflow sandbox, which
+    # re-imports the workflow modules for every run, would compile their source each time.
+    child_env.pop("PYTHONDONTWRITEBYTECODE", None)
     bare_queue = f"speed-bare-{uuid.uuid4().hex}"
     commands = {
         "worker": [sys.executable, "-m", "starter.cli", "worker"],
