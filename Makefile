@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint bench lock clean
+.PHONY: up test test-unit lint bench bench-modes lock clean
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Moat against bare Temporal baselines, each server a process of its own (~7 min).
 bench: $(STAMP)
+	$(BIN)/python -m bench.speed
+
+# Local against regular activities for the bookkeeping steps (MOAT_LOCAL_ACTIVITIES).
+bench-modes: $(STAMP)
 	$(BIN)/python -m bench.execute_latency
 
 # Re-resolve the locks from pyproject.toml, with hashes (needs uv: pip install uv, or

@@ -22,6 +22,7 @@ from activities import (
     HostGuard,
     HttpAdapter,
     ManifestActivities,
+    PartitionActivities,
     RetentionActivities,
     SlackAdapter,
     StoreConnectionResolver,
@@ -36,7 +37,7 @@ from store.keys.connections import ConnectionCipher
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import DeliverWebhook, ExecuteCapability, ManifestRetention
+from workflows import DeliverWebhook, ExecuteCapability, ManifestRetention, OutcomePartitions
 
 
 @asynccontextmanager
@@ -87,14 +88,15 @@ def build_worker(
     delivery = DeliveryActivities(
         sessions,
         http,
-        HostGuard(settings.http_allow_hosts),
+        guard,
         sealer,
         timeout_seconds=settings.webhook_timeout_seconds,
     )
+    partitions = PartitionActivities(sessions)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability, ManifestRetention, DeliverWebhook],
+        workflows=[ExecuteCapability, ManifestRetention, DeliverWebhook, OutcomePartitions],
         activities=[
             acts.check_policy,
             acts.call_adapter,
@@ -104,6 +106,7 @@ def build_worker(
             manifests.write_manifest,
             retention.expire_manifests,
             delivery.attempt_delivery,
+            partitions.ensure_partitions,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),

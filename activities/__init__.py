@@ -6,6 +6,7 @@ from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
 from activities.github import GithubAdapter
 from activities.manifest import ManifestActivities
+from activities.partitions import PartitionActivities
 from activities.retention import RetentionActivities
 from activities.slack import SlackAdapter
 from activities.webhook import WebhookAdapter
@@ -20,6 +21,7 @@ __all__ = [
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
+    "PartitionActivities",
     "RetentionActivities",
     "SlackAdapter",
     "StoreConnectionResolver",

@@ -71,3 +71,20 @@ class BareSteps:
         return await workflow.execute_activity(
             name, payload, result_type=str, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY
         )
+
+
+FLOOR_WORKFLOW = "BenchBareFloor"
+
+
+@workflow.defn(name=FLOOR_WORKFLOW)
+class BareFloor:
+    """The floor any execution pays on Temporal: one workflow task round trip and one
+    activity (the adapter call), nothing else."""
+
+    @workflow.run
+    async def run(self, inp: BareInput) -> str:
+        called: str = await workflow.execute_activity(
+            "bench.adapter", inp.payload, result_type=str, start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+        )  # fmt: skip
+        return called

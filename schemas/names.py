@@ -1,5 +1,5 @@
 """Names that cross rooms, defined once: Temporal workflow and activity types, the search
-attributes runs carry, the retention schedule's id, and Moat's HTTP headers.
+attributes runs carry, the schedules' ids, and Moat's HTTP headers.
 
 A workflow names its activities by these strings (it never imports them), the worker
 registers them under the same strings, and the gateway, the dev stack and operators
@@ -11,6 +11,7 @@ from __future__ import annotations
 # Workflow types.
 EXECUTE_WORKFLOW = "ExecuteCapability"
 RETENTION_WORKFLOW = "ManifestRetention"
+PARTITIONS_WORKFLOW = "OutcomePartitions"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -25,9 +26,12 @@ RECORD_APPROVAL = "moat.record_approval"
 DECIDE_APPROVAL_UPDATE = "decide_approval"
 # MoatStatus of a run waiting for a person.
 AWAITING_APPROVAL = "awaiting_approval"
+ENSURE_PARTITIONS = "moat.ensure_outcome_partitions"
 
 # The Temporal Schedule that starts the retention workflow.
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"
+# The one that creates next months' partitions of outcome_events ahead of time.
+PARTITIONS_SCHEDULE_ID = "moat-outcome-partitions"
 
 # Search attributes, all of type Keyword.
 TENANT_ATTRIBUTE = "MoatTenant"

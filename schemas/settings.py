@@ -111,6 +111,12 @@ class MoatSettings(BaseSettings):
             f"At least {MIN_ADMIN_KEY_LENGTH} characters."
         ),
     )
+    hit_flush_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often a gateway adds the idempotent hits it counted to Postgres; "
+        "the hits of the last interval are lost if it dies without shutting down.",
+    )
     local_activities: bool = Field(
         default=True,
         description="Run the policy, record and manifest steps as local activities "

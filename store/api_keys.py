@@ -116,6 +116,18 @@ async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> A
     return await session.get(ApiKey, key_id, populate_existing=True, options=[_WITHOUT_HASH])
 
 
+_LOOKUP = text(
+    "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes"
+    " FROM moat_lookup_api_key(:key_id, :secret_hash)"
+)
+# A revoked key names no tenant: set_config runs only for a live one.
+_SCOPED_LOOKUP = text(
+    "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes,"
+    " CASE WHEN revoked_at IS NULL THEN set_config('moat.tenant_id', tenant_id, true) END"
+    " FROM moat_lookup_api_key(:key_id, :secret_hash)"
+)
+
+
 @dataclass(frozen=True)
 class AuthenticatedTenant:
     """Who is calling: a tenant, through one of its keys, with that key's scopes."""
@@ -127,12 +139,18 @@ class AuthenticatedTenant:
     scopes: tuple[str, ...] = DEFAULT_SCOPES
 
 
-async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTenant | None:
+async def authenticate(
+    session: AsyncSession, presented: str, *, scope: bool = False
+) -> AuthenticatedTenant | None:
     """The tenant a presented API key belongs to, or None (unknown, malformed, revoked).
 
     Asked before any tenant is known, so through ``moat_lookup_api_key``, the database's
     one door to API keys across tenants (row-level security keeps the tables closed). The
-    database compares the hashes: the stored one never leaves it."""
+    database compares the hashes: the stored one never leaves it.
+
+    ``scope``: the same statement also names the key's tenant for the rest of the
+    transaction (as ``tenancy.set_tenant`` does), when the key is valid: one round trip
+    fewer on every request."""
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
         return None
@@ -140,16 +158,13 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
         return None
     row = (
         await session.execute(
-            text(
-                "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes"
-                " FROM moat_lookup_api_key(:key_id, :secret_hash)"
-            ),
+            _SCOPED_LOOKUP if scope else _LOOKUP,
             {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])},
         )
     ).one_or_none()
     if row is None:
         return None
-    tenant_id, revoked_at, mode, ttl, scopes = row
+    tenant_id, revoked_at, mode, ttl, scopes = row[:5]
     if revoked_at is not None:
         return None
     return AuthenticatedTenant(

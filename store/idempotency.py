@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import Receipt
-from store.models import IdempotencyClaim, ReceiptRow
+from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
 from store.receipts import to_receipt
 
 
@@ -55,6 +55,33 @@ async def find_live_claim(
         return None
     claim, receipt = row
     return _claim(claim), (to_receipt(receipt) if receipt is not None else None)
+
+
+async def find_replay(
+    session: AsyncSession, tenant_id: str, key: str, now: datetime
+) -> tuple[Claim, Receipt | None, ExecutionOutputRow | None] | None:
+    """``find_live_claim`` with the receipt's kept output row (sealed; None once expired), in
+    one statement: what a replay answers from."""
+    result = await session.execute(
+        select(IdempotencyClaim, ReceiptRow, ExecutionOutputRow)
+        .outerjoin(ReceiptRow, ReceiptRow.id == IdempotencyClaim.receipt_id)
+        .outerjoin(
+            ExecutionOutputRow,
+            (ExecutionOutputRow.receipt_id == ReceiptRow.id)
+            & (ExecutionOutputRow.tenant_id == tenant_id)
+            & (ExecutionOutputRow.expires_at > now),
+        )
+        .where(
+            IdempotencyClaim.tenant_id == tenant_id,
+            IdempotencyClaim.idempotency_key == key,
+            IdempotencyClaim.expires_at > now,
+        )
+    )
+    row = result.one_or_none()
+    if row is None:
+        return None
+    claim, receipt, output = row
+    return _claim(claim), (to_receipt(receipt) if receipt is not None else None), output
 
 
 async def find_claim_by_receipt(

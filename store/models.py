@@ -438,3 +438,18 @@ class CompensatingActionRow(Base):
     )
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class IdempotentHitRow(Base):
+    """How often an execution's stored answer was replayed: one row per execution, its
+    counter added to in batches (``store.hits``), never a row per replay."""
+
+    __tablename__ = "idempotent_hits"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    receipt_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    capability_id: Mapped[str] = mapped_column(String(200))
+    idempotency_key: Mapped[str] = mapped_column(String(256))
+    hits: Mapped[int] = mapped_column(BigInteger)
+    first_hit_at: Mapped[datetime] = mapped_column(_tz())
+    last_hit_at: Mapped[datetime] = mapped_column(_tz())

@@ -63,7 +63,12 @@ async def find(
     ).scalar_one_or_none()
     if row is None:
         return None
-    plaintext = sealer.open(row.key_id, row.sealed, _context(tenant_id, receipt_id))
+    return opened(sealer, row)
+
+
+def opened(sealer: OutputSealer, row: ExecutionOutputRow) -> KeptOutput:
+    """The output a row keeps, unsealed (its tenant and receipt bound as associated data)."""
+    plaintext = sealer.open(row.key_id, row.sealed, _context(row.tenant_id, row.receipt_id))
     return KeptOutput.model_validate_json(plaintext)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
@@ -81,4 +81,13 @@ async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> No
 
 
 async def ensure_outcome_partitions(session: AsyncSession, now: datetime, months: int = 3) -> None:
+    """Create the monthly partitions of ``outcome_events`` from ``now``'s month on, ``months``
+    of them, where missing (a SECURITY DEFINER function: the app role owns no table)."""
     await session.execute(select(func.moat_ensure_outcome_partitions(now, months)))
+
+
+def months_from(start: datetime, months: int) -> list[str]:
+    """``YYYY-MM`` of ``months`` months from ``start``'s (UTC) on."""
+    utc = start.astimezone(UTC)
+    index = utc.year * 12 + utc.month - 1
+    return [f"{(index + i) // 12:04d}-{(index + i) % 12 + 1:02d}" for i in range(months)]

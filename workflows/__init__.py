@@ -3,6 +3,7 @@
 
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
+from workflows.partitions import OutcomePartitions
 from workflows.retention import ManifestRetention
 
-__all__ = ["DeliverWebhook", "ExecuteCapability", "ManifestRetention"]
+__all__ = ["DeliverWebhook", "ExecuteCapability", "ManifestRetention", "OutcomePartitions"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -46,11 +47,14 @@ from starter.gateway.routes import policy as policy_routes
 from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
+from starter.service.hits import HitLedger
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
 from store.keys.connections import ConnectionCipher
 from store.keys.signing import PublishedJwks
 from store.keys.start import StartKeyring
+
+log = logging.getLogger("moat.gateway")
 
 DESCRIPTION = """\
 Durable, idempotent execution of AI agents' side-effecting tool calls, on Temporal.
@@ -111,6 +115,16 @@ def takes_admin_key(route: BaseRoute) -> bool:
     )
 
 
+async def _last_flush(ledger: HitLedger) -> None:
+    """On shutdown: the hits counted since the last flush, so a clean stop loses none."""
+    try:
+        await ledger.flush()
+    except Exception as err:
+        log.warning(
+            "%d idempotent hits not recorded at shutdown (%s)", ledger.pending, type(err).__name__
+        )
+
+
 def _only(router: APIRouter, keep: Callable[[BaseRoute], bool]) -> APIRouter:
     return APIRouter(routes=[route for route in router.routes if keep(route)])
 
@@ -148,6 +162,7 @@ def create_app(
         if temporal is None:
             temporal = await connect(settings, observability.temporal_interceptors())
         sealer = OutputSealer.from_settings(settings)
+        ledger = HitLedger(db)
         app.state.deps = Deps(
             settings=settings,
             sessions=db,
@@ -159,15 +174,21 @@ def create_app(
                 StartKeyring.from_settings(settings),
                 db,
                 sealer,
+                ledger,
             ),
             catalog=capability_catalog,
             owner_sessions=owner,
             connection_cipher=ConnectionCipher.from_settings(settings),
             sealer=sealer,
         )
+        flushing = asyncio.create_task(ledger.run(settings.hit_flush_seconds))
         try:
             yield
         finally:
+            flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flushing
+            await _last_flush(ledger)
             for engine in engines:
                 await engine.dispose()
 

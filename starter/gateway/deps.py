@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Request, Security
@@ -23,8 +23,9 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
+from starter.service.flights import Flights
 from starter.service.scopes import require_scope
-from store import api_keys, tenancy
+from store import api_keys
 from store.keys.codec import OutputSealer
 from store.keys.connections import ConnectionCipher
 
@@ -45,6 +46,8 @@ class Deps:
     connection_cipher: ConnectionCipher | None = None
     # Seals and opens webhook signing secrets (the codec's keys).
     sealer: OutputSealer | None = None
+    # Identical execute requests in flight share one run (``service.flights``).
+    flights: Flights = field(default_factory=Flights)
 
 
 def sealer_of(deps: Deps) -> OutputSealer:
@@ -95,11 +98,11 @@ async def authenticate(
     ``scope_missing`` otherwise); the session's transaction is scoped to it from here on."""
     if credentials is None:
         raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
-    tenant = await api_keys.authenticate(session, credentials.credentials)
+    # The lookup names the tenant too (row-level security), in the same round trip.
+    tenant = await api_keys.authenticate(session, credentials.credentials, scope=True)
     if tenant is None:
         raise unauthenticated("The API key is unknown or revoked.")
     require_scope(tenant.scopes, *scopes)
-    await tenancy.set_tenant(session, tenant.tenant_id)
     return tenant
 
 

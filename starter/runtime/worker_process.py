@@ -1,6 +1,7 @@
 """``moat worker``: the process around the worker that ``worker.py`` builds. It checks the
 signing keyring before connecting to anything, connects to Temporal and Postgres, makes
-sure of the outcome partitions and the retention schedule, then polls until SIGINT/SIGTERM."""
+sure of the outcome partitions and the schedules (retention, partitions ahead), then
+polls until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import worker
 from schemas.settings import MoatSettings
 from starter.runtime import observability
 from starter.runtime.outbox_relay import OutboxRelay
-from starter.runtime.schedules import ensure_retention_schedule
+from starter.runtime.schedules import ensure_partitions_schedule, ensure_retention_schedule
 from starter.runtime.temporal import connect
 from store import receipts
 from store.keys.signing import Keyring
@@ -30,6 +31,7 @@ async def run(settings: MoatSettings) -> None:
         async with sessions.begin() as session:
             await receipts.ensure_outcome_partitions(session, datetime.now(UTC))
         await ensure_retention_schedule(client, settings)
+        await ensure_partitions_schedule(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

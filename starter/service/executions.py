@@ -61,7 +61,8 @@ from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service import approvals as approvals_service
 from starter.service.errors import MoatError, field_errors
-from store import connections, db, idempotency, outputs, policy, receipts, tenancy
+from starter.service.hits import HitLedger
+from store import connections, db, idempotency, outputs, receipts, tenancy
 from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
 
@@ -234,6 +235,7 @@ class Executions:
         start_keys: StartKeyring,
         sessions: async_sessionmaker[AsyncSession],
         sealer: OutputSealer,
+        hits: HitLedger | None = None,
     ) -> None:
         self._settings = settings
         self._client = client
@@ -241,6 +243,7 @@ class Executions:
         self._start_keys = start_keys
         self._sessions = sessions
         self.sealer = sealer
+        self.hits = hits or HitLedger(sessions)
 
     async def admit_connection(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared
@@ -271,33 +274,25 @@ class Executions:
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
-        """The stored answer for a live key, from Postgres alone; otherwise go on to Temporal
-        with the execution that holds the key (``Unfinished``) or a new one (None)."""
+        """The stored answer for a live key, from Postgres alone (reads only: the hit is
+        counted by ``hits``); otherwise go on to Temporal with the execution that holds the
+        key (``Unfinished``) or a new one (None)."""
         if prepared.request.dry_run:
             return None
-        found = await idempotency.find_live_claim(
-            session, tenant_id, prepared.idempotency_key, datetime.now(UTC)
-        )
+        now = datetime.now(UTC)
+        # Claim, receipt and kept output in one statement: a replay reads once.
+        found = await idempotency.find_replay(session, tenant_id, prepared.idempotency_key, now)
         if found is None:
             return None
-        claim, receipt = found
+        claim, receipt, output = found
         if claim.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, claim.receipt_id)
         if receipt is None:
             return Unfinished(claim.receipt_id)
-        await policy.insert_policy_decision(
-            session,
-            id=str(uuid7()),
-            tenant_id=tenant_id,
-            receipt_id=receipt.id,
-            capability_id=receipt.capability_id,
-            idempotency_key=prepared.idempotency_key,
-            mode="standard",
-            decision="allow",
-            rule_hit="IDEMPOTENT_HIT",
-            reason=f"replayed stored receipt (trace {trace_id})",
-        )
-        kept = await outputs.find(session, self.sealer, tenant_id, receipt.id, datetime.now(UTC))
+        # Counted in memory and added to the execution's counter in batches: no write, and
+        # no Temporal call, on a replay.
+        self.hits.note(tenant_id, receipt.id, receipt.capability_id, prepared.idempotency_key, now)
+        kept = outputs.opened(self.sealer, output) if output is not None else None
         return Outcome(envelope_for_receipt(receipt, kept), replayed=True)
 
     async def run(

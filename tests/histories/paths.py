@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.names import EXECUTE_WORKFLOW, RETENTION_WORKFLOW
+from schemas.names import EXECUTE_WORKFLOW, PARTITIONS_WORKFLOW, RETENTION_WORKFLOW
+from schemas.partitions import PartitionsInput, PartitionsReport
 from schemas.retention import RetentionInput, RetentionReport
 from store import api_keys, budgets, policy_versions, tenancy
 from tests.histories.recorder import Gateway, Recorder, Run
@@ -208,6 +209,24 @@ async def retention(rec: Recorder) -> dict[str, Run]:
     return {"scheduled_run": Run(RETENTION_WORKFLOW, workflow_id, handle.result_run_id or "")}
 
 
+async def partitions(rec: Recorder) -> dict[str, Run]:
+    """As the partitions schedule starts it (no ``as_of``: the run's own start time)."""
+    workflow_id = f"outcome-partitions-{uuid.uuid4().hex[:8]}"
+    handle = await rec.client.start_workflow(
+        PARTITIONS_WORKFLOW,
+        PartitionsInput(),
+        id=workflow_id,
+        task_queue=rec.settings.task_queue,
+        result_type=PartitionsReport,
+    )
+    await handle.result()
+    return {
+        "partitions_scheduled_run": Run(
+            PARTITIONS_WORKFLOW, workflow_id, handle.result_run_id or ""
+        )
+    }
+
+
 @dataclass(frozen=True)
 class RecordedPath:
     name: str
@@ -314,6 +333,13 @@ DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {
     retention: (
         RecordedPath(
             "scheduled_run", RETENTION_WORKFLOW, "ManifestRetention as its schedule starts it"
+        ),
+    ),
+    partitions: (
+        RecordedPath(
+            "partitions_scheduled_run",
+            PARTITIONS_WORKFLOW,
+            "OutcomePartitions as its schedule starts it",
         ),
     ),
 }

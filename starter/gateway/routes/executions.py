@@ -128,17 +128,22 @@ async def execute(
         wait, applied = _wait_budget(prefer, deps)
         if applied:
             headers["Preference-Applied"] = applied
-        outcome = await deps.executions.run(
-            tenant.tenant_id,
-            tenant.idempotency_ttl_seconds,
-            prepared,
+        copy_of = (tenant.tenant_id, prepared.idempotency_key, prepared.input_hash, wait)
+        outcome = await deps.flights.share(
+            copy_of if not prepared.request.dry_run else object(),
+            lambda: deps.executions.run(
+                tenant.tenant_id,
+                tenant.idempotency_ttl_seconds,
+                prepared,
+                trace_id,
+                submitted_at,
+                wait,
+                found,
+                scopes=tenant.scopes,
+                api_key_id=tenant.key_id,
+                may_await_approval=strict,
+            ),
             trace_id,
-            submitted_at,
-            wait,
-            found,
-            scopes=tenant.scopes,
-            api_key_id=tenant.key_id,
-            may_await_approval=strict,
         )
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"
