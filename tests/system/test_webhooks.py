@@ -30,6 +30,8 @@ from store import outbox, receipts, tenancy
 from store.keys.codec import OutputSealer
 from store.models import OutboxRow, ReceiptRow
 from tests.activities.test_outcomes import post
+from tests.gateway.test_approvals import decide, pending, strict
+from tests.gateway.test_policy import new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import CATALOG, Stack, StackFactory
 from tests.support.webhook_endpoint import WebhookEndpoint
@@ -438,3 +440,42 @@ async def test_endpoint_urls_pass_the_host_guard(stack: Stack, url: str, code: s
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == code
+
+
+async def test_approvals_are_announced_in_order_with_the_outcome(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+) -> None:
+    """``approval.requested`` then ``approval.decided`` then ``execution.completed``, each
+    signed, the approval as the API answers it without the call's input."""
+    async with hooked_stack(make_stack, app_sessions, endpoint, provider) as stack:
+        sub = await subscribe(
+            stack,
+            endpoint.script("/approvals", 200),
+            "approval.requested",
+            "approval.decided",
+            "execution.completed",
+        )
+        await put_policy(stack, await new_key(stack, ["policy:write"]), strict())
+        url = provider.script("/approved-call", Step(201, {"ok": True}))
+        first = await pending(stack, url, "announce-approval")
+        approval = first["approval"]
+        approver = await new_key(stack, ["approvals:write"])
+        decided = await decide(stack, approver, approval)
+        assert decided.status_code == 200, decided.text
+        got = await endpoint.wait_for("/approvals", 3)
+        payloads = [Webhook(sub["secret"]).verify(g.body, g.headers) for g in got]
+        assert [p["type"] for p in payloads] == [
+            "approval.requested",
+            "approval.decided",
+            "execution.completed",
+        ]
+        requested, granted, completed = (p["data"] for p in payloads)
+        assert requested["id"] == granted["id"] == approval["id"]
+        assert (requested["status"], granted["status"]) == ("pending", "approved")
+        assert granted["approved_digest"] == approval["input_hash"]
+        assert "input" not in requested and "input" not in granted
+        assert completed["id"] == first["receipt_id"]
+        assert len({g.webhook_id for g in got}) == 3
