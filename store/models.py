@@ -140,6 +140,8 @@ class OutcomeEventRow(Base):
     error_taxonomy: Mapped[str] = mapped_column(String(40))
     http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
     is_synthetic: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When the event was written (migration 0012): the trust rollup finds new events by it.
+    recorded_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
 
 
 class PolicyDecisionRow(Base):
@@ -261,4 +263,52 @@ class ExecutionOutputRow(Base):
     key_id: Mapped[str] = mapped_column(String(100))
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
     expires_at: Mapped[datetime] = mapped_column(_tz())
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class TrustRollupRow(Base):
+    """Outcome events of one tenant, capability version, kind of traffic and minute, summed
+    (``store.trust``); rebuilt whole from the raw events whenever one of them is new."""
+
+    __tablename__ = "trust_rollup"
+    __table_args__ = (Index("ix_trust_rollup_tenant_bucket", "tenant_id", "bucket"),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    capability_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    capability_version: Mapped[str] = mapped_column(String(50), primary_key=True)
+    is_synthetic: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    bucket: Mapped[datetime] = mapped_column(_tz(), primary_key=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    successes: Mapped[int] = mapped_column(Integer)
+    rate_limited: Mapped[int] = mapped_column(Integer)
+    excluded: Mapped[int] = mapped_column(Integer)
+    errors: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'"))
+    latency_histogram: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'"))
+    last_success_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    last_failure_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class TrustRefreshRow(Base):
+    """Up to when (``outcome_events.recorded_at``) a tenant's rollup has read."""
+
+    __tablename__ = "trust_refresh"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    refreshed_at: Mapped[datetime] = mapped_column(_tz())
+
+
+class ProbeRow(Base):
+    """A synthetic probe: which capability, with which input, how often (a Temporal
+    Schedule per probe runs it)."""
+
+    __tablename__ = "probes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    capability_id: Mapped[str] = mapped_column(String(200))
+    capability_version: Mapped[str | None] = mapped_column(String(50), nullable=True)
+    input: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    connection_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    interval_seconds: Mapped[int] = mapped_column(Integer)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=false())
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
