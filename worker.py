@@ -19,17 +19,20 @@ from activities import (
     HostGuard,
     HttpAdapter,
     ManifestActivities,
+    ProbeActivities,
     RetentionActivities,
+    TrustActivities,
     echo_adapter,
     http_client,
 )
+from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import ExecuteCapability, ManifestRetention
+from workflows import ExecuteCapability, ManifestRetention, RefreshTrust, RunProbe
 
 
 @asynccontextmanager
@@ -55,6 +58,7 @@ def build_worker(
     task_queue: str | None = None,
     keyring: Keyring | None = None,
     adapters: Mapping[str, Adapter] | None = None,
+    catalog: CapabilityCatalog | None = None,
 ) -> Worker:
     """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
     name (tests plant adapters that fail in ways a real provider cannot be made to)."""
@@ -68,20 +72,27 @@ def build_worker(
         **(adapters or {}),
     }
     sealer = OutputSealer.from_settings(settings)
-    acts = ExecuteActivities(sessions, by_name, StartKeyring.from_settings(settings), sealer)
+    start_keys = StartKeyring.from_settings(settings)
+    acts = ExecuteActivities(sessions, by_name, start_keys, sealer)
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
+    trust = TrustActivities(sessions)
+    probes = ProbeActivities(
+        sessions, catalog or CapabilityCatalog(), start_keys, settings.local_activities
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability, ManifestRetention],
+        workflows=[ExecuteCapability, ManifestRetention, RefreshTrust, RunProbe],
         activities=[
             acts.check_policy,
             acts.call_adapter,
             acts.record_outcome,
             manifests.write_manifest,
             retention.expire_manifests,
+            trust.refresh_trust,
+            probes.prepare_probe,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),

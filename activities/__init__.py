@@ -3,7 +3,9 @@
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
 from activities.execute import ExecuteActivities
 from activities.manifest import ManifestActivities
+from activities.probes import ProbeActivities
 from activities.retention import RetentionActivities
+from activities.trust import TrustActivities
 
 __all__ = [
     "Adapter",
@@ -11,7 +13,9 @@ __all__ = [
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
+    "ProbeActivities",
     "RetentionActivities",
+    "TrustActivities",
     "echo_adapter",
     "http_client",
 ]

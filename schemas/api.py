@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.capabilities import EffectType, RetrySettings
+from schemas.capabilities import EffectType, ProbeSpec, RetrySettings
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
@@ -49,6 +49,10 @@ class CapabilityInfo(BaseModel):
     requires_approval: bool
     retry: RetrySettings
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
+    probe: ProbeSpec | None = Field(
+        default=None,
+        description="How the synthetic prober may call it with no side effect; null: never.",
+    )
 
 
 class TenantCreate(BaseModel):

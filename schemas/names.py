@@ -11,6 +11,8 @@ from __future__ import annotations
 # Workflow types.
 EXECUTE_WORKFLOW = "ExecuteCapability"
 RETENTION_WORKFLOW = "ManifestRetention"
+TRUST_REFRESH_WORKFLOW = "RefreshTrust"
+PROBE_WORKFLOW = "RunProbe"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -18,9 +20,15 @@ CALL_ADAPTER = "moat.call_adapter"
 RECORD_OUTCOME = "moat.record_outcome"
 WRITE_MANIFEST = "moat.write_manifest"
 EXPIRE_MANIFESTS = "moat.expire_manifests"
+REFRESH_TRUST = "moat.refresh_trust"
+PREPARE_PROBE = "moat.prepare_probe"
 
 # The Temporal Schedule that starts the retention workflow.
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"
+# The Temporal Schedule that refreshes the trust rollup.
+TRUST_SCHEDULE_ID = "moat-trust-rollup"
+# A probe's schedule is this prefix and the probe's id.
+PROBE_SCHEDULE_PREFIX = "moat-probe-"
 
 # Search attributes, all of type Keyword.
 TENANT_ATTRIBUTE = "MoatTenant"

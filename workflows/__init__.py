@@ -2,6 +2,8 @@
 ``schemas`` and the SDK only, and name their activities (``schemas.names``)."""
 
 from workflows.execute import ExecuteCapability
+from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
+from workflows.trust import RefreshTrust
 
-__all__ = ["ExecuteCapability", "ManifestRetention"]
+__all__ = ["ExecuteCapability", "ManifestRetention", "RefreshTrust", "RunProbe"]

@@ -31,7 +31,7 @@ from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.middleware import Boundary, CodecCors
 from starter.gateway.routes import admin as admin_routes
-from starter.gateway.routes import capabilities, codec, evidence, executions, receipts
+from starter.gateway.routes import capabilities, codec, evidence, executions, receipts, trust
 from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
@@ -161,13 +161,15 @@ def create_app(
         return {"status": "ok"}
 
     if admin:
-        routers = [admin_routes.router, codec.router]
+        routers = [admin_routes.router, trust.admin_router, codec.router]
     else:
         routers = [
             executions.router,
             receipts.router,
             capabilities.router,
             admin_routes.router,
+            trust.router,
+            trust.admin_router,
             evidence.router,
             codec.router,
         ]

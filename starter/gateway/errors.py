@@ -36,6 +36,7 @@ STATUS: dict[str, int] = {
     "unsupported_schema_version": 400,
     "idempotency_key_invalid": 400,
     "invalid_cursor": 400,
+    "capability_not_probeable": 400,
     "unauthenticated": 401,
     "forbidden": 403,
     "capability_not_found": 404,
@@ -44,6 +45,7 @@ STATUS: dict[str, int] = {
     "manifest_not_found": 404,
     "tenant_not_found": 404,
     "key_not_found": 404,
+    "probe_not_found": 404,
     "not_found": 404,
     "method_not_allowed": 405,
     "not_acceptable": 406,
@@ -185,12 +187,12 @@ def documented_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 ERROR_DESCRIPTIONS = {
     400: "Refused request: `bad_json`, `schema_validation_failed` (with the failing fields in "
     "`details.errors`), `unsupported_schema_version`, `idempotency_key_invalid`, "
-    "`invalid_cursor`.",
+    "`invalid_cursor`, `capability_not_probeable`.",
     401: "`unauthenticated`: no API key, or an unknown or revoked one.",
     403: "`forbidden`: the key may not use this route.",
     404: "Not found (`not_found`, `receipt_not_found`, `execution_not_found`, "
-    "`capability_not_found`, `tenant_not_found`, `key_not_found`). Another tenant's records "
-    "are not found either.",
+    "`capability_not_found`, `tenant_not_found`, `key_not_found`, `probe_not_found`). "
+    "Another tenant's records are not found either.",
     405: "`method_not_allowed`; the `Allow` header lists the methods.",
     409: "`conflict`: the name is taken.",
     413: "`payload_too_large`: the body is over the gateway's limit.",

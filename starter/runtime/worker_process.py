@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import worker
 from schemas.settings import MoatSettings
 from starter.runtime import observability
-from starter.runtime.schedules import ensure_retention_schedule
+from starter.runtime.schedules import ensure_retention_schedule, ensure_trust_schedule
 from starter.runtime.temporal import connect
 from store import receipts
 from store.keys.signing import Keyring
@@ -29,6 +29,7 @@ async def run(settings: MoatSettings) -> None:
         async with sessions.begin() as session:
             await receipts.ensure_outcome_partitions(session, datetime.now(UTC))
         await ensure_retention_schedule(client, settings)
+        await ensure_trust_schedule(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
