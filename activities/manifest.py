@@ -156,6 +156,8 @@ class ManifestActivities:
                     idempotency_token=tool.idempotency_token,
                 )
             )
+        if receipt.is_synthetic:
+            extra["synthetic"] = True  # a probe's run, kept out of real traffic's numbers
         if inp.dead_lettered:
             outputs["compensating_action_ref"] = f"compensate/{receipt.tenant_id}/{receipt.id}"
             extra["dlq_entry"] = True
