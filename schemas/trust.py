@@ -40,6 +40,14 @@ class TrustWindow(StrEnum):
     def length(self) -> timedelta:
         return WINDOW_LENGTHS[self]
 
+    @property
+    def span_minutes(self) -> int:
+        """The rollup buckets the window is read from: minutes up to a day, hours beyond."""
+        return 1 if self.length <= timedelta(hours=24) else 60
+
+    def bounds(self, as_of: datetime) -> tuple[datetime, datetime]:
+        return window_bounds(self.length, as_of, self.span_minutes)
+
 
 WINDOW_LENGTHS = {
     TrustWindow.H1: timedelta(hours=1),
@@ -49,10 +57,14 @@ WINDOW_LENGTHS = {
 }
 
 
-def window_bounds(window: timedelta, as_of: datetime) -> tuple[datetime, datetime]:
-    """Whole minutes, the current one included: the rollup's buckets and the raw events'
-    time range then cover exactly the same events."""
+def window_bounds(
+    window: timedelta, as_of: datetime, span_minutes: int = 1
+) -> tuple[datetime, datetime]:
+    """Whole buckets (minutes, or hours), the current one included: the rollup's buckets
+    and the raw events' time range then cover exactly the same events."""
     until = as_of.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    if span_minutes == 60:
+        until = as_of.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     return until - window, until
 
 

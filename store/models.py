@@ -267,16 +267,20 @@ class ExecutionOutputRow(Base):
 
 
 class TrustRollupRow(Base):
-    """Outcome events of one tenant, capability version, kind of traffic and minute, summed
-    (``store.trust``); rebuilt whole from the raw events whenever one of them is new."""
+    """Outcome events of one tenant, capability version, kind of traffic and minute (or
+    hour), summed (``store.trust``); rebuilt whole whenever one of its events is new."""
 
     __tablename__ = "trust_rollup"
-    __table_args__ = (Index("ix_trust_rollup_tenant_bucket", "tenant_id", "bucket"),)
+    __table_args__ = (
+        Index("ix_trust_rollup_tenant_span_bucket", "tenant_id", "span_minutes", "bucket"),
+    )
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     capability_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     capability_version: Mapped[str] = mapped_column(String(50), primary_key=True)
     is_synthetic: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    # 1: a minute, summed from the raw events; 60: an hour, summed from its minutes.
+    span_minutes: Mapped[int] = mapped_column(Integer, primary_key=True)
     bucket: Mapped[datetime] = mapped_column(_tz(), primary_key=True)
     samples: Mapped[int] = mapped_column(Integer)
     successes: Mapped[int] = mapped_column(Integer)

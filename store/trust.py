@@ -5,7 +5,10 @@ replaced).
 
 A refresh rebuilds every minute bucket that holds an event recorded since the tenant's
 last refresh (less a margin for transactions that committed late), whole, from the raw
-events: running it twice, or over the same minutes again, changes nothing.
+events, and the hours those minutes belong to from their minutes: running it twice, or
+over the same minutes again, changes nothing. Scores over 1 h and 24 h read minutes (at
+most 1,440 rows per capability version and kind of traffic), over 7 d and 30 d hours (at
+most 720): the bound does not grow with traffic.
 """
 
 from __future__ import annotations
@@ -34,25 +37,75 @@ _BUCKET = (
     f"ELSE 1 + floor(ln(o.latency_ms::float8) / ln({LATENCY_BUCKET_RATIO}))::int END"
 )
 
-REFRESH = text(
+_KEY = "capability_id, capability_version, is_synthetic"
+_JOIN_KEY = (
+    "{a}.capability_id = {b}.capability_id AND {a}.capability_version = {b}.capability_version "
+    "AND {a}.is_synthetic = {b}.is_synthetic"
+)
+
+# The minute buckets holding an event recorded since the last refresh (a temporary table:
+# the statements below all work on it, and it goes with the transaction).
+TOUCHED = text(
     f"""
-WITH touched AS (
-    SELECT DISTINCT capability_id, capability_version, is_synthetic,
-           date_trunc('minute', "timestamp") AS bucket
-    FROM outcome_events
-    WHERE tenant_id = :tenant AND recorded_at >= :since
+CREATE TEMPORARY TABLE trust_touched ON COMMIT DROP AS
+SELECT DISTINCT {_KEY}, date_trunc('minute', "timestamp", 'UTC') AS bucket
+FROM outcome_events WHERE tenant_id = :tenant AND recorded_at >= :since
+"""
+)
+TOUCHED_RANGE = text("SELECT min(bucket), max(bucket) FROM trust_touched")
+CLEAR = text(
+    f"""
+DELETE FROM trust_rollup r USING (
+    SELECT {_KEY}, bucket, 1 AS span_minutes FROM trust_touched
+    UNION
+    SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC'), 60 FROM trust_touched) t
+WHERE r.tenant_id = :tenant AND {_JOIN_KEY.format(a="r", b="t")}
+  AND r.span_minutes = t.span_minutes AND r.bucket = t.bucket
+"""
+)
+
+_COLUMNS = (
+    "tenant_id, capability_id, capability_version, is_synthetic, span_minutes, bucket, "
+    "samples, successes, rate_limited, excluded, errors, latency_histogram, last_success_at, "
+    "last_failure_at"
+)
+# One statement per table shape: rows of each part, then their errors and latency
+# histograms summed by key.
+_SUMMED = f"""
+errs AS (
+    SELECT {_KEY}, bucket, jsonb_object_agg(k, n) AS errors
+    FROM (SELECT {_KEY}, bucket, k, sum(n) AS n FROM err_parts GROUP BY 1, 2, 3, 4, 5) e
+    GROUP BY 1, 2, 3, 4
 ),
-ev AS (
+hist AS (
+    SELECT {_KEY}, bucket, jsonb_object_agg(k, n) AS latency_histogram
+    FROM (SELECT {_KEY}, bucket, k, sum(n) AS n FROM hist_parts GROUP BY 1, 2, 3, 4, 5) h
+    GROUP BY 1, 2, 3, 4
+)
+INSERT INTO trust_rollup ({_COLUMNS})
+SELECT :tenant, b.capability_id, b.capability_version, b.is_synthetic, :span, b.bucket,
+       b.samples, b.successes, b.rate_limited, b.excluded,
+       coalesce(e.errors, '{{}}'), coalesce(h.latency_histogram, '{{}}'),
+       b.last_success_at, b.last_failure_at
+FROM base b
+LEFT JOIN errs e USING (capability_id, capability_version, is_synthetic, bucket)
+LEFT JOIN hist h USING (capability_id, capability_version, is_synthetic, bucket)
+"""
+
+# Minutes, from the raw events (an equality join on the minute, within the touched range
+# of time, so only the month partitions it spans are read).
+MINUTES = text(
+    f"""
+WITH ev AS (
     SELECT o.capability_id, o.capability_version, o.is_synthetic, t.bucket, o.success,
            o.error_taxonomy, o.latency_ms, o."timestamp", {_EXCLUDED} AS excluded
-    FROM touched t
-    JOIN outcome_events o
-      ON o.tenant_id = :tenant AND o.capability_id = t.capability_id
-     AND o.capability_version = t.capability_version AND o.is_synthetic = t.is_synthetic
-     AND o."timestamp" >= t.bucket AND o."timestamp" < t.bucket + interval '1 minute'
+    FROM outcome_events o
+    JOIN trust_touched t
+      ON {_JOIN_KEY.format(a="o", b="t")} AND date_trunc('minute', o."timestamp", 'UTC') = t.bucket
+    WHERE o.tenant_id = :tenant AND o."timestamp" >= :low AND o."timestamp" < :high
 ),
 base AS (
-    SELECT capability_id, capability_version, is_synthetic, bucket,
+    SELECT {_KEY}, bucket,
            count(*) FILTER (WHERE NOT excluded) AS samples,
            count(*) FILTER (WHERE success AND NOT excluded) AS successes,
            count(*) FILTER (WHERE error_taxonomy = '{HALF_WEIGHT_TAXONOMY}') AS rate_limited,
@@ -61,32 +114,45 @@ base AS (
            max("timestamp") FILTER (WHERE NOT success AND NOT excluded) AS last_failure_at
     FROM ev GROUP BY 1, 2, 3, 4
 ),
-errs AS (
-    SELECT capability_id, capability_version, is_synthetic, bucket,
-           jsonb_object_agg(error_taxonomy, n) AS errors
-    FROM (SELECT capability_id, capability_version, is_synthetic, bucket, error_taxonomy,
-                 count(*) AS n
-          FROM ev WHERE error_taxonomy <> 'none' GROUP BY 1, 2, 3, 4, 5) e
-    GROUP BY 1, 2, 3, 4
+err_parts AS (
+    SELECT {_KEY}, bucket, error_taxonomy AS k, count(*) AS n
+    FROM ev WHERE error_taxonomy <> 'none' GROUP BY 1, 2, 3, 4, 5
 ),
-hist AS (
-    SELECT capability_id, capability_version, is_synthetic, bucket,
-           jsonb_object_agg(b, n) AS latency_histogram
-    FROM (SELECT capability_id, capability_version, is_synthetic, bucket,
-                 {_BUCKET.replace("o.", "ev.")} AS b, count(*) AS n
-          FROM ev WHERE NOT excluded GROUP BY 1, 2, 3, 4, 5) h
-    GROUP BY 1, 2, 3, 4
+hist_parts AS (
+    SELECT {_KEY}, bucket, {_BUCKET.replace("o.", "ev.")} AS k, count(*) AS n
+    FROM ev WHERE NOT excluded GROUP BY 1, 2, 3, 4, 5
+),
+{_SUMMED}
+"""
 )
-INSERT INTO trust_rollup (tenant_id, capability_id, capability_version, is_synthetic, bucket,
-                          samples, successes, rate_limited, excluded, errors,
-                          latency_histogram, last_success_at, last_failure_at)
-SELECT :tenant, b.capability_id, b.capability_version, b.is_synthetic, b.bucket,
-       b.samples, b.successes, b.rate_limited, b.excluded,
-       coalesce(e.errors, '{{}}'), coalesce(h.latency_histogram, '{{}}'),
-       b.last_success_at, b.last_failure_at
-FROM base b
-LEFT JOIN errs e USING (capability_id, capability_version, is_synthetic, bucket)
-LEFT JOIN hist h USING (capability_id, capability_version, is_synthetic, bucket)
+
+# Hours, from their minutes.
+HOURS = text(
+    f"""
+WITH hours AS (SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC') AS hour FROM trust_touched),
+m AS (
+    SELECT r.*, h.hour FROM trust_rollup r
+    JOIN hours h
+      ON {_JOIN_KEY.format(a="r", b="h")} AND date_trunc('hour', r.bucket, 'UTC') = h.hour
+    WHERE r.tenant_id = :tenant AND r.span_minutes = 1
+      AND r.bucket >= date_trunc('hour', CAST(:low AS timestamptz), 'UTC')
+      AND r.bucket < date_trunc('hour', CAST(:high AS timestamptz), 'UTC') + interval '1 hour'
+),
+base AS (
+    SELECT {_KEY}, hour AS bucket, sum(samples) AS samples, sum(successes) AS successes,
+           sum(rate_limited) AS rate_limited, sum(excluded) AS excluded,
+           max(last_success_at) AS last_success_at, max(last_failure_at) AS last_failure_at
+    FROM m GROUP BY 1, 2, 3, 4
+),
+err_parts AS (
+    SELECT {_KEY}, hour AS bucket, kv.key AS k, kv.value::int AS n
+    FROM m, jsonb_each_text(m.errors) kv
+),
+hist_parts AS (
+    SELECT {_KEY}, hour AS bucket, kv.key::int AS k, kv.value::int AS n
+    FROM m, jsonb_each_text(m.latency_histogram) kv
+),
+{_SUMMED}
 """
 )
 
@@ -102,28 +168,24 @@ async def refreshed_at(session: AsyncSession, tenant_id: str) -> datetime | None
 
 
 async def refresh(session: AsyncSession, tenant_id: str) -> datetime:
-    """Rebuild the tenant's minute buckets that hold events recorded since its last
-    refresh; returns the new mark. The caller's transaction is scoped to the tenant."""
+    """Rebuild the tenant's minute and hour buckets that hold events recorded since its
+    last refresh; returns the new mark. The caller's transaction is scoped to the tenant."""
     now: datetime = (await session.execute(text("SELECT now()"))).scalar_one()
     last = await refreshed_at(session, tenant_id)
     since = (last - COMMIT_MARGIN) if last is not None else datetime.min.replace(tzinfo=now.tzinfo)
-    await session.execute(
-        text(
-            """
-DELETE FROM trust_rollup r USING (
-    SELECT DISTINCT capability_id, capability_version, is_synthetic,
-           date_trunc('minute', "timestamp") AS bucket
-    FROM outcome_events WHERE tenant_id = :tenant AND recorded_at >= :since) t
-WHERE r.tenant_id = :tenant AND r.capability_id = t.capability_id
-  AND r.capability_version = t.capability_version AND r.is_synthetic = t.is_synthetic
-  AND r.bucket = t.bucket
-"""
-        ),
-        {"tenant": tenant_id, "since": since},
-    )
-    # Its own statement: the parts of one statement share a snapshot, so an insert beside
-    # the delete would still meet the rows it replaces.
-    await session.execute(REFRESH, {"tenant": tenant_id, "since": since})
+    await session.execute(TOUCHED, {"tenant": tenant_id, "since": since})
+    # A temporary table has no statistics until analysed; without them the planner takes
+    # it for a few rows and joins the events by nested loops.
+    await session.execute(text("ANALYZE trust_touched"))
+    low, high = (await session.execute(TOUCHED_RANGE)).one()
+    if low is not None:
+        # Separate statements: the parts of one statement share a snapshot, so an insert
+        # beside the delete would still meet the rows it replaces.
+        await session.execute(CLEAR, {"tenant": tenant_id})
+        window = {"low": low, "high": high + timedelta(minutes=1)}
+        await session.execute(MINUTES, {"tenant": tenant_id, "span": 1, **window})
+        await session.execute(HOURS, {"tenant": tenant_id, "span": 60, **window})
+    await session.execute(text("DROP TABLE trust_touched"))
     await session.execute(
         text(
             "INSERT INTO trust_refresh (tenant_id, refreshed_at) VALUES (:tenant, :now) "
@@ -135,10 +197,9 @@ WHERE r.tenant_id = :tenant AND r.capability_id = t.capability_id
 
 
 _ROLLUP_FILTER = (
-    "tenant_id = :tenant AND bucket >= :since AND bucket < :until "
+    "tenant_id = :tenant AND span_minutes = :span AND bucket >= :since AND bucket < :until "
     "AND (CAST(:capability AS text) IS NULL OR capability_id = :capability)"
 )
-_KEY = "capability_id, capability_version, is_synthetic"
 
 
 async def rollup_counts(
@@ -147,10 +208,18 @@ async def rollup_counts(
     since: datetime,
     until: datetime,
     capability_id: str | None = None,
+    span_minutes: int = 1,
 ) -> list[TrustCounts]:
-    """A window's counts from the rollup: at most one row per minute of the window per
-    capability version and kind of traffic is read, whatever the traffic."""
-    args = {"tenant": tenant_id, "since": since, "until": until, "capability": capability_id}
+    """A window's counts from the rollup's minutes (``span_minutes`` 1) or hours (60): at
+    most one row per bucket of the window per capability version and kind of traffic is
+    read, whatever the traffic."""
+    args = {
+        "tenant": tenant_id,
+        "since": since,
+        "until": until,
+        "capability": capability_id,
+        "span": span_minutes,
+    }
     base = await session.execute(
         text(
             f"SELECT {_KEY}, sum(samples), sum(successes), sum(rate_limited), sum(excluded), "
@@ -247,12 +316,6 @@ FROM outcome_events o WHERE {where} GROUP BY 1, 2, 3
     return list(counts.values())
 
 
-def rows_per_query(window: timedelta, versions: int) -> int:
-    """The most rollup rows a score reads: one per minute, capability version and kind of
-    traffic (twice: the window and the one before it, for the trend)."""
-    return 2 * int(window.total_seconds() // 60) * versions * 2
-
-
 async def tenant_ids(sessions: async_sessionmaker[AsyncSession]) -> list[str]:
     async with sessions.begin() as session:
         return [t.id for t in await tenants.list_tenants(session)]
@@ -262,6 +325,7 @@ async def platform_counts(
     sessions: async_sessionmaker[AsyncSession],
     windows: list[tuple[datetime, datetime]],
     capability_id: str | None = None,
+    span_minutes: int = 1,
 ) -> tuple[list[list[TrustCounts]], datetime | None]:
     """Every tenant's rollup counts for each window (one transaction per tenant, so
     row-level security holds), and the oldest refresh mark among them."""

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import worker
 from schemas.settings import MoatSettings
-from schemas.trust import TrustWindow, report, window_bounds
+from schemas.trust import TrustWindow, report
 from starter.runtime import observability
 from starter.runtime.schedules import ensure_retention_schedule, ensure_trust_schedule
 from starter.runtime.temporal import connect
@@ -67,9 +67,11 @@ async def publish_trust(
         try:
             now = datetime.now(UTC)
             for window in GAUGE_WINDOWS:
-                bounds = window_bounds(window.length, now)
+                bounds = window.bounds(now)
                 before = (bounds[0] - window.length, bounds[0])
-                (current, previous), _ = await trust.platform_counts(sessions, [bounds, before])
+                (current, previous), _ = await trust.platform_counts(
+                    sessions, [bounds, before], span_minutes=window.span_minutes
+                )
                 gauges.publish(
                     report(window, bounds, current, previous, settings.trust_min_samples)
                 )

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.trust import TrustReport, TrustWindow, report, window_bounds
+from schemas.trust import TrustReport, TrustWindow, report
 from starter.service.errors import MoatError
 from store import trust
 
@@ -31,10 +31,11 @@ async def tenant_report(
     capability_id: str | None = None,
 ) -> TrustReport:
     """The tenant's scores; its transaction is scoped to it."""
-    bounds = window_bounds(window.length, as_of)
+    bounds = window.bounds(as_of)
     before = (bounds[0] - window.length, bounds[0])
-    current = await trust.rollup_counts(session, tenant_id, *bounds, capability_id)
-    previous = await trust.rollup_counts(session, tenant_id, *before, capability_id)
+    span = window.span_minutes
+    current = await trust.rollup_counts(session, tenant_id, *bounds, capability_id, span)
+    previous = await trust.rollup_counts(session, tenant_id, *before, capability_id, span)
     mark = await trust.refreshed_at(session, tenant_id)
     return report(window, bounds, current, previous, min_samples, mark)
 
@@ -47,9 +48,9 @@ async def platform_report(
     capability_id: str | None = None,
 ) -> TrustReport:
     """Every tenant's traffic together (each tenant read in its own scoped transaction)."""
-    bounds = window_bounds(window.length, as_of)
+    bounds = window.bounds(as_of)
     before = (bounds[0] - window.length, bounds[0])
     (current, previous), mark = await trust.platform_counts(
-        sessions, [bounds, before], capability_id
+        sessions, [bounds, before], capability_id, window.span_minutes
     )
     return report(window, bounds, current, previous, min_samples, mark)

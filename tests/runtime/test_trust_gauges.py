@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from schemas.trust import TrustCounts, TrustWindow, report, window_bounds
+from schemas.trust import TrustCounts, TrustWindow, report
 from starter.devstack import free_port
 from starter.runtime.observability import TrustGauges, temporal_runtime
 
@@ -27,7 +27,7 @@ def test_scores_are_served_as_gauges() -> None:
     )
     now = datetime.now(UTC)
     TrustGauges(runtime.metric_meter).publish(
-        report(TrustWindow.H1, window_bounds(TrustWindow.H1.length, now), [counts], [], 20)
+        report(TrustWindow.H1, TrustWindow.H1.bounds(now), [counts], [], 20)
     )
     text = httpx.get(f"http://{address}/metrics").text
     labels = ('capability="demo.echo"', 'traffic="real"', 'version="1.0.0"', 'window="1h"')

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from schemas.trust import TrustCounts, TrustWindow, window_bounds
+from schemas.trust import TrustCounts, TrustWindow
 from starter.service import trust as trust_service
 from store import tenancy, tenants, trust
 from store.models import OutcomeEventRow
@@ -150,17 +150,19 @@ async def test_the_rollup_equals_the_raw_computation(
         )
     await refresh(app_sessions, tenant)
     await refresh(app_sessions, tenant)
-    bounds = window_bounds(TrustWindow.H1.length, AS_OF)
-    async with tenancy.tenant_transaction(app_sessions, tenant) as session:
-        rolled = await trust.rollup_counts(session, tenant, *bounds)
-        raw = await trust.raw_counts(session, tenant, *bounds)
-    key = lambda c: (c.capability_id, c.is_synthetic)  # noqa: E731
-    assert sorted(map(key, rolled)) == sorted(map(key, raw))
-    raw_by = {key(c): c for c in raw}
-    for counts in rolled:
-        if counts.samples:
-            same(counts, raw_by[key(counts)])
-    assert raw_by[(CAP, False)].samples == 33
+    # Minutes (1 h) and hours (30 d, summed from the minutes) alike.
+    for window, real in ((TrustWindow.H1, 33), (TrustWindow.D30, 53)):
+        bounds = window.bounds(AS_OF)
+        async with tenancy.tenant_transaction(app_sessions, tenant) as session:
+            rolled = await trust.rollup_counts(session, tenant, *bounds, None, window.span_minutes)
+            raw = await trust.raw_counts(session, tenant, *bounds)
+        key = lambda c: (c.capability_id, c.is_synthetic)  # noqa: E731
+        assert sorted(map(key, rolled)) == sorted(map(key, raw))
+        raw_by = {key(c): c for c in raw}
+        for counts in rolled:
+            if counts.samples:
+                same(counts, raw_by[key(counts)])
+        assert raw_by[(CAP, False)].samples == real
 
 
 async def test_another_tenant_sees_none_of_it(

@@ -4,10 +4,11 @@
   (retries, an approval) records an outcome whose ``timestamp`` (its initiation) lies far
   back; the rollup's refresh finds new events by ``recorded_at``, so none is missed.
   Existing rows get the migration's time, which makes the first refresh read them all.
-- ``trust_rollup``: one row per tenant, capability version, real/synthetic and minute,
-  rebuilt whole from the raw events of that minute whenever one of them is new (so a
-  refresh that runs twice changes nothing). A score over 30 days reads at most 43,200 rows
-  per capability version and kind of traffic, however heavy the traffic.
+- ``trust_rollup``: one row per tenant, capability version, real/synthetic and minute
+  (``span_minutes`` 1), and per hour (60, summed from the minutes), rebuilt whole whenever
+  one of its events is new (so a refresh that runs twice changes nothing). A score reads
+  minutes for 1 h and 24 h (at most 1,440 rows per capability version and kind of
+  traffic) and hours for 7 d and 30 d (at most 720), however heavy the traffic.
 - ``trust_refresh``: per tenant, up to when the rollup has read ``recorded_at``.
 - ``probes``: the synthetic prober's configuration (a Temporal Schedule runs each).
 
@@ -39,6 +40,7 @@ CREATE TABLE trust_rollup (
     capability_id varchar(200) NOT NULL,
     capability_version varchar(50) NOT NULL,
     is_synthetic boolean NOT NULL,
+    span_minutes integer NOT NULL CONSTRAINT ck_trust_rollup_span CHECK (span_minutes IN (1, 60)),
     bucket timestamptz NOT NULL,
     samples integer NOT NULL,
     successes integer NOT NULL,
@@ -49,9 +51,10 @@ CREATE TABLE trust_rollup (
     last_success_at timestamptz,
     last_failure_at timestamptz,
     CONSTRAINT pk_trust_rollup
-        PRIMARY KEY (tenant_id, capability_id, capability_version, is_synthetic, bucket)
+        PRIMARY KEY (tenant_id, capability_id, capability_version, is_synthetic, span_minutes,
+                     bucket)
 );
-CREATE INDEX ix_trust_rollup_tenant_bucket ON trust_rollup (tenant_id, bucket);
+CREATE INDEX ix_trust_rollup_tenant_span_bucket ON trust_rollup (tenant_id, span_minutes, bucket);
 
 CREATE TABLE trust_refresh (
     tenant_id varchar(64) PRIMARY KEY REFERENCES tenants (id),
