@@ -193,7 +193,8 @@ def main() -> None:
         f"{result['incremental_refresh_ms']} ms"
     )
     print(
-        f"{'window':>6} {'capability':>10} {'source':>7} {'rows read':>10} {'median ms':>10} {'max ms':>8}"
+        f"{'window':>6} {'capability':>10} {'source':>7} {'rows read':>10} "
+        f"{'median ms':>10} {'max ms':>8}"
     )
     for row in result["rows"]:
         print(

@@ -129,7 +129,9 @@ hist_parts AS (
 # Hours, from their minutes.
 HOURS = text(
     f"""
-WITH hours AS (SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC') AS hour FROM trust_touched),
+WITH hours AS (
+    SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC') AS hour FROM trust_touched
+),
 m AS (
     SELECT r.*, h.hour FROM trust_rollup r
     JOIN hours h
