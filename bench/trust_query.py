@@ -36,12 +36,13 @@ from store import make_engine, make_sessionmaker, tenancy, tenants, trust, upgra
 FILL = """
 INSERT INTO outcome_events (id, "timestamp", receipt_id, tenant_id, capability_id,
     capability_version, adapter_id, success, latency_ms, error_taxonomy, http_status,
-    is_synthetic)
-SELECT 'e' || g, :now - (random() * interval '30 days'), 'r' || g, :tenant,
+    is_synthetic, recorded_at)
+SELECT 'e' || g, ts, 'r' || g, :tenant,
        'cap.' || (g % :caps), '1.0.0', 'bench', t.tax = 'none',
        greatest(1, exp(4.5 + random() * 1.5 + (CASE WHEN random() < 0.02 THEN 2 ELSE 0 END)))::int,
-       t.tax, NULL, g % 10 = 0
+       t.tax, NULL, g % 10 = 0, ts
 FROM generate_series(1, :n) g
+CROSS JOIN LATERAL (SELECT :now - (random() * interval '30 days') + g * interval '0' AS ts) w
 CROSS JOIN LATERAL (SELECT CASE
     WHEN r < 0.92 THEN 'none' WHEN r < 0.94 THEN 'provider_rate_limited'
     WHEN r < 0.96 THEN 'provider_server_error' WHEN r < 0.97 THEN 'timeout'
@@ -94,7 +95,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     # One more minute of traffic, as the schedule would find it.
     async with sessions.begin() as session:
         await session.execute(
-            text(FILL.replace("random() * interval '30 days'", "random() * interval '1 minute'")),
+            text(FILL.replace("interval '30 days'", "interval '1 minute'")),
             {"now": now, "tenant": tenant, "caps": args.capabilities, "n": args.events // 43200},
         )
     started = time.perf_counter()

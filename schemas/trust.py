@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -42,13 +42,15 @@ class TrustWindow(StrEnum):
 
     @property
     def span_minutes(self) -> int:
-        """The rollup buckets the window is read from: minutes up to a day, hours beyond."""
-        return 1 if self.length <= timedelta(hours=24) else 60
+        """The rollup buckets the window is read from: minutes up to a day, hours for a
+        week, days for a month (so each reads at most 1,440 buckets)."""
+        return SPANS[self]
 
     def bounds(self, as_of: datetime) -> tuple[datetime, datetime]:
         return window_bounds(self.length, as_of, self.span_minutes)
 
 
+SPANS = {TrustWindow.H1: 1, TrustWindow.H24: 1, TrustWindow.D7: 60, TrustWindow.D30: 1440}
 WINDOW_LENGTHS = {
     TrustWindow.H1: timedelta(hours=1),
     TrustWindow.H24: timedelta(hours=24),
@@ -60,11 +62,15 @@ WINDOW_LENGTHS = {
 def window_bounds(
     window: timedelta, as_of: datetime, span_minutes: int = 1
 ) -> tuple[datetime, datetime]:
-    """Whole buckets (minutes, or hours), the current one included: the rollup's buckets
-    and the raw events' time range then cover exactly the same events."""
-    until = as_of.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    if span_minutes == 60:
-        until = as_of.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    """Whole buckets (minutes, hours or UTC days), the current one included: the rollup's
+    buckets and the raw events' time range then cover exactly the same events."""
+    start_of = as_of.astimezone(UTC)
+    if span_minutes == 1440:
+        until = start_of.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    elif span_minutes == 60:
+        until = start_of.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    else:
+        until = start_of.replace(second=0, microsecond=0) + timedelta(minutes=1)
     return until - window, until
 
 

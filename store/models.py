@@ -268,7 +268,7 @@ class ExecutionOutputRow(Base):
 
 class TrustRollupRow(Base):
     """Outcome events of one tenant, capability version, kind of traffic and minute (or
-    hour), summed (``store.trust``); rebuilt whole whenever one of its events is new."""
+    hour, or day), summed (``store.trust``); rebuilt whole whenever one of its events is new."""
 
     __tablename__ = "trust_rollup"
     __table_args__ = (
@@ -279,7 +279,8 @@ class TrustRollupRow(Base):
     capability_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     capability_version: Mapped[str] = mapped_column(String(50), primary_key=True)
     is_synthetic: Mapped[bool] = mapped_column(Boolean, primary_key=True)
-    # 1: a minute, summed from the raw events; 60: an hour, summed from its minutes.
+    # 1: a minute, summed from the raw events; 60: an hour, from its minutes; 1440: a day,
+    # from its hours.
     span_minutes: Mapped[int] = mapped_column(Integer, primary_key=True)
     bucket: Mapped[datetime] = mapped_column(_tz(), primary_key=True)
     samples: Mapped[int] = mapped_column(Integer)

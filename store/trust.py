@@ -5,16 +5,15 @@ replaced).
 
 A refresh rebuilds every minute bucket that holds an event recorded since the tenant's
 last refresh (less a margin for transactions that committed late), whole, from the raw
-events, and the hours those minutes belong to from their minutes: running it twice, or
-over the same minutes again, changes nothing. Scores over 1 h and 24 h read minutes (at
-most 1,440 rows per capability version and kind of traffic), over 7 d and 30 d hours (at
-most 720): the bound does not grow with traffic.
+events, then the hours those minutes belong to from their minutes and the days from their
+hours: running it twice, or over the same minutes again, changes nothing. Scores over 1 h
+and 24 h read minutes (at most 1,440 rows per capability version and kind of traffic),
+over 7 d hours (168), over 30 d days (30): the bound does not grow with traffic.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -38,6 +37,8 @@ _BUCKET = (
 )
 
 _KEY = "capability_id, capability_version, is_synthetic"
+# The rollup's bucket sizes, in minutes.
+MINUTE, HOUR, DAY = 1, 60, 1440
 _JOIN_KEY = (
     "{a}.capability_id = {b}.capability_id AND {a}.capability_version = {b}.capability_version "
     "AND {a}.is_synthetic = {b}.is_synthetic"
@@ -56,9 +57,11 @@ TOUCHED_RANGE = text("SELECT min(bucket), max(bucket) FROM trust_touched")
 CLEAR = text(
     f"""
 DELETE FROM trust_rollup r USING (
-    SELECT {_KEY}, bucket, 1 AS span_minutes FROM trust_touched
+    SELECT {_KEY}, bucket, {MINUTE} AS span_minutes FROM trust_touched
     UNION
-    SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC'), 60 FROM trust_touched) t
+    SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC'), {HOUR} FROM trust_touched
+    UNION
+    SELECT DISTINCT {_KEY}, date_trunc('day', bucket, 'UTC'), {DAY} FROM trust_touched) t
 WHERE r.tenant_id = :tenant AND {_JOIN_KEY.format(a="r", b="t")}
   AND r.span_minutes = t.span_minutes AND r.bucket = t.bucket
 """
@@ -126,37 +129,45 @@ hist_parts AS (
 """
 )
 
-# Hours, from their minutes.
-HOURS = text(
-    f"""
-WITH hours AS (
-    SELECT DISTINCT {_KEY}, date_trunc('hour', bucket, 'UTC') AS hour FROM trust_touched
+
+def _rolled_up(unit: str, source_span: int) -> str:
+    """The buckets of one ``unit`` (hour, day) that hold a touched minute, summed from the
+    rollup's rows of ``source_span`` minutes (an equality join on the unit, within the
+    touched range of time)."""
+    return f"""
+WITH units AS (
+    SELECT DISTINCT {_KEY}, date_trunc('{unit}', bucket, 'UTC') AS unit FROM trust_touched
 ),
 m AS (
-    SELECT r.*, h.hour FROM trust_rollup r
-    JOIN hours h
-      ON {_JOIN_KEY.format(a="r", b="h")} AND date_trunc('hour', r.bucket, 'UTC') = h.hour
-    WHERE r.tenant_id = :tenant AND r.span_minutes = 1
-      AND r.bucket >= date_trunc('hour', CAST(:low AS timestamptz), 'UTC')
-      AND r.bucket < date_trunc('hour', CAST(:high AS timestamptz), 'UTC') + interval '1 hour'
+    SELECT r.*, u.unit FROM trust_rollup r
+    JOIN units u
+      ON {_JOIN_KEY.format(a="r", b="u")} AND date_trunc('{unit}', r.bucket, 'UTC') = u.unit
+    WHERE r.tenant_id = :tenant AND r.span_minutes = {source_span}
+      AND r.bucket >= date_trunc('{unit}', CAST(:low AS timestamptz), 'UTC')
+      AND r.bucket < date_trunc('{unit}', CAST(:high AS timestamptz), 'UTC')
+                     + interval '1 {unit}'
 ),
 base AS (
-    SELECT {_KEY}, hour AS bucket, sum(samples) AS samples, sum(successes) AS successes,
+    SELECT {_KEY}, unit AS bucket, sum(samples) AS samples, sum(successes) AS successes,
            sum(rate_limited) AS rate_limited, sum(excluded) AS excluded,
            max(last_success_at) AS last_success_at, max(last_failure_at) AS last_failure_at
     FROM m GROUP BY 1, 2, 3, 4
 ),
 err_parts AS (
-    SELECT {_KEY}, hour AS bucket, kv.key AS k, kv.value::int AS n
+    SELECT {_KEY}, unit AS bucket, kv.key AS k, kv.value::int AS n
     FROM m, jsonb_each_text(m.errors) kv
 ),
 hist_parts AS (
-    SELECT {_KEY}, hour AS bucket, kv.key::int AS k, kv.value::int AS n
+    SELECT {_KEY}, unit AS bucket, kv.key::int AS k, kv.value::int AS n
     FROM m, jsonb_each_text(m.latency_histogram) kv
 ),
 {_SUMMED}
 """
-)
+
+
+# Hours from their minutes, days from their hours.
+HOURS = text(_rolled_up("hour", MINUTE))
+DAYS = text(_rolled_up("day", HOUR))
 
 
 async def refreshed_at(session: AsyncSession, tenant_id: str) -> datetime | None:
@@ -185,8 +196,9 @@ async def refresh(session: AsyncSession, tenant_id: str) -> datetime:
         # beside the delete would still meet the rows it replaces.
         await session.execute(CLEAR, {"tenant": tenant_id})
         window = {"low": low, "high": high + timedelta(minutes=1)}
-        await session.execute(MINUTES, {"tenant": tenant_id, "span": 1, **window})
-        await session.execute(HOURS, {"tenant": tenant_id, "span": 60, **window})
+        await session.execute(MINUTES, {"tenant": tenant_id, "span": MINUTE, **window})
+        await session.execute(HOURS, {"tenant": tenant_id, "span": HOUR, **window})
+        await session.execute(DAYS, {"tenant": tenant_id, "span": DAY, **window})
     await session.execute(text("DROP TABLE trust_touched"))
     await session.execute(
         text(
@@ -212,7 +224,8 @@ async def rollup_counts(
     capability_id: str | None = None,
     span_minutes: int = 1,
 ) -> list[TrustCounts]:
-    """A window's counts from the rollup's minutes (``span_minutes`` 1) or hours (60): at
+    """A window's counts from the rollup's minutes (``span_minutes`` 1), hours (60) or
+    days (1440): at
     most one row per bucket of the window per capability version and kind of traffic is
     read, whatever the traffic."""
     args = {
@@ -244,17 +257,21 @@ async def rollup_counts(
         )
         for r in base.all()
     }
-    for column, field in (("errors", "errors"), ("latency_histogram", "latency_histogram")):
-        rows = await session.execute(
-            text(
-                f"SELECT {_KEY}, kv.key, sum(kv.value::int) FROM trust_rollup, "
-                f"jsonb_each_text({column}) kv WHERE {_ROLLUP_FILTER} GROUP BY 1, 2, 3, 4"
-            ),
-            args,
-        )
-        for cap, ver, syn, key, total in rows.all():
-            target: dict[Any, int] = getattr(counts[(cap, ver, syn)], field)
-            target[int(key) if field == "latency_histogram" else key] = int(total)
+    rows = await session.execute(
+        text(
+            f"SELECT {_KEY}, 'e', kv.key, sum(kv.value::int) FROM trust_rollup, "
+            f"jsonb_each_text(errors) kv WHERE {_ROLLUP_FILTER} GROUP BY 1, 2, 3, 4, 5 "
+            f"UNION ALL SELECT {_KEY}, 'h', kv.key, sum(kv.value::int) FROM trust_rollup, "
+            f"jsonb_each_text(latency_histogram) kv WHERE {_ROLLUP_FILTER} GROUP BY 1, 2, 3, 4, 5"
+        ),
+        args,
+    )
+    for cap, ver, syn, kind, key, total in rows.all():
+        entry = counts[(cap, ver, syn)]
+        if kind == "e":
+            entry.errors[key] = int(total)
+        else:
+            entry.latency_histogram[int(key)] = int(total)
     return list(counts.values())
 
 

@@ -19,15 +19,20 @@ from temporalio.worker import Replayer, WorkflowReplayResult
 from schemas.settings import MoatSettings
 from starter.runtime import observability
 from starter.runtime.codec import data_converter
-from workflows import ExecuteCapability, ManifestRetention
+from workflows import ExecuteCapability, ManifestRetention, RefreshTrust, RunProbe
 
 CORPUS = Path(__file__).resolve().parent
 # A key for these histories only; see README.md beside it.
 KEYRING = CORPUS / "codec-keys.json"
 # One folder per workflow type the worker runs.
-FOLDERS = {"ExecuteCapability": "execute_capability", "ManifestRetention": "manifest_retention"}
+FOLDERS = {
+    "ExecuteCapability": "execute_capability",
+    "ManifestRetention": "manifest_retention",
+    "RefreshTrust": "trust_refresh",
+    "RunProbe": "run_probe",
+}
 # The workflows a production worker registers (worker.build_worker).
-WORKFLOWS: tuple[type, ...] = (ExecuteCapability, ManifestRetention)
+WORKFLOWS: tuple[type, ...] = (ExecuteCapability, ManifestRetention, RefreshTrust, RunProbe)
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@
   back; the rollup's refresh finds new events by ``recorded_at``, so none is missed.
   Existing rows get the migration's time, which makes the first refresh read them all.
 - ``trust_rollup``: one row per tenant, capability version, real/synthetic and minute
-  (``span_minutes`` 1), and per hour (60, summed from the minutes), rebuilt whole whenever
-  one of its events is new (so a refresh that runs twice changes nothing). A score reads
-  minutes for 1 h and 24 h (at most 1,440 rows per capability version and kind of
-  traffic) and hours for 7 d and 30 d (at most 720), however heavy the traffic.
+  (``span_minutes`` 1), hour (60, summed from the minutes) and day (1440, from the hours),
+  rebuilt whole whenever one of its events is new (so a refresh that runs twice changes
+  nothing). A score reads minutes for 1 h and 24 h (at most 1,440 rows per capability
+  version and kind of traffic), hours for 7 d (168) and days for 30 d (30), however heavy
+  the traffic.
 - ``trust_refresh``: per tenant, up to when the rollup has read ``recorded_at``.
 - ``probes``: the synthetic prober's configuration (a Temporal Schedule runs each).
 
@@ -40,7 +41,8 @@ CREATE TABLE trust_rollup (
     capability_id varchar(200) NOT NULL,
     capability_version varchar(50) NOT NULL,
     is_synthetic boolean NOT NULL,
-    span_minutes integer NOT NULL CONSTRAINT ck_trust_rollup_span CHECK (span_minutes IN (1, 60)),
+    span_minutes integer NOT NULL
+        CONSTRAINT ck_trust_rollup_span CHECK (span_minutes IN (1, 60, 1440)),
     bucket timestamptz NOT NULL,
     samples integer NOT NULL,
     successes integer NOT NULL,
