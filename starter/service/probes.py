@@ -5,6 +5,7 @@ runs each. Pause, resume and remove keep the row and the schedule in step.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from pydantic import ValidationError
@@ -17,7 +18,7 @@ from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
 from starter.service.errors import MoatError, field_errors
-from store import probes
+from store import db, probes
 from store.models import ProbeRow
 
 
@@ -34,6 +35,12 @@ def probe_info(row: ProbeRow) -> ProbeInfo:
         schedule_id=schedules.probe_schedule_id(row.id),
         created_at=row.created_at,
     )
+
+
+def _storable(value: object) -> bool:
+    """Postgres JSON holds no NUL and only valid Unicode."""
+    text = json.dumps(value, ensure_ascii=False)
+    return "\\u0000" not in text and db.storable(text)
 
 
 def _not_probeable(capability_id: str, why: str) -> MoatError:
@@ -70,6 +77,13 @@ def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, ob
     refusal = spec.probe.refusal(value)
     if refusal is not None:
         raise _not_probeable(spec.id, refusal)
+    if not _storable(value) or (
+        body.connection_id is not None and not db.storable(body.connection_id)
+    ):
+        raise MoatError(
+            "schema_validation_failed",
+            "Text in a probe may not hold NUL characters or lone surrogates.",
+        )
     # The input is kept in Postgres and Temporal in clear: a credential belongs in a
     # connection (`connection_id`), never in it.
     if redact(value) != value:
