@@ -40,7 +40,7 @@ INSERT INTO outcome_events (id, "timestamp", receipt_id, tenant_id, capability_i
 SELECT 'e' || g, ts, 'r' || g, :tenant,
        'cap.' || (g % :caps), '1.0.0', 'bench', t.tax = 'none',
        greatest(1, exp(4.5 + random() * 1.5 + (CASE WHEN random() < 0.02 THEN 2 ELSE 0 END)))::int,
-       t.tax, NULL, g % 10 = 0, ts
+       t.tax, NULL, g % 7 = 0, ts
 FROM generate_series(1, :n) g
 CROSS JOIN LATERAL (SELECT :now - (random() * interval '30 days') + g * interval '0' AS ts) w
 CROSS JOIN LATERAL (SELECT CASE
