@@ -183,6 +183,12 @@ async def refreshed_at(session: AsyncSession, tenant_id: str) -> datetime | None
 async def refresh(session: AsyncSession, tenant_id: str) -> datetime:
     """Rebuild the tenant's minute and hour buckets that hold events recorded since its
     last refresh; returns the new mark. The caller's transaction is scoped to the tenant."""
+    # Two refreshes of one tenant at once (the schedule's and one started by hand) would
+    # rebuild the same buckets: the second waits for the first.
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtext('moat.trust_refresh:' || :tenant))"),
+        {"tenant": tenant_id},
+    )
     now: datetime = (await session.execute(text("SELECT now()"))).scalar_one()
     last = await refreshed_at(session, tenant_id)
     since = (last - COMMIT_MARGIN) if last is not None else datetime.min.replace(tzinfo=now.tzinfo)
@@ -203,7 +209,8 @@ async def refresh(session: AsyncSession, tenant_id: str) -> datetime:
     await session.execute(
         text(
             "INSERT INTO trust_refresh (tenant_id, refreshed_at) VALUES (:tenant, :now) "
-            "ON CONFLICT (tenant_id) DO UPDATE SET refreshed_at = excluded.refreshed_at"
+            "ON CONFLICT (tenant_id) DO UPDATE SET refreshed_at = "
+            "greatest(trust_refresh.refreshed_at, excluded.refreshed_at)"
         ),
         {"tenant": tenant_id, "now": now},
     )
