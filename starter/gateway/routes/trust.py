@@ -85,6 +85,7 @@ async def tenant_trust(
     "/trust",
     summary="Trust scores over every tenant's traffic",
     response_model=TrustReport,
+    responses=documented_errors(404),
     description=SCORES,
 )
 async def platform_trust(
@@ -120,7 +121,12 @@ async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate)
         )
 
 
-@router.get("/v1/probes", summary="The caller's probes", response_model=list[ProbeInfo])
+@router.get(
+    "/v1/probes",
+    summary="The caller's probes",
+    response_model=list[ProbeInfo],
+    responses=documented_errors(401, 500),
+)
 async def list_probes(request: Request, credentials: TenantKey) -> list[ProbeInfo]:
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
@@ -131,7 +137,7 @@ async def list_probes(request: Request, credentials: TenantKey) -> list[ProbeInf
     "/v1/probes/{probe_id}/pause",
     summary="Pause a probe",
     response_model=ProbeInfo,
-    responses=documented_errors(401, 404),
+    responses=documented_errors(400, 401, 404, 500),
 )
 async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
     deps = deps_of(request)
@@ -144,7 +150,7 @@ async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeI
     "/v1/probes/{probe_id}/resume",
     summary="Resume a paused probe",
     response_model=ProbeInfo,
-    responses=documented_errors(401, 404),
+    responses=documented_errors(400, 401, 404, 500),
 )
 async def resume_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
     deps = deps_of(request)
@@ -157,7 +163,7 @@ async def resume_probe(request: Request, credentials: TenantKey, probe_id: Probe
     "/v1/probes/{probe_id}",
     status_code=204,
     summary="Remove a probe and its schedule",
-    responses=documented_errors(401, 404),
+    responses=documented_errors(400, 401, 404, 500),
 )
 async def remove_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> Response:
     deps = deps_of(request)
