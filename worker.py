@@ -23,13 +23,16 @@ from activities import (
     HttpAdapter,
     ManifestActivities,
     PartitionActivities,
+    ProbeActivities,
     RetentionActivities,
     SlackAdapter,
     StoreConnectionResolver,
+    TrustActivities,
     WebhookAdapter,
     echo_adapter,
     http_client,
 )
+from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
@@ -37,7 +40,14 @@ from store.keys.connections import ConnectionCipher
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import DeliverWebhook, ExecuteCapability, ManifestRetention, OutcomePartitions
+from workflows import (
+    DeliverWebhook,
+    ExecuteCapability,
+    ManifestRetention,
+    OutcomePartitions,
+    RefreshTrust,
+    RunProbe,
+)
 
 
 @asynccontextmanager
@@ -63,6 +73,7 @@ def build_worker(
     task_queue: str | None = None,
     keyring: Keyring | None = None,
     adapters: Mapping[str, Adapter] | None = None,
+    catalog: CapabilityCatalog | None = None,
 ) -> Worker:
     """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
     name (tests plant adapters that fail in ways a real provider cannot be made to)."""
@@ -78,9 +89,8 @@ def build_worker(
     sealer = OutputSealer.from_settings(settings)
     # Connections are opened at the call, under the tenant's row-level security.
     resolver = StoreConnectionResolver(sessions, ConnectionCipher.from_settings(settings))
-    acts = ExecuteActivities(
-        sessions, by_name, StartKeyring.from_settings(settings), sealer, connections=resolver
-    )
+    start_keys = StartKeyring.from_settings(settings)
+    acts = ExecuteActivities(sessions, by_name, start_keys, sealer, connections=resolver)
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
@@ -93,10 +103,21 @@ def build_worker(
         timeout_seconds=settings.webhook_timeout_seconds,
     )
     partitions = PartitionActivities(sessions)
+    trust = TrustActivities(sessions)
+    probes = ProbeActivities(
+        sessions, catalog or CapabilityCatalog(), start_keys, settings.local_activities
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[ExecuteCapability, ManifestRetention, DeliverWebhook, OutcomePartitions],
+        workflows=[
+            ExecuteCapability,
+            ManifestRetention,
+            DeliverWebhook,
+            OutcomePartitions,
+            RefreshTrust,
+            RunProbe,
+        ],
         activities=[
             acts.check_policy,
             acts.call_adapter,
@@ -107,6 +128,8 @@ def build_worker(
             retention.expire_manifests,
             delivery.attempt_delivery,
             partitions.ensure_partitions,
+            trust.refresh_trust,
+            probes.prepare_probe,
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),

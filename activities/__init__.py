@@ -7,8 +7,10 @@ from activities.execute import ExecuteActivities
 from activities.github import GithubAdapter
 from activities.manifest import ManifestActivities
 from activities.partitions import PartitionActivities
+from activities.probes import ProbeActivities
 from activities.retention import RetentionActivities
 from activities.slack import SlackAdapter
+from activities.trust import TrustActivities
 from activities.webhook import WebhookAdapter
 from activities.webhooks import DeliveryActivities
 
@@ -22,9 +24,11 @@ __all__ = [
     "HttpAdapter",
     "ManifestActivities",
     "PartitionActivities",
+    "ProbeActivities",
     "RetentionActivities",
     "SlackAdapter",
     "StoreConnectionResolver",
+    "TrustActivities",
     "WebhookAdapter",
     "echo_adapter",
     "http_client",

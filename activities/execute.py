@@ -240,6 +240,7 @@ class ExecuteActivities:
                 capability_id=inp.capability.id,
                 capability_version=inp.capability.version,
                 input_hash=inp.input_hash,
+                **_synthetic(inp.is_synthetic),
             )
             chain.add(
                 EventType.POLICY_EVALUATED,
@@ -664,7 +665,11 @@ async def _outcome_events(session: AsyncSession, inp: RecordInput) -> list[Event
                 )
     if inp.success:
         chain.add(
-            EventType.RUN_COMPLETED, AggregateType.RUN, inp.receipt_id, receipt_status=inp.status
+            EventType.RUN_COMPLETED,
+            AggregateType.RUN,
+            inp.receipt_id,
+            receipt_status=inp.status,
+            **_synthetic(inp.is_synthetic),
         )
     else:
         chain.add(
@@ -674,5 +679,11 @@ async def _outcome_events(session: AsyncSession, inp: RecordInput) -> list[Event
             receipt_status=inp.status,
             error_code=inp.error_code,
             policy_denied=inp.status == ExecutionStatus.POLICY_DENIED,
+            **_synthetic(inp.is_synthetic),
         )
     return chain.drafts
+
+
+def _synthetic(is_synthetic: bool) -> dict[str, Any]:
+    """A probe's run is tagged in its events; real runs' events stay as they were."""
+    return {"is_synthetic": True} if is_synthetic else {}

@@ -160,6 +160,8 @@ class ManifestActivities:
                     idempotency_token=tool.idempotency_token,
                 )
             )
+        if receipt.is_synthetic:
+            extra["synthetic"] = True  # a probe's run, kept out of real traffic's numbers
         unknown = receipt.error_code == OUTCOME_UNKNOWN and not inp.replayed
         if inp.dead_lettered or unknown:
             outputs["compensating_action_ref"] = compensating_action_ref(receipt.id)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from schemas.capabilities import EffectType, IdempotencyStrategy, RetrySettings
+from schemas.capabilities import EffectType, IdempotencyStrategy, ProbeSpec, RetrySettings
 from schemas.connections import ConnectionType
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
@@ -60,6 +60,10 @@ class CapabilityInfo(BaseModel):
         "for the mark before any repeat) or `none`."
     )
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
+    probe: ProbeSpec | None = Field(
+        default=None,
+        description="How the synthetic prober may call it with no side effect; null: never.",
+    )
 
 
 class TenantCreate(BaseModel):

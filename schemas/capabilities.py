@@ -53,6 +53,28 @@ RETRY_DEFAULTS: dict[EffectType, RetrySettings] = {
 }
 
 
+class ProbeSpec(BaseModel):
+    """How a capability can be called with no side effect."""
+
+    model_config = ConfigDict(frozen=True)
+
+    default_input: dict[str, Any] | None = Field(
+        default=None, description="The input a probe sends when it names none."
+    )
+    allowed_values: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="Top-level input fields a probe's input must hold one of these values "
+        "in (e.g. `method`: GET or HEAD).",
+    )
+
+    def refusal(self, value: dict[str, Any]) -> str | None:
+        """Why ``value`` is not a safe probe input (None: it is)."""
+        for field, allowed in self.allowed_values.items():
+            if value.get(field) not in allowed:
+                return f"a probe's `{field}` must be one of {', '.join(allowed)}"
+        return None
+
+
 class CapabilitySpec(BaseModel):
     """A versioned capability manifest."""
 
@@ -71,6 +93,8 @@ class CapabilitySpec(BaseModel):
     idempotency: IdempotencyStrategy = IdempotencyStrategy.NONE
     # Connection types the adapter accepts; empty: the capability takes no connection.
     connection_types: tuple[ConnectionType, ...] = ()
+    # None: the capability has no call free of side effects, and is never probed.
+    probe: ProbeSpec | None = None
 
     @property
     def retry_settings(self) -> RetrySettings:
@@ -199,6 +223,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         description="Offline: returns its input. For trying Moat out.",
         effect_type=EffectType.NONE,
         timeout_seconds=5.0,
+        probe=ProbeSpec(default_input={"probe": "demo.echo"}),
     ),
     CapabilitySpec(
         id="http.request",
@@ -217,6 +242,8 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         timeout_seconds=30.0,
         idempotency=IdempotencyStrategy.PROVIDER_KEY,
         connection_types=(ConnectionType.HTTP_BEARER,),
+        # Reads only: a probe names its own URL (no default), and only GET or HEAD.
+        probe=ProbeSpec(allowed_values={"method": ("GET", "HEAD")}),
     ),
     CapabilitySpec(
         id="webhook.post",

@@ -12,6 +12,8 @@ from __future__ import annotations
 EXECUTE_WORKFLOW = "ExecuteCapability"
 RETENTION_WORKFLOW = "ManifestRetention"
 PARTITIONS_WORKFLOW = "OutcomePartitions"
+TRUST_REFRESH_WORKFLOW = "RefreshTrust"
+PROBE_WORKFLOW = "RunProbe"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -32,6 +34,15 @@ ENSURE_PARTITIONS = "moat.ensure_outcome_partitions"
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"
 # The one that creates next months' partitions of outcome_events ahead of time.
 PARTITIONS_SCHEDULE_ID = "moat-outcome-partitions"
+REFRESH_TRUST = "moat.refresh_trust"
+PREPARE_PROBE = "moat.prepare_probe"
+
+# The Temporal Schedule that starts the retention workflow.
+RETENTION_SCHEDULE_ID = "moat-manifest-retention"
+# The Temporal Schedule that refreshes the trust rollup.
+TRUST_SCHEDULE_ID = "moat-trust-rollup"
+# A probe's schedule is this prefix and the probe's id.
+PROBE_SCHEDULE_PREFIX = "moat-probe-"
 
 # Search attributes, all of type Keyword.
 TENANT_ATTRIBUTE = "MoatTenant"

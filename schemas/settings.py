@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES
 from schemas.hosts import AllowHosts
+from schemas.trust import DEFAULT_MIN_SAMPLES
 
 APP_DATABASE_ROLE = "moat_app"
 OWNER_DATABASE_ROLE = "postgres"
@@ -121,6 +122,18 @@ class MoatSettings(BaseSettings):
         default=True,
         description="Run the policy, record and manifest steps as local activities "
         "(chosen by bench/).",
+    )
+    trust_min_samples: int = Field(
+        default=DEFAULT_MIN_SAMPLES,
+        ge=1,
+        description="Fewest counted outcomes a trust score needs; below it the score is null, "
+        "with the reason.",
+    )
+    trust_refresh_seconds: int = Field(
+        default=60, ge=5, description="How often the trust rollup's schedule refreshes it."
+    )
+    probe_min_interval_seconds: int = Field(
+        default=10, ge=1, description="The shortest interval a synthetic probe may run at."
     )
     metrics_address: str | None = Field(
         default=None,

@@ -64,6 +64,8 @@ async def announce(session: AsyncSession, written: Sequence[Event]) -> None:
             )
             data["dead_letter_id"] = execution_dead_letter_id(receipt.id)
             data["compensating_action_id"] = compensating_action_id(receipt.id)
+        if receipt.is_synthetic:
+            continue  # a probe's run: kept out of tenants' webhooks like out of their numbers
         await outbox.enqueue(
             session,
             tenant_id=event.tenant_id,

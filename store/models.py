@@ -143,6 +143,8 @@ class OutcomeEventRow(Base):
     error_taxonomy: Mapped[str] = mapped_column(String(40))
     http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
     is_synthetic: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When the event was written (migration 0012): the trust rollup finds new events by it.
+    recorded_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
 
 
 class PolicyDecisionRow(Base):
@@ -453,3 +455,56 @@ class IdempotentHitRow(Base):
     hits: Mapped[int] = mapped_column(BigInteger)
     first_hit_at: Mapped[datetime] = mapped_column(_tz())
     last_hit_at: Mapped[datetime] = mapped_column(_tz())
+
+
+class TrustRollupRow(Base):
+    """Outcome events of one tenant, capability version, kind of traffic and minute (or
+    hour, or day), summed (``store.trust``); rebuilt whole whenever one of its events is new."""
+
+    __tablename__ = "trust_rollup"
+    __table_args__ = (
+        Index("ix_trust_rollup_tenant_span_bucket", "tenant_id", "span_minutes", "bucket"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    capability_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    capability_version: Mapped[str] = mapped_column(String(50), primary_key=True)
+    is_synthetic: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    # 1: a minute, summed from the raw events; 60: an hour, from its minutes; 1440: a day,
+    # from its hours.
+    span_minutes: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bucket: Mapped[datetime] = mapped_column(_tz(), primary_key=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    successes: Mapped[int] = mapped_column(Integer)
+    rate_limited: Mapped[int] = mapped_column(Integer)
+    excluded: Mapped[int] = mapped_column(Integer)
+    errors: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'"))
+    latency_histogram: Mapped[dict[str, int]] = mapped_column(JSONB, server_default=text("'{}'"))
+    last_success_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    last_failure_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class TrustRefreshRow(Base):
+    """Up to when (``outcome_events.recorded_at``) a tenant's rollup has read."""
+
+    __tablename__ = "trust_refresh"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    refreshed_at: Mapped[datetime] = mapped_column(_tz())
+
+
+class ProbeRow(Base):
+    """A synthetic probe: which capability, with which input, how often (a Temporal
+    Schedule per probe runs it)."""
+
+    __tablename__ = "probes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    capability_id: Mapped[str] = mapped_column(String(200))
+    capability_version: Mapped[str | None] = mapped_column(String(50), nullable=True)
+    input: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    connection_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    interval_seconds: Mapped[int] = mapped_column(Integer)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

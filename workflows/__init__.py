@@ -4,6 +4,15 @@
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
 from workflows.partitions import OutcomePartitions
+from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
+from workflows.trust import RefreshTrust
 
-__all__ = ["DeliverWebhook", "ExecuteCapability", "ManifestRetention", "OutcomePartitions"]
+__all__ = [
+    "DeliverWebhook",
+    "ExecuteCapability",
+    "ManifestRetention",
+    "OutcomePartitions",
+    "RefreshTrust",
+    "RunProbe",
+]

@@ -18,6 +18,7 @@ from starter.cli.receipts import receipts_app
 from starter.cli.runs import runs_app
 from starter.cli.signing_keys import signing_key_app
 from starter.cli.tenants import tenant_app
+from starter.cli.trust import probe_app, trust_command
 from starter.cli.webhooks import webhook_app
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ app.command("codec-url")(codec.url_alias)
 app.command()(execute.execute)
 app.command()(status.status)
 app.command()(mcp.mcp)
+app.command("trust")(trust_command)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(api_key_app, name="api-key")
 app.add_typer(budget_app, name="budget")
@@ -47,6 +49,7 @@ app.add_typer(manifest_app, name="manifest")
 app.add_typer(signing_key_app, name="signing-key")
 app.add_typer(webhook_app, name="webhook")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(probe_app, name="probe")
 # The names before ``api-key`` and ``signing-key``, which read too much alike; hidden, and
 # kept for one release so scripts can move over.
 app.add_typer(api_key_app, name="key", hidden=True)

@@ -41,6 +41,7 @@ from starter.gateway.routes import (
     evidence,
     executions,
     receipts,
+    trust,
     webhooks,
 )
 from starter.gateway.routes import policy as policy_routes
@@ -212,7 +213,12 @@ def create_app(
         return {"status": "ok"}
 
     if admin:
-        routers = [admin_routes.router, connections.admin_router, codec.router]
+        routers = [
+            admin_routes.router,
+            connections.admin_router,
+            trust.admin_router,
+            codec.router,
+        ]
     else:
         routers = [
             executions.router,
@@ -223,6 +229,8 @@ def create_app(
             approval_routes.router,
             admin_routes.router,
             connections.admin_router,
+            trust.router,
+            trust.admin_router,
             evidence.router,
             webhooks.router,
             dead_letters.router,

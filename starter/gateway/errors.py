@@ -40,6 +40,7 @@ STATUS: dict[str, int] = {
     "webhook_url_invalid": 400,
     "webhook_url_not_allowed": 400,
     "effect_statement_required": 400,
+    "capability_not_probeable": 400,
     "unauthenticated": 401,
     "forbidden": 403,
     "scope_missing": 403,
@@ -60,6 +61,7 @@ STATUS: dict[str, int] = {
     "tenant_not_found": 404,
     "key_not_found": 404,
     "connection_not_found": 404,
+    "probe_not_found": 404,
     "not_found": 404,
     "webhook_not_found": 404,
     "dead_letter_not_found": 404,
@@ -210,13 +212,14 @@ def documented_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 ERROR_DESCRIPTIONS = {
     400: "Refused request: `bad_json`, `schema_validation_failed` (with the failing fields in "
     "`details.errors`), `unsupported_schema_version`, `idempotency_key_invalid`, "
-    "`invalid_cursor`.",
+    "`invalid_cursor`, `capability_not_probeable`.",
     401: "`unauthenticated`: no API key, or an unknown or revoked one.",
     403: "`forbidden`: the key may not use this route; `scope_missing`: it lacks the "
     "route's scope; `bypass_not_allowed`, `self_approval_forbidden`, `approval_expired`.",
     404: "Not found (`not_found`, `receipt_not_found`, `execution_not_found`, "
     "`capability_not_found`, `tenant_not_found`, `key_not_found`, `approval_not_found`, "
-    "`policy_version_not_found`). Another tenant's records are not found either.",
+    "`policy_version_not_found`, `probe_not_found`). Another tenant's records are not found "
+    "either.",
     405: "`method_not_allowed`; the `Allow` header lists the methods.",
     409: "`conflict`: the name is taken; `approval_mismatch`: the decision names another "
     "call or policy version than the one waiting (nothing changed); `approval_stale`: the "

@@ -1,4 +1,4 @@
-"""Tracing and logging, set up once by every entry point (gateway, worker).
+"""Tracing, logging and metrics, set up once by every entry point (gateway, worker).
 
 - **Traces**: the envelope's ``trace_id`` is the OpenTelemetry trace id of the request; the
   Temporal interceptor carries it into the workflow and its activities, and the adapter
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import traceback
 from collections.abc import Mapping
@@ -25,10 +26,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from temporalio.client import Interceptor
+from temporalio.common import MetricMeter
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from schemas.canonical import redact_text
+from schemas.trust import TrustReport
 
 OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
@@ -143,3 +146,40 @@ def tracer(name: str) -> trace.Tracer:
 def current_trace_id() -> str:
     ctx = trace.get_current_span().get_span_context()
     return format(ctx.trace_id, "032x") if ctx.trace_id else ""
+
+
+class TrustGauges:
+    """The trust scores as Prometheus gauges on the process's metrics endpoint (the Temporal
+    runtime's, ``MOAT_METRICS_ADDRESS``), so an existing Grafana can chart them: labels
+    ``capability``, ``version``, ``traffic`` (real | synthetic) and ``window``. A score with
+    too few samples is NaN, never a stale or made-up value."""
+
+    def __init__(self, meter: MetricMeter) -> None:
+        self._rate = meter.create_gauge_float(
+            "moat_trust_success_rate", "Success rate (rate-limited counts half)", "ratio"
+        )
+        self._samples = meter.create_gauge("moat_trust_samples", "Outcomes counted", "outcomes")
+        self._latency = meter.create_gauge_float(
+            "moat_trust_latency_ms", "Latency percentile (label quantile)", "ms"
+        )
+
+    def publish(self, report: TrustReport) -> None:
+        for entry in report.scores:
+            for traffic, score in (("real", entry.real), ("synthetic", entry.synthetic)):
+                labels = {
+                    "capability": entry.capability_id,
+                    "version": entry.capability_version,
+                    "traffic": traffic,
+                    "window": report.window.value,
+                }
+                rate = score.success_rate
+                self._rate.set(math.nan if rate is None else rate, labels)
+                self._samples.set(score.samples, labels)
+                for quantile, value in score.latency_ms.model_dump().items():
+                    self._latency.set(
+                        math.nan if value is None else value, {**labels, "quantile": quantile}
+                    )
+
+
+def trust_gauges(runtime: Runtime | None) -> TrustGauges:
+    return TrustGauges((runtime or Runtime.default()).metric_meter)

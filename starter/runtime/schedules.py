@@ -1,5 +1,6 @@
-"""Temporal Schedules Moat keeps: manifest retention (hourly) and the partitions of
-``outcome_events`` created ahead of their months (daily)."""
+"""Temporal Schedules Moat keeps: manifest retention (hourly), the partitions of
+``outcome_events`` created ahead of their months (daily), the trust rollup's refresh (every
+minute) and one per synthetic probe."""
 
 from __future__ import annotations
 
@@ -16,14 +17,20 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.names import (
     PARTITIONS_SCHEDULE_ID,
     PARTITIONS_WORKFLOW,
+    PROBE_SCHEDULE_PREFIX,
+    PROBE_WORKFLOW,
     RETENTION_SCHEDULE_ID,
     RETENTION_WORKFLOW,
+    TRUST_REFRESH_WORKFLOW,
+    TRUST_SCHEDULE_ID,
 )
 from schemas.partitions import PartitionsInput
+from schemas.probes import ProbeRunInput, TrustRefreshInput
 from schemas.retention import RetentionInput
 from schemas.settings import MoatSettings
 
@@ -71,3 +78,71 @@ async def ensure_partitions_schedule(
             ),
         )
     return PARTITIONS_SCHEDULE_ID
+
+
+async def ensure_trust_schedule(client: Client, settings: MoatSettings) -> str:
+    """Create the trust rollup's schedule unless it exists; returns its id."""
+    with contextlib.suppress(ScheduleAlreadyRunningError):
+        await client.create_schedule(
+            TRUST_SCHEDULE_ID,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    TRUST_REFRESH_WORKFLOW,
+                    TrustRefreshInput(),
+                    id=f"{TRUST_SCHEDULE_ID}-run",
+                    task_queue=settings.task_queue,
+                ),
+                spec=ScheduleSpec(
+                    intervals=[
+                        ScheduleIntervalSpec(
+                            every=timedelta(seconds=settings.trust_refresh_seconds)
+                        )
+                    ]
+                ),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            ),
+        )
+    return TRUST_SCHEDULE_ID
+
+
+def probe_schedule_id(probe_id: str) -> str:
+    return f"{PROBE_SCHEDULE_PREFIX}{probe_id}"
+
+
+async def create_probe_schedule(
+    client: Client, settings: MoatSettings, tenant_id: str, probe_id: str, every: timedelta
+) -> str:
+    """The schedule that runs a probe every ``every``; a probe that fires while its last run
+    is still going skips that turn."""
+    schedule_id = probe_schedule_id(probe_id)
+    await client.create_schedule(
+        schedule_id,
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                PROBE_WORKFLOW,
+                ProbeRunInput(tenant_id=tenant_id, probe_id=probe_id),
+                id=f"{schedule_id}-run",
+                task_queue=settings.task_queue,
+            ),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+            policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        ),
+    )
+    return schedule_id
+
+
+async def pause_probe_schedule(client: Client, probe_id: str, paused: bool) -> None:
+    handle = client.get_schedule_handle(probe_schedule_id(probe_id))
+    if paused:
+        await handle.pause(note="moat probe pause")
+    else:
+        await handle.unpause(note="moat probe resume")
+
+
+async def delete_probe_schedule(client: Client, probe_id: str) -> None:
+    """Gone already (deleted by hand) is fine: the probe is removed either way."""
+    try:
+        await client.get_schedule_handle(probe_schedule_id(probe_id)).delete()
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise

@@ -8,15 +8,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import worker
 from schemas.settings import MoatSettings
+from schemas.trust import TrustWindow, report
 from starter.runtime import observability
 from starter.runtime.outbox_relay import OutboxRelay
-from starter.runtime.schedules import ensure_partitions_schedule, ensure_retention_schedule
+from starter.runtime.schedules import (
+    ensure_partitions_schedule,
+    ensure_retention_schedule,
+    ensure_trust_schedule,
+)
 from starter.runtime.temporal import connect
-from store import receipts
+from store import receipts, trust
 from store.keys.signing import Keyring
 
 log = logging.getLogger("moat.worker")
@@ -32,7 +39,10 @@ async def run(settings: MoatSettings) -> None:
             await receipts.ensure_outcome_partitions(session, datetime.now(UTC))
         await ensure_retention_schedule(client, settings)
         await ensure_partitions_schedule(client, settings)
+        await ensure_trust_schedule(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
+        gauges = observability.trust_gauges(client.service_client.config.runtime)
+        publishing = asyncio.create_task(publish_trust(sessions, gauges, settings))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -45,4 +55,34 @@ async def run(settings: MoatSettings) -> None:
                 settings.temporal_namespace,
             )
             await stop.wait()
+        publishing.cancel()
         log.info("worker stopped")
+
+
+# The windows published as gauges (longer ones are for the API: a dashboard has its own).
+GAUGE_WINDOWS = (TrustWindow.H1, TrustWindow.H24)
+
+
+async def publish_trust(
+    sessions: async_sessionmaker[AsyncSession],
+    gauges: observability.TrustGauges,
+    settings: MoatSettings,
+) -> None:
+    """Keep the platform's trust gauges current, as often as the rollup is refreshed. Every
+    worker publishes the same numbers (read from the same rollup), so any one of them can
+    be scraped."""
+    while True:
+        try:
+            now = datetime.now(UTC)
+            for window in GAUGE_WINDOWS:
+                bounds = window.bounds(now)
+                before = (bounds[0] - window.length, bounds[0])
+                (current, previous), _ = await trust.platform_counts(
+                    sessions, [bounds, before], span_minutes=window.span_minutes
+                )
+                gauges.publish(
+                    report(window, bounds, current, previous, settings.trust_min_samples)
+                )
+        except Exception:  # a database blip must not stop the worker; the next turn retries
+            log.exception("trust gauges not published")
+        await asyncio.sleep(timedelta(seconds=settings.trust_refresh_seconds).total_seconds())

@@ -83,6 +83,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 [[operations]]
 include-operation-id = "put_tenant_policy"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+
+[[operations]]
+# Also 400: a capability or input the catalog does not declare safe to probe, an input that
+# does not match its capability's schema, or an interval under the configured minimum.
+include-operation-id = "add_probe"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
 """
 
 

@@ -19,7 +19,13 @@ from temporalio.worker import Replayer, WorkflowReplayResult
 from schemas.settings import MoatSettings
 from starter.runtime import observability
 from starter.runtime.codec import data_converter
-from workflows import ExecuteCapability, ManifestRetention, OutcomePartitions
+from workflows import (
+    ExecuteCapability,
+    ManifestRetention,
+    OutcomePartitions,
+    RefreshTrust,
+    RunProbe,
+)
 
 CORPUS = Path(__file__).resolve().parent
 # A key for these histories only; see README.md beside it.
@@ -29,9 +35,17 @@ FOLDERS = {
     "ExecuteCapability": "execute_capability",
     "ManifestRetention": "manifest_retention",
     "OutcomePartitions": "outcome_partitions",
+    "RefreshTrust": "trust_refresh",
+    "RunProbe": "run_probe",
 }
 # The workflows a production worker registers (worker.build_worker).
-WORKFLOWS: tuple[type, ...] = (ExecuteCapability, ManifestRetention, OutcomePartitions)
+WORKFLOWS: tuple[type, ...] = (
+    ExecuteCapability,
+    ManifestRetention,
+    OutcomePartitions,
+    RefreshTrust,
+    RunProbe,
+)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.names import EXECUTE_WORKFLOW, PARTITIONS_WORKFLOW, RETENTION_WORKFLOW
+from schemas.names import (
+    EXECUTE_WORKFLOW,
+    PARTITIONS_WORKFLOW,
+    PROBE_WORKFLOW,
+    RETENTION_WORKFLOW,
+    TRUST_REFRESH_WORKFLOW,
+)
 from schemas.partitions import PartitionsInput, PartitionsReport
+from schemas.probes import ProbeRunInput, ProbeRunResult, TrustRefreshInput, TrustRefreshReport
 from schemas.retention import RetentionInput, RetentionReport
-from store import api_keys, budgets, policy_versions, tenancy
+from store import api_keys, budgets, policy_versions, probes, tenancy
 from tests.histories.recorder import Gateway, Recorder, Run
 from tests.support.fakes import Step
 
@@ -227,6 +234,48 @@ async def partitions(rec: Recorder) -> dict[str, Run]:
     }
 
 
+async def trust_refresh(rec: Recorder) -> dict[str, Run]:
+    """As the trust rollup's schedule starts it."""
+    workflow_id = f"moat-trust-rollup-run-{uuid.uuid4().hex[:8]}"
+    handle = await rec.client.start_workflow(
+        TRUST_REFRESH_WORKFLOW,
+        TrustRefreshInput(),
+        id=workflow_id,
+        task_queue=rec.settings.task_queue,
+        result_type=TrustRefreshReport,
+    )
+    await handle.result()
+    return {"refresh_run": Run(TRUST_REFRESH_WORKFLOW, workflow_id, handle.result_run_id or "")}
+
+
+async def probe_runs(rec: Recorder) -> dict[str, Run]:
+    """As a probe's schedule starts it: a probe of demo.echo, then the same probe paused."""
+    gw = await rec.gateway()
+    async with tenancy.tenant_transaction(rec.sessions, gw.tenant_id) as session:
+        row = await probes.insert_probe(
+            session, gw.tenant_id, "demo.echo", None, {"probe": "demo.echo"}, None, 60
+        )
+    runs: dict[str, Run] = {}
+    for name in ("probe_executed", "probe_paused"):
+        if name == "probe_paused":
+            async with tenancy.tenant_transaction(rec.sessions, gw.tenant_id) as session:
+                stored = await probes.get_probe(session, gw.tenant_id, row.id)
+                assert stored is not None
+                await probes.set_paused(session, stored, True)
+        workflow_id = f"moat-probe-{row.id}-run-{uuid.uuid4().hex[:8]}"
+        handle = await rec.client.start_workflow(
+            PROBE_WORKFLOW,
+            ProbeRunInput(tenant_id=gw.tenant_id, probe_id=row.id),
+            id=workflow_id,
+            task_queue=rec.settings.task_queue,
+            result_type=ProbeRunResult,
+        )
+        result = await handle.result()
+        assert (result.status == "success") == (name == "probe_executed"), result
+        runs[name] = Run(PROBE_WORKFLOW, workflow_id, handle.result_run_id or "")
+    return runs
+
+
 @dataclass(frozen=True)
 class RecordedPath:
     name: str
@@ -340,6 +389,22 @@ DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {
             "partitions_scheduled_run",
             PARTITIONS_WORKFLOW,
             "OutcomePartitions as its schedule starts it",
+        ),
+    ),
+    trust_refresh: (
+        RecordedPath(
+            "refresh_run", TRUST_REFRESH_WORKFLOW, "RefreshTrust as its schedule starts it"
+        ),
+    ),
+    probe_runs: (
+        RecordedPath(
+            "probe_executed",
+            PROBE_WORKFLOW,
+            "RunProbe as a probe's schedule starts it: the signed start prepared, "
+            "ExecuteCapability run as its synthetic child",
+        ),
+        RecordedPath(
+            "probe_paused", PROBE_WORKFLOW, "RunProbe of a paused probe: skipped, no child"
         ),
     ),
 }

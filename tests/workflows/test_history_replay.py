@@ -19,10 +19,12 @@ from tests.histories.variants import (
     StatusBeforeManifest,
     TimerBeforePolicy,
 )
-from workflows import ManifestRetention, OutcomePartitions
+from workflows import ManifestRetention, OutcomePartitions, RefreshTrust, RunProbe
 from workflows.execute import DRY_RUN_STATUS_PATCH
 
 CORPUS = corpus()
+# The workflows a variant of ExecuteCapability is replayed beside, unchanged.
+OTHERS = (ManifestRetention, OutcomePartitions, RefreshTrust, RunProbe)
 
 
 def _of(workflow_type: str) -> set[str]:
@@ -41,14 +43,14 @@ async def test_every_recorded_history_replays(recorded: Recorded) -> None:
 
 
 async def test_a_command_inserted_before_the_policy_step_is_caught() -> None:
-    failed = await failures(CORPUS, [TimerBeforePolicy, ManifestRetention, OutcomePartitions])
+    failed = await failures(CORPUS, [TimerBeforePolicy, *OTHERS])
     assert set(failed) == _of(EXECUTE_WORKFLOW)  # every path of the changed workflow, no other
     assert all(isinstance(err, NondeterminismError) for err in failed.values())
     assert _of(RETENTION_WORKFLOW)
 
 
 async def test_two_commands_swapped_are_caught() -> None:
-    failed = await failures(CORPUS, [StatusBeforeManifest, ManifestRetention, OutcomePartitions])
+    failed = await failures(CORPUS, [StatusBeforeManifest, *OTHERS])
     # Local activities' markers are matched by their sequence number, not by their place
     # among the other commands, so this swap shows only where the manifest step is a
     # regular activity (or where it adds a command). The rule asks for a patch all the same.
@@ -67,7 +69,5 @@ async def test_a_change_behind_its_patch_replays_the_runs_before_it() -> None:
     assert len(dry_runs) == 2
     assert await failures(dry_runs) == {}
     # The same change without the guard: the dry runs started before it would fail.
-    unguarded = await failures(
-        dry_runs, [DryRunStatusUnguarded, ManifestRetention, OutcomePartitions]
-    )
+    unguarded = await failures(dry_runs, [DryRunStatusUnguarded, *OTHERS])
     assert isinstance(unguarded.get(before), NondeterminismError)

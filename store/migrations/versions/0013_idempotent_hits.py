@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy import text
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,173 @@
+"""Trust scores (a tenant's own traffic; the platform's for the admin) and the tenant's
+synthetic probes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+
+from schemas.probes import ProbeCreate, ProbeInfo
+from schemas.trust import TrustReport, TrustWindow
+from starter.gateway.deps import TenantKey, authenticate, deps_of, require_admin
+from starter.gateway.errors import documented_errors
+from starter.service import probes, trust
+
+router = APIRouter(tags=["trust"])
+admin_router = APIRouter(
+    prefix="/v1/admin",
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses=documented_errors(400, 401, 403, 500),
+)
+
+Window = Annotated[TrustWindow, Query(description="How far back: 1h, 24h, 7d or 30d.")]
+CapabilityId = Annotated[str, Path(max_length=200, pattern=r"^[A-Za-z0-9._-]+$")]
+ProbeId = Annotated[str, Path(max_length=64, pattern=r"^prb_[0-9a-f]+$")]
+
+SCORES = (
+    "Success rate (success 1, `provider_rate_limited` 0.5, `gateway_error` and "
+    "`policy_denied` left out, anything else 0), samples, latency p50/p95/p99, error mix, "
+    "last success and failure, and the trend against the window before; real and "
+    "synthetic (probe) traffic apart. Fewer counted outcomes than `MOAT_TRUST_MIN_SAMPLES` "
+    "(20): `success_rate` null, with the `reason`. Read from the rollup, refreshed every "
+    "minute (`refreshed_at`)."
+)
+
+
+@router.get(
+    "/v1/capabilities/{capability_id}/trust",
+    summary="Trust score of one capability (the caller's traffic)",
+    response_model=TrustReport,
+    responses=documented_errors(400, 401, 404, 500),
+    description=SCORES,
+)
+async def capability_trust(
+    request: Request,
+    credentials: TenantKey,
+    capability_id: CapabilityId,
+    window: Window = TrustWindow.H24,
+) -> TrustReport:
+    deps = deps_of(request)
+    trust.check_capability(deps.catalog, capability_id)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await trust.tenant_report(
+            session,
+            tenant.tenant_id,
+            window,
+            datetime.now(UTC),
+            deps.settings.trust_min_samples,
+            capability_id,
+        )
+
+
+@router.get(
+    "/v1/trust",
+    summary="Trust scores of every capability the caller used",
+    response_model=TrustReport,
+    responses=documented_errors(400, 401, 500),
+    description=SCORES,
+)
+async def tenant_trust(
+    request: Request, credentials: TenantKey, window: Window = TrustWindow.H24
+) -> TrustReport:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await trust.tenant_report(
+            session, tenant.tenant_id, window, datetime.now(UTC), deps.settings.trust_min_samples
+        )
+
+
+@admin_router.get(
+    "/trust",
+    summary="Trust scores over every tenant's traffic",
+    response_model=TrustReport,
+    responses=documented_errors(404),
+    description=SCORES,
+)
+async def platform_trust(
+    request: Request,
+    window: Window = TrustWindow.H24,
+    capability_id: Annotated[str | None, Query(max_length=200)] = None,
+) -> TrustReport:
+    deps = deps_of(request)
+    if capability_id is not None:
+        trust.check_capability(deps.catalog, capability_id)
+    return await trust.platform_report(
+        deps.sessions, window, datetime.now(UTC), deps.settings.trust_min_samples, capability_id
+    )
+
+
+@router.post(
+    "/v1/probes",
+    status_code=201,
+    summary="Probe a capability on a schedule (synthetic traffic)",
+    response_model=ProbeInfo,
+    responses=documented_errors(400, 401, 404, 500),
+)
+async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate) -> ProbeInfo:
+    """Runs the capability through the normal execute path every `interval_seconds`, marked
+    synthetic: no budget, no approval, no webhook, scored apart. Only capabilities whose
+    catalog entry declares a safe probe (`GET /v1/capabilities`: `probe`), with an input
+    its rule allows (`capability_not_probeable` otherwise)."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await probes.add_probe(
+            session, deps.client, deps.settings, deps.catalog, tenant.tenant_id, body
+        )
+
+
+@router.get(
+    "/v1/probes",
+    summary="The caller's probes",
+    response_model=list[ProbeInfo],
+    responses=documented_errors(401, 500),
+)
+async def list_probes(request: Request, credentials: TenantKey) -> list[ProbeInfo]:
+    async with deps_of(request).sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await probes.list_probes(session, tenant.tenant_id)
+
+
+@router.post(
+    "/v1/probes/{probe_id}/pause",
+    summary="Pause a probe",
+    response_model=ProbeInfo,
+    responses=documented_errors(400, 401, 404, 500),
+)
+async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await probes.pause_probe(session, deps.client, tenant.tenant_id, probe_id)
+
+
+@router.post(
+    "/v1/probes/{probe_id}/resume",
+    summary="Resume a paused probe",
+    response_model=ProbeInfo,
+    responses=documented_errors(400, 401, 404, 500),
+)
+async def resume_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        return await probes.pause_probe(session, deps.client, tenant.tenant_id, probe_id, False)
+
+
+@router.delete(
+    "/v1/probes/{probe_id}",
+    status_code=204,
+    summary="Remove a probe and its schedule",
+    responses=documented_errors(400, 401, 404, 500),
+)
+async def remove_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> Response:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
+        tenant = await authenticate(session, credentials)
+        await probes.remove_probe(session, deps.client, tenant.tenant_id, probe_id)
+    return Response(status_code=204)

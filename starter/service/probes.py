@@ -1,0 +1,154 @@
+"""Synthetic probes: the rules for adding one (a capability the catalog declares safe to
+probe, an input its rule allows, no secret in the input), and the Temporal Schedule that
+runs each. Pause, resume and remove keep the row and the schedule in step.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.client import Client
+
+from schemas.canonical import redact
+from schemas.capabilities import CapabilityCatalog
+from schemas.probes import ProbeCreate, ProbeInfo
+from schemas.settings import MoatSettings
+from starter.runtime import schedules
+from starter.service.errors import MoatError, field_errors
+from store import db, probes
+from store.models import ProbeRow
+
+
+def probe_info(row: ProbeRow) -> ProbeInfo:
+    return ProbeInfo(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        capability_id=row.capability_id,
+        capability_version=row.capability_version,
+        input=row.input,
+        connection_id=row.connection_id,
+        interval_seconds=row.interval_seconds,
+        paused=row.paused,
+        schedule_id=schedules.probe_schedule_id(row.id),
+        created_at=row.created_at,
+    )
+
+
+def _storable(value: object) -> bool:
+    """Postgres JSON holds no NUL and only valid Unicode."""
+    text = json.dumps(value, ensure_ascii=False)
+    return "\\u0000" not in text and db.storable(text)
+
+
+def _not_probeable(capability_id: str, why: str) -> MoatError:
+    return MoatError(
+        "capability_not_probeable",
+        f"{capability_id} cannot be probed: {why}. Only capabilities whose catalog entry "
+        "declares a safe probe can be (`GET /v1/capabilities`: `probe`).",
+        {"capability_id": capability_id},
+    )
+
+
+def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, object]:
+    """The input the probe will send, refused unless the catalog says it is safe."""
+    spec = catalog.get(body.capability_id, body.capability_version)
+    if spec is None:
+        raise MoatError(
+            "capability_not_found",
+            f"No capability {body.capability_id!r}.",
+            {"capability_id": body.capability_id},
+        )
+    if spec.probe is None:
+        raise _not_probeable(spec.id, "it declares no call free of side effects")
+    value = body.input if body.input is not None else spec.probe.default_input
+    if value is None:
+        raise _not_probeable(spec.id, "it has no default probe input: give `input`")
+    try:
+        catalog.input_model(spec).model_validate(value)
+    except ValidationError as err:
+        raise MoatError(
+            "schema_validation_failed",
+            f"The probe's input does not match {spec.id}'s input schema.",
+            {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
+        ) from err
+    refusal = spec.probe.refusal(value)
+    if refusal is not None:
+        raise _not_probeable(spec.id, refusal)
+    if not _storable(value) or (
+        body.connection_id is not None and not db.storable(body.connection_id)
+    ):
+        raise MoatError(
+            "schema_validation_failed",
+            "Text in a probe may not hold NUL characters or lone surrogates.",
+        )
+    # The input is kept in Postgres and Temporal in clear: a credential belongs in a
+    # connection (`connection_id`), never in it.
+    if redact(value) != value:
+        raise MoatError(
+            "schema_validation_failed",
+            "The probe's input holds a secret (a credential-like key or value): put the "
+            "credential in a connection and give `connection_id`.",
+        )
+    return value
+
+
+async def add_probe(
+    session: AsyncSession,
+    client: Client,
+    settings: MoatSettings,
+    catalog: CapabilityCatalog,
+    tenant_id: str,
+    body: ProbeCreate,
+) -> ProbeInfo:
+    """The probe's row and its schedule; the caller's transaction commits the row only once
+    the schedule exists."""
+    value = checked_input(catalog, body)
+    if body.interval_seconds < settings.probe_min_interval_seconds:
+        raise MoatError(
+            "schema_validation_failed",
+            f"interval_seconds must be at least {settings.probe_min_interval_seconds} "
+            "(MOAT_PROBE_MIN_INTERVAL_SECONDS).",
+        )
+    row = await probes.insert_probe(
+        session,
+        tenant_id,
+        body.capability_id,
+        body.capability_version,
+        dict(value),
+        body.connection_id,
+        body.interval_seconds,
+    )
+    await schedules.create_probe_schedule(
+        client, settings, tenant_id, row.id, timedelta(seconds=body.interval_seconds)
+    )
+    return probe_info(row)
+
+
+async def _probe(session: AsyncSession, tenant_id: str, probe_id: str) -> ProbeRow:
+    row = await probes.get_probe(session, tenant_id, probe_id)
+    if row is None:
+        raise MoatError("probe_not_found", f"No probe {probe_id!r}: `moat probe list` names them.")
+    return row
+
+
+async def list_probes(session: AsyncSession, tenant_id: str) -> list[ProbeInfo]:
+    return [probe_info(row) for row in await probes.list_probes(session, tenant_id)]
+
+
+async def pause_probe(
+    session: AsyncSession, client: Client, tenant_id: str, probe_id: str, paused: bool = True
+) -> ProbeInfo:
+    row = await _probe(session, tenant_id, probe_id)
+    await schedules.pause_probe_schedule(client, row.id, paused)
+    return probe_info(await probes.set_paused(session, row, paused))
+
+
+async def remove_probe(
+    session: AsyncSession, client: Client, tenant_id: str, probe_id: str
+) -> None:
+    row = await _probe(session, tenant_id, probe_id)
+    await schedules.delete_probe_schedule(client, row.id)
+    await probes.delete_probe(session, row)

@@ -1,0 +1,56 @@
+"""Trust scores: how reliable each capability version has been over a window, for one
+tenant (its own traffic) or the whole platform (the admin), read from the rollup."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from schemas.capabilities import CapabilityCatalog
+from schemas.trust import TrustReport, TrustWindow, report
+from starter.service.errors import MoatError
+from store import trust
+
+
+def check_capability(catalog: CapabilityCatalog, capability_id: str) -> None:
+    if catalog.get(capability_id) is None:
+        raise MoatError(
+            "capability_not_found",
+            f"No capability {capability_id!r}: `GET /v1/capabilities` lists them.",
+            {"capability_id": capability_id},
+        )
+
+
+async def tenant_report(
+    session: AsyncSession,
+    tenant_id: str,
+    window: TrustWindow,
+    as_of: datetime,
+    min_samples: int,
+    capability_id: str | None = None,
+) -> TrustReport:
+    """The tenant's scores; its transaction is scoped to it."""
+    bounds = window.bounds(as_of)
+    before = (bounds[0] - window.length, bounds[0])
+    span = window.span_minutes
+    current = await trust.rollup_counts(session, tenant_id, *bounds, capability_id, span)
+    previous = await trust.rollup_counts(session, tenant_id, *before, capability_id, span)
+    mark = await trust.refreshed_at(session, tenant_id)
+    return report(window, bounds, current, previous, min_samples, mark)
+
+
+async def platform_report(
+    sessions: async_sessionmaker[AsyncSession],
+    window: TrustWindow,
+    as_of: datetime,
+    min_samples: int,
+    capability_id: str | None = None,
+) -> TrustReport:
+    """Every tenant's traffic together (each tenant read in its own scoped transaction)."""
+    bounds = window.bounds(as_of)
+    before = (bounds[0] - window.length, bounds[0])
+    (current, previous), mark = await trust.platform_counts(
+        sessions, [bounds, before], capability_id, window.span_minutes
+    )
+    return report(window, bounds, current, previous, min_samples, mark)

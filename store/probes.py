@@ -1,0 +1,64 @@
+"""Synthetic probes: their configuration, one row per probe, under row-level security."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import ProbeRow
+
+
+def new_probe_id() -> str:
+    return "prb_" + secrets.token_hex(8)
+
+
+async def insert_probe(
+    session: AsyncSession,
+    tenant_id: str,
+    capability_id: str,
+    capability_version: str | None,
+    input: dict[str, Any],
+    connection_id: str | None,
+    interval_seconds: int,
+) -> ProbeRow:
+    row = ProbeRow(
+        id=new_probe_id(),
+        tenant_id=tenant_id,
+        capability_id=capability_id,
+        capability_version=capability_version,
+        input=input,
+        connection_id=connection_id,
+        interval_seconds=interval_seconds,
+        paused=False,
+    )
+    session.add(row)
+    await session.flush()
+    await session.refresh(row)
+    return row
+
+
+async def get_probe(session: AsyncSession, tenant_id: str, probe_id: str) -> ProbeRow | None:
+    row = await session.execute(select(ProbeRow).filter_by(tenant_id=tenant_id, id=probe_id))
+    return row.scalar_one_or_none()
+
+
+async def list_probes(session: AsyncSession, tenant_id: str) -> Sequence[ProbeRow]:
+    rows = await session.execute(
+        select(ProbeRow).filter_by(tenant_id=tenant_id).order_by(ProbeRow.created_at, ProbeRow.id)
+    )
+    return rows.scalars().all()
+
+
+async def set_paused(session: AsyncSession, row: ProbeRow, paused: bool) -> ProbeRow:
+    row.paused = paused
+    await session.flush()
+    return row
+
+
+async def delete_probe(session: AsyncSession, row: ProbeRow) -> None:
+    await session.delete(row)
+    await session.flush()
