@@ -326,3 +326,37 @@ def test_the_requesting_key_is_signed_and_older_starts_still_verify() -> None:
     assert (v2.start_signature[:3], v1.start_signature[:3]) == ("v2.", "v1.")
     assert refusal(v2) is None and refusal(v1) is None
     assert refusal(v2.model_copy(update={"scopes": ["*"]})) == "mismatch"
+
+
+# Signatures made by the gateway before v3 (key b"0" * 32 as "k"), for `_signed_earlier()`.
+SIGNED_EARLIER = {
+    "v2": "v2.k.pTUCG88pPyPuP2ghe54A0bC6WSsqyUPXDVrtR5-bTck",
+    "v1": "v1.k.8oF8qxUhHKPiS9OILbDNK1glfPooOJe9gBmDKgg7rWU",
+}
+
+
+def _signed_earlier(version: str) -> ExecuteWorkflowInput:
+    capability = CapabilityCatalog().get("demo.echo")
+    assert capability is not None
+    return ExecuteWorkflowInput(
+        receipt_id="rcpt-1",
+        tenant_id="ten_x",
+        idempotency_key="k",
+        input_hash="sha256:" + "0" * 64,
+        capability=capability,
+        input={"n": 1},
+        request_id="req",
+        trace_id="0" * 32,
+        submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
+        api_key_id="key-mine",
+        scopes=["execute:*"] if version == "v2" else None,
+        start_signature=SIGNED_EARLIER[version],
+    )
+
+
+@pytest.mark.parametrize("version", sorted(SIGNED_EARLIER))
+def test_starts_signed_before_v3_still_verify(version: str) -> None:
+    # The bytes signed then are the bytes checked now: those runs can still be reset.
+    ring = StartKeyring({"k": b"0" * 32}, "k")
+    inp = _policy_input(_signed_earlier(version))
+    assert ring.refusal(StartClaims.of_policy(inp), inp.start_signature) is None
