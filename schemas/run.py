@@ -39,7 +39,9 @@ class ExecuteWorkflowInput(BaseModel):
         "policy step refuses a run without a valid one.",
     )
     api_key_id: str = Field(
-        default="", description="The key that made the call (separation of duties)."
+        default="",
+        description="The key that made the call (separation of duties): signed with the "
+        "start (``v3`` claims), so an approval can trust it.",
     )
     scopes: list[str] | None = Field(
         default=None,
@@ -65,6 +67,11 @@ class PolicyInput(BaseModel):
     start_signature: str = ""
     scopes: list[str] | None = Field(
         default=None, description="See ``ExecuteWorkflowInput.scopes``."
+    )
+    api_key_id: str = Field(
+        default="",
+        description="See ``ExecuteWorkflowInput.api_key_id``; checked against the start's "
+        "signature (``v3`` claims) before the run may ask for an approval in its name.",
     )
 
 

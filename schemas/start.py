@@ -10,8 +10,12 @@ synthetic probe, which skips budgets). Labels (trace and request ids, submission
 left out: swapping them changes nothing a run does.
 
 A field added to the claims later must be added under a new version, so that runs started
-(and signed) before it can still be reset: ``v2`` added the caller's scopes, and claims
-without scopes are still signed and checked as ``v1``.
+(and signed) before it can still be reset: ``v2`` added the caller's scopes (claims without
+scopes are still checked as ``v1``), and ``v3`` the requesting API key, which the approval
+step trusts to keep an approver from approving their own call. The gateway signs ``v3``
+only; a worker checks a start against the version its signature names, so ``v1`` and
+``v2`` starts (which never vouched for a requester) still verify, and no start can be moved
+to an older version without breaking its signature (the version is in the signed bytes).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from pydantic_core import to_json
 from schemas.capabilities import CapabilitySpec
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
-CLAIMS_VERSION = "v2"
-# Claims without scopes (runs started before keys had them, and Moat's own runs).
+CLAIMS_VERSION = "v3"
+# Claims without the requesting key (runs started before approvals were bound to it).
+CLAIMS_VERSION_NO_REQUESTER = "v2"
+# Claims without scopes either (runs started before keys had them).
 CLAIMS_VERSION_NO_SCOPES = "v1"
 START_NOT_SIGNED = "start_not_signed"
 
@@ -62,10 +68,14 @@ class StartClaims(BaseModel):
     is_synthetic: bool
     dry_run: bool
     scopes: list[str] | None = None
+    # The requesting key's id ("" for Moat's own runs); None only in v1/v2 claims.
+    api_key_id: str | None = None
 
     @property
     def version(self) -> str:
-        return CLAIMS_VERSION_NO_SCOPES if self.scopes is None else CLAIMS_VERSION
+        if self.api_key_id is not None:
+            return CLAIMS_VERSION
+        return CLAIMS_VERSION_NO_SCOPES if self.scopes is None else CLAIMS_VERSION_NO_REQUESTER
 
     @classmethod
     def of_start(cls, req: ExecuteWorkflowInput, workflow_id: str) -> StartClaims:
@@ -83,11 +93,15 @@ class StartClaims(BaseModel):
             is_synthetic=req.is_synthetic,
             dry_run=req.dry_run,
             scopes=req.scopes,
+            api_key_id=req.api_key_id,
         )
 
     @classmethod
     def of_policy(cls, inp: PolicyInput) -> StartClaims:
-        """What the policy step acts on; its workflow id is the running one's."""
+        """What the policy step acts on; its workflow id is the running one's. The requesting
+        key is among the claims when the signature names ``v3``; an older signature never
+        covered it, so the policy step checks that start as it was signed."""
+        signed_as = inp.start_signature.partition(".")[0]
         return cls(
             workflow_id=inp.workflow_id,
             tenant_id=inp.tenant_id,
@@ -101,11 +115,18 @@ class StartClaims(BaseModel):
             is_synthetic=inp.is_synthetic,
             dry_run=inp.dry_run,
             scopes=inp.scopes,
+            api_key_id=inp.api_key_id if signed_as == CLAIMS_VERSION else None,
         )
 
     def message(self) -> bytes:
-        """The bytes the HMAC covers: version, then the claims as sorted compact JSON (``v1``
-        claims have no ``scopes`` key)."""
-        claims = self.model_dump(mode="json", exclude={"scopes"} if self.scopes is None else None)
+        """The bytes the HMAC covers: version, then the claims as sorted compact JSON (``v2``
+        claims have no ``api_key_id`` key, ``v1`` claims no ``scopes`` key either; ``v3``
+        claims have both, ``scopes`` possibly null)."""
+        exclude: set[str] = set()
+        if self.api_key_id is None:
+            exclude.add("api_key_id")
+            if self.scopes is None:
+                exclude.add("scopes")
+        claims = self.model_dump(mode="json", exclude=exclude)
         body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return f"moat start {self.version}\n{body}".encode()

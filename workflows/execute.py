@@ -113,6 +113,7 @@ class ExecuteCapability:
                 input_digest=input_digest(req.input),
                 start_signature=req.start_signature,
                 scopes=req.scopes,
+                api_key_id=req.api_key_id,
             ),
             PolicyOutcome,
             req.local_activities,
@@ -200,6 +201,7 @@ class ExecuteCapability:
                 capability_version=req.capability.version,
                 input_hash=req.input_hash,
                 policy_version=policy.policy_version,
+                # The policy step has checked it against the start's signature (v3 claims).
                 requested_by=key_actor(req.api_key_id),
                 ttl_seconds=policy.approval_ttl_seconds or 0,
                 allow_self_approval=policy.allow_self_approval,

@@ -21,8 +21,8 @@ from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
-from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
-from schemas.start import START_NOT_SIGNED, StartClaims
+from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyInput, workflow_id_for
+from schemas.start import START_NOT_SIGNED, StartClaims, input_digest
 from starter.runtime.codec import PLAINTEXT_REFUSED
 from store.keys.start import StartKeyring
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
@@ -186,10 +186,15 @@ def _swap_a_secret(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInp
     return forged
 
 
+def _swap_the_requester(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
+    # Naming an approver's key as the caller would let that approver approve the call.
+    return arg.model_copy(update={"api_key_id": "key-of-an-approver"})
+
+
 @pytest.mark.parametrize(
     "tamper",
-    [_swap_tenant, _made_synthetic, _swap_a_secret],
-    ids=["tenant-swapped", "made-synthetic", "secret-swapped"],
+    [_swap_tenant, _made_synthetic, _swap_a_secret, _swap_the_requester],
+    ids=["tenant-swapped", "made-synthetic", "secret-swapped", "requester-swapped"],
 )
 async def test_a_signed_start_altered_is_refused(
     stack: Stack, provider: FakeProvider, tamper: Any
@@ -267,3 +272,91 @@ def test_the_start_keyring_is_private_and_never_silently_replaced(tmp_path: Path
     configured = MoatSettings(home=tmp_path / "home", start_keyring=tmp_path / "missing.json")
     with pytest.raises(FileNotFoundError, match="MOAT_START_KEYRING"):
         StartKeyring.from_settings(configured)
+
+
+def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
+    """What the run's policy step is given for ``req`` started as ``wf``."""
+    return PolicyInput(
+        receipt_id=req.receipt_id,
+        tenant_id=req.tenant_id,
+        idempotency_key=req.idempotency_key,
+        input_hash=req.input_hash,
+        capability=req.capability,
+        workflow_id="wf",
+        run_id="r",
+        idempotency_ttl_seconds=req.idempotency_ttl_seconds,
+        input_digest=input_digest(req.input),
+        start_signature=req.start_signature,
+        scopes=req.scopes,
+        api_key_id=req.api_key_id,
+    )
+
+
+def test_the_requesting_key_is_signed_and_older_starts_still_verify() -> None:
+    ring = StartKeyring({"k": b"0" * 32}, "k")
+    mine = forged_input("ten_x", "http://example.test/").model_copy(
+        update={"api_key_id": "key-mine", "scopes": ["execute:*"]}
+    )
+
+    def refusal(req: ExecuteWorkflowInput) -> str | None:
+        inp = _policy_input(req)
+        return ring.refusal(StartClaims.of_policy(inp), inp.start_signature)
+
+    signed = ring.signed(mine, "wf")
+    assert signed.start_signature.startswith("v3.") and refusal(signed) is None
+    for other in ("key-of-an-approver", ""):
+        assert refusal(signed.model_copy(update={"api_key_id": other})) == "mismatch"
+    # Moat's own runs (no key, no scopes) are signed as v3 too: no key can be added later.
+    own = ring.signed(mine.model_copy(update={"api_key_id": "", "scopes": None}), "wf")
+    assert own.start_signature.startswith("v3.") and refusal(own) is None
+    assert refusal(own.model_copy(update={"api_key_id": "key-mine"})) == "mismatch"
+    # Relabelled as an older version, which did not cover the key: the MAC no longer fits.
+    _, _, rest = signed.start_signature.partition(".")
+    for older, reason in (("v2", "mismatch"), ("v1", "malformed")):  # v1 has no scopes
+        relabelled = signed.model_copy(update={"start_signature": f"{older}.{rest}"})
+        assert refusal(relabelled) == reason
+
+    # Starts signed before v3 (recorded, still resettable) verify as they were signed.
+    def signed_as_before(req: ExecuteWorkflowInput) -> ExecuteWorkflowInput:
+        claims = StartClaims.of_start(req, "wf").model_copy(update={"api_key_id": None})
+        return req.model_copy(update={"start_signature": ring.sign(claims)})
+
+    v2 = signed_as_before(mine)
+    v1 = signed_as_before(mine.model_copy(update={"scopes": None}))
+    assert (v2.start_signature[:3], v1.start_signature[:3]) == ("v2.", "v1.")
+    assert refusal(v2) is None and refusal(v1) is None
+    assert refusal(v2.model_copy(update={"scopes": ["*"]})) == "mismatch"
+
+
+# Signatures made by the gateway before v3 (key b"0" * 32 as "k"), for `_signed_earlier()`.
+SIGNED_EARLIER = {
+    "v2": "v2.k.pTUCG88pPyPuP2ghe54A0bC6WSsqyUPXDVrtR5-bTck",
+    "v1": "v1.k.8oF8qxUhHKPiS9OILbDNK1glfPooOJe9gBmDKgg7rWU",
+}
+
+
+def _signed_earlier(version: str) -> ExecuteWorkflowInput:
+    capability = CapabilityCatalog().get("demo.echo")
+    assert capability is not None
+    return ExecuteWorkflowInput(
+        receipt_id="rcpt-1",
+        tenant_id="ten_x",
+        idempotency_key="k",
+        input_hash="sha256:" + "0" * 64,
+        capability=capability,
+        input={"n": 1},
+        request_id="req",
+        trace_id="0" * 32,
+        submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
+        api_key_id="key-mine",
+        scopes=["execute:*"] if version == "v2" else None,
+        start_signature=SIGNED_EARLIER[version],
+    )
+
+
+@pytest.mark.parametrize("version", sorted(SIGNED_EARLIER))
+def test_starts_signed_before_v3_still_verify(version: str) -> None:
+    # The bytes signed then are the bytes checked now: those runs can still be reset.
+    ring = StartKeyring({"k": b"0" * 32}, "k")
+    inp = _policy_input(_signed_earlier(version))
+    assert ring.refusal(StartClaims.of_policy(inp), inp.start_signature) is None

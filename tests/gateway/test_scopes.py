@@ -161,7 +161,7 @@ def test_the_gateway_signs_the_callers_scopes() -> None:
     assert spec is not None
     narrow = direct_start("t1", "key", spec, {}).model_copy(update={"scopes": ["execute:x"]})
     signed = ring.signed(narrow, "wf")
-    assert signed.start_signature.startswith("v2.")
+    assert signed.start_signature.startswith("v3.")
 
     def refusal(req: ExecuteWorkflowInput) -> str | None:
         inp = PolicyInput(
@@ -181,6 +181,16 @@ def test_the_gateway_signs_the_callers_scopes() -> None:
 
     assert refusal(signed) is None
     assert refusal(signed.model_copy(update={"scopes": ["*"]})) == "mismatch"
-    assert refusal(signed.model_copy(update={"scopes": None})) == "malformed"
-    older = ring.signed(narrow.model_copy(update={"scopes": None}), "wf")
+    assert refusal(signed.model_copy(update={"scopes": None})) == "mismatch"
+
+    def signed_before_v3(req: ExecuteWorkflowInput) -> ExecuteWorkflowInput:
+        # As gateways signed before the requesting key was among the claims.
+        claims = StartClaims.of_start(req, "wf").model_copy(update={"api_key_id": None})
+        return req.model_copy(update={"start_signature": ring.sign(claims)})
+
+    v2 = signed_before_v3(narrow)
+    assert v2.start_signature.startswith("v2.") and refusal(v2) is None
+    assert refusal(v2.model_copy(update={"scopes": ["*"]})) == "mismatch"
+    assert refusal(v2.model_copy(update={"scopes": None})) == "malformed"
+    older = signed_before_v3(narrow.model_copy(update={"scopes": None}))
     assert older.start_signature.startswith("v1.") and refusal(older) is None
