@@ -349,7 +349,6 @@ async def test_github_rate_limit_reads_the_core_limit(
     assert wrong.value.type == "connection_type_mismatch"
 
 
-
 def _repo() -> tuple[str, str]:
     return "octo", f"r{uuid.uuid4().hex[:8]}"
 
