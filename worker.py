@@ -19,6 +19,7 @@ from activities import (
     DeliveryActivities,
     ExecuteActivities,
     GithubAdapter,
+    GithubRateLimitAdapter,
     HostGuard,
     HttpAdapter,
     ManifestActivities,
@@ -26,6 +27,7 @@ from activities import (
     ProbeActivities,
     RetentionActivities,
     SlackAdapter,
+    SlackAuthTestAdapter,
     StoreConnectionResolver,
     TrustActivities,
     WebhookAdapter,
@@ -84,6 +86,8 @@ def build_worker(
         "webhook": WebhookAdapter(http, guard),
         "slack": SlackAdapter(http, guard),
         "github": GithubAdapter(http, guard),
+        "slack_auth_test": SlackAuthTestAdapter(http, guard),
+        "github_rate_limit": GithubRateLimitAdapter(http, guard),
         **(adapters or {}),
     }
     sealer = OutputSealer.from_settings(settings)

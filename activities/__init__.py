@@ -4,12 +4,12 @@ from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, h
 from activities.approvals import ApprovalActivities
 from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
-from activities.github import GithubAdapter
+from activities.github import GithubAdapter, GithubRateLimitAdapter
 from activities.manifest import ManifestActivities
 from activities.partitions import PartitionActivities
 from activities.probes import ProbeActivities
 from activities.retention import RetentionActivities
-from activities.slack import SlackAdapter
+from activities.slack import SlackAdapter, SlackAuthTestAdapter
 from activities.trust import TrustActivities
 from activities.webhook import WebhookAdapter
 from activities.webhooks import DeliveryActivities
@@ -20,6 +20,7 @@ __all__ = [
     "DeliveryActivities",
     "ExecuteActivities",
     "GithubAdapter",
+    "GithubRateLimitAdapter",
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
@@ -27,6 +28,7 @@ __all__ = [
     "ProbeActivities",
     "RetentionActivities",
     "SlackAdapter",
+    "SlackAuthTestAdapter",
     "StoreConnectionResolver",
     "TrustActivities",
     "WebhookAdapter",

@@ -33,7 +33,7 @@ from activities.reconcile import (
     outcome_unknown,
     window_start,
 )
-from schemas.capabilities import GithubCreateIssueInput
+from schemas.capabilities import GithubCreateIssueInput, NoInput
 from schemas.connections import ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
@@ -151,6 +151,35 @@ class GithubAdapter:
                 provider_response=answer.said(),
             )
         raise refusal
+
+
+class GithubRateLimitAdapter(GithubAdapter):
+    """``github.rate_limit``: GitHub's ``GET /rate_limit``, which changes nothing and is not
+    counted against the limit, so a probe of a GitHub connection can call it on a schedule.
+    Refusals map as for creating an issue (401: the connection's token)."""
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        parse_input(inp, NoInput)
+        cred = credential_of(inp, credential, ConnectionType.GITHUB)
+        headers = {
+            "Authorization": f"Bearer {cred.secret}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+        }
+        url = f"{base_url(cred, DEFAULT_BASE_URL)}/rate_limit"
+        answer = await self._call(inp, "GET", url, headers)
+        resources = answer.get("resources") if isinstance(answer, dict) else None
+        core = resources.get("core") if isinstance(resources, dict) else None
+        if not isinstance(core, dict):
+            raise fail(ErrorTaxonomy.UNKNOWN, "GitHub answered /rate_limit without `core`")
+        # The REST limit only: what the connection's calls spend. A used-up limit is still
+        # an answer (the token works); the calls that follow wait for ``reset``.
+        return recorded(
+            200,
+            {"core": {k: core.get(k) for k in ("limit", "remaining", "used", "reset")}},
+        )
 
 
 def _output(issue: dict[str, Any], *, reconciled: bool | None) -> AdapterOutput:

@@ -31,7 +31,7 @@ from activities.reconcile import (
     outcome_unknown,
     window_start,
 )
-from schemas.capabilities import SlackPostMessageInput
+from schemas.capabilities import NoInput, SlackPostMessageInput
 from schemas.connections import ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
@@ -207,6 +207,29 @@ class SlackAdapter:
                 provider_response=said,
             )
         raise _refusal(error, answer.status, said)
+
+
+class SlackAuthTestAdapter(SlackAdapter):
+    """``slack.auth_test``: Slack's ``auth.test``, which needs no scope and changes nothing,
+    so a probe of a Slack connection can call it on a schedule. Refusals map as for
+    ``chat.postMessage`` (``invalid_auth``, ``token_revoked``: the connection's credential)."""
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        parse_input(inp, NoInput)
+        cred = credential_of(inp, credential, ConnectionType.SLACK)
+        api = base_url(cred, DEFAULT_BASE_URL)
+        headers = {"Authorization": f"Bearer {cred.secret}"}
+        answer = await self._call(inp, "POST", f"{api}/auth.test", headers)
+        return recorded(
+            200,
+            {
+                k: answer.get(k)
+                for k in ("team", "team_id", "user", "user_id", "bot_id", "enterprise_id")
+                if answer.get(k) is not None
+            },
+        )
 
 
 def _marked(message: Any, key: str) -> bool:

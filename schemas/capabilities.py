@@ -206,12 +206,20 @@ class GithubCreateIssueInput(BaseModel):
     assignees: list[str] | None = None
 
 
+class NoInput(BaseModel):
+    """Input of a read that takes none (``slack.auth_test``, ``github.rate_limit``): ``{}``."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+
 INPUT_MODELS: dict[str, type[BaseModel]] = {
     "http": HttpRequestInput,
     "echo": EchoInput,
     "webhook": WebhookPostInput,
     "slack": SlackPostMessageInput,
     "github": GithubCreateIssueInput,
+    "slack_auth_test": NoInput,
+    "github_rate_limit": NoInput,
 }
 
 BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
@@ -289,6 +297,36 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         timeout_seconds=10.0,
         idempotency=IdempotencyStrategy.RECONCILE,
         connection_types=(ConnectionType.GITHUB,),
+    ),
+    # The providers' safe reads: what a probe of a Slack or GitHub connection calls.
+    CapabilitySpec(
+        id="slack.auth_test",
+        version="1.0.0",
+        adapter="slack_auth_test",
+        adapter_id="slack-auth-test-adapter-v1",
+        description=(
+            "Checks a Slack connection with Slack's auth.test: who the token is (team, user, "
+            "bot). Reads only, needs no scope; the read a probe of a Slack connection makes."
+        ),
+        effect_type=EffectType.NONE,
+        timeout_seconds=10.0,
+        connection_types=(ConnectionType.SLACK,),
+        probe=ProbeSpec(default_input={}),
+    ),
+    CapabilitySpec(
+        id="github.rate_limit",
+        version="1.0.0",
+        adapter="github_rate_limit",
+        adapter_id="github-rate-limit-adapter-v1",
+        description=(
+            "Checks a GitHub connection with GitHub's GET /rate_limit: the token's REST rate "
+            "limit (`core`). Reads only and not counted against the limit; the read a probe "
+            "of a GitHub connection makes."
+        ),
+        effect_type=EffectType.NONE,
+        timeout_seconds=10.0,
+        connection_types=(ConnectionType.GITHUB,),
+        probe=ProbeSpec(default_input={}),
     ),
 )
 

@@ -19,7 +19,15 @@ import pytest
 import standardwebhooks
 from temporalio.exceptions import ApplicationError
 
-from activities import GithubAdapter, HostGuard, SlackAdapter, WebhookAdapter, http_client
+from activities import (
+    GithubAdapter,
+    GithubRateLimitAdapter,
+    HostGuard,
+    SlackAdapter,
+    SlackAuthTestAdapter,
+    WebhookAdapter,
+    http_client,
+)
 from activities.github import mark
 from schemas.capabilities import CapabilityCatalog, RetrySettings
 from schemas.connections import ConnectionType, Credential
@@ -267,7 +275,78 @@ async def test_wrong_or_missing_connection(slack: FakeSlack, http: httpx.AsyncCl
     assert wrong.value.type == "connection_type_mismatch"
 
 
+async def test_slack_auth_test_reads_who_the_token_is(
+    slack: FakeSlack, http: httpx.AsyncClient
+) -> None:
+    adapter = SlackAuthTestAdapter(http, HostGuard([]))
+    inp = _input("slack.auth_test", {}, slack.allow_entry)
+    before = len(slack.calls("auth.test"))
+    out = await adapter(inp, _cred(ConnectionType.SLACK, TOKEN, slack.base_url))
+    assert out.http_status == 200
+    assert out.output == {
+        "team": "Fake Workspace",
+        "team_id": "T0FAKETEAM",
+        "user": "moat-bot",
+        "user_id": "U0FAKEBOT",
+        "bot_id": "B0FAKEBOT",
+    }
+    [call] = slack.calls("auth.test")[before:]
+    assert call.method == "POST" and call.headers["authorization"] == f"Bearer {TOKEN}"
+
+    revoked = TOKEN + "-auth-test-revoked"
+    slack.revoked.add(revoked)
+    with pytest.raises(ApplicationError) as err:
+        await adapter(inp, _cred(ConnectionType.SLACK, revoked, slack.base_url))
+    assert (err.value.type, err.value.non_retryable) == ("provider_auth_failure", True)
+    assert _details(err.value)["provider_response"] == {"ok": False, "error": "token_revoked"}
+
+    slack.rate_limit_next = 1
+    with pytest.raises(ApplicationError) as limited:
+        await adapter(inp, _cred(ConnectionType.SLACK, TOKEN, slack.base_url))
+    assert limited.value.type == "provider_rate_limited" and not limited.value.non_retryable
+    assert limited.value.next_retry_delay is not None
+
+    with pytest.raises(ApplicationError) as wrong:
+        await adapter(inp, _cred(ConnectionType.GITHUB, "ghp_x", slack.base_url))
+    assert wrong.value.type == "connection_type_mismatch"
+    with pytest.raises(ApplicationError) as extra:
+        await adapter(inp.model_copy(update={"input": {"channel": "C1"}}), None)
+    assert extra.value.type == "schema_validation_failed"
+
+
 # --- GitHub --------------------------------------------------------------------------------
+
+
+async def test_github_rate_limit_reads_the_core_limit(
+    github: FakeGithub, http: httpx.AsyncClient
+) -> None:
+    adapter = GithubRateLimitAdapter(http, HostGuard([]))
+    token = f"ghp_{uuid.uuid4().hex}"
+    inp = _input("github.rate_limit", {}, github.allow_entry)
+    out = await adapter(inp, _cred(ConnectionType.GITHUB, token, github.base_url))
+    core = out.output["core"]
+    assert (core["limit"], core["used"], core["remaining"]) == (5000, 0, 5000)
+    assert core["reset"] > 0
+    # Reading the limit is not counted against it; an issue call is.
+    owner, repo = _repo()
+    issue = {"owner": owner, "repo": repo, "title": "t"}
+    await GithubAdapter(http, HostGuard([]))(
+        _input("github.create_issue", issue, github.allow_entry),
+        _cred(ConnectionType.GITHUB, token, github.base_url),
+    )
+    again = await adapter(inp, _cred(ConnectionType.GITHUB, token, github.base_url))
+    assert (again.output["core"]["used"], again.output["core"]["remaining"]) == (1, 4999)
+    [call, *_] = github.calls("/rate_limit")
+    assert call.method == "GET" and call.headers["x-github-api-version"] == "2022-11-28"
+
+    github.bad_tokens.add(bad := f"ghp_{uuid.uuid4().hex}")
+    with pytest.raises(ApplicationError) as err:
+        await adapter(inp, _cred(ConnectionType.GITHUB, bad, github.base_url))
+    assert (err.value.type, err.value.non_retryable) == ("provider_auth_failure", True)
+    assert _details(err.value)["http_status"] == 401
+    with pytest.raises(ApplicationError) as wrong:
+        await adapter(inp, _cred(ConnectionType.SLACK, TOKEN, github.base_url))
+    assert wrong.value.type == "connection_type_mismatch"
 
 
 def _repo() -> tuple[str, str]:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from schemas.names import TRUST_REFRESH_WORKFLOW
 from schemas.probes import TrustRefreshInput
+from starter.devstack.providers import FakeSlack
 from starter.runtime.schedules import ensure_trust_schedule, probe_schedule_id
 from store import budgets
 from store.models import BudgetUsage, OrchestrationEvent, ReceiptRow
@@ -110,6 +111,80 @@ async def test_the_prober_runs_on_its_schedule_and_touches_no_budget(
         gone = await stack.http.delete(f"{stack.url}/v1/probes/{probe['id']}", headers=auth(stack))
         assert gone.status_code == 204
         assert (await stack.http.get(f"{stack.url}/v1/probes", headers=auth(stack))).json() == []
+
+
+async def test_a_slack_connection_is_probed_with_auth_test_on_its_schedule(
+    make_stack: StackFactory,
+) -> None:
+    token = f"xoxb-probe-{uuid.uuid4().hex}"
+    with FakeSlack() as slack:
+        async with make_stack(
+            http_allow_hosts=[slack.allow_entry], probe_min_interval_seconds=1
+        ) as stack:
+            async with stack.sessions.begin() as session:
+                await budgets.set_budget(session, stack.tenant_id, "slack.auth_test", 0, "day")
+            connection_id = await stack.add_connection(
+                "slack", token, config={"base_url": f"{slack.base_url}/api"}
+            )
+            # No input: the catalog's default (`{}`) is what auth.test takes.
+            body = {
+                "capability_id": "slack.auth_test",
+                "connection_id": connection_id,
+                "interval_seconds": 1,
+            }
+            added = await stack.http.post(f"{stack.url}/v1/probes", json=body, headers=auth(stack))
+            assert added.status_code == 201, added.text
+            probe = added.json()
+            for _ in range(600):  # the schedule fires every second
+                if len(slack.calls("auth.test")) >= 2:
+                    break
+                await asyncio.sleep(0.2)
+            paused = await stack.http.post(
+                f"{stack.url}/v1/probes/{probe['id']}/pause", headers=auth(stack)
+            )
+            assert paused.status_code == 200
+            async with stack.sessions() as s:
+                while True:
+                    rows = (
+                        (await s.execute(select(ReceiptRow).filter_by(tenant_id=stack.tenant_id)))
+                        .scalars()
+                        .all()
+                    )
+                    if len(rows) >= 2:
+                        break
+                    await asyncio.sleep(0.2)
+                    await s.rollback()
+                assert all(
+                    (r.is_synthetic, r.status, r.capability_id)
+                    == (True, "success", "slack.auth_test")
+                    for r in rows
+                )
+                used = await s.execute(
+                    select(func.count())
+                    .select_from(BudgetUsage)
+                    .filter_by(tenant_id=stack.tenant_id)
+                )
+                assert used.scalar_one() == 0
+            # The connection's token reached Slack, and only auth.test was called.
+            calls = slack.requests
+            assert calls and all(c.path == "/api/auth.test" for c in calls)
+            assert all(c.headers["authorization"] == f"Bearer {token}" for c in calls)
+            # The same call made by an agent is counted, and the budget of nothing denies it.
+            denied = await stack.execute("slack.auth_test", {}, connection_id=connection_id)
+            assert denied.status_code == 403, denied.text
+            assert denied.json()["error"]["code"] == "budget_exceeded"
+
+            await refresh(stack)
+            scores = await stack.http.get(
+                f"{stack.url}/v1/capabilities/slack.auth_test/trust?window=1h",
+                headers=auth(stack),
+            )
+            (entry,) = scores.json()["scores"]
+            assert entry["synthetic"]["samples"] >= 2
+            gone = await stack.http.delete(
+                f"{stack.url}/v1/probes/{probe['id']}", headers=auth(stack)
+            )
+            assert gone.status_code == 204
 
 
 async def test_only_safe_probes_and_the_trust_routes(stack: Stack, provider: FakeProvider) -> None:

@@ -36,6 +36,7 @@ from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, local_temporal
+from starter.devstack.providers import FakeGithub, FakeSlack
 from starter.runtime.codec import data_converter
 from starter.runtime.observability import JsonFormatter
 from tests.support.fakes import Call, FakeProvider, Step
@@ -117,15 +118,28 @@ async def temporal_on_disk(
         yield env, folder
 
 
+@pytest.fixture(scope="module")
+def slack() -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def github() -> Iterator[FakeGithub]:
+    with FakeGithub() as fake:
+        yield fake
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack(
     make_stack: StackFactory,
     provider: FakeProvider,
+    slack: FakeSlack,
+    github: FakeGithub,
     temporal_on_disk: tuple[WorkflowEnvironment, Path],
 ) -> AsyncIterator[Stack]:
-    async with make_stack(
-        http_allow_hosts=[provider.allow_entry], temporal_env=temporal_on_disk[0]
-    ) as s:
+    allowed = [provider.allow_entry, slack.allow_entry, github.allow_entry]
+    async with make_stack(http_allow_hosts=allowed, temporal_env=temporal_on_disk[0]) as s:
         yield s
 
 
@@ -153,7 +167,7 @@ async def test_secrets_never_reach_any_store(
         case.secrets,
         answer=response,
         stack=stack,
-        workflow=(body["workflow_id"], body["run_id"]),
+        workflows=[(body["workflow_id"], body["run_id"])],
         data_dir=postgres_server.data_dir,
         temporal_dir=temporal_on_disk[1],
         logs=caplog.text + json_lines.getvalue(),
@@ -219,7 +233,91 @@ async def test_connection_secrets_reach_no_store(
         (CONNECTION_SECRET, ROTATED_SECRET),
         answer=response,
         stack=stack,
-        workflow=(body["workflow_id"], body["run_id"]),
+        workflows=[(body["workflow_id"], body["run_id"])],
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )
+
+
+SLACK_TOKEN = _unique("xoxb-")
+GITHUB_TOKEN = _unique("ghp_")
+
+
+async def test_slack_and_github_tokens_reach_no_store(
+    stack: Stack,
+    slack: FakeSlack,
+    github: FakeGithub,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Slack bot token and a GitHub token, each a connection used by its provider's write
+    and its probe read: the provider alone gets them, no store Moat writes holds them."""
+    made = await stack.http.post(
+        f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/keys",
+        json={"scopes": ["execute:*", "connections:write"]},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    writer = {"Authorization": f"Bearer {made.json()['api_key']}"}
+    base = f"{stack.url}/v1/connections"
+    channel = "C" + uuid.uuid4().hex[:10].upper()
+    repo = f"r-{uuid.uuid4().hex[:8]}"
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        answers = [
+            await stack.http.post(
+                base,
+                json={
+                    "type": "slack",
+                    "name": "slack",
+                    "secret": SLACK_TOKEN,
+                    "config": {"base_url": f"{slack.base_url}/api"},
+                },
+                headers=writer,
+            ),
+            await stack.http.post(
+                base,
+                json={
+                    "type": "github",
+                    "name": "github",
+                    "secret": GITHUB_TOKEN,
+                    "config": {"base_url": github.base_url},
+                },
+                headers=writer,
+            ),
+        ]
+        slack_id, github_id = (a.json()["id"] for a in answers)
+        answers.append(await stack.http.get(base, headers=writer))
+        runs = [
+            await stack.execute(
+                "slack.post_message",
+                {"channel": channel, "text": "deployed"},
+                connection_id=slack_id,
+            ),
+            await stack.execute(
+                "github.create_issue",
+                {"owner": "moat", "repo": repo, "title": "deployed", "body": "ok"},
+                connection_id=github_id,
+            ),
+            await stack.execute("slack.auth_test", {}, connection_id=slack_id),
+            await stack.execute("github.rate_limit", {}, connection_id=github_id),
+        ]
+    assert [a.status_code for a in answers] == [201, 201, 200]
+    assert [r.status_code for r in runs] == [200] * 4, [r.text for r in runs]
+    # The tokens were in play: each provider got its own, and acted.
+    assert len(slack.posted(channel)) == 1 and len(github.issues_of("moat", repo)) == 1
+    sent = [r.headers.get("authorization") for r in slack.requests + github.requests]
+    assert f"Bearer {SLACK_TOKEN}" in sent and f"Bearer {GITHUB_TOKEN}" in sent
+    for answer in answers + runs[1:]:
+        absent = SLACK_TOKEN not in answer.text and GITHUB_TOKEN not in answer.text
+        assert absent, "a token is in an API answer"
+
+    await assert_nowhere_at_rest(
+        (SLACK_TOKEN, GITHUB_TOKEN),
+        answer=runs[0],
+        stack=stack,
+        workflows=[(r.json()["workflow_id"], r.json()["run_id"]) for r in runs],
         data_dir=postgres_server.data_dir,
         temporal_dir=temporal_on_disk[1],
         logs=caplog.text + json_lines.getvalue(),
@@ -254,7 +352,7 @@ async def test_a_header_secret_with_a_newline_reaches_no_store(
         (NEWLINE_KEY,),
         answer=refused,
         stack=stack,
-        workflow=(result.receipt.workflow_id, result.receipt.run_id),
+        workflows=[(result.receipt.workflow_id, result.receipt.run_id)],
         data_dir=postgres_server.data_dir,
         temporal_dir=temporal_on_disk[1],
         logs=caplog.text + json_lines.getvalue(),
@@ -267,7 +365,7 @@ async def assert_nowhere_at_rest(
     *,
     answer: httpx.Response,
     stack: Stack,
-    workflow: tuple[str, str],
+    workflows: list[tuple[str, str]],
     data_dir: Path,
     temporal_dir: Path,
     logs: str,
@@ -302,20 +400,21 @@ async def assert_nowhere_at_rest(
         absent(f"Postgres file {file.relative_to(data_dir)}", data)
 
     # Temporal's history, as the server stores it (no codec applied).
-    workflow_id, run_id = workflow
-    history = await stack.client.workflow_service.get_workflow_execution_history(
-        GetWorkflowExecutionHistoryRequest(
-            namespace=stack.settings.temporal_namespace,
-            execution={"workflow_id": workflow_id, "run_id": run_id},
+    for workflow_id, run_id in workflows:
+        history = await stack.client.workflow_service.get_workflow_execution_history(
+            GetWorkflowExecutionHistoryRequest(
+                namespace=stack.settings.temporal_namespace,
+                execution={"workflow_id": workflow_id, "run_id": run_id},
+            )
         )
-    )
-    assert len(history.history.events) > 5
-    raw = history.SerializeToString()
-    assert b"binary/encrypted" in raw
-    absent("Temporal's history", raw)
-    # The server's own database file (and its write-ahead log): the run is there.
+        assert len(history.history.events) > 5
+        raw = history.SerializeToString()
+        assert b"binary/encrypted" in raw
+        absent(f"Temporal's history of {workflow_id}", raw)
+    # The server's own database file (and its write-ahead log): the runs are there.
     stored = await asyncio.to_thread(lambda: dict(_files_under(temporal_dir)))
-    assert any(workflow_id.encode() in data for data in stored.values())
+    for workflow_id, _ in workflows:
+        assert any(workflow_id.encode() in data for data in stored.values())
     for file, data in stored.items():
         absent(f"Temporal's file {file.name}", data)
 

@@ -5,7 +5,10 @@ open|closed|all, ``sort`` created|updated|comments, ``direction``, ``since`` on
 bodies (``{"message", "documentation_url"}``; 422 with an ``errors`` list): 401 for a bad
 token, 403 for a token without access, 404 for a repository it does not know, 410 when its
 issues are disabled, 422 for a missing title or an unknown assignee, and the secondary rate
-limit (403 with ``Retry-After``).
+limit (403 with ``Retry-After``). ``GET /rate_limit`` answers the token's limits
+(``resources.core``/``search``/``graphql`` and the older ``rate``, with the ``x-ratelimit-*``
+headers): 60 an hour without a token, 5000 with one, ``used`` counting the token's issue
+calls; like GitHub, reading it is not counted, and only a bad token is refused (401).
 
 Any token is good unless listed in ``bad_tokens`` (401), ``forbidden_tokens`` (403 on every
 call) or ``write_only_tokens`` (403 on listing). Any repository exists unless listed in
@@ -15,6 +18,7 @@ call) or ``write_only_tokens`` (403 on listing). Any repository exists unless li
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -23,6 +27,9 @@ from starter.devstack.providers.server import FakeServer, Reply, Request
 
 DOCS = "https://docs.github.com/rest"
 _ISSUES = re.compile(r"^/repos/([^/]+)/([^/]+)/issues$")
+CORE_LIMIT = 5000
+ANONYMOUS_LIMIT = 60
+HOUR = 3600
 
 
 class FakeGithub(FakeServer):
@@ -40,12 +47,15 @@ class FakeGithub(FakeServer):
         self.retry_after = 1
         self.issues: dict[str, list[dict[str, Any]]] = {}
         self._next_id = 1000
+        self.used: dict[str, int] = {}  # issue calls by token, this hour
+        self._reset_at = int(time.time()) + HOUR
 
     def reset(self) -> None:
         with self.lock:
             super().reset()
             self.issues.clear()
             self.secondary_limit_next = 0
+            self.used.clear()
 
     def state(self) -> dict[str, Any]:
         return {"issues": self.issues}
@@ -58,8 +68,13 @@ class FakeGithub(FakeServer):
         match = _ISSUES.match(request.path)
         token = request.bearer()
         with self.lock:
+            if request.path == "/rate_limit" and request.method == "GET":
+                if token in self.bad_tokens:
+                    return _refusal(401, "Bad credentials")
+                return self._rate_limit(token)
             if not token or token in self.bad_tokens:
                 return _refusal(401, "Bad credentials")
+            self.used[token] = self.used.get(token, 0) + 1
             if token in self.forbidden_tokens:
                 return _refusal(403, "Resource not accessible by personal access token")
             if self.secondary_limit_next > 0:
@@ -88,6 +103,37 @@ class FakeGithub(FakeServer):
                     return _refusal(403, "Resource not accessible by personal access token")
                 return self._list(request, full)
             return _refusal(404, "Not Found")
+
+    def _rate_limit(self, token: str | None) -> Reply:
+        now = int(time.time())
+        if now >= self._reset_at:
+            self._reset_at = now + HOUR
+            self.used.clear()
+        limit = CORE_LIMIT if token else ANONYMOUS_LIMIT
+        used = self.used.get(token, 0) if token else 0
+        core = {
+            "limit": limit,
+            "used": used,
+            "remaining": max(limit - used, 0),
+            "reset": self._reset_at,
+        }
+        search = {"limit": 30 if token else 10, "used": 0, "remaining": 30 if token else 10}
+        body = {
+            "resources": {
+                "core": core,
+                "search": {**search, "reset": now + 60},
+                "graphql": {"limit": limit, "used": 0, "remaining": limit, "reset": now + HOUR},
+            },
+            "rate": core,
+        }
+        headers = {
+            "x-ratelimit-limit": str(limit),
+            "x-ratelimit-remaining": str(core["remaining"]),
+            "x-ratelimit-used": str(used),
+            "x-ratelimit-reset": str(self._reset_at),
+            "x-ratelimit-resource": "core",
+        }
+        return Reply(200, body, headers)
 
     def _create(self, request: Request, full: str) -> Reply:
         args = request.json()

@@ -81,7 +81,7 @@ class FakeSlack(FakeServer):
                 )
             match method:
                 case "auth.test":
-                    return Reply(200, {"ok": True, "team": "Fake", "user": "moat-bot"})
+                    return Reply(200, _identity(str(token)))
                 case "chat.postMessage":
                     return self._post(args, scopes)
                 case "conversations.history" | "conversations.replies":
@@ -189,6 +189,22 @@ class FakeSlack(FakeServer):
         now = max(time.time(), self._last_ts + 0.000001)
         self._last_ts = now
         return f"{now:.6f}"
+
+
+def _identity(token: str) -> dict[str, Any]:
+    """``auth.test``'s answer: who the token is (a bot token also names its ``bot_id``)."""
+    out: dict[str, Any] = {
+        "ok": True,
+        "url": "https://fake-workspace.slack.com/",
+        "team": "Fake Workspace",
+        "user": "moat-bot",
+        "team_id": "T0FAKETEAM",
+        "user_id": "U0FAKEBOT",
+        "is_enterprise_install": False,
+    }
+    if token.startswith("xoxb-"):
+        out["bot_id"] = "B0FAKEBOT"
+    return out
 
 
 def _without_metadata(message: dict[str, Any]) -> dict[str, Any]:
