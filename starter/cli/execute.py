@@ -103,12 +103,11 @@ def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) ->
     out.print(f"[bold {colour}]{status}[/]  {escape(envelope.receipt_id or '-')}  ({elapsed:.2f}s)")
     if result.replayed:
         out.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
-    approval = (envelope.model_extra or {}).get("approval")
-    if status == "accepted" and isinstance(approval, dict):
+    approval = envelope.approval
+    if status == "accepted" and approval is not None:
         out.print(
-            f"[yellow]awaiting approval[/] {escape(str(approval.get('id')))} until "
-            f"{escape(str(approval.get('expires_at')))}: "
-            f"moat approvals show {escape(str(approval.get('id')))}"
+            f"[yellow]awaiting approval[/] {escape(approval.id)} until "
+            f"{approval.expires_at.isoformat()}: moat approvals show {escape(approval.id)}"
         )
     if envelope.error is not None:
         out.print(f"[red]{escape(envelope.error.code)}[/]: {escape(envelope.error.message)}")
