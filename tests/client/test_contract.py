@@ -132,7 +132,7 @@ def test_a_renamed_or_retyped_server_field_is_named(openapi: Schema) -> None:
     }
     assert any("approval.policy_version: the gateway sends" in p for p in read_problems(retyped))
     problems = read_problems(renamed(openapi, "CapabilityInfo", "idempotency", "dedupe"))
-    assert any("CapabilityInfo.idempotency: the client reads it" in p for p in problems)
+    assert any("[CapabilityInfo][].idempotency: the client reads it" in p for p in problems)
     problems = read_problems(renamed(openapi, "CapabilityInfo", "connection_types", "conns"))
     assert any("connection_types: the client reads it" in p for p in problems)
 
