@@ -79,8 +79,8 @@ def _execute(
     connection: str | None,
 ) -> ExecutionResult:
     """The execution's result; a policy denial (raised by the client, with its receipt) is
-    shown like any failed execution."""
-    from moat_client import ExecutionResult, PolicyDenied
+    shown like any failed execution, and a call held for approval like any accepted one."""
+    from moat_client import ApprovalRequired, ExecutionResult, PolicyDenied
 
     try:
         return client.execute(
@@ -94,6 +94,9 @@ def _execute(
         if denied.envelope is None:
             raise
         return ExecutionResult(denied.http_status, denied.envelope, False)
+    except ApprovalRequired as held:
+        assert held.envelope is not None
+        return ExecutionResult(202, held.envelope, False)
 
 
 def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) -> None:
