@@ -44,9 +44,9 @@ from moat_client.models import (
     EnvelopeStatus,
     ErrorBody,
     Plan,
+    ProbeSpec,
     Receipt,
     ReceiptPage,
-    ProbeSpec,
     RetrySettings,
 )
 from moat_client.sendlog import DeadLetter, SendLog, SendOutcome, SendRecord
