@@ -79,8 +79,8 @@ def _execute(
     connection: str | None,
 ) -> ExecutionResult:
     """The execution's result; a policy denial (raised by the client, with its receipt) is
-    shown like any failed execution."""
-    from moat_client import ExecutionResult, PolicyDenied
+    shown like any failed execution, and a call held for approval like any accepted one."""
+    from moat_client import ApprovalRequired, ExecutionResult, PolicyDenied
 
     try:
         return client.execute(
@@ -94,6 +94,9 @@ def _execute(
         if denied.envelope is None:
             raise
         return ExecutionResult(denied.http_status, denied.envelope, False)
+    except ApprovalRequired as held:
+        assert held.envelope is not None
+        return ExecutionResult(202, held.envelope, False)
 
 
 def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) -> None:
@@ -103,12 +106,11 @@ def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) ->
     out.print(f"[bold {colour}]{status}[/]  {escape(envelope.receipt_id or '-')}  ({elapsed:.2f}s)")
     if result.replayed:
         out.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
-    approval = (envelope.model_extra or {}).get("approval")
-    if status == "accepted" and isinstance(approval, dict):
+    approval = envelope.approval
+    if status == "accepted" and approval is not None:
         out.print(
-            f"[yellow]awaiting approval[/] {escape(str(approval.get('id')))} until "
-            f"{escape(str(approval.get('expires_at')))}: "
-            f"moat approvals show {escape(str(approval.get('id')))}"
+            f"[yellow]awaiting approval[/] {escape(approval.id)} until "
+            f"{approval.expires_at.isoformat()}: moat approvals show {escape(approval.id)}"
         )
     if envelope.error is not None:
         out.print(f"[red]{escape(envelope.error.code)}[/]: {escape(envelope.error.message)}")

@@ -56,7 +56,7 @@ def tool_name(capability_id: str) -> str:
 def needs_connection(capability: CapabilityInfo) -> bool:
     """Whether the catalog says the capability runs on a tenant's connection (a gateway that
     does not list ``connection_types`` says nothing: no such argument)."""
-    return bool((capability.model_extra or {}).get("connection_types"))
+    return bool(capability.connection_types)
 
 
 def tool_of(capability: CapabilityInfo) -> types.Tool:
@@ -103,13 +103,22 @@ def result_of(result: ExecutionResult) -> types.CallToolResult:
     run still going says which id to ask about."""
     envelope = json.loads(result.envelope.model_dump_json())
     if result.status == "accepted":
-        what = (
-            "waits for a person's approval" if result.approval is not None else "is still running"
-        )
-        note = (
-            f"Accepted: the execution {what}. Nothing more to send: ask how it stands with "
-            f"{STATUS_TOOL}(receipt_id={result.receipt_id!r})."
-        )
+        ask = f"{STATUS_TOOL}(receipt_id={result.receipt_id!r})"
+        approval = result.approval
+        if approval is not None and approval.status == "pending":
+            note = (
+                f"Accepted, waiting for a person's approval ({approval.id}, {approval.status}, "
+                f"until {approval.expires_at.isoformat()}): nothing has run yet. Do not call "
+                f"the tool again; tell the user approval {approval.id} is needed, and ask how "
+                f"it stands with {ask}."
+            )
+        else:
+            # Approved runs are running: the approval stays in the envelope as evidence.
+            decided = f" ({approval.id} {approval.status})" if approval is not None else ""
+            note = (
+                f"Accepted{decided}: the execution is still running. Nothing more to send: "
+                f"ask with {ask}."
+            )
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=note), *_text(envelope)],
             structured_content=envelope,

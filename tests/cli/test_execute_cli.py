@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from starter.cli import app as cli
 from starter.cli import execute as execute_command
+from tests.gateway.test_policy import new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
 
@@ -41,6 +42,21 @@ async def test_summary_and_json(stack: Stack, monkeypatch: pytest.MonkeyPatch) -
 
     again = await asyncio.to_thread(runner.invoke, cli, args)
     assert "idempotent replay" in again.output and '"hello": "cli"' in again.output
+
+
+async def test_a_call_held_for_approval_names_its_approval(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
+    monkeypatch.setenv("MOAT_API_KEY", stack.api_key)
+    monkeypatch.setenv("COLUMNS", "200")
+    strict = {"mode": "strict", "rules": [{"capability": "demo.echo", "requires_approval": True}]}
+    await put_policy(stack, await new_key(stack, ["policy:write"]), strict)
+    args = ["execute", "demo.echo", "--input", '{"to":"ops"}', "--key", "cli-held"]
+    held = await asyncio.to_thread(CliRunner().invoke, cli, args)
+    assert held.exit_code == 1, held.output  # not executed (yet)
+    assert held.output.startswith("accepted  ")
+    assert "awaiting approval apr_" in held.output and "moat approvals show apr_" in held.output
 
 
 async def test_on_a_terminal_a_spinner_shows_the_time_waited(

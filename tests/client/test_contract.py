@@ -122,6 +122,20 @@ def test_a_renamed_or_retyped_server_field_is_named(openapi: Schema) -> None:
     optional["components"]["schemas"]["Envelope"]["required"].remove("trace_id")
     assert any("Envelope.trace_id: the client requires it" in p for p in read_problems(optional))
 
+    # The newer parts an agent reads: the approval a run waits for, and how a capability
+    # keeps repeats from a second effect.
+    problems = read_problems(renamed(openapi, "ApprovalRef", "input_hash", "digest"))
+    assert any("Envelope.approval.input_hash: the client reads it" in p for p in problems)
+    retyped = copy.deepcopy(openapi)
+    retyped["components"]["schemas"]["ApprovalRef"]["properties"]["policy_version"] = {
+        "type": "string"
+    }
+    assert any("approval.policy_version: the gateway sends" in p for p in read_problems(retyped))
+    problems = read_problems(renamed(openapi, "CapabilityInfo", "idempotency", "dedupe"))
+    assert any("[CapabilityInfo][].idempotency: the client reads it" in p for p in problems)
+    problems = read_problems(renamed(openapi, "CapabilityInfo", "connection_types", "conns"))
+    assert any("connection_types: the client reads it" in p for p in problems)
+
     widened = copy.deepcopy(openapi)
     widened["components"]["schemas"]["EnvelopeStatus"]["enum"].append("paused")
     assert any("['paused'], unknown to the client" in p for p in read_problems(widened))

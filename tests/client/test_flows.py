@@ -126,12 +126,26 @@ def test_still_running_at_the_deadline_is_pending_with_its_receipt() -> None:
 
 
 def test_waiting_for_approval_is_raised_at_once() -> None:
-    approval = {"approvers": ["ops"], "expires_at": "2026-11-27T00:00:00Z"}
+    approval = {
+        "id": "apr_1",
+        "status": "pending",
+        "input_hash": "sha256:ab",
+        "capability_id": "http.request",
+        "capability_version": "1.0.0",
+        "policy_version": 3,
+        "expires_at": "2026-11-27T00:00:00Z",
+    }
     replies: list[Reply] = [answer(202, envelope("accepted", approval=approval))]
     with pytest.raises(ApprovalRequired) as waiting:
         steps(execute(POST, RetryPolicy(), "k", poll=True), replies)
-    assert waiting.value.code == "approval_required" and waiting.value.approval == approval
-    assert waiting.value.receipt_id == RECEIPT
+    assert waiting.value.code == "approval_required" and waiting.value.receipt_id == RECEIPT
+    held = waiting.value.approval
+    assert held is not None and (held.id, held.input_hash, held.policy_version) == (
+        "apr_1",
+        "sha256:ab",
+        3,
+    )
+    assert waiting.value.details["approval_id"] == "apr_1"
 
 
 def test_without_polling_accepted_is_the_answer() -> None:

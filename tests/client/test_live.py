@@ -1,6 +1,6 @@
 """The client against a live gateway and worker: execute, idempotent replay, refusals as
-``MoatError`` with the stable code, downstream failures as results, polling, receipts,
-capabilities, and the blocking client."""
+``MoatError`` with the stable code, downstream failures as results, polling, a call held
+for a person's approval, receipts, capabilities, and the blocking client."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 from moat_client import (
+    ApprovalRequired,
     AsyncMoatClient,
     EnvelopeStatus,
     HostNotAllowed,
@@ -21,7 +22,11 @@ from moat_client import (
     Unauthenticated,
 )
 
+from tests.gateway.test_policy import bearer, new_key, put_policy
+from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
+
+STRICT = {"mode": "strict", "rules": [{"capability": "http.*", "requires_approval": True}]}
 
 
 async def test_execute_replay_and_read_back(stack: Stack) -> None:
@@ -93,6 +98,52 @@ async def test_a_policy_refusal_is_raised_with_its_receipt(stack: Stack) -> None
     assert refused.value.receipt_id == envelope.receipt_id
 
 
+async def test_a_call_held_for_approval_is_raised_and_then_waited_for(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    await put_policy(stack, await new_key(stack, ["policy:write"]), STRICT)
+    url = provider.script("/client-held", Step(201, {"ok": True}))
+    call = {"method": "POST", "url": url, "json": {"n": 1}}
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
+        with pytest.raises(ApprovalRequired) as held:
+            await moat.execute("http.request", call, idempotency_key="held-1")
+        approval = held.value.approval
+        assert approval is not None and approval.status == "pending"
+        assert approval.id.startswith("apr_") and approval.capability_id == "http.request"
+        assert held.value.code == "approval_required" and held.value.receipt_id
+        # What the client carries is what an approver is shown and must give back.
+        shown = await stack.http.get(
+            f"{stack.url}/v1/approvals/{approval.id}", headers=bearer(stack.api_key)
+        )
+        assert (approval.input_hash, approval.policy_version) == (
+            shown.json()["input_hash"],
+            shown.json()["policy_version"],
+        )
+
+        # Sent again with the key: the same approval, nothing run.
+        with pytest.raises(ApprovalRequired) as again:
+            await moat.execute("http.request", call, idempotency_key="held-1")
+        assert again.value.approval is not None and again.value.approval.id == approval.id
+        pending = await moat.get_execution(held.value.receipt_id)
+        assert pending.status == "accepted" and pending.approval == approval
+        assert provider.effects_on("/client-held") == []
+
+        approver = await new_key(stack, ["approvals:write"])
+        decided = await stack.http.post(
+            f"{stack.url}/v1/approvals/{approval.id}/approve",
+            json={"input_hash": approval.input_hash, "policy_version": approval.policy_version},
+            headers=bearer(approver),
+        )
+        assert decided.status_code == 200, decided.text
+
+        done = await moat.wait(held.value.receipt_id, interval=0.1)
+        assert done.ok and done.receipt_id == held.value.receipt_id
+        assert done.output["status"] == 201
+        replayed = await moat.execute("http.request", call, idempotency_key="held-1")
+        assert replayed.ok and replayed.receipt_id == done.receipt_id
+    assert len(provider.effects_on("/client-held")) == 1
+
+
 async def test_list_and_iter_receipts(stack: Stack) -> None:
     async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         made = []
@@ -133,5 +184,9 @@ async def test_the_blocking_client(stack: Stack) -> None:
 async def test_capabilities(stack: Stack) -> None:
     async with AsyncMoatClient(stack.url, stack.api_key) as client:
         caps = {c.id: c for c in await client.capabilities()}
-    assert caps["http.request"].retry.max_retries == 5
-    assert "url" in caps["http.request"].input_schema["properties"]
+    http_request = caps["http.request"]
+    assert http_request.retry.max_retries == 5
+    assert "url" in http_request.input_schema["properties"]
+    assert http_request.idempotency in {"provider_key", "reconcile", "none"}
+    assert "http_bearer" in http_request.connection_types
+    assert http_request.probe is not None and "method" in http_request.probe.allowed_values

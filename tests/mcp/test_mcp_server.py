@@ -1,7 +1,8 @@
 """``moat mcp`` on the live stack, through the ``mcp`` SDK's own client: over stdio (a
 desktop agent's way) and over Streamable HTTP with the tenant's API key as bearer token.
 The same call twice is one effect and one receipt; a bad argument is a tool error naming
-the field; an accepted run is reported with the id to ask ``moat_execution_status`` about."""
+the field; an accepted run, or one held for a person's approval, is reported with the id to
+ask ``moat_execution_status`` about."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from starter.devstack import free_port
 from starter.mcp import MoatTools, build_server
-from tests.support.fakes import FakeProvider
+from tests.gateway.test_policy import bearer, new_key, put_policy
+from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
 
 MOAT = str(Path(sys.executable).parent / "moat")
@@ -57,6 +59,40 @@ async def check_tools(client: Client, stack: Stack, provider: FakeProvider) -> N
     assert headline.startswith("schema_validation_failed") and "url" in headline
 
 
+async def check_held_for_approval(client: Client, stack: Stack, provider: FakeProvider) -> None:
+    """Under a strict policy: the call answers the pending approval, and once a person
+    approved it (another key), the status tool answers the finished run."""
+    strict = {"mode": "strict", "rules": [{"capability": "http.*", "requires_approval": True}]}
+    await put_policy(stack, await new_key(stack, ["policy:write"]), strict)
+    url = provider.script("/mcp-held", Step(201, {"ok": True}))
+    held = await client.call_tool("http_request", {"method": "POST", "url": url})
+    assert not held.is_error, held.content
+    envelope: dict[str, Any] = held.structured_content
+    approval = envelope["approval"]
+    assert envelope["status"] == "accepted" and approval["status"] == "pending"
+    note = held.content[0].text  # type: ignore[union-attr]
+    assert approval["id"] in note and "moat_execution_status" in note
+    receipt_id = envelope["receipt_id"]
+    asked = await client.call_tool("moat_execution_status", {"receipt_id": receipt_id})
+    assert asked.structured_content["approval"]["id"] == approval["id"]
+    assert provider.effects_on("/mcp-held") == []
+
+    decided = await stack.http.post(
+        f"{stack.url}/v1/approvals/{approval['id']}/approve",
+        json={"input_hash": approval["input_hash"], "policy_version": approval["policy_version"]},
+        headers=bearer(await new_key(stack, ["approvals:write"])),
+    )
+    assert decided.status_code == 200, decided.text
+    for _ in range(200):
+        status = await client.call_tool("moat_execution_status", {"receipt_id": receipt_id})
+        if status.structured_content["status"] != "accepted":
+            break
+        await asyncio.sleep(0.1)
+    assert not status.is_error and status.structured_content["status"] == "executed"
+    assert status.structured_content["output"]["status"] == 201
+    assert len(provider.effects_on("/mcp-held")) == 1
+
+
 @pytest.mark.timeout(120)
 async def test_stdio(stack: Stack, provider: FakeProvider, tmp_path: Path) -> None:
     params = StdioServerParameters(
@@ -70,6 +106,7 @@ async def test_stdio(stack: Stack, provider: FakeProvider, tmp_path: Path) -> No
         reused = await client.call_tool("demo_echo", {"a": 2, "idempotency_key": "mcp-k1"})
         assert reused.is_error
         assert reused.structured_content["error"]["code"] == "idempotency_key_reused"
+        await check_held_for_approval(client, stack, provider)
 
 
 @asynccontextmanager

@@ -21,6 +21,8 @@ from moat_client._config import ConfigurationError, RetryPolicy, configured
 from moat_client._results import REPLAYED_HEADER, ExecutionResult
 from moat_client._sync import MoatClient
 from moat_client.errors import (
+    ApprovalExpired,
+    ApprovalRejected,
     ApprovalRequired,
     BudgetExceeded,
     ExecutionPending,
@@ -36,11 +38,13 @@ from moat_client.errors import (
 )
 from moat_client.keys import cycle_timestamp, send_key
 from moat_client.models import (
+    ApprovalRef,
     CapabilityInfo,
     Envelope,
     EnvelopeStatus,
     ErrorBody,
     Plan,
+    ProbeSpec,
     Receipt,
     ReceiptPage,
     RetrySettings,
@@ -52,6 +56,9 @@ MoatClientSync = MoatClient
 
 __all__ = [
     "REPLAYED_HEADER",
+    "ApprovalExpired",
+    "ApprovalRef",
+    "ApprovalRejected",
     "ApprovalRequired",
     "AsyncMoatClient",
     "BudgetExceeded",
@@ -74,6 +81,7 @@ __all__ = [
     "NotFound",
     "Plan",
     "PolicyDenied",
+    "ProbeSpec",
     "Receipt",
     "ReceiptPage",
     "RetryPolicy",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from moat_client.models import Envelope, EnvelopeStatus, ErrorBody, Receipt
+from moat_client.models import ApprovalRef, Envelope, EnvelopeStatus, ErrorBody, Receipt
 
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
 
@@ -46,6 +46,6 @@ class ExecutionResult:
         return self.envelope.status == EnvelopeStatus.EXECUTED
 
     @property
-    def approval(self) -> Any:
-        """What a run waiting for a person's decision says about it (None otherwise)."""
-        return (self.envelope.model_extra or {}).get("approval")
+    def approval(self) -> ApprovalRef | None:
+        """The approval an ``accepted`` run waits for (None when it waits for nothing)."""
+        return self.envelope.approval

@@ -2,17 +2,17 @@
 subclasses for the answers an agent branches on.
 
 A refusal the gateway sent carries its ``http_status``, ``details`` and ``trace_id`` (quote
-it to whoever runs the gateway). Three errors are the client's own, raised once its total
-deadline has passed: ``GatewayUnavailable`` (no answer, or only server errors),
-``ExecutionPending`` (the run is still going: ask again with its ``receipt_id``) and its
-subclass ``ApprovalRequired`` (the run waits for a person's decision).
+it to whoever runs the gateway). Three errors are the client's own: ``GatewayUnavailable``
+(no answer, or only server errors, until the total deadline), ``ExecutionPending`` (the run
+is still going at the deadline: ask again with its ``receipt_id``) and its subclass
+``ApprovalRequired`` (raised at once: the run waits for a person's decision).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from moat_client.models import Envelope, ErrorBody
+from moat_client.models import ApprovalRef, Envelope, ErrorBody
 
 
 class MoatError(Exception):
@@ -78,6 +78,15 @@ class HostNotAllowed(PolicyDenied):
     """``http.request`` to a host outside the tenant's allow-list."""
 
 
+class ApprovalRejected(PolicyDenied):
+    """A person rejected the call it waited for: nothing ran, no budget was used."""
+
+
+class ApprovalExpired(PolicyDenied):
+    """Nobody decided the call before its approval expired: nothing ran. Sending it again
+    with a new idempotency key asks for a new approval."""
+
+
 class GatewayUnavailable(MoatError):
     """No usable answer before the deadline (network errors, timeouts, 5xx). The request
     may have reached Moat: send it again with the same ``idempotency_key`` to find out,
@@ -110,19 +119,24 @@ class ExecutionPending(MoatError):
 
 
 class ApprovalRequired(ExecutionPending):
-    """The run waits for a person to approve or reject it (``approval`` says who and until
-    when); ``client.wait(receipt_id)`` returns once they have decided."""
+    """The run waits for a person to approve or reject it. ``approval`` is what they decide
+    on (``id``, ``input_hash``, ``policy_version``, ``expires_at``): hand its ``id`` to
+    whoever approves; ``client.wait(receipt_id)`` returns once they have decided (the
+    result, or ``ApprovalRejected``/``ApprovalExpired``). Sending the call again with the
+    same key answers the same approval, never a second one."""
 
     def __init__(self, envelope: Envelope) -> None:
         super().__init__(
             envelope,
-            "the execution waits for approval: ask again later with its receipt_id",
+            "the execution waits for a person's approval: ask again later with its receipt_id",
             code="approval_required",
         )
+        if envelope.approval is not None:
+            self.details["approval_id"] = envelope.approval.id
 
     @property
-    def approval(self) -> Any:
-        return getattr(self.envelope, "approval", None)
+    def approval(self) -> ApprovalRef | None:
+        return self.envelope.approval if self.envelope is not None else None
 
 
 _BY_CODE: dict[str, type[MoatError]] = {
@@ -142,6 +156,8 @@ _BY_CODE: dict[str, type[MoatError]] = {
     "policy_denied": PolicyDenied,
     "budget_exceeded": BudgetExceeded,
     "host_not_allowed": HostNotAllowed,
+    "approval_rejected": ApprovalRejected,
+    "approval_expired": ApprovalExpired,
 }
 
 

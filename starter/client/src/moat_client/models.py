@@ -6,8 +6,9 @@ client imports nothing of the server. Every model keeps the fields it does not d
 an envelope dumped again shows everything the gateway sent.
 
 Only the envelope's ``status`` is an enum: the client branches on it, and its four values
-are fixed. A receipt's ``status`` and a capability's ``effect_type`` are plain strings, so a
-gateway that adds a value does not break clients that only pass it on.
+are fixed. A receipt's ``status``, an approval's ``status``, a capability's ``effect_type``,
+``idempotency`` and ``connection_types`` are plain strings, so a gateway that adds a value
+does not break clients that only pass it on.
 """
 
 from __future__ import annotations
@@ -78,6 +79,23 @@ class Plan(BaseModel):
     reason: str = ""
 
 
+class ApprovalRef(BaseModel):
+    """The person's approval an ``accepted`` run waits for (strict policy). Whoever decides
+    it (``POST /v1/approvals/{id}/approve`` or ``reject``, with a key holding
+    ``approvals:write`` other than the caller's) gives back this ``input_hash`` and
+    ``policy_version``: the decision binds to exactly this call."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str
+    status: str = Field(description="pending, approved, rejected or expired.")
+    input_hash: str
+    capability_id: str
+    capability_version: str
+    policy_version: int
+    expires_at: datetime
+
+
 class Envelope(BaseModel):
     """Every answer of the execute API, success or not."""
 
@@ -93,6 +111,11 @@ class Envelope(BaseModel):
     output: Any = None
     output_expired: bool = False
     plan: Plan | None = None
+    approval: ApprovalRef | None = Field(
+        default=None,
+        description="accepted only: the approval the run waits for; every request with the "
+        "key answers the same one until it is decided.",
+    )
     error: ErrorBody | None = None
     warnings: list[ErrorBody] = Field(default_factory=list)
 
@@ -126,6 +149,15 @@ class RetrySettings(BaseModel):
     max_delay_seconds: float = 300.0
 
 
+class ProbeSpec(BaseModel):
+    """How the gateway's synthetic prober may call a capability with no side effect."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    default_input: dict[str, Any] | None = None
+    allowed_values: dict[str, list[str]] = Field(default_factory=dict)
+
+
 class CapabilityInfo(BaseModel):
     """A capability as ``GET /v1/capabilities`` lists it."""
 
@@ -139,7 +171,10 @@ class CapabilityInfo(BaseModel):
     effect_type: str
     required_scopes: list[str]
     timeout_seconds: float
-    requires_approval: bool
+    requires_approval: bool = Field(
+        description="The catalog holds every call for a person's approval (a strict policy's "
+        "rules may hold others too: ``ApprovalRequired`` says so per call)."
+    )
     retry: RetrySettings
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
     idempotency: str = Field(
@@ -147,5 +182,9 @@ class CapabilityInfo(BaseModel):
         description="provider_key | reconcile | none: how a repeat is kept from a second effect.",
     )
     connection_types: list[str] = Field(
-        default_factory=list, description="Connection types the capability accepts."
+        default_factory=list,
+        description="Connection types a call may name with ``connection_id``; empty: none.",
+    )
+    probe: ProbeSpec | None = Field(
+        default=None, description="How it may be probed with no side effect; None: never."
     )
