@@ -140,7 +140,7 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
         for e in entries
     ), lines
 
-    with moat_up(env):  # the same home: the same tenant, key and receipt
+    with moat_up(env) as pids:  # the same home: the same tenant, key and receipt
         again = moat(
             env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1", "--json"
         )
@@ -148,6 +148,41 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
         assert "idempotent replay" in again.stderr
         assert json.loads(again.stdout)["receipt_id"] == envelope["receipt_id"]
 
+        # A crashed worker and gateway come back, and say so in their logs.
+        back = _crash_and_wait(tmp_path / "home", gateway, pids, ("worker", "gateway"))
+        assert healthy(gateway)
+        fresh = moat(env, "execute", "demo.echo", "--input", '{"after":"crash"}', "--json")
+        assert fresh.returncode == 0, fresh.stderr
+        assert json.loads(fresh.stdout)["status"] == "executed"
+    assert not [name for name, pid in back.items() if pid_alive(pid)]
+
     # No log of any process names a database password.
     for log in (tmp_path / "home" / "logs").iterdir():
         assert not any(pw in log.read_text() for pw in passwords.values()), log.name
+
+
+def _crash_and_wait(
+    home: Path, gateway: str, pids: dict[str, int], names: tuple[str, ...]
+) -> dict[str, int]:
+    """``kill -9`` each of ``names``; wait until ``moat up`` has started each again (a new
+    live pid, and the restart noted in its log). Returns the new pids."""
+    for name in names:
+        os.kill(pids[name], signal.SIGKILL)
+    back: dict[str, int] = {}
+    deadline = time.monotonic() + 90
+    while len(back) < len(names):
+        assert time.monotonic() < deadline, f"not restarted in 90 s: {set(names) - set(back)}"
+        for name in names:
+            text = (home / "run" / f"{name}.pid").read_text().strip()
+            pid = int(text) if text.isdigit() else pids[name]  # caught mid-write: look again
+            if pid != pids[name] and pid_alive(pid):
+                back[name] = pid
+        time.sleep(0.2)
+    for name in names:
+        log = (home / "logs" / f"{name}.log").read_text()
+        assert f"moat up: {name} exited unexpectedly (code -9); restarting it" in log
+    deadline = time.monotonic() + 90
+    while not healthy(gateway):
+        assert time.monotonic() < deadline, "the restarted gateway did not answer in 90 s"
+        time.sleep(0.2)
+    return back
