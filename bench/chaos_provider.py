@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import ClientDisconnect
+
 from tests.support.fakes import FakeProvider, Step
 
 SLOW, DROP = "slow", "drop"
@@ -97,7 +99,7 @@ class ChaosProvider(FakeProvider):
 
         try:
             await super().__call__(scope, receive, maybe_drop)
-        except _Dropped:
+        except (_Dropped, ClientDisconnect):  # a caller that timed out before it sent all
             return
 
     def effects_by_key(self) -> dict[str, list[str]]:

@@ -71,6 +71,7 @@ class ChaosStack:
     provider: ChaosProvider
     tenant_id: str = ""
     api_key: str = ""
+    keep: bool = False
     gateways: list[Member] = field(default_factory=list)
     workers: list[Member] = field(default_factory=list)
 
@@ -103,9 +104,11 @@ class ChaosStack:
 @contextlib.asynccontextmanager
 async def chaos_stack(provider: ChaosProvider, *, keep: bool) -> AsyncIterator[ChaosStack]:
     """Start everything in a fresh folder; stop it all on exit and delete the folder unless
-    ``keep`` (the logs of every process are under ``<folder>/logs``)."""
+    ``keep`` or the stack's ``keep`` was set meanwhile (the logs of every process are under
+    ``<folder>/logs``, the servers' data beside them)."""
     root = Path(tempfile.mkdtemp(prefix="moat-chaos-"))
     logs = root / "logs"
+    stack: ChaosStack | None = None
     try:
         async with serve_asgi(provider) as provider_url:
             provider.base_url = provider_url
@@ -120,11 +123,12 @@ async def chaos_stack(provider: ChaosProvider, *, keep: bool) -> AsyncIterator[C
                 temporal_namespace=NAMESPACE,
                 task_queue=f"chaos-{uuid.uuid4().hex[:12]}",
                 http_allow_hosts=[provider.allow_entry],
-                # Short, so a caller regularly gets 202 and comes back to attach.
-                wait_seconds=10.0,
+                # Shorter than a late answer plus its retry: some callers get 202 and come
+                # back to attach.
+                wait_seconds=25.0,
                 admin_api_key=SecretStr("moat_admin_" + secrets.token_urlsafe(32)),
             )
-            stack = ChaosStack(root, settings, pg, temporal, provider)
+            stack = ChaosStack(root, settings, pg, temporal, provider, keep=keep)
             try:
                 await asyncio.to_thread(temporal.start)
                 await asyncio.to_thread(_prepare, stack)
@@ -136,7 +140,7 @@ async def chaos_stack(provider: ChaosProvider, *, keep: bool) -> AsyncIterator[C
                 await asyncio.to_thread(temporal.stop)
                 await asyncio.to_thread(pg.stop)
     finally:
-        if not keep:
+        if not (keep or (stack is not None and stack.keep)):
             await asyncio.to_thread(_remove, root)
 
 

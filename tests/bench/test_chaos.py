@@ -66,7 +66,7 @@ def test_a_clean_run_passes_and_every_kind_of_loss_or_double_fails() -> None:
     }
     assert _failed(effects={"a": ["p-a"], "b": ["p-b"]}) == {"effects behind a failure receipt"}
     lost = Observed({"a": observed.receipts["a"]}, 0, 0, observed.manifests[:1])
-    assert "lost executions (no receipt)" in _failed(observed=lost)
+    assert "lost executions (accepted, no receipt)" in _failed(observed=lost)
     receipts = {**observed.receipts, "a": [("r-a", "success"), ("r-x", "success")]}
     twice = Observed(receipts, 0, 0, [*observed.manifests, ("r-x", "/m/a", "sha256:a")])
     assert _failed(observed=twice) == {"receipts: exactly one per answered key, the one answered"}
