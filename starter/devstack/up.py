@@ -218,7 +218,7 @@ class Backoff:
             self.attempt = 0
         if self.attempt >= self.give_up:
             return None
-        delay = min(self.first * 2**self.attempt, self.longest)
+        delay = min(self.first * 2.0**self.attempt, self.longest)
         self.attempt += 1
         self._restarted_at = now + delay
         return delay

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from starter.devstack.processes import free_port, pid_alive
-from starter.devstack.up import healthy
+from starter.devstack.up import Backoff, healthy
 from starter.runtime.codec_door import Door
 from tests.support.stack import repo_root
 
@@ -186,3 +186,12 @@ def _crash_and_wait(
         assert time.monotonic() < deadline, "the restarted gateway did not answer in 90 s"
         time.sleep(0.2)
     return back
+
+
+def test_restart_backoff_doubles_then_resets_once_steady_and_gives_up_on_a_crash_loop() -> None:
+    backoff = Backoff(first=0.5, longest=4.0, steady=60.0, give_up=5)
+    delays = [backoff.next_delay(now) for now in (0.0, 1.0, 3.0, 7.0)]
+    assert delays == [0.5, 1.0, 2.0, 4.0]
+    assert backoff.next_delay(100.0) == 0.5  # it stayed up a minute: a fresh start
+    crash_loop = [backoff.next_delay(100.0 + i) for i in range(1, 6)]
+    assert crash_loop == [1.0, 2.0, 4.0, 4.0, None]
