@@ -7,8 +7,9 @@ store, 2 gateways, 3 workers, all separate processes) and the fake provider
 is cut off). Many concurrent callers drive ``--executions`` executions of ``http.request``
 against it, retrying with the same key on any error; 10 % of the keys are sent 2-5 times at
 once across both gateways. Meanwhile a random worker is killed with SIGKILL every few
-seconds (started again after a pause), one gateway is killed and restarted, and the Temporal
-server and PostgreSQL are each restarted once. After a drain the invariants are checked and
+seconds (started again after a pause), one gateway is killed and restarted, the Temporal
+server is killed (SIGKILL) and PostgreSQL crashed (immediate shutdown), once each, and both are
+started again on their data. After a drain the invariants are checked and
 printed; the exit status is 1 if any of them fails.
 
 Run: ``make chaos`` or ``python -m bench.chaos [--executions N]``.
@@ -219,11 +220,11 @@ class Campaign:
         await self.progress.at(0.45)
         start = time.monotonic()
         await asyncio.to_thread(self.stack.restart_temporal)
-        self._event(start, "Temporal dev server restart")
+        self._event(start, "kill -9 Temporal dev server, restart")
         await self.progress.at(0.65)
         start = time.monotonic()
         await asyncio.to_thread(self.stack.restart_postgres)
-        self._event(start, "PostgreSQL restart")
+        self._event(start, "PostgreSQL immediate shutdown (crash), restart")
 
     def _event(self, start: float, what: str) -> None:
         self.events.append(Event(start - self.started, what, time.monotonic() - start))

@@ -25,7 +25,7 @@ from pydantic import SecretStr
 from bench.chaos_provider import ChaosProvider
 from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, free_port, serve_asgi
-from starter.devstack.processes import ChildProcess
+from starter.devstack.processes import ChildProcess, Service
 from starter.devstack.temporal import TemporalDevServer
 from starter.devstack.up import healthy
 from starter.runtime.codec import data_converter
@@ -90,15 +90,23 @@ class ChaosStack:
             member.child.wait_ready(member.name, lambda: _polling(member), timeout)
 
     def restart_temporal(self) -> None:
-        """Stopped and started again on the same port and file store."""
-        self.temporal.stop()
+        """``kill -9``, then started again on the same port and file store."""
+        _crash(self.temporal, signal.SIGKILL)
         self.temporal.start()
 
     def restart_postgres(self) -> None:
-        """A fast shutdown (open transactions aborted, clients cut off), then a start on the
-        same data: what a failover or an upgrade does to the application."""
-        self.postgres.stop()
+        """An immediate shutdown (SIGQUIT: every backend gone at once, no checkpoint), so the
+        start replays the WAL as after a crash; clients are cut off mid-transaction."""
+        _crash(self.postgres, signal.SIGQUIT)
         self.postgres.start()
+
+
+def _crash(server: Service, how: signal.Signals) -> None:
+    if server.pid is not None and server.poll() is None:
+        os.kill(server.pid, how)
+        while server.poll() is None:
+            time.sleep(0.05)
+    server.stop()  # forgets the ended process
 
 
 @contextlib.asynccontextmanager
