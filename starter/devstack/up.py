@@ -1,7 +1,8 @@
 """``moat up``: the whole stack on one machine until Ctrl-C or SIGTERM.
 
 Embedded PostgreSQL and Temporal dev server (unless external ones are configured),
-migrations, the demo tenant, one worker and the gateway. State stays under ``$MOAT_HOME``
+migrations, the demo tenant, one worker and the gateway; a worker or gateway that crashes is
+restarted with a backoff. State stays under ``$MOAT_HOME``
 (data, ``logs/<name>.log``, ``run/<name>.pid``, ``run/stack.json``: the ports), so a second
 ``moat up`` keeps the data. Taken default ports are replaced by free ones (``ports``).
 """
@@ -76,7 +77,8 @@ class _Stack:
 
 def run_up(settings: MoatSettings, *, fake_providers: bool = False) -> int:
     """Start everything, print where it is, and supervise until interrupted. Returns the exit
-    code: 0 after Ctrl-C/SIGTERM, non-zero when starting fails or a child dies.
+    code: 0 after Ctrl-C/SIGTERM, non-zero when starting fails, a server dies, or a worker or
+    gateway keeps crashing.
 
     ``fake_providers`` also starts the local fakes of Slack, GitHub and a webhook receiver
     (``starter.devstack.providers``) and lets the worker call them, for working offline."""
@@ -210,13 +212,70 @@ def _answers(url: str) -> bool:
 
 
 def _supervise(stack: _Stack, console: Console) -> int:
-    """Wait for Ctrl-C; if a child ends on its own, say which and where its log is."""
-    while (dead := stack.first_dead()) is None:
-        time.sleep(0.5)
-    name, member, code = dead
-    console.print(f"[red]error:[/] {name} exited unexpectedly (code {code})")
-    console.print(f"  log: {member.log_file}", soft_wrap=True)
-    return 1
+    """Wait for Ctrl-C. A worker or gateway that ends on its own is started again after a
+    backoff, and the restart is logged; the servers hold the data, so if one of them ends,
+    or a child keeps crashing, the stack stops and says which and where its log is."""
+    backoffs: dict[str, Backoff] = {}
+    while True:
+        dead = stack.first_dead()
+        if dead is None:
+            time.sleep(0.5)
+            continue
+        name, member, code = dead
+        backoff = backoffs.setdefault(name, Backoff())
+        delay = backoff.next_delay(time.monotonic())
+        if name not in RESTARTED or not isinstance(member, ChildProcess) or delay is None:
+            console.print(f"[red]error:[/] {name} exited unexpectedly (code {code})")
+            if delay is None:
+                console.print(f"  it crashed {backoff.attempt} times in a row; not restarted")
+            console.print(f"  log: {member.log_file}", soft_wrap=True)
+            return 1
+        notice = (
+            f"{name} exited unexpectedly (code {code}); restarting it in {delay:.1f} s "
+            f"(restart {backoff.attempt} in a row)"
+        )
+        console.print(f"[yellow]warning:[/] {notice}")
+        console.print(f"  log: {member.log_file}", soft_wrap=True)
+        _note(member, notice)
+        time.sleep(delay)
+        member.start()
+        stack.write_pid(name, member.pid)
+
+
+# The children that hold no state: restarting them is always safe.
+RESTARTED = frozenset({"worker", "gateway"})
+
+
+class Backoff:
+    """Restart delays for one child: doubling from ``first`` up to ``longest``; a child that
+    then stays up ``steady`` seconds has recovered and starts again from ``first``; after
+    ``give_up`` crashes in a row it is left down (a config error will not heal itself)."""
+
+    def __init__(
+        self, first: float = 0.5, longest: float = 30.0, steady: float = 60.0, give_up: int = 8
+    ) -> None:
+        self.first, self.longest, self.steady, self.give_up = first, longest, steady, give_up
+        self.attempt = 0
+        self._restarted_at: float | None = None
+
+    def next_delay(self, now: float) -> float | None:
+        """The wait before the next restart; None once the child should stay down."""
+        if self._restarted_at is not None and now - self._restarted_at >= self.steady:
+            self.attempt = 0
+        if self.attempt >= self.give_up:
+            return None
+        delay = min(self.first * 2.0**self.attempt, self.longest)
+        self.attempt += 1
+        self._restarted_at = now + delay
+        return delay
+
+
+def _note(child: ChildProcess, notice: str) -> None:
+    """The restart in the child's own log too, where whoever reads why it crashed looks."""
+    if child.log_file is not None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with child.log_file.open("a") as log:
+            log.write(f"{stamp} moat up: {notice}\n")
 
 
 def _banner(

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from starter.devstack.processes import free_port, pid_alive
-from starter.devstack.up import healthy
+from starter.devstack.up import Backoff, healthy
 from starter.runtime.codec_door import Door
 from tests.support.stack import repo_root
 
@@ -151,3 +151,54 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
     # No log of any process names a database password.
     for log in (tmp_path / "home" / "logs").iterdir():
         assert not any(pw in log.read_text() for pw in passwords.values()), log.name
+
+
+def test_moat_up_restarts_a_crashed_worker_and_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-pgpass"))
+    env = _environment(tmp_path / "home")
+    gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
+    with moat_up(env) as pids:
+        back = _crash_and_wait(tmp_path / "home", gateway, pids, ("worker", "gateway"))
+        fresh = moat(env, "execute", "demo.echo", "--input", '{"after":"crash"}', "--json")
+        assert fresh.returncode == 0, fresh.stderr
+        assert json.loads(fresh.stdout)["status"] == "executed"
+    assert not [name for name, pid in back.items() if pid_alive(pid)]
+
+
+def _crash_and_wait(
+    home: Path, gateway: str, pids: dict[str, int], names: tuple[str, ...]
+) -> dict[str, int]:
+    """``kill -9`` each of ``names``; wait until ``moat up`` has started each again (a new
+    live pid, and the restart noted in its log). Returns the new pids."""
+    for name in names:
+        os.kill(pids[name], signal.SIGKILL)
+    back: dict[str, int] = {}
+    deadline = time.monotonic() + 90
+    while len(back) < len(names):
+        assert time.monotonic() < deadline, f"not restarted in 90 s: {set(names) - set(back)}"
+        for name in names:
+            text = (home / "run" / f"{name}.pid").read_text().strip()
+            pid = int(text) if text.isdigit() else pids[name]  # caught mid-write: look again
+            if pid != pids[name] and pid_alive(pid):
+                back[name] = pid
+        time.sleep(0.2)
+    for name in names:
+        log = (home / "logs" / f"{name}.log").read_text()
+        assert f"moat up: {name} exited unexpectedly (code -9); restarting it" in log
+    deadline = time.monotonic() + 90
+    while not healthy(gateway):
+        assert time.monotonic() < deadline, "the restarted gateway did not answer in 90 s"
+        time.sleep(0.2)
+    return back
+
+
+def test_restart_backoff_doubles_then_resets_once_steady_and_gives_up_on_a_crash_loop() -> None:
+    backoff = Backoff(first=0.5, longest=4.0, steady=60.0, give_up=5)
+    delays = [backoff.next_delay(now) for now in (0.0, 1.0, 3.0, 7.0)]
+    assert delays == [0.5, 1.0, 2.0, 4.0]
+    assert backoff.next_delay(100.0) == 0.5  # it stayed up a minute: a fresh start
+    crash_loop = [backoff.next_delay(100.0 + i) for i in range(1, 6)]
+    assert crash_loop == [1.0, 2.0, 4.0, 4.0, None]

@@ -1,0 +1,264 @@
+"""What the chaos campaign checks once the load has stopped: a drain, then every invariant
+from Moat's own records (PostgreSQL, Temporal, the manifests on disk) against what the
+callers were answered and what the provider saw. Prints the table; ``Verdict.ok`` is the
+campaign's exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import func, select
+from temporalio.client import Client
+
+from schemas.names import EXECUTE_WORKFLOW
+from starter.cli.manifests import VALID, check_manifest
+from starter.runtime.database import owner_transaction
+from store.keys.signing import Keyring
+from store.models import ManifestRow, ReceiptRow, RunRow
+
+if TYPE_CHECKING:
+    from bench.chaos import Key
+    from bench.chaos_stack import ChaosStack
+
+
+@dataclass
+class Verdict:
+    """The table's rows: (check, found, expected, ok); ``ok`` is None for a figure."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(row["ok"] is not False for row in self.rows)
+
+    def info(self, name: str, found: Any) -> None:
+        self.rows.append({"check": name, "found": found, "expected": "", "ok": None})
+
+    def expect(self, name: str, found: Any, expected: Any, ok: bool, detail: str = "") -> None:
+        row = {"check": name, "found": found, "expected": expected, "ok": ok}
+        if detail and not ok:
+            row["detail"] = detail
+        self.rows.append(row)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Moat's records of the campaign's keys, read after the drain."""
+
+    receipts: Mapping[str, list[tuple[str, str]]]  # key -> [(receipt id, status)]
+    unfinished_runs: int
+    running_workflows: int
+    manifests: Sequence[tuple[str, str, str]]  # (receipt id, path, sha256)
+    replayed_manifests: int = 0  # of runs started again for a finished receipt
+
+
+def evaluate(
+    keys: Sequence[Key],
+    observed: Observed,
+    effects: Mapping[str, list[str]],
+    manifest_verdicts: Mapping[str, bool],
+    rebuild: tuple[int, str],
+    requests: int | None = None,
+) -> Verdict:
+    """Every invariant, from the callers' answers (``keys``), Moat's records and the
+    provider's effects per key. Pure, so a test can hand it a broken run."""
+    v = Verdict()
+    if requests is not None:
+        v.info("requests sent", requests)
+    dup = sum(1 for k in keys if k.senders > 1)
+    v.info("keys", f"{len(keys)} ({dup} sent 2-5 times at once)")
+    answered = [k for k in keys if k.answered]
+    v.expect("keys answered", len(answered), len(keys), len(answered) == len(keys),
+             _names(k.key for k in keys if not k.answered))  # fmt: skip
+    unexpected = [k for k in keys if k.unexpected]
+    v.expect("unexpected answers (4xx to a valid retry)", len(unexpected), 0, not unexpected,
+             "; ".join(f"{k.key}: {k.unexpected[0]}" for k in unexpected[:3]))  # fmt: skip
+    wrong = [
+        k.key
+        for k in answered
+        if len(k.receipt_ids) != 1
+        or [r for r, _ in observed.receipts.get(k.key, [])] != list(k.receipt_ids)
+    ]
+    v.expect("receipts: exactly one per answered key, the one answered",
+             f"{len(answered) - len(wrong)}/{len(answered)}", "all", not wrong,
+             _names(wrong))  # fmt: skip
+    succeeded = [k for k in answered if k.statuses == {"executed"}]
+    failed = [k for k in answered if k.statuses == {"failed"}]
+    mixed = [k.key for k in answered if len(k.statuses) > 1]
+    v.info("executed / failed (provider kept failing)", f"{len(succeeded)} / {len(failed)}")
+    v.expect("keys answered both executed and failed", len(mixed), 0, not mixed, _names(mixed))
+    not_one = [k.key for k in succeeded if len(effects.get(k.key, [])) != 1]
+    counts = Counter(len(effects.get(k.key, [])) for k in succeeded)
+    v.expect("provider effects per executed key", _spread(counts), "exactly 1", not not_one,
+             _names(not_one))  # fmt: skip
+    after_failure = [k.key for k in failed if effects.get(k.key)]
+    v.expect("effects behind a failure receipt", len(after_failure), 0, not after_failure,
+             _names(after_failure))  # fmt: skip
+    duplicates = sum(max(0, len(found) - 1) for found in effects.values())
+    v.expect("duplicate effects", duplicates, 0, duplicates == 0,
+             _names(k for k, found in effects.items() if len(found) > 1))  # fmt: skip
+    two_keys = [k for k, found in effects.items() if len(set(found)) > 1]
+    v.expect("provider keys per campaign key", "1" if not two_keys else ">1", 1, not two_keys,
+             _names(two_keys))  # fmt: skip
+    v.expect("executions never finished (after the drain)",
+             observed.running_workflows + observed.unfinished_runs, 0,
+             observed.running_workflows + observed.unfinished_runs == 0,
+             f"{observed.running_workflows} workflows running, "
+             f"{observed.unfinished_runs} runs without completion")  # fmt: skip
+    receipt_ids = {r for found in observed.receipts.values() for r, _ in found}
+    with_manifest = {receipt for receipt, _, _ in observed.manifests}
+    bad = [path for path, good in manifest_verdicts.items() if not good]
+    v.info("manifests of replayed runs (no tool repeated)", observed.replayed_manifests)
+    v.expect("manifests that verify",
+             f"{len(manifest_verdicts) - len(bad)}/{len(manifest_verdicts)}, "
+             f"{len(receipt_ids & with_manifest)}/{len(receipt_ids)} receipts have one",
+             "all", not bad and receipt_ids <= with_manifest,
+             _names(bad or sorted(receipt_ids - with_manifest)))  # fmt: skip
+    code, text = rebuild
+    v.expect("moat runs rebuild --verify", "clean" if code == 0 else f"exit {code}", "clean",
+             code == 0, text)  # fmt: skip
+    # Accepted means a gateway answered with a receipt id: from then on it is Moat's to keep.
+    lost = [k.key for k in keys if k.receipt_ids and not observed.receipts.get(k.key)]
+    v.expect("lost executions (accepted, no receipt)", len(lost), 0, not lost, _names(lost))
+    return v
+
+
+async def check(
+    stack: ChaosStack, keys: Sequence[Key], requests: int, *, drain_until: float
+) -> Verdict:
+    """Drain, read the records, verify the manifests, run the rebuild check; the verdict."""
+    running = await _drain(stack, drain_until)
+    observed = await _observe(stack, keys, running)
+    jwks = Keyring.load(stack.settings.signing_keyring_path).jwks()
+    verdicts = await asyncio.to_thread(_verify_manifests, observed.manifests, jwks)
+    rebuild = await asyncio.to_thread(_rebuild_verify, stack)
+    effects = stack.provider.effects_by_key()
+    return evaluate(keys, observed, effects, verdicts, rebuild, requests)
+
+
+async def _drain(stack: ChaosStack, until: float) -> int:
+    """Wait until no execution runs any more (or ``until``); how many still run."""
+    client = await Client.connect(
+        stack.temporal.address, namespace=stack.settings.temporal_namespace
+    )
+    query = (
+        f'TaskQueue="{stack.settings.task_queue}" AND WorkflowType="{EXECUTE_WORKFLOW}" '
+        'AND ExecutionStatus="Running"'
+    )
+    while True:
+        running = (await client.count_workflows(query)).count
+        if running == 0 or time.monotonic() > until:
+            return running
+        await asyncio.sleep(2)
+
+
+async def _observe(stack: ChaosStack, keys: Sequence[Key], running: int) -> Observed:
+    wanted = {k.key for k in keys}
+    tenant = stack.tenant_id
+    async with owner_transaction(stack.settings) as session:
+        rows = await session.execute(
+            select(ReceiptRow.idempotency_key, ReceiptRow.id, ReceiptRow.status)
+            .where(ReceiptRow.tenant_id == tenant)
+            .order_by(ReceiptRow.recorded_at)
+        )
+        receipts: dict[str, list[tuple[str, str]]] = {}
+        for key, receipt_id, status in rows:
+            if key in wanted:
+                receipts.setdefault(key, []).append((receipt_id, status))
+        unfinished = await session.scalar(
+            select(func.count())
+            .select_from(RunRow)
+            .where(RunRow.tenant_id == tenant, RunRow.completed_at.is_(None))
+        )
+        manifests = (
+            await session.execute(
+                select(
+                    ManifestRow.receipt_id,
+                    ManifestRow.path,
+                    ManifestRow.sha256,
+                    ManifestRow.replayed,
+                ).where(ManifestRow.tenant_id == tenant)
+            )
+        ).all()
+    return Observed(
+        receipts,
+        int(unfinished or 0),
+        running,
+        [(r, p, d) for r, p, d, _ in manifests],
+        sum(1 for *_, replayed in manifests if replayed),
+    )
+
+
+def _verify_manifests(
+    manifests: Iterable[tuple[str, str, str]], jwks: Mapping[str, Any]
+) -> dict[str, bool]:
+    """Each manifest file: the bytes its index row hashed, and every signature valid."""
+    verdicts = {}
+    for _, path, digest in manifests:
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            verdicts[path] = False
+            continue
+        same = f"sha256:{hashlib.sha256(data).hexdigest()}" == digest
+        verdicts[path] = same and check_manifest(data, jwks)[0] == VALID
+    return verdicts
+
+
+def _rebuild_verify(stack: ChaosStack) -> tuple[int, str]:
+    """``moat runs rebuild --verify`` as an operator runs it, on the campaign's tenant."""
+    settings = stack.settings
+    env = settings.child_environment(home=str(settings.home), database_url=stack.postgres.url)
+    done = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "runs", "rebuild", "--verify",
+         "--tenant", stack.tenant_id],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return done.returncode, (done.stdout + done.stderr).strip()[-500:]
+
+
+def _names(keys: Iterable[str], most: int = 5) -> str:
+    found = list(keys)
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return ", ".join(found[:most]) + more
+
+
+def _spread(counts: Counter[int]) -> str:
+    if not counts:
+        return "no executed key"
+    return ", ".join(f"{n} effect(s): {keys} keys" for n, keys in sorted(counts.items()))
+
+
+def render(report: Mapping[str, Any], verdict: Verdict, console: Console) -> None:
+    table = Table(title="chaos campaign", title_justify="left")
+    table.add_column("invariant")
+    table.add_column("found", justify="right")
+    table.add_column("expected", justify="right")
+    table.add_column("")
+    for row in verdict.rows:
+        mark = {True: "[green]ok[/]", False: "[red]FAIL[/]", None: ""}[row["ok"]]
+        table.add_row(row["check"], str(row["found"]), str(row["expected"]), mark)
+    console.print(table)
+    for row in verdict.rows:
+        if row.get("detail"):
+            console.print(f"[red]{row['check']}[/]: {row['detail']}", soft_wrap=True)
+    console.print(
+        f"requests sent {report['requests']}; worker kills {report['worker_kills']}; "
+        f"provider faults {report['faults_injected']}; answers retried {report['retried_answers']}"
+    )
+    for event in report["events"]:
+        console.print(f"  at {event['at_s']:>6.1f} s: {event['what']} ({event['seconds']} s)")
+    load = report["environment"]["loadavg_1m_before_after"]
+    console.print(f"machine load (1 min) before/after: {load[0]} / {load[1]}")
+    console.print("[bold green]all invariants hold[/]" if verdict.ok else "[bold red]FAILED[/]")
