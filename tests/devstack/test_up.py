@@ -63,6 +63,14 @@ def moat_up(env: dict[str, str]) -> Iterator[dict[str, int]]:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline, "moat up did not come up in 120 s"
             time.sleep(0.2)
+        # Answering is not the end of starting: wait for the banner, after which moat up only
+        # supervises (a child killed before it is a failed start, not a crash to restart).
+        seen: list[str] = []
+        while not any("Moat is up" in line for line in seen[-1:]):
+            assert time.monotonic() < deadline, "moat up printed no banner in 120 s"
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line, "".join(seen)
+            seen.append(line)
         run = home / "run"
         pids = {name: int((run / f"{name}.pid").read_text()) for name in NAMES}
         assert all(pid_alive(pid) for pid in pids.values()), pids
