@@ -133,6 +133,8 @@ async def test_signed_delivery(
         assert payload["data"]["id"] == body["receipt_id"]
         assert payload["data"]["input_hash"].startswith("sha256:")
         assert got.webhook_id.startswith("msg_")
+        # The attempt is recorded once the endpoint's answer is back, after it received it.
+        await settled(stack)
         deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
         [attempt] = deliveries["items"]
         assert (attempt["http_status"], attempt["outcome"]) == (200, "delivered")
@@ -245,6 +247,7 @@ async def test_poison_endpoint_dead_letter_then_requeue(
         [event] = events
         assert event.event_type == EventType.DEAD_LETTER_REQUEUED
         assert event.actor == "api_key:" + stack.api_key.split("_")[1]
+        await settled(stack)  # the accepted attempt is recorded after the endpoint answered
         deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
         assert [d["http_status"] for d in deliveries["items"]] == [200, 500, 500]
 
