@@ -14,6 +14,7 @@ over 7 d hours (168), over 30 d days (30): the bound does not grow with traffic.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -250,20 +251,7 @@ async def rollup_counts(
         ),
         args,
     )
-    counts = {
-        (r[0], r[1], r[2]): TrustCounts(
-            capability_id=r[0],
-            capability_version=r[1],
-            is_synthetic=r[2],
-            samples=r[3],
-            successes=r[4],
-            rate_limited=r[5],
-            excluded=r[6],
-            last_success_at=r[7],
-            last_failure_at=r[8],
-        )
-        for r in base.all()
-    }
+    counts = {(r[0], r[1], r[2]): _counts_of(r) for r in base.all()}
     rows = await session.execute(
         text(
             f"SELECT {_KEY}, 'e', kv.key, sum(kv.value::int) FROM trust_rollup, "
@@ -280,6 +268,24 @@ async def rollup_counts(
         else:
             entry.latency_histogram[int(key)] = int(total)
     return list(counts.values())
+
+
+def _counts_of(r: Any, **extra: Any) -> TrustCounts:
+    """Counts from a row whose first nine columns are, in order: capability id, version,
+    synthetic or not, samples, successes, rate-limited, excluded, last success, last failure
+    (the shape both the rollup and the raw query answer)."""
+    return TrustCounts(
+        capability_id=r[0],
+        capability_version=r[1],
+        is_synthetic=r[2],
+        samples=r[3],
+        successes=r[4],
+        rate_limited=r[5],
+        excluded=r[6],
+        last_success_at=r[7],
+        last_failure_at=r[8],
+        **extra,
+    )
 
 
 async def raw_counts(
@@ -318,17 +324,8 @@ FROM outcome_events o WHERE {where} GROUP BY 1, 2, 3
     counts: dict[tuple[str, str, bool], TrustCounts] = {}
     for r in base.all():
         exact = {name: v for name, v in (("p50", r[9]), ("p95", r[10]), ("p99", r[11])) if v}
-        counts[(r[0], r[1], r[2])] = TrustCounts(
-            capability_id=r[0],
-            capability_version=r[1],
-            is_synthetic=r[2],
-            samples=r[3],
-            successes=r[4],
-            rate_limited=r[5],
-            excluded=r[6],
-            last_success_at=r[7],
-            last_failure_at=r[8],
-            exact_percentiles={k: float(v) for k, v in exact.items()},
+        counts[(r[0], r[1], r[2])] = _counts_of(
+            r, exact_percentiles={k: float(v) for k, v in exact.items()}
         )
     errors = await session.execute(
         text(
