@@ -30,12 +30,21 @@ _APPROVALS = {
 
 async def announce(session: AsyncSession, written: Sequence[Event]) -> None:
     """Outbox rows (and dead letters) for the events just written, in their order."""
+    wanted: dict[str, frozenset[str]] = {}
     for event in written:
-        if event.event_type in _APPROVALS:
-            await _announce_approval(session, event)
-            continue
-        kind = _OUTCOMES.get(event.event_type)
+        kind = _APPROVALS.get(event.event_type) or _OUTCOMES.get(event.event_type)
         if kind is None:
+            continue
+        # Most tenants subscribe to nothing: read nothing more for an announcement nobody
+        # takes. A dead letter is recorded whether or not anyone subscribes.
+        if event.tenant_id not in wanted:
+            wanted[event.tenant_id] = await outbox.subscribed(session, event.tenant_id)
+        heard = kind.value in wanted[event.tenant_id]
+        if event.event_type in _APPROVALS:
+            if heard:
+                await _announce_approval(session, event)
+            continue
+        if not heard and kind != WebhookEventType.EXECUTION_DEAD_LETTERED:
             continue
         receipt = await receipts.get_receipt(session, event.tenant_id, event.correlation_id)
         if receipt is None:  # e.g. a refused start: there is no execution to speak of

@@ -22,6 +22,18 @@ from schemas.webhooks import OutboxStatus, SubscriptionStatus, WebhookEventType
 from store.models import OutboxRow, WebhookDeliveryRow, WebhookSubscription
 
 
+async def subscribed(session: AsyncSession, tenant_id: str) -> frozenset[str]:
+    """The event types the tenant's active subscriptions take (one query; lets a caller
+    skip building an announcement nobody would receive)."""
+    rows = await session.execute(
+        select(func.unnest(WebhookSubscription.events)).where(
+            WebhookSubscription.tenant_id == tenant_id,
+            WebhookSubscription.status == SubscriptionStatus.ACTIVE.value,
+        )
+    )
+    return frozenset(rows.scalars().all())
+
+
 async def enqueue(
     session: AsyncSession,
     *,
