@@ -42,14 +42,12 @@ from store.keys.connections import ConnectionCipher
 from store.keys.signing import Keyring
 from store.keys.start import StartKeyring
 from store.manifests import ManifestStore
-from workflows import (
-    DeliverWebhook,
-    ExecuteCapability,
-    ManifestRetention,
-    OutcomePartitions,
-    RefreshTrust,
-    RunProbe,
-)
+from workflows.deliver import DeliverWebhook
+from workflows.execute import ExecuteCapability
+from workflows.partitions import OutcomePartitions
+from workflows.probe import RunProbe
+from workflows.retention import ManifestRetention
+from workflows.trust import RefreshTrust
 
 
 @asynccontextmanager

@@ -4,8 +4,9 @@ happen in the caller's transaction, together with the state change the event rec
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,12 +22,26 @@ from schemas.events import (
 from store import announcements
 from store.models import OrchestrationEvent, RunRow
 
+_EVENTS = OrchestrationEvent.__table__
+_RUNS = RunRow.__table__
+# Built once: the hot path executes them with fresh parameters only, so SQLAlchemy neither
+# rebuilds nor re-keys a statement per event (that cost more than the round trips).
+_INSERT_EVENTS = (
+    insert(_EVENTS).on_conflict_do_nothing(index_elements=[_EVENTS.c.id]).returning(*_EVENTS.c)
+)
+_LOCK_RUN = select(*_RUNS.c).where(_RUNS.c.receipt_id == bindparam("key")).with_for_update()
+_UPSERT_RUN = insert(_RUNS)
+_UPSERT_RUN = _UPSERT_RUN.on_conflict_do_update(
+    index_elements=[_RUNS.c.receipt_id],
+    set_={c.name: _UPSERT_RUN.excluded[c.name] for c in _RUNS.c if c.name != "receipt_id"},
+)
 
-def _event(row: OrchestrationEvent) -> Event:
+
+def _event(row: Any) -> Event:
     return Event.model_validate(row, from_attributes=True)
 
 
-def _state(row: RunRow) -> RunState:
+def _state(row: Any) -> RunState:
     return RunState.model_validate(row, from_attributes=True)
 
 
@@ -35,14 +50,9 @@ async def append(session: AsyncSession, drafts: Sequence[EventDraft]) -> list[Ev
     ones to the projection. Returns the events actually written, in sequence order."""
     if not drafts:
         return []
-    stmt = (
-        insert(OrchestrationEvent)
-        .values([d.model_dump(mode="json") for d in drafts])
-        .on_conflict_do_nothing(index_elements=[OrchestrationEvent.id])
-        .returning(OrchestrationEvent)
-    )
-    rows = (await session.execute(stmt)).scalars().all()
-    written = sorted((_event(r) for r in rows), key=lambda e: e.sequence_number)
+    # One round trip for all of them (SQLAlchemy batches the rows into one INSERT).
+    result = await session.execute(_INSERT_EVENTS, [d.model_dump(mode="json") for d in drafts])
+    written = sorted((_event(r) for r in result.mappings()), key=lambda e: e.sequence_number)
     await _project(session, written)
     await announcements.announce(session, written)
     return written
@@ -53,7 +63,7 @@ async def _project(session: AsyncSession, events: Sequence[Event]) -> None:
     for event in events:
         key = event.correlation_id
         if key not in touched:
-            row = await session.get(RunRow, key, with_for_update=True)
+            row = (await session.execute(_LOCK_RUN, {"key": key})).mappings().first()
             touched[key] = _state(row) if row is not None else None
         touched[key] = apply(touched[key], event)
     for state in touched.values():
@@ -62,13 +72,7 @@ async def _project(session: AsyncSession, events: Sequence[Event]) -> None:
 
 
 async def _upsert(session: AsyncSession, state: RunState) -> None:
-    values = state.model_dump(mode="python")
-    stmt = insert(RunRow).values(**values)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[RunRow.receipt_id],
-        set_={k: stmt.excluded[k] for k in values if k != "receipt_id"},
-    )
-    await session.execute(stmt)
+    await session.execute(_UPSERT_RUN, state.model_dump(mode="python"))
 
 
 async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:

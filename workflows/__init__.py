@@ -1,18 +1,7 @@
 """Floor 2, deterministic orchestration: no I/O, no clock, no randomness. Workflows import
-``schemas`` and the SDK only, and name their activities (``schemas.names``)."""
+``schemas`` and the SDK only, and name their activities (``schemas.names``).
 
-from workflows.deliver import DeliverWebhook
-from workflows.execute import ExecuteCapability
-from workflows.partitions import OutcomePartitions
-from workflows.probe import RunProbe
-from workflows.retention import ManifestRetention
-from workflows.trust import RefreshTrust
-
-__all__ = [
-    "DeliverWebhook",
-    "ExecuteCapability",
-    "ManifestRetention",
-    "OutcomePartitions",
-    "RefreshTrust",
-    "RunProbe",
-]
+Import each workflow from its own module. This package imports none of them: the workflow
+sandbox runs the package and the workflow's module afresh for every run, so anything imported
+here would be executed again for each execution.
+"""

@@ -19,13 +19,11 @@ from temporalio.worker import Replayer, WorkflowReplayResult
 from schemas.settings import MoatSettings
 from starter.runtime import observability
 from starter.runtime.codec import data_converter
-from workflows import (
-    ExecuteCapability,
-    ManifestRetention,
-    OutcomePartitions,
-    RefreshTrust,
-    RunProbe,
-)
+from workflows.execute import ExecuteCapability
+from workflows.partitions import OutcomePartitions
+from workflows.probe import RunProbe
+from workflows.retention import ManifestRetention
+from workflows.trust import RefreshTrust
 
 CORPUS = Path(__file__).resolve().parent
 # A key for these histories only; see README.md beside it.

@@ -19,8 +19,11 @@ from tests.histories.variants import (
     StatusBeforeManifest,
     TimerBeforePolicy,
 )
-from workflows import ManifestRetention, OutcomePartitions, RefreshTrust, RunProbe
 from workflows.execute import DRY_RUN_STATUS_PATCH
+from workflows.partitions import OutcomePartitions
+from workflows.probe import RunProbe
+from workflows.retention import ManifestRetention
+from workflows.trust import RefreshTrust
 
 CORPUS = corpus()
 # The workflows a variant of ExecuteCapability is replayed beside, unchanged.
