@@ -4,10 +4,11 @@ transaction; the query modules (one per aggregate) take the session and only flu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine
+from sqlalchemy import Table, create_engine
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -40,6 +41,14 @@ def upgrade(url: str, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
     finally:
         engine.dispose()
+
+
+def table_of(model: Any) -> Table:
+    """A mapped class's table, typed as one (declarative mapping types it as a FromClause).
+    Statements on the table skip the ORM's per-row work: the hot paths build them once."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
 
 
 def storable(value: str) -> bool:

@@ -20,10 +20,11 @@ from schemas.events import (
     effect_origin,
 )
 from store import announcements
+from store.db import table_of
 from store.models import OrchestrationEvent, RunRow
 
-_EVENTS = OrchestrationEvent.__table__
-_RUNS = RunRow.__table__
+_EVENTS = table_of(OrchestrationEvent)
+_RUNS = table_of(RunRow)
 # Built once: the hot path executes them with fresh parameters only, so SQLAlchemy neither
 # rebuilds nor re-keys a statement per event (that cost more than the round trips).
 _INSERT_EVENTS = (
@@ -75,19 +76,21 @@ async def _upsert(session: AsyncSession, state: RunState) -> None:
     await session.execute(_UPSERT_RUN, state.model_dump(mode="python"))
 
 
+_LAST_EVENT = (
+    select(_EVENTS.c.id)
+    .where(
+        _EVENTS.c.tenant_id == bindparam("tenant_id"),
+        _EVENTS.c.correlation_id == bindparam("correlation_id"),
+    )
+    .order_by(_EVENTS.c.sequence_number.desc())
+    .limit(1)
+)
+
+
 async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:
     """The latest event of an execution: what the next one is caused by."""
-    return (
-        await session.execute(
-            select(OrchestrationEvent.id)
-            .where(
-                OrchestrationEvent.tenant_id == tenant_id,
-                OrchestrationEvent.correlation_id == correlation_id,
-            )
-            .order_by(OrchestrationEvent.sequence_number.desc())
-            .limit(1)
-        )
-    ).scalar_one_or_none()
+    params = {"tenant_id": tenant_id, "correlation_id": correlation_id}
+    return (await session.execute(_LAST_EVENT, params)).scalar_one_or_none()
 
 
 async def events_of(session: AsyncSession, tenant_id: str, correlation_id: str) -> list[Event]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import Receipt
+from store.db import table_of
 from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
 from store.receipts import to_receipt
 
@@ -25,7 +27,23 @@ class Claim:
     taken_now: bool = False  # claim_key: this call took it (or re-armed it once expired)
 
 
-def _claim(row: IdempotencyClaim, *, taken_now: bool = False) -> Claim:
+_CLAIMS = table_of(IdempotencyClaim)
+_RE_ARMED = ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")
+# Every execution claims its key: built once, executed with fresh parameters only. Taken
+# when free, re-armed once expired; the holder is read when neither.
+_NEW_CLAIM = insert(_CLAIMS)
+_CLAIM = _NEW_CLAIM.on_conflict_do_update(
+    index_elements=[_CLAIMS.c.tenant_id, _CLAIMS.c.idempotency_key],
+    set_={k: _NEW_CLAIM.excluded[k] for k in _RE_ARMED},
+    where=_CLAIMS.c.expires_at <= bindparam("now"),
+).returning(*_CLAIMS.c)
+_HOLDER = select(*_CLAIMS.c).where(
+    _CLAIMS.c.tenant_id == bindparam("tenant_id"),
+    _CLAIMS.c.idempotency_key == bindparam("idempotency_key"),
+)
+
+
+def _claim(row: IdempotencyClaim | Row[Any], *, taken_now: bool = False) -> Claim:
     return Claim(
         key=row.idempotency_key,
         receipt_id=row.receipt_id,
@@ -122,19 +140,11 @@ async def claim_key(
         "workflow_id": workflow_id,
         "first_seen_at": now,
         "expires_at": now + timedelta(seconds=ttl_seconds),
+        "now": now,
     }
-    stmt = insert(IdempotencyClaim).values(**values)
-    upsert = stmt.on_conflict_do_update(
-        index_elements=[IdempotencyClaim.tenant_id, IdempotencyClaim.idempotency_key],
-        set_={
-            k: stmt.excluded[k]
-            for k in ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")
-        },
-        where=IdempotencyClaim.expires_at <= now,
-    ).returning(IdempotencyClaim)
-    won = (await session.execute(upsert)).scalar_one_or_none()
+    won = (await session.execute(_CLAIM, values)).first()
     if won is not None:
         return _claim(won, taken_now=True)
-    held = await session.get(IdempotencyClaim, (tenant_id, key), populate_existing=True)
+    held = (await session.execute(_HOLDER, values)).first()
     assert held is not None
     return _claim(held)

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import sha256_digest
 from schemas.manifest import RunManifest, parse_document, signing_input
+from store.db import table_of
 from store.models import ManifestRow
 
 MANIFEST_NAME = "manifest.json"
@@ -202,6 +203,11 @@ async def index_row(session: AsyncSession, tenant_id: str, run_id: str) -> Manif
     ).scalar_one_or_none()
 
 
+_INDEX = table_of(ManifestRow)
+# Every run writes one: built once, executed with fresh parameters only.
+_INSERT_INDEX = insert(_INDEX).on_conflict_do_nothing().returning(_INDEX.c.id)
+
+
 async def index(
     session: AsyncSession,
     *,
@@ -217,26 +223,19 @@ async def index(
     outcome: str,
 ) -> bool:
     """Index a written manifest; False when its row exists already (a retried step)."""
-    inserted = (
-        await session.execute(
-            insert(ManifestRow)
-            .values(
-                id=id,
-                tenant_id=tenant_id,
-                receipt_id=receipt_id,
-                run_id=run_id,
-                path=path,
-                sha256=sha256,
-                kid=kid,
-                alg=alg,
-                replayed=replayed,
-                outcome=outcome,
-            )
-            .on_conflict_do_nothing()
-            .returning(ManifestRow.id)
-        )
-    ).scalar_one_or_none()
-    return inserted is not None
+    row = {
+        "id": id,
+        "tenant_id": tenant_id,
+        "receipt_id": receipt_id,
+        "run_id": run_id,
+        "path": path,
+        "sha256": sha256,
+        "kid": kid,
+        "alg": alg,
+        "replayed": replayed,
+        "outcome": outcome,
+    }
+    return (await session.execute(_INSERT_INDEX, row)).scalar_one_or_none() is not None
 
 
 async def of_execution(

@@ -12,8 +12,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.execute import KeptOutput
+from store.db import table_of
 from store.keys.codec import OutputSealer
 from store.models import ExecutionOutputRow
+
+_OUTPUTS = table_of(ExecutionOutputRow)
+# Every execution with an answer keeps it: built once, executed with fresh parameters only.
+_KEEP = insert(_OUTPUTS).on_conflict_do_nothing(index_elements=[_OUTPUTS.c.receipt_id])
 
 
 def _context(tenant_id: str, receipt_id: str) -> bytes:
@@ -35,17 +40,14 @@ async def keep(
         kept.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")
     ).encode()
     kid, sealed = sealer.seal(plaintext, _context(tenant_id, receipt_id))
-    await session.execute(
-        insert(ExecutionOutputRow)
-        .values(
-            receipt_id=receipt_id,
-            tenant_id=tenant_id,
-            key_id=kid,
-            sealed=sealed,
-            expires_at=expires_at,
-        )
-        .on_conflict_do_nothing(index_elements=[ExecutionOutputRow.receipt_id])
-    )
+    row = {
+        "receipt_id": receipt_id,
+        "tenant_id": tenant_id,
+        "key_id": kid,
+        "sealed": sealed,
+        "expires_at": expires_at,
+    }
+    await session.execute(_KEEP, row)
 
 
 async def find(

@@ -5,7 +5,12 @@ from __future__ import annotations
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from store.db import table_of
 from store.models import PolicyDecisionRow
+
+_DECISIONS = table_of(PolicyDecisionRow)
+# Every execution records one: built once, executed with fresh parameters only.
+_INSERT_DECISION = insert(_DECISIONS).on_conflict_do_nothing(index_elements=[_DECISIONS.c.id])
 
 
 async def insert_policy_decision(
@@ -24,24 +29,22 @@ async def insert_policy_decision(
     policy_version: int = 0,
 ) -> PolicyDecisionRow:
     """Record a decision; a retried step with the same id gets the first one back."""
-    stmt = (
-        insert(PolicyDecisionRow)
-        .values(
-            id=id,
-            tenant_id=tenant_id,
-            receipt_id=receipt_id,
-            capability_id=capability_id,
-            idempotency_key=idempotency_key,
-            mode=mode,
-            decision=decision,
-            rule_hit=rule_hit,
-            reason=reason,
-            is_synthetic=is_synthetic,
-            policy_version=policy_version,
-        )
-        .on_conflict_do_nothing(index_elements=[PolicyDecisionRow.id])
+    await session.execute(
+        _INSERT_DECISION,
+        {
+            "id": id,
+            "tenant_id": tenant_id,
+            "receipt_id": receipt_id,
+            "capability_id": capability_id,
+            "idempotency_key": idempotency_key,
+            "mode": mode,
+            "decision": decision,
+            "rule_hit": rule_hit,
+            "reason": reason,
+            "is_synthetic": is_synthetic,
+            "policy_version": policy_version,
+        },
     )
-    await session.execute(stmt)
     row = await session.get(PolicyDecisionRow, id)
     assert row is not None
     return row

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import bindparam, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import OutcomeEvent, Receipt
+from store.db import table_of
 from store.models import OutcomeEventRow, ReceiptRow
 
 
@@ -17,24 +18,29 @@ def to_receipt(row: ReceiptRow) -> Receipt:
     return Receipt.model_validate(row, from_attributes=True)
 
 
+_RECEIPTS = table_of(ReceiptRow)
+# Every execution runs these: built once, executed with fresh parameters only.
+_INSERT_RECEIPT = (
+    insert(_RECEIPTS)
+    .on_conflict_do_nothing(index_elements=[_RECEIPTS.c.id])
+    .returning(_RECEIPTS.c.id)
+)
+_GET_RECEIPT = select(*_RECEIPTS.c).where(
+    _RECEIPTS.c.id == bindparam("receipt_id"), _RECEIPTS.c.tenant_id == bindparam("tenant_id")
+)
+_INSERT_OUTCOME = insert(table_of(OutcomeEventRow))
+
+
 async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
     """Insert a receipt; False when one with this id already exists (a retried step)."""
-    stmt = (
-        insert(ReceiptRow)
-        .values(**receipt.model_dump(mode="python"))
-        .on_conflict_do_nothing(index_elements=[ReceiptRow.id])
-        .returning(ReceiptRow.id)
-    )
-    return (await session.execute(stmt)).scalar_one_or_none() is not None
+    inserted = await session.execute(_INSERT_RECEIPT, receipt.model_dump(mode="python"))
+    return inserted.scalar_one_or_none() is not None
 
 
 async def get_receipt(session: AsyncSession, tenant_id: str, receipt_id: str) -> Receipt | None:
-    row = (
-        await session.execute(
-            select(ReceiptRow).where(ReceiptRow.id == receipt_id, ReceiptRow.tenant_id == tenant_id)
-        )
-    ).scalar_one_or_none()
-    return to_receipt(row) if row is not None else None
+    params = {"receipt_id": receipt_id, "tenant_id": tenant_id}
+    row = (await session.execute(_GET_RECEIPT, params)).mappings().first()
+    return Receipt.model_validate(row) if row is not None else None
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,7 @@ async def list_receipts(
 
 
 async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> None:
-    session.add(OutcomeEventRow(**event.model_dump(mode="python")))
-    await session.flush()
+    await session.execute(_INSERT_OUTCOME, event.model_dump(mode="python"))
 
 
 async def ensure_outcome_partitions(session: AsyncSession, now: datetime, months: int = 3) -> None:
