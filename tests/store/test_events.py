@@ -9,7 +9,9 @@ import pytest
 from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError
 
-from schemas.events import Event, RunStatus
+from activities.evidence import Chain
+from schemas.events import AggregateType, Event, EventType, RunStatus
+from schemas.ids import uuid7
 from schemas.webhooks import compensating_action_ref
 from store import budgets
 from store import events as event_log
@@ -179,3 +181,32 @@ async def test_rebuild_matches_projection_and_reports_corruption(stack: Stack) -
         diffs = await event_log.verify(s, stack.tenant_id)
     assert [d.receipt_id for d in diffs] == [ids[1]]
     assert diffs[0].fields == {"status": ("FAILED", "COMPLETED")}
+
+
+async def test_a_retried_append_writes_only_the_new_events_and_projects_them_once(
+    stack: Stack,
+) -> None:
+    """A step retried after its transaction committed appends its events again: those
+    already there are skipped (and not projected twice), the new ones written in order."""
+    receipt_id, run_id = str(uuid7()), str(uuid7())
+    chain = Chain(stack.tenant_id, receipt_id, run_id, "moat.test")
+    chain.add(EventType.RUN_STARTED, AggregateType.RUN, receipt_id, workflow_id="wf-append")
+    chain.add(EventType.POLICY_EVALUATED, AggregateType.POLICY, f"{receipt_id}:policy")
+    first = list(chain.drafts)
+    async with stack.sessions.begin() as s:
+        written = await event_log.append(s, first)
+    assert [e.id for e in written] == [d.id for d in first]
+    chain.add(EventType.STEP_FAILED, AggregateType.STEP, f"{receipt_id}:adapter")
+    async with stack.sessions.begin() as s:
+        again = await event_log.append(s, chain.drafts)
+        alone = await event_log.append(s, chain.drafts[-1:])
+    assert [e.id for e in again] == [chain.drafts[-1].id] and alone == []
+    events = await chain_of(stack, receipt_id)
+    assert [e.id for e in events] == [d.id for d in chain.drafts]
+    assert_causal(events, receipt_id)
+    async with stack.sessions() as s:
+        state = await event_log.get_run(s, stack.tenant_id, receipt_id)
+        rebuilt = await event_log.rebuild(s, stack.tenant_id)
+    assert state is not None and (state.total_steps, state.failed_steps) == (2, 1)
+    assert state.last_sequence == events[-1].sequence_number
+    assert rebuilt[receipt_id] == state
