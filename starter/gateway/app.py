@@ -49,6 +49,7 @@ from starter.runtime import observability
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
 from starter.service.hits import HitLedger
+from starter.service.keycache import KeyCache
 from store import make_engine, make_sessionmaker
 from store.keys.codec import OutputSealer
 from store.keys.connections import ConnectionCipher
@@ -181,6 +182,7 @@ def create_app(
             owner_sessions=owner,
             connection_cipher=ConnectionCipher.from_settings(settings),
             sealer=sealer,
+            keys=KeyCache(settings.auth_cache_seconds),
         )
         flushing = asyncio.create_task(ledger.run(settings.hit_flush_seconds))
         try:

@@ -24,6 +24,7 @@ from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
 from starter.service.flights import Flights
+from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
 from starter.service.scopes import require_scope
 from store import api_keys
 from store.keys.codec import OutputSealer
@@ -48,6 +49,9 @@ class Deps:
     sealer: OutputSealer | None = None
     # Identical execute requests in flight share one run (``service.flights``).
     flights: Flights = field(default_factory=Flights)
+    # API keys verified moments ago (``service.keycache``): answers from memory skip the
+    # database round trip. Its TTL is the settings' ``auth_cache_seconds``.
+    keys: KeyCache = field(default_factory=lambda: KeyCache(DEFAULT_TTL_SECONDS))
 
 
 def sealer_of(deps: Deps) -> OutputSealer:
@@ -103,6 +107,24 @@ async def authenticate(
     if tenant is None:
         raise unauthenticated("The API key is unknown or revoked.")
     require_scope(tenant.scopes, *scopes)
+    return tenant
+
+
+async def verified(
+    deps: Deps, credentials: HTTPAuthorizationCredentials | None
+) -> api_keys.AuthenticatedTenant:
+    """The caller's tenant from a key verified moments ago (``deps.keys``) or looked up now
+    (one lookup shared by concurrent requests with the same key)."""
+    if credentials is None:
+        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
+
+    async def lookup(presented: str) -> api_keys.AuthenticatedTenant | None:
+        async with deps.sessions.begin() as session:
+            return await api_keys.authenticate(session, presented)
+
+    tenant = await deps.keys.verified(credentials.credentials, lookup)
+    if tenant is None:
+        raise unauthenticated("The API key is unknown or revoked.")
     return tenant
 
 

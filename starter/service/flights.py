@@ -33,13 +33,20 @@ class Flights:
         return len(self._flying)
 
     async def share(
-        self, key: Hashable, work: Callable[[], Awaitable[Outcome]], trace_id: str
+        self,
+        key: Hashable,
+        work: Callable[[], Awaitable[Outcome]],
+        trace_id: str,
+        on_copy: Callable[[Outcome], None] | None = None,
     ) -> Outcome:
-        """``work()``'s outcome, done once for every copy of ``key`` that arrives meanwhile."""
+        """``work()``'s outcome, done once for every copy of ``key`` that arrives meanwhile
+        (``on_copy`` is told of each copy answered with the shared outcome)."""
         flying = self._flying.get(key)
         if flying is not None:
             shared = await asyncio.shield(flying)
             if shared is not None:
+                if on_copy is not None:
+                    on_copy(shared)
                 envelope = shared.envelope
                 if (
                     envelope.status == EnvelopeStatus.ACCEPTED
