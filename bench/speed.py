@@ -205,6 +205,33 @@ async def storm(stack: SpeedStack, calls: Calls, size: int) -> dict[str, Any]:
     }
 
 
+async def healthz_storm(stack: SpeedStack, size: int) -> dict[str, Any]:
+    """``size`` concurrent ``GET /healthz`` at once: the gateway's HTTP floor for that many
+    requests on this machine (accepting the connections, parsing, answering), beside which
+    the storm's followers are read."""
+    go = asyncio.Event()
+    latencies: list[float] = []
+
+    async def one() -> None:
+        await go.wait()
+        start = time.perf_counter()
+        for attempt in range(3):
+            try:
+                resp = await stack.http.get(f"{stack.gateway_url}/healthz")
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+        if resp.status_code == 200:
+            latencies.append((time.perf_counter() - start) * 1000)
+
+    tasks = [asyncio.create_task(one()) for _ in range(size)]
+    await asyncio.sleep(0.2)
+    go.set()
+    await asyncio.gather(*tasks)
+    return {"requests": size, "answered_200": len(latencies), **summary(latencies)}
+
+
 async def open_loop(
     call: Call, rate: float, seconds: float, pids: dict[str, int]
 ) -> dict[str, Any]:
@@ -461,6 +488,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         with console.status(f"duplicate storm: {args.storm} identical requests…"):
             report["storm"] = await storm(stack, calls, args.storm)
             report["storm"]["load_1m"] = load()
+            report["storm"]["healthz"] = await healthz_storm(stack, args.storm)
         rates = [float(r) for r in args.rates.split(",")]
         remaining = end - time.monotonic()
         report["open_loop"] = {
@@ -537,6 +565,13 @@ def render(report: dict[str, Any], console: Console) -> None:
     row("storm: followers p99 vs leader", f"{followers.get('p99_ms', math.nan):.0f}",
         f"{s['leader_ms']:.0f}", f"{s['followers_p99_minus_leader_ms']:+.0f} ms", "<= +50 ms",
         s["followers_p99_minus_leader_ms"] <= 50, s["load_1m"])  # fmt: skip
+    hz = s.get("healthz") or {}
+    row(f"storm of {s['requests']} /healthz: p50 / p99", f"{hz.get('p50_ms', math.nan):.0f} / "
+        f"{hz.get('p99_ms', math.nan):.0f}", "", "", "", None, s["load_1m"])  # fmt: skip
+    row("storm: followers p50 / p99", f"{followers.get('p50_ms', math.nan):.0f} / "
+        f"{followers.get('p99_ms', math.nan):.0f}", f"{hz.get('p99_ms', math.nan):.0f}",
+        f"{followers.get('p99_ms', math.nan) - hz.get('p99_ms', math.nan):+.0f} ms", "", None,
+        s["load_1m"])  # fmt: skip
     ol = report["open_loop"]
     moat_best, b1_best = ol["moat"]["at_max"] or {}, ol["B1"]["at_max"] or {}
     ratio = r["open_loop_rate_over_B1"]
