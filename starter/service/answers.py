@@ -3,7 +3,7 @@
 A finished execution's receipt never changes, and neither does the claim on its key while
 the claim is live (a key is only taken again once expired), so the first replay from
 Postgres can keep what it answered: the input hash the key was claimed with (a different
-input is still ``409 idempotency_key_reused``), and the envelope with its kept output.
+input is still ``idempotency_key_reused``), and the envelope with its kept output.
 
 Each answer is trusted until the earliest of the claim's expiry (after it the key is free
 again) and the kept output's (after it Postgres answers without the output), so a repeat
