@@ -7,10 +7,12 @@ a run does it and the copies that arrive while it is going wait for its outcome 
 answered as replays (the first request's answer). Across gateways, Temporal's workflow id
 (tenant + key) still gives every copy the same run.
 
-Only copies that passed authentication and the stored-receipt lookup get here, and the
-flight is keyed by everything that shapes the answer (tenant, key, input hash, dry run,
-wait budget): a copy never receives an answer it would not have got on its own. If the
-first copy fails, the others run on their own instead of sharing its error.
+The flight covers the first copy's whole way through Postgres (authentication, the
+stored-receipt lookup) and Temporal, so the copies behind it cost no database round trip:
+they were authenticated by a key verified moments ago (``keycache``, bounded by its TTL).
+The flight is keyed by everything that shapes the answer (tenant, key, input hash,
+connection, dry run, wait budget): a copy never receives an answer it would not have got on
+its own. If the first copy fails, the others go their own way instead of sharing its error.
 """
 
 from __future__ import annotations
