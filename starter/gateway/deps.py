@@ -110,24 +110,6 @@ async def authenticate(
     return tenant
 
 
-async def verified(
-    deps: Deps, credentials: HTTPAuthorizationCredentials | None
-) -> api_keys.AuthenticatedTenant:
-    """The caller's tenant from a key verified moments ago (``deps.keys``) or looked up now
-    (one lookup shared by concurrent requests with the same key)."""
-    if credentials is None:
-        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
-
-    async def lookup(presented: str) -> api_keys.AuthenticatedTenant | None:
-        async with deps.sessions.begin() as session:
-            return await api_keys.authenticate(session, presented)
-
-    tenant = await deps.keys.verified(credentials.credentials, lookup)
-    if tenant is None:
-        raise unauthenticated("The API key is unknown or revoked.")
-    return tenant
-
-
 def requires_scope(*scopes: str) -> Callable[[Request, TenantKey], Awaitable[None]]:
     """A route dependency refusing a key without ``scopes`` before the route runs
     (``dependencies=[Depends(requires_scope("policy:write"))]``). Routes that authenticate

@@ -5,7 +5,6 @@ verified API key is trusted only for a bounded time after a revocation."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,7 @@ from store.api_keys import AuthenticatedTenant
 from store.models import ExecutionOutputRow
 from tests.support.stack import ADMIN_KEY, Stack
 
-BODY = {"schema_version": "1", "capability_id": "demo.echo", "input": {"m": 1}}
+BODY: dict[str, Any] = {"schema_version": "1", "capability_id": "demo.echo", "input": {"m": 1}}
 
 
 class NoPostgres:
@@ -144,29 +143,25 @@ async def test_a_revoked_key_is_refused_within_the_bound(
     assert tenant_id
 
 
-async def test_concurrent_copies_of_a_key_share_one_lookup() -> None:
-    calls: list[str] = []
-    release = asyncio.Event()
+def test_verified_keys_are_kept_by_hash_for_the_ttl_and_bounded() -> None:
+    now = [10.0]
+    cache = KeyCache(1.0, max_keys=2, clock=lambda: now[0])
     tenant = AuthenticatedTenant("ten_a", "k1", "audit", 3600)
-
-    async def lookup(presented: str) -> AuthenticatedTenant | None:
-        calls.append(presented)
-        await release.wait()
-        return tenant if presented == "good" else None
-
-    cache = KeyCache(1.0)
-    copies = [asyncio.create_task(cache.verified("good", lookup)) for _ in range(50)]
-    await asyncio.sleep(0)
-    release.set()
-    assert await asyncio.gather(*copies) == [tenant] * 50
-    assert calls == ["good"]
-    # An unknown key is never kept: asked every time.
-    assert await cache.verified("bad", lookup) is None
-    assert await cache.verified("bad", lookup) is None
-    assert calls == ["good", "bad", "bad"]
-    assert len(cache) == 1
+    cache.keep("moat_k1_secret", tenant, since=9.5)  # the lookup began half a second ago
+    assert cache.get("moat_k1_secret") == tenant
+    assert cache.get("moat_k1_other") is None
+    assert all(b"secret" not in digest for digest in cache._keys)  # never the key itself
+    now[0] = 10.5
+    assert cache.get("moat_k1_secret") is None  # 1 s after the lookup began
+    cache.keep("moat_k1_secret", tenant, since=now[0])
     cache.forget("k1")
-    assert cache.get("good") is None
+    assert cache.get("moat_k1_secret") is None
+    for i in range(3):
+        cache.keep(f"moat_k{i}_s", AuthenticatedTenant("ten_a", f"k{i}", "audit", 1), now[0])
+    assert len(cache) == 2 and cache.get("moat_k0_s") is None
+    off = KeyCache(0.0)
+    off.keep("moat_k1_secret", tenant, since=0.0)
+    assert off.get("moat_k1_secret") is None and len(off) == 0
 
 
 def test_the_answers_are_bounded() -> None:

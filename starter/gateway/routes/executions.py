@@ -17,12 +17,13 @@ from starter.gateway.deps import (
     authenticate,
     deps_of,
     execution_not_found,
-    verified,
+    unauthenticated,
 )
 from starter.gateway.errors import documented_errors, execution_status, render_json
 from starter.runtime import observability
-from starter.service import executions, policy
+from starter.service import MoatError, executions, policy
 from starter.service.executions import Outcome
+from starter.service.keycache import KeyCache
 
 router = APIRouter()
 
@@ -113,21 +114,35 @@ async def execute(
     submitted_at = datetime.now(UTC)
     trace_id = observability.current_trace_id()
     body = await request.body()
-    # Checked in memory first (a key verified moments ago, a finished execution's stored
-    # answer, a run already in flight here); whatever memory cannot settle goes to
-    # Postgres, which authenticates the key again in the request's own transaction.
-    tenant = await verified(deps, credentials)
-    prepared = executions.prepare(body, idempotency_key, deps.catalog)
-    answer = deps.executions.remembered(tenant.tenant_id, prepared)
-    if answer is not None:
-        if answer.rendered is None:
-            answer.rendered = _render(answer.envelope)
-        return _rendered(answer.envelope, answer.rendered, {REPLAYED_HEADER: "true"})
+    if credentials is None:
+        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
+    presented = credentials.credentials
     wait, applied = _wait_budget(prefer, deps)
+    # A key verified moments ago (``deps.keys``) lets memory answer: a finished
+    # execution's stored answer, or a run already in flight here. Whatever memory cannot
+    # settle goes to Postgres, which authenticates the key in the request's transaction.
+    known = deps.keys.get(presented)
+    invalid: MoatError | None = None
+    try:
+        prepared = executions.prepare(body, idempotency_key, deps.catalog)
+    except MoatError as err:
+        if known is not None:
+            raise
+        invalid = err  # raised once the key is checked (401 comes first)
+    if known is not None:
+        answer = deps.executions.remembered(known.tenant_id, prepared)
+        if answer is not None:
+            if answer.rendered is None:
+                answer.rendered = _render(answer.envelope)
+            return _rendered(answer.envelope, answer.rendered, {REPLAYED_HEADER: "true"})
 
     async def through_postgres() -> Outcome:
+        since = deps.keys.now()
         async with deps.sessions.begin() as session:
             tenant = await authenticate(session, credentials)
+            deps.keys.keep(presented, tenant, since)
+            if invalid is not None:
+                raise invalid
             await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
             found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
             strict = not isinstance(found, Outcome) and await policy.is_strict(
@@ -148,22 +163,28 @@ async def execute(
             may_await_approval=strict,
         )
 
+    if invalid is not None:
+        return _answer(await through_postgres())  # raises: the key's error or the body's
+    req = prepared.request
+    # Identical copies share one way through Postgres and Temporal: by tenant once the key
+    # is known, else by the key itself (the first copy's authentication is theirs too).
+    caller = known.tenant_id if known is not None else KeyCache.digest(presented)
+    copy_of = (caller, prepared.idempotency_key, prepared.input_hash, req.connection_id, wait)
+
     def copied(shared: Outcome) -> None:
         # A copy answered with a stored receipt is an idempotent hit like its leader.
         receipt = shared.envelope.receipt
         if shared.stored and receipt is not None:
             deps.executions.hits.note(
-                tenant.tenant_id,
+                receipt.tenant_id,
                 receipt.id,
                 receipt.capability_id,
                 prepared.idempotency_key,
                 datetime.now(UTC),
             )
 
-    req = prepared.request
-    copy_of = (tenant.tenant_id, prepared.idempotency_key, prepared.input_hash, req.connection_id)
     outcome = await deps.flights.share(
-        (*copy_of, wait) if not req.dry_run else object(), through_postgres, trace_id, copied
+        copy_of if not req.dry_run else object(), through_postgres, trace_id, copied
     )
     headers: dict[str, str] = {}
     if applied and not outcome.stored:
