@@ -8,11 +8,12 @@ answered as replays (the first request's answer). Across gateways, Temporal's wo
 (tenant + key) still gives every copy the same run.
 
 The flight covers the first copy's whole way through Postgres (authentication, the
-stored-receipt lookup) and Temporal, so the copies behind it cost no database round trip:
-they were authenticated by a key verified moments ago (``keycache``, bounded by its TTL).
-The flight is keyed by everything that shapes the answer (tenant, key, input hash,
-connection, dry run, wait budget): a copy never receives an answer it would not have got on
-its own. If the first copy fails, the others go their own way instead of sharing its error.
+stored-receipt lookup) and Temporal, so the copies behind it cost no database round trip.
+It is keyed by who calls (the tenant of a key verified moments ago, ``keycache``, else the
+presented key's hash: the first copy's authentication is then theirs) and everything that
+shapes the answer (idempotency key, input hash, connection, wait budget; dry runs never
+share): a copy never receives an answer it would not have got on its own. If the first
+copy fails, the others go their own way instead of sharing its error.
 """
 
 from __future__ import annotations
