@@ -5,6 +5,8 @@ verified API key is trusted only for a bounded time after a revocation."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -141,6 +143,49 @@ async def test_a_revoked_key_is_refused_within_the_bound(
         assert revoked.status_code == 200, revoked.text
         assert (await http.post(post, json=BODY, headers=headers)).status_code == 401
     assert tenant_id
+
+
+async def test_copies_behind_the_first_cost_no_database_round_trip(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    copies = 20
+    async with gateway(stack, app_sessions) as (url, deps, http):
+        # The first copy's run waits until every copy is in: none can come too late to share.
+        release = asyncio.Event()
+        entered = 0
+        share, run = deps.flights.share, deps.executions.run
+
+        async def counted_share(*args: Any, **kwargs: Any) -> Any:
+            nonlocal entered
+            entered += 1
+            if entered == copies:
+                release.set()
+            return await share(*args, **kwargs)
+
+        async def held_run(*args: Any, **kwargs: Any) -> Any:
+            await release.wait()
+            return await run(*args, **kwargs)
+
+        transactions = 0
+
+        class Counted:
+            def begin(self) -> Any:
+                nonlocal transactions
+                transactions += 1
+                return app_sessions.begin()
+
+        deps.flights.share = counted_share  # type: ignore[method-assign]
+        deps.executions.run = held_run  # type: ignore[method-assign]
+        deps.sessions = Counted()  # type: ignore[assignment]
+        # A key this gateway has not seen: the copies share the first one's authentication.
+        headers = _headers(stack.api_key, f"burst-{uuid.uuid4().hex}")
+        answers = await asyncio.gather(
+            *(http.post(f"{url}/v1/executions", json=BODY, headers=headers) for _ in range(copies))
+        )
+    assert [a.status_code for a in answers] == [200] * copies
+    assert len({a.json()["receipt_id"] for a in answers}) == 1
+    assert sum(REPLAYED_HEADER not in a.headers for a in answers) == 1
+    assert transactions == 1
 
 
 def test_verified_keys_are_kept_by_hash_for_the_ttl_and_bounded() -> None:
