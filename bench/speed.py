@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import psycopg
 import temporalio
 from rich.console import Console
@@ -157,6 +157,56 @@ async def sequential(
     return samples
 
 
+async def raw_request(
+    url: str, method: str, path: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 request on a connection of its own (``Connection: close``), with nothing
+    but asyncio streams: a storm's client must cost far less than the server it measures,
+    and a pooled client library spends more CPU per request than the gateway does."""
+    parsed = urlsplit(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
+        lines += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        raw = await reader.read(-1)
+    finally:
+        writer.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    answer_headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in header_lines)
+    }
+    if "chunked" in answer_headers.get("transfer-encoding", ""):
+        raise RuntimeError("a chunked answer: raw_request reads only sized ones")
+    return int(status_line.split()[1]), answer_headers, payload
+
+
+async def released_at_once(size: int, request: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """``size`` copies of ``request`` released together (each retried on a dropped
+    connection, as an agent would): their answers and latencies in ms."""
+    go = asyncio.Event()
+
+    async def one() -> tuple[float, Any]:
+        await go.wait()
+        start = time.perf_counter()
+        for attempt in range(3):
+            try:
+                answer = await request()
+                break
+            except OSError:
+                if attempt == 2:
+                    raise
+        return (time.perf_counter() - start) * 1000, answer
+
+    tasks = [asyncio.create_task(one()) for _ in range(size)]
+    await asyncio.sleep(0.2)
+    go.set()
+    return list(await asyncio.gather(*tasks))
+
+
 async def storm(stack: SpeedStack, calls: Calls, size: int) -> dict[str, Any]:
     """``size`` identical requests at once: one effect, and the followers' latency."""
     key = f"{calls.tag}-storm"
@@ -165,30 +215,18 @@ async def storm(stack: SpeedStack, calls: Calls, size: int) -> dict[str, Any]:
         "capability_id": "http.request",
         "input": {"method": "POST", "url": f"{stack.provider_url}/effects", "json": {"n": 1}},
     }
+    payload = json.dumps(body).encode()
+    headers = {**calls._headers(key), "Content-Type": "application/json"}
     before = sum(stack.effects.effects.values())
-    go = asyncio.Event()
+    answers = await released_at_once(
+        size,
+        lambda: raw_request(stack.gateway_url, "POST", "/v1/executions", headers, payload),
+    )
     results: list[tuple[float, int, bool, str]] = []
-
-    async def one() -> None:
-        await go.wait()
-        start = time.perf_counter()
-        # As an agent would: on a dropped connection, the same request again, same key.
-        for attempt in range(3):
-            try:
-                resp = await calls.post(key, body)
-                break
-            except httpx.TransportError:
-                if attempt == 2:
-                    raise
-        latency = (time.perf_counter() - start) * 1000
-        replayed = resp.headers.get(REPLAYED_HEADER) == "true"
-        receipt = resp.json().get("receipt_id", "") if resp.status_code == 200 else ""
-        results.append((latency, resp.status_code, replayed, receipt))
-
-    tasks = [asyncio.create_task(one()) for _ in range(size)]
-    await asyncio.sleep(0.2)
-    go.set()
-    await asyncio.gather(*tasks)
+    for latency, (status, answer_headers, answer) in answers:
+        replayed = answer_headers.get(REPLAYED_HEADER.lower()) == "true"
+        receipt = json.loads(answer).get("receipt_id", "") if status == 200 else ""
+        results.append((latency, status, replayed, receipt))
     leaders = [r for r in results if r[1] == 200 and not r[2]]
     followers = [r[0] for r in results if r[1] == 200 and r[2]]
     leader_ms = leaders[0][0] if len(leaders) == 1 else math.nan
@@ -203,6 +241,17 @@ async def storm(stack: SpeedStack, calls: Calls, size: int) -> dict[str, Any]:
         "followers": summary(followers) if followers else None,
         "followers_p99_minus_leader_ms": round(followers_p99 - leader_ms, 1),
     }
+
+
+async def healthz_storm(stack: SpeedStack, size: int) -> dict[str, Any]:
+    """``size`` concurrent ``GET /healthz`` at once, each on a new connection like the
+    storm's: the gateway's HTTP floor for that many requests on this machine (connections
+    accepted, parsed, answered), beside which the storm's followers are read."""
+    answers = await released_at_once(
+        size, lambda: raw_request(stack.gateway_url, "GET", "/healthz", {})
+    )
+    latencies = [latency for latency, (status, _, _) in answers if status == 200]
+    return {"requests": size, "answered_200": len(latencies), **summary(latencies)}
 
 
 async def open_loop(
@@ -461,6 +510,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         with console.status(f"duplicate storm: {args.storm} identical requests…"):
             report["storm"] = await storm(stack, calls, args.storm)
             report["storm"]["load_1m"] = load()
+            report["storm"]["healthz"] = await healthz_storm(stack, args.storm)
         rates = [float(r) for r in args.rates.split(",")]
         remaining = end - time.monotonic()
         report["open_loop"] = {
@@ -537,6 +587,13 @@ def render(report: dict[str, Any], console: Console) -> None:
     row("storm: followers p99 vs leader", f"{followers.get('p99_ms', math.nan):.0f}",
         f"{s['leader_ms']:.0f}", f"{s['followers_p99_minus_leader_ms']:+.0f} ms", "<= +50 ms",
         s["followers_p99_minus_leader_ms"] <= 50, s["load_1m"])  # fmt: skip
+    hz = s.get("healthz") or {}
+    row(f"storm of {s['requests']} /healthz: p50 / p99", f"{hz.get('p50_ms', math.nan):.0f} / "
+        f"{hz.get('p99_ms', math.nan):.0f}", "", "", "", None, s["load_1m"])  # fmt: skip
+    row("storm: followers p50 / p99", f"{followers.get('p50_ms', math.nan):.0f} / "
+        f"{followers.get('p99_ms', math.nan):.0f}", f"{hz.get('p99_ms', math.nan):.0f}",
+        f"{followers.get('p99_ms', math.nan) - hz.get('p99_ms', math.nan):+.0f} ms", "", None,
+        s["load_1m"])  # fmt: skip
     ol = report["open_loop"]
     moat_best, b1_best = ol["moat"]["at_max"] or {}, ol["B1"]["at_max"] or {}
     ratio = r["open_loop_rate_over_B1"]

@@ -118,6 +118,13 @@ class MoatSettings(BaseSettings):
         description="How often a gateway adds the idempotent hits it counted to Postgres; "
         "the hits of the last interval are lost if it dies without shutting down.",
     )
+    auth_cache_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="How long a gateway trusts an API key it verified, for the answers it "
+        "gives from memory (a stored receipt, a run in flight); a key revoked on another "
+        "gateway is refused at most this long after. 0: every request asks Postgres.",
+    )
     local_activities: bool = Field(
         default=True,
         description="Run the policy, record and manifest steps as local activities "

@@ -24,6 +24,7 @@ from schemas.settings import MoatSettings
 from starter.service import MoatError
 from starter.service.executions import Executions
 from starter.service.flights import Flights
+from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
 from starter.service.scopes import require_scope
 from store import api_keys
 from store.keys.codec import OutputSealer
@@ -48,6 +49,9 @@ class Deps:
     sealer: OutputSealer | None = None
     # Identical execute requests in flight share one run (``service.flights``).
     flights: Flights = field(default_factory=Flights)
+    # API keys verified moments ago (``service.keycache``): answers from memory skip the
+    # database round trip. Its TTL is the settings' ``auth_cache_seconds``.
+    keys: KeyCache = field(default_factory=lambda: KeyCache(DEFAULT_TTL_SECONDS))
 
 
 def sealer_of(deps: Deps) -> OutputSealer:

@@ -125,7 +125,12 @@ class EnvelopeJSONResponse(JSONResponse):
     a lone surrogate still renders (UTF-8 cannot encode one)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        return render_json(content)
+
+
+def render_json(content: Any) -> bytes:
+    """JSON as ``EnvelopeJSONResponse`` sends it."""
+    return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def error_response(

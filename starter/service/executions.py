@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,6 +60,7 @@ from schemas.run import (
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service import approvals as approvals_service
+from starter.service.answers import Answer, AnswerCache
 from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
 from store import connections, db, idempotency, outputs, receipts, tenancy
@@ -93,6 +94,11 @@ class Outcome:
 
     envelope: Envelope
     replayed: bool = False
+    # Answered from a stored receipt (an idempotent hit), not by a run.
+    stored: bool = False
+    # The envelope's JSON once rendered: every copy sharing this outcome (``flights``)
+    # sends the same bytes. Shared by ``dataclasses.replace`` copies.
+    rendered: list[bytes] = field(default_factory=list, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,7 @@ class Executions:
         sessions: async_sessionmaker[AsyncSession],
         sealer: OutputSealer,
         hits: HitLedger | None = None,
+        answers: AnswerCache | None = None,
     ) -> None:
         self._settings = settings
         self._client = client
@@ -244,6 +251,7 @@ class Executions:
         self._sessions = sessions
         self.sealer = sealer
         self.hits = hits or HitLedger(sessions)
+        self.answers = answers if answers is not None else AnswerCache()
 
     async def admit_connection(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared
@@ -293,7 +301,32 @@ class Executions:
         # no Temporal call, on a replay.
         self.hits.note(tenant_id, receipt.id, receipt.capability_id, prepared.idempotency_key, now)
         kept = outputs.opened(self.sealer, output) if output is not None else None
-        return Outcome(envelope_for_receipt(receipt, kept), replayed=True)
+        envelope = envelope_for_receipt(receipt, kept)
+        # What Postgres answers stays true until the key or the kept output expires.
+        until = min(claim.expires_at, output.expires_at) if output is not None else claim.expires_at
+        self.answers.keep(
+            tenant_id,
+            prepared.idempotency_key,
+            Answer(claim.input_hash, receipt.id, receipt.capability_id, envelope, until),
+        )
+        return Outcome(envelope, replayed=True, stored=True)
+
+    def remembered(self, tenant_id: str, prepared: Prepared) -> Answer | None:
+        """A repeat of a finished execution answered from memory (``answers``), counted as
+        a hit like one from Postgres; ``409`` for another input under the key. None: ask
+        Postgres (not kept, expired, a dry run, or a connection to check)."""
+        if prepared.request.dry_run or prepared.request.connection_id is not None:
+            return None
+        now = datetime.now(UTC)
+        answer = self.answers.get(tenant_id, prepared.idempotency_key, now)
+        if answer is None:
+            return None
+        if answer.input_hash != prepared.input_hash:
+            raise _key_reused(prepared.idempotency_key, answer.receipt_id)
+        self.hits.note(
+            tenant_id, answer.receipt_id, answer.capability_id, prepared.idempotency_key, now
+        )
+        return answer
 
     async def run(
         self,

@@ -7,10 +7,13 @@ a run does it and the copies that arrive while it is going wait for its outcome 
 answered as replays (the first request's answer). Across gateways, Temporal's workflow id
 (tenant + key) still gives every copy the same run.
 
-Only copies that passed authentication and the stored-receipt lookup get here, and the
-flight is keyed by everything that shapes the answer (tenant, key, input hash, dry run,
-wait budget): a copy never receives an answer it would not have got on its own. If the
-first copy fails, the others run on their own instead of sharing its error.
+The flight covers the first copy's whole way through Postgres (authentication, the
+stored-receipt lookup) and Temporal, so the copies behind it cost no database round trip.
+It is keyed by who calls (the tenant of a key verified moments ago, ``keycache``, else the
+presented key's hash: the first copy's authentication is then theirs) and everything that
+shapes the answer (idempotency key, input hash, connection, wait budget; dry runs never
+share): a copy never receives an answer it would not have got on its own. If the first
+copy fails, the others go their own way instead of sharing its error.
 """
 
 from __future__ import annotations
@@ -33,13 +36,20 @@ class Flights:
         return len(self._flying)
 
     async def share(
-        self, key: Hashable, work: Callable[[], Awaitable[Outcome]], trace_id: str
+        self,
+        key: Hashable,
+        work: Callable[[], Awaitable[Outcome]],
+        trace_id: str,
+        on_copy: Callable[[Outcome], None] | None = None,
     ) -> Outcome:
-        """``work()``'s outcome, done once for every copy of ``key`` that arrives meanwhile."""
+        """``work()``'s outcome, done once for every copy of ``key`` that arrives meanwhile
+        (``on_copy`` is told of each copy answered with the shared outcome)."""
         flying = self._flying.get(key)
         if flying is not None:
             shared = await asyncio.shield(flying)
             if shared is not None:
+                if on_copy is not None:
+                    on_copy(shared)
                 envelope = shared.envelope
                 if (
                     envelope.status == EnvelopeStatus.ACCEPTED

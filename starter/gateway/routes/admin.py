@@ -147,12 +147,15 @@ async def list_keys(request: Request, tenant_id: TenantId) -> list[ApiKeyInfo]:
     responses=documented_errors(404),
 )
 async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
-    """The next request with the key is `unauthenticated`. Revoking twice keeps the first
-    revocation time."""
-    async with deps_of(request).sessions.begin() as session:
+    """The next request with the key is `unauthenticated` (other gateways' answers from
+    memory: within `MOAT_AUTH_CACHE_SECONDS`). Revoking twice keeps the first revocation
+    time."""
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
         key = await tenants.revoke_key(session, key_id, datetime.now(UTC))
     if key is None:
         raise MoatError("key_not_found", f"No API key {key_id!r}.")
+    deps.keys.forget(key_id)
     return key
 
 

@@ -6,9 +6,9 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Request, Response
 
-from schemas.execute import Envelope
+from schemas.execute import Envelope, EnvelopeStatus
 from schemas.names import REPLAYED_HEADER, TRACE_HEADER
 from starter.gateway.deps import (
     RECEIPT_ID,
@@ -17,12 +17,13 @@ from starter.gateway.deps import (
     authenticate,
     deps_of,
     execution_not_found,
+    unauthenticated,
 )
-from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
-from starter.gateway.errors import documented_errors, execution_status
+from starter.gateway.errors import documented_errors, execution_status, render_json
 from starter.runtime import observability
-from starter.service import executions, policy
+from starter.service import MoatError, executions, policy
 from starter.service.executions import Outcome
+from starter.service.keycache import KeyCache
 
 router = APIRouter()
 
@@ -100,7 +101,7 @@ async def execute(
         str | None,
         Header(description="`wait=N`: wait up to N seconds for the run (RFC 7240)."),
     ] = None,
-) -> JSONResponse:
+) -> Response:
     """Validate, then run the capability, or answer the stored result of an earlier request
     with the same key. Errors are checked in this order: `payload_too_large`,
     `unauthenticated`, `bad_json`, `schema_validation_failed`, `unsupported_schema_version`,
@@ -113,51 +114,110 @@ async def execute(
     submitted_at = datetime.now(UTC)
     trace_id = observability.current_trace_id()
     body = await request.body()
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
+    if credentials is None:
+        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
+    presented = credentials.credentials
+    wait, applied = _wait_budget(prefer, deps)
+    # A key verified moments ago (``deps.keys``) lets memory answer: a finished
+    # execution's stored answer, or a run already in flight here. Whatever memory cannot
+    # settle goes to Postgres, which authenticates the key in the request's transaction.
+    known = deps.keys.get(presented)
+    invalid: MoatError | None = None
+    try:
         prepared = executions.prepare(body, idempotency_key, deps.catalog)
-        await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
-        found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
-        strict = not isinstance(found, Outcome) and await policy.is_strict(
-            session, tenant.tenant_id, tenant.policy_mode
-        )
-    headers: dict[str, str] = {}
-    if isinstance(found, Outcome):
-        outcome = found
-    else:
-        wait, applied = _wait_budget(prefer, deps)
-        if applied:
-            headers["Preference-Applied"] = applied
-        copy_of = (tenant.tenant_id, prepared.idempotency_key, prepared.input_hash, wait)
-        outcome = await deps.flights.share(
-            copy_of if not prepared.request.dry_run else object(),
-            lambda: deps.executions.run(
-                tenant.tenant_id,
-                tenant.idempotency_ttl_seconds,
-                prepared,
-                trace_id,
-                submitted_at,
-                wait,
-                found,
-                scopes=tenant.scopes,
-                api_key_id=tenant.key_id,
-                may_await_approval=strict,
-            ),
+    except MoatError as err:
+        if known is not None:
+            raise
+        invalid = err  # raised once the key is checked (401 comes first)
+    if known is not None:
+        answer = deps.executions.remembered(known.tenant_id, prepared)
+        if answer is not None:
+            if answer.rendered is None:
+                answer.rendered = _render(answer.envelope)
+            return _rendered(answer.envelope, answer.rendered, {REPLAYED_HEADER: "true"})
+
+    async def through_postgres() -> Outcome:
+        since = deps.keys.now()
+        async with deps.sessions.begin() as session:
+            tenant = await authenticate(session, credentials)
+            deps.keys.keep(presented, tenant, since)
+            if invalid is not None:
+                raise invalid
+            await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
+            found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
+            strict = not isinstance(found, Outcome) and await policy.is_strict(
+                session, tenant.tenant_id, tenant.policy_mode
+            )
+        if isinstance(found, Outcome):
+            return found
+        return await deps.executions.run(
+            tenant.tenant_id,
+            tenant.idempotency_ttl_seconds,
+            prepared,
             trace_id,
+            submitted_at,
+            wait,
+            found,
+            scopes=tenant.scopes,
+            api_key_id=tenant.key_id,
+            may_await_approval=strict,
         )
+
+    if invalid is not None:
+        return _answer(await through_postgres())  # raises: the key's error or the body's
+    req = prepared.request
+    # Identical copies share one way through Postgres and Temporal: by tenant once the key
+    # is known, else by the key itself (the first copy's authentication is theirs too).
+    caller = known.tenant_id if known is not None else KeyCache.digest(presented)
+    copy_of = (caller, prepared.idempotency_key, prepared.input_hash, req.connection_id, wait)
+
+    def copied(shared: Outcome) -> None:
+        # A copy answered with a stored receipt is an idempotent hit like its leader.
+        receipt = shared.envelope.receipt
+        if shared.stored and receipt is not None:
+            deps.executions.hits.note(
+                receipt.tenant_id,
+                receipt.id,
+                receipt.capability_id,
+                prepared.idempotency_key,
+                datetime.now(UTC),
+            )
+
+    outcome = await deps.flights.share(
+        copy_of if not req.dry_run else object(), through_postgres, trace_id, copied
+    )
+    headers: dict[str, str] = {}
+    if applied and not outcome.stored:
+        headers["Preference-Applied"] = applied
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"
-    return _answer(outcome.envelope, headers)
+    return _answer(outcome, headers)
 
 
-def _answer(envelope: Envelope, headers: dict[str, str] | None = None) -> JSONResponse:
-    """An execution's envelope with its status; one still running says where to poll."""
+def _render(envelope: Envelope) -> bytes:
+    return render_json(envelope.model_dump(mode="json"))
+
+
+def _rendered(envelope: Envelope, body: bytes, headers: dict[str, str]) -> Response:
+    """An already rendered envelope, answered as ``_answer`` would."""
     status = execution_status(envelope)
-    headers = dict(headers or {})
     if status == 202:
         headers["Location"] = f"/v1/executions/{envelope.receipt_id}"
         headers["Retry-After"] = POLL_AFTER_SECONDS
-    return JSONResponse(envelope.model_dump(mode="json"), status_code=status, headers=headers)
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def _answer(outcome: Outcome, headers: dict[str, str] | None = None) -> Response:
+    """An execution's envelope with its status; one still running says where to poll. The
+    copies sharing one outcome (``flights``) share its rendering too."""
+    envelope = outcome.envelope
+    if envelope.status == EnvelopeStatus.ACCEPTED or not outcome.rendered:
+        body = _render(envelope)
+        if envelope.status != EnvelopeStatus.ACCEPTED:  # an accepted copy has its own trace
+            outcome.rendered.append(body)
+    else:
+        body = outcome.rendered[0]
+    return _rendered(envelope, body, dict(headers or {}))
 
 
 def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
@@ -183,7 +243,7 @@ def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
         **documented_errors(401, 404, 500),
     },
 )
-async def get_execution(request: Request, receipt_id: str, credentials: TenantKey) -> JSONResponse:
+async def get_execution(request: Request, receipt_id: str, credentials: TenantKey) -> Response:
     """What became of the execution a `receipt_id` names, for as long as its receipt or run
     exists. Another tenant's executions are `execution_not_found`."""
     deps = deps_of(request)
@@ -199,4 +259,4 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
         envelope = await deps.executions.started(tenant.tenant_id, receipt_id, trace_id)
     if envelope is None:
         raise execution_not_found(receipt_id)
-    return _answer(envelope)
+    return _answer(Outcome(envelope))
