@@ -85,6 +85,19 @@ include-operation-id = "put_tenant_policy"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
 
 [[operations]]
+# Also 400: a decision's comment holding text Postgres cannot store (NUL, a lone surrogate).
+include-operation-id = "approve"
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "400", "401", "403", "404", "409", "413", "422"
+]
+
+[[operations]]
+include-operation-id = "reject"
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "400", "401", "403", "404", "409", "413", "422"
+]
+
+[[operations]]
 # Also 400: a capability or input the catalog does not declare safe to probe, an input that
 # does not match its capability's schema, or an interval under the configured minimum.
 include-operation-id = "add_probe"
