@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter, fail
 from activities.evidence import Chain, continue_chain, step_id
+from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.execute import KeptOutput
@@ -313,9 +314,10 @@ class ExecuteActivities:
             )
         try:
             credential = await self._credential(inp)
-            out = await _guarded(
-                adapter, inp.model_copy(update={"attempt": info.attempt}), credential
-            )
+            async with heartbeating():
+                out = await _guarded(
+                    adapter, inp.model_copy(update={"attempt": info.attempt}), credential
+                )
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries

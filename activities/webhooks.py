@@ -27,6 +27,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import HostGuard, parse_retry_after
+from activities.heartbeat import heartbeating
 from schemas.names import ATTEMPT_DELIVERY
 from schemas.webhooks import (
     WEBHOOK_SECRET_PREFIX,
@@ -109,7 +110,8 @@ class DeliveryActivities:
             allow = list(tenant.http_allow_hosts) if tenant is not None else []
         if sub is None or sub.status != SubscriptionStatus.ACTIVE.value:
             return await self._mark(inp, None, sub)
-        sent = await self._send(row, sub, allow, now)
+        async with heartbeating():
+            sent = await self._send(row, sub, allow, now)
         return await self._mark(inp, sent, sub)
 
     async def _send(

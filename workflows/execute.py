@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RuleHit,
     )
     from schemas.run import (
+        ADAPTER_HEARTBEAT_TIMEOUT,
         ADAPTER_TIMEOUT_SLACK,
         BOOKKEEPING_DEADLINE,
         AdapterInput,
@@ -359,6 +360,7 @@ class ExecuteCapability:
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
                 start_to_close_timeout=timedelta(seconds=cap.timeout_seconds)
                 + ADAPTER_TIMEOUT_SLACK,
+                heartbeat_timeout=ADAPTER_HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=retry.base_delay_seconds),
                     backoff_coefficient=2.0,
