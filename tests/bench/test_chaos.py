@@ -4,6 +4,8 @@ doubled anything, so ``make chaos`` cannot pass by not looking."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import httpx
 import pytest
 
@@ -77,3 +79,12 @@ def test_a_clean_run_passes_and_every_kind_of_loss_or_double_fails() -> None:
     assert _failed(rebuild=(1, "1 differ")) == {"moat runs rebuild --verify"}
     unanswered = [Key("a", 1, {"r-a"}, {"executed"}), Key("b", 3)]
     assert _failed(keys=unanswered) == {"keys answered"}
+
+
+def test_replayed_runs_are_reported_by_reason() -> None:
+    keys, observed, effects = _clean_run()
+    replays = dataclasses.replace(observed, replayed_manifests={"idempotent_hit": 2})
+    verdict = evaluate(keys, replays, effects, {"/m/a": True, "/m/b": True}, (0, ""))
+    (row,) = [r for r in verdict.rows if r["check"].startswith("runs that replayed")]
+    assert row["found"] == "2: 2 new run for a completed execution (idempotent_hit)"
+    assert row["ok"] is None  # a figure: the receipt answered, no tool repeated
