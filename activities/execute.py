@@ -266,6 +266,12 @@ class ExecuteActivities:
 
     @activity.defn(name=CALL_ADAPTER)
     async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
+        # The whole attempt, not only the provider call: its event writes wait on
+        # PostgreSQL, which may be slow or restarting, and a live attempt must not time out.
+        async with heartbeating():
+            return await self._attempt(inp)
+
+    async def _attempt(self, inp: AdapterInput) -> AdapterOutput:
         info = activity.info()
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""
@@ -314,10 +320,9 @@ class ExecuteActivities:
             )
         try:
             credential = await self._credential(inp)
-            async with heartbeating():
-                out = await _guarded(
-                    adapter, inp.model_copy(update={"attempt": info.attempt}), credential
-                )
+            out = await _guarded(
+                adapter, inp.model_copy(update={"attempt": info.attempt}), credential
+            )
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             retries_left = info.attempt <= inp.capability.retry_settings.max_retries

@@ -97,6 +97,10 @@ class DeliveryActivities:
 
     @activity.defn(name=ATTEMPT_DELIVERY)
     async def attempt_delivery(self, inp: DeliveryInput) -> AttemptResult:
+        async with heartbeating():  # the reads and the mark wait on PostgreSQL too
+            return await self._attempt(inp)
+
+    async def _attempt(self, inp: DeliveryInput) -> AttemptResult:
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
@@ -110,8 +114,7 @@ class DeliveryActivities:
             allow = list(tenant.http_allow_hosts) if tenant is not None else []
         if sub is None or sub.status != SubscriptionStatus.ACTIVE.value:
             return await self._mark(inp, None, sub)
-        async with heartbeating():
-            sent = await self._send(row, sub, allow, now)
+        sent = await self._send(row, sub, allow, now)
         return await self._mark(inp, sent, sub)
 
     async def _send(

@@ -27,7 +27,7 @@ ATTEMPT_RETRY = RetryPolicy(
 )
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
 # A worker killed mid-send: the attempt is retried after this, not after ATTEMPT_TIMEOUT.
-ATTEMPT_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
+ATTEMPT_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 
 
 @workflow.defn(name=DELIVER_WEBHOOK_WORKFLOW)

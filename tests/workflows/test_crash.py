@@ -185,7 +185,7 @@ async def test_killed_worker_call_is_retried_after_the_heartbeat_timeout(
     assert len(scheduled) == 1
     ((call_id, call),) = scheduled.items()
     assert call.heartbeat_timeout.ToTimedelta() == ADAPTER_HEARTBEAT_TIMEOUT
-    assert call.start_to_close_timeout.ToTimedelta() > 5 * ADAPTER_HEARTBEAT_TIMEOUT
+    assert call.start_to_close_timeout.ToTimedelta() > 3 * ADAPTER_HEARTBEAT_TIMEOUT
     (started,) = [
         e.activity_task_started_event_attributes
         for e in history.events
