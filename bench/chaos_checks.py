@@ -200,6 +200,20 @@ async def _observe(stack: ChaosStack, keys: Sequence[Key], running: int) -> Obse
     )
 
 
+# What the SDK logs when an attempt finishes after Temporal timed it out and moved on.
+STALE_ATTEMPT = "Activity not found on completion"
+
+
+def stale_attempts(logs: Path) -> int:
+    """Attempts a live worker finished after Temporal had timed them out (heartbeat or
+    start-to-close) and scheduled the retry: a figure of how starved the workers were."""
+    found = 0
+    for log in logs.glob("worker-*.log"):
+        with log.open(errors="replace") as lines:
+            found += sum(1 for line in lines if STALE_ATTEMPT in line)
+    return found
+
+
 def _replay_reason(path: str) -> str:
     try:
         manifest = json.loads(Path(path).read_bytes())
