@@ -3,10 +3,11 @@
 Without one, a worker killed mid-call leaves its attempt to the start-to-close timeout
 (the capability's whole HTTP timeout and more) before Temporal retries it elsewhere. With a
 heartbeat timeout on the schedule and this beating for the whole attempt, a dead worker's
-attempt is retried after the heartbeat timeout instead. A live worker starved of CPU for
-longer than that timeout has its attempt retried too: harmless for the same reason. The retry is an ordinary
-next attempt: the same downstream key, ``attempt`` one higher, so it takes the same
-idempotency path as any retry (provider key dedupe, or the reconcile look-up first).
+attempt is retried after the heartbeat timeout instead. The retry is an ordinary next
+attempt: the same downstream key, ``attempt`` one higher, so it takes the same idempotency
+path as any retry (provider key dedupe, or the reconcile look-up first). That also makes
+harmless the retry of a live worker's attempt when the worker was starved of CPU for longer
+than the timeout.
 
 The beat waits before its first heartbeat, so a call that returns quickly sends none.
 """
