@@ -10,6 +10,8 @@ harmless the retry of a live worker's attempt when the worker was starved of CPU
 than the timeout.
 
 The beat waits before its first heartbeat, so a call that returns quickly sends none.
+Webhook delivery sets a heartbeat timeout; the adapter call does not yet (see
+``workflows/execute.py``): this beats only when one is set.
 """
 
 from __future__ import annotations

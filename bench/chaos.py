@@ -265,8 +265,8 @@ async def campaign(args: argparse.Namespace, console: Console) -> dict[str, Any]
         drain_until = time.monotonic() + args.drain_seconds
         verdict = await check(stack, run.keys, run.progress.requests, drain_until=drain_until)
         verdict.info(
-            "attempts that outlived their timeout (live worker too starved to heartbeat; "
-            "the retry used the same key)",
+            "attempts that outlived their timeout (a live worker too starved to finish or "
+            "heartbeat in time; the retry used the same key)",
             stale_attempts(stack.root / "logs"),
         )
         wall = time.monotonic() - started

@@ -192,10 +192,6 @@ class ExecuteResult(BaseModel):
 
 # How long the workflow gives its steps (workflows/execute.py uses these).
 ADAPTER_TIMEOUT_SLACK = timedelta(seconds=5)  # beyond the capability's own HTTP timeout
-# A worker that stops heartbeating mid-call for this long is taken as dead and the attempt
-# is retried on another (activities/heartbeat.py); well under any capability's timeout, and
-# above the stalls a starved worker shows (at 5 s a loaded machine timed out live attempts).
-ADAPTER_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 BOOKKEEPING_DEADLINE = timedelta(minutes=10)  # each bookkeeping step, retries included
 MAX_RETRY_AFTER = timedelta(minutes=10)  # the longest provider Retry-After honoured
 

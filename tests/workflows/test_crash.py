@@ -9,15 +9,12 @@ import subprocess
 import sys
 
 from sqlalchemy import func, select
-from temporalio.api.enums.v1 import EventType, TimeoutType
 
 from schemas.capabilities import (
     BUILTIN_CAPABILITIES,
     CapabilityCatalog,
 )
 from schemas.events import RunStatus
-from schemas.names import CALL_ADAPTER
-from schemas.run import ADAPTER_HEARTBEAT_TIMEOUT, workflow_id_for
 from store import events as event_log
 from store.models import ReceiptRow
 from tests.support.fakes import FakeProvider, Step
@@ -138,63 +135,3 @@ async def test_terminated_run_is_resumed_without_a_second_effect(
         assert await event_log.verify(session, stack.tenant_id) == []
         run = await event_log.get_run(session, stack.tenant_id, receipt_id)
     assert run is not None and run.status == RunStatus.COMPLETED
-
-
-async def test_killed_worker_call_is_retried_after_the_heartbeat_timeout(
-    make_stack: StackFactory, provider: FakeProvider
-) -> None:
-    """With http.request's own 30 s timeout, a killed worker's attempt would wait 35 s for
-    start-to-close; the heartbeat timeout hands it to the next worker first, and that retry
-    is an ordinary attempt 2 (same Idempotency-Key, the provider dedupes)."""
-    url = provider.script("/beat", Step(200, {"sent": True}, delay=1.0))
-    async with make_stack(with_worker=False, http_allow_hosts=[provider.allow_entry]) as stack:
-        env = worker_env(stack, provider)
-        first = spawn_worker(env)
-        request = asyncio.create_task(
-            stack.execute("http.request", {"method": "POST", "url": url, "json": {}}, key="hb")
-        )
-        try:
-            for _ in range(300):
-                if provider.calls_to("/beat"):
-                    break
-                assert first.poll() is None, first.stderr.read() if first.stderr else ""
-                await asyncio.sleep(0.05)
-            assert provider.calls_to("/beat"), "the worker never called the provider"
-            first.send_signal(signal.SIGKILL)
-            first.wait(10)
-            second = spawn_worker(env)
-            try:
-                response = await asyncio.wait_for(request, 90)
-            finally:
-                second.send_signal(signal.SIGTERM)
-                assert second.wait(20) == 0
-        finally:
-            if first.poll() is None:
-                first.kill()
-        assert response.status_code == 200, response.text
-        assert response.json()["receipt"]["status"] == "success"
-        history = await stack.client.get_workflow_handle(
-            workflow_id_for(stack.tenant_id, "hb")
-        ).fetch_history()
-    scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == CALL_ADAPTER
-    }
-    assert len(scheduled) == 1
-    ((call_id, call),) = scheduled.items()
-    assert call.heartbeat_timeout.ToTimedelta() == ADAPTER_HEARTBEAT_TIMEOUT
-    assert call.start_to_close_timeout.ToTimedelta() > 3 * ADAPTER_HEARTBEAT_TIMEOUT
-    (started,) = [
-        e.activity_task_started_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.scheduled_event_id == call_id
-    ]
-    assert started.attempt == 2  # the killed attempt, then one retry
-    cause = started.last_failure.timeout_failure_info.timeout_type
-    assert cause == TimeoutType.TIMEOUT_TYPE_HEARTBEAT  # not TIMEOUT_TYPE_START_TO_CLOSE
-    calls = provider.calls_to("/beat")
-    assert len({c.headers["idempotency-key"] for c in calls}) == 1
-    assert len(provider.effects_on("/beat")) == 1
