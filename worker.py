@@ -135,4 +135,7 @@ def build_worker(
         ],
         max_concurrent_activities=200,
         graceful_shutdown_timeout=timedelta(seconds=10),
+        # Heartbeats reach Temporal as they are made (activities/heartbeat.py beats several
+        # times per timeout), not once per 80 % of the timeout, which a busy loop can miss.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
     )

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter, fail
 from activities.evidence import Chain, continue_chain, step_id
+from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.execute import KeptOutput
@@ -265,6 +266,12 @@ class ExecuteActivities:
 
     @activity.defn(name=CALL_ADAPTER)
     async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
+        # The whole attempt, not only the provider call: its event writes wait on
+        # PostgreSQL, which may be slow or restarting, and a live attempt must not time out.
+        async with heartbeating():
+            return await self._attempt(inp)
+
+    async def _attempt(self, inp: AdapterInput) -> AdapterOutput:
         info = activity.info()
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""

@@ -27,6 +27,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import HostGuard, parse_retry_after
+from activities.heartbeat import heartbeating
 from schemas.names import ATTEMPT_DELIVERY
 from schemas.webhooks import (
     WEBHOOK_SECRET_PREFIX,
@@ -96,6 +97,10 @@ class DeliveryActivities:
 
     @activity.defn(name=ATTEMPT_DELIVERY)
     async def attempt_delivery(self, inp: DeliveryInput) -> AttemptResult:
+        async with heartbeating():  # the reads and the mark wait on PostgreSQL too
+            return await self._attempt(inp)
+
+    async def _attempt(self, inp: DeliveryInput) -> AttemptResult:
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)

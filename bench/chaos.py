@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from bench.chaos_checks import Verdict, check, render
+from bench.chaos_checks import Verdict, check, render, stale_attempts
 from bench.chaos_provider import ChaosProvider, Faults
 from bench.chaos_stack import ChaosStack, Member, chaos_stack
 
@@ -264,6 +264,11 @@ async def campaign(args: argparse.Namespace, console: Console) -> dict[str, Any]
         await run.settle()
         drain_until = time.monotonic() + args.drain_seconds
         verdict = await check(stack, run.keys, run.progress.requests, drain_until=drain_until)
+        verdict.info(
+            "attempts that outlived their timeout (a live worker too starved to finish or "
+            "heartbeat in time; the retry used the same key)",
+            stale_attempts(stack.root / "logs"),
+        )
         wall = time.monotonic() - started
         verdict.info("wall time", f"{wall:.0f} s (load {load_seconds:.0f} s)")
         if not verdict.ok:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import subprocess
 import sys
 import time
@@ -60,7 +61,8 @@ class Observed:
     unfinished_runs: int
     running_workflows: int
     manifests: Sequence[tuple[str, str, str]]  # (receipt id, path, sha256)
-    replayed_manifests: int = 0  # of runs started again for a finished receipt
+    # Manifests of runs that answered an already recorded receipt, by replay reason.
+    replayed_manifests: Mapping[str, int] = field(default_factory=dict)
 
 
 def evaluate(
@@ -119,7 +121,8 @@ def evaluate(
     receipt_ids = {r for found in observed.receipts.values() for r, _ in found}
     with_manifest = {receipt for receipt, _, _ in observed.manifests}
     bad = [path for path, good in manifest_verdicts.items() if not good]
-    v.info("manifests of replayed runs (no tool repeated)", observed.replayed_manifests)
+    v.info("runs that replayed a recorded receipt (no tool repeated)",
+           _replays(observed.replayed_manifests))  # fmt: skip
     v.expect("manifests that verify",
              f"{len(manifest_verdicts) - len(bad)}/{len(manifest_verdicts)}, "
              f"{len(receipt_ids & with_manifest)}/{len(receipt_ids)} receipts have one",
@@ -191,13 +194,51 @@ async def _observe(stack: ChaosStack, keys: Sequence[Key], running: int) -> Obse
                 ).where(ManifestRow.tenant_id == tenant)
             )
         ).all()
+    reasons = Counter(_replay_reason(path) for _, path, _, replayed in manifests if replayed)
     return Observed(
-        receipts,
-        int(unfinished or 0),
-        running,
-        [(r, p, d) for r, p, d, _ in manifests],
-        sum(1 for *_, replayed in manifests if replayed),
+        receipts, int(unfinished or 0), running, [(r, p, d) for r, p, d, _ in manifests], reasons
     )
+
+
+# What the SDK logs when an attempt finishes after Temporal timed it out and moved on.
+STALE_ATTEMPT = "Activity not found on completion"
+
+
+def stale_attempts(logs: Path) -> int:
+    """Attempts a live worker finished after Temporal had timed them out (heartbeat or
+    start-to-close) and scheduled the retry: a figure of how starved the workers were."""
+    found = 0
+    for log in logs.glob("worker-*.log"):
+        with log.open(errors="replace") as lines:
+            found += sum(1 for line in lines if STALE_ATTEMPT in line)
+    return found
+
+
+def _replay_reason(path: str) -> str:
+    try:
+        manifest = json.loads(Path(path).read_bytes())
+        return str(manifest["metadata"].get("replay_reason") or "unknown")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return "unreadable"  # the manifest check reports the file
+
+
+# Why a run can answer a receipt that is already recorded, for the table.
+REPLAY_REASONS = {
+    # A new run for a key whose run had completed: the gateway starts a new run only after
+    # a failed one, so this means Temporal no longer knew the completed run (lost in a
+    # crash, or past retention) while the gateway's read missed the receipt.
+    "idempotent_hit": "new run for a completed execution",
+    # The same run re-ran its first step after recording: Temporal lost the history past
+    # the policy step (crash of its store) or an operator reset the run.
+    "workflow_reset": "run re-ran after recording",
+}
+
+
+def _replays(reasons: Mapping[str, int]) -> str:
+    if not reasons:
+        return "0"
+    parts = [f"{n} {REPLAY_REASONS.get(r, r)} ({r})" for r, n in sorted(reasons.items())]
+    return f"{sum(reasons.values())}: " + ", ".join(parts)
 
 
 def _verify_manifests(

@@ -26,6 +26,8 @@ ATTEMPT_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
 )
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
+# A worker killed mid-send: the attempt is retried after this, not after ATTEMPT_TIMEOUT.
+ATTEMPT_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 
 
 @workflow.defn(name=DELIVER_WEBHOOK_WORKFLOW)
@@ -38,6 +40,7 @@ class DeliverWebhook:
                 inp,
                 result_type=AttemptResult,
                 start_to_close_timeout=ATTEMPT_TIMEOUT,
+                heartbeat_timeout=ATTEMPT_HEARTBEAT_TIMEOUT,
                 retry_policy=ATTEMPT_RETRY,
             )
             if result.final:

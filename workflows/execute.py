@@ -357,6 +357,9 @@ class ExecuteCapability:
                 ),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
+                # No heartbeat timeout (the activity would beat): a worker starved of CPU past
+                # it loses live attempts, and losing the last one leaves a failure receipt
+                # over an effect the provider made (the chaos campaign found 4 in 2,000).
                 start_to_close_timeout=timedelta(seconds=cap.timeout_seconds)
                 + ADAPTER_TIMEOUT_SLACK,
                 retry_policy=RetryPolicy(

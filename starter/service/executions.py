@@ -26,7 +26,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
@@ -378,33 +378,35 @@ class Executions:
             api_key_id=api_key_id,
         )
         arg = self._start_keys.signed(arg, workflow_id)
-        handle = await self._client.start_workflow(
-            EXECUTE_WORKFLOW,
-            arg,
-            id=workflow_id,
-            task_queue=self._settings.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            result_type=ExecuteResult,
-            # The run's line in the Web UI's list; the run keeps its details current.
-            static_summary=f"{prepared.capability.id}@{prepared.capability.version} "
-            f"· receipt {receipt_id}",
-            memo={
-                "receipt_id": receipt_id,
-                "input_hash": prepared.input_hash,
-                "request_id": request_id,
-            },
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(TENANT_ATTR, tenant_id),
-                    SearchAttributePair(CAPABILITY_ATTR, prepared.capability.id),
-                    SearchAttributePair(
-                        KEY_ATTR, prepared.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]
-                    ),
-                    SearchAttributePair(RECEIPT_ATTR, receipt_id),
-                ]
-            ),
-        )
+        # Not after a completed run: that run recorded a receipt, which answers this request
+        # (a look-up that raced the run's end, e.g. a start slowed by a Temporal restart,
+        # would otherwise start a run that only replays the receipt). A run that ended
+        # without recording (terminated, failed) is resumed by a new one.
+        try:
+            handle = await self._start(
+                arg,
+                workflow_id,
+                prepared,
+                receipt_id,
+                request_id,
+                tenant_id,
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            )
+        except WorkflowAlreadyStartedError:
+            async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
+                found = await self.replay(session, tenant_id, prepared, trace_id)
+            if isinstance(found, Outcome):
+                return found
+            # The completed run's key has expired since: a new execution takes it.
+            handle = await self._start(
+                arg,
+                workflow_id,
+                prepared,
+                receipt_id,
+                request_id,
+                tenant_id,
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )
         try:
             result = await self._wait(
                 handle, tenant_id, workflow_id, wait_seconds, may_await_approval and not req.dry_run
@@ -433,6 +435,44 @@ class Executions:
         # Attached to a run another request started: the answer is that request's.
         attached = result.request_id != request_id or result.receipt.id != receipt_id
         return await self._finished(result.receipt, result.replayed or attached, prepared)
+
+    async def _start(
+        self,
+        arg: ExecuteWorkflowInput,
+        workflow_id: str,
+        prepared: Prepared,
+        receipt_id: str,
+        request_id: str,
+        tenant_id: str,
+        reuse: WorkflowIDReusePolicy,
+    ) -> Any:
+        return await self._client.start_workflow(
+            EXECUTE_WORKFLOW,
+            arg,
+            id=workflow_id,
+            task_queue=self._settings.task_queue,
+            id_reuse_policy=reuse,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            result_type=ExecuteResult,
+            # The run's line in the Web UI's list; the run keeps its details current.
+            static_summary=f"{prepared.capability.id}@{prepared.capability.version} "
+            f"· receipt {receipt_id}",
+            memo={
+                "receipt_id": receipt_id,
+                "input_hash": prepared.input_hash,
+                "request_id": request_id,
+            },
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(TENANT_ATTR, tenant_id),
+                    SearchAttributePair(CAPABILITY_ATTR, prepared.capability.id),
+                    SearchAttributePair(
+                        KEY_ATTR, prepared.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]
+                    ),
+                    SearchAttributePair(RECEIPT_ATTR, receipt_id),
+                ]
+            ),
+        )
 
     async def _wait(
         self,

@@ -4,11 +4,14 @@ doubled anything, so ``make chaos`` cannot pass by not looking."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import httpx
 import pytest
 
 from bench.chaos import Key
-from bench.chaos_checks import Observed, evaluate
+from bench.chaos_checks import STALE_ATTEMPT, Observed, evaluate, stale_attempts
 from bench.chaos_provider import ChaosProvider, Faults
 from starter.devstack import serve_asgi
 
@@ -77,3 +80,19 @@ def test_a_clean_run_passes_and_every_kind_of_loss_or_double_fails() -> None:
     assert _failed(rebuild=(1, "1 differ")) == {"moat runs rebuild --verify"}
     unanswered = [Key("a", 1, {"r-a"}, {"executed"}), Key("b", 3)]
     assert _failed(keys=unanswered) == {"keys answered"}
+
+
+def test_replayed_runs_are_reported_by_reason() -> None:
+    keys, observed, effects = _clean_run()
+    replays = dataclasses.replace(observed, replayed_manifests={"idempotent_hit": 2})
+    verdict = evaluate(keys, replays, effects, {"/m/a": True, "/m/b": True}, (0, ""))
+    (row,) = [r for r in verdict.rows if r["check"].startswith("runs that replayed")]
+    assert row["found"] == "2: 2 new run for a completed execution (idempotent_hit)"
+    assert row["ok"] is None  # a figure: the receipt answered, no tool repeated
+
+
+def test_stale_attempts_are_counted_from_the_worker_logs(tmp_path: Path) -> None:
+    (tmp_path / "worker-1.log").write_text(f"x\n{STALE_ATTEMPT} task_token=a\n{STALE_ATTEMPT}\n")
+    (tmp_path / "worker-2.log").write_text("nothing\n")
+    (tmp_path / "gateway-1.log").write_text(f"{STALE_ATTEMPT}\n")
+    assert stale_attempts(tmp_path) == 2

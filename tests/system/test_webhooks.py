@@ -17,12 +17,14 @@ import pytest_asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from standardwebhooks.webhooks import Webhook
+from temporalio.api.enums.v1 import EventType as HistoryEvent
 from temporalio.worker import Worker
 
 import worker as worker_module
 from activities import DeliveryActivities, HostGuard
 from schemas.events import EventDraft, EventType
-from schemas.webhooks import AttemptResult, DeliveryInput
+from schemas.names import ATTEMPT_DELIVERY
+from schemas.webhooks import AttemptResult, DeliveryInput, delivery_workflow_id
 from starter.devstack import serve_asgi
 from starter.runtime.outbox_relay import OutboxRelay
 from store import events as event_log
@@ -35,6 +37,7 @@ from tests.gateway.test_policy import new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import CATALOG, Stack, StackFactory
 from tests.support.webhook_endpoint import WebhookEndpoint
+from workflows.deliver import ATTEMPT_HEARTBEAT_TIMEOUT
 
 FAST_RETRIES = {"max_retries": 3, "retry_base_seconds": 0.05}
 
@@ -134,7 +137,18 @@ async def test_signed_delivery(
         assert payload["data"]["input_hash"].startswith("sha256:")
         assert got.webhook_id.startswith("msg_")
         # The attempt is recorded once the endpoint's answer is back, after it received it.
-        await settled(stack)
+        row = next(r for r in await settled(stack) if r.status != "pending")
+        # A worker killed mid-send has its attempt retried after the heartbeat timeout.
+        history = await stack.client.get_workflow_handle(
+            delivery_workflow_id(row.id, row.generation)
+        ).fetch_history()
+        [scheduled] = [
+            e.activity_task_scheduled_event_attributes
+            for e in history.events
+            if e.event_type == HistoryEvent.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+        assert scheduled.activity_type.name == ATTEMPT_DELIVERY
+        assert scheduled.heartbeat_timeout.ToTimedelta() == ATTEMPT_HEARTBEAT_TIMEOUT
         deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
         [attempt] = deliveries["items"]
         assert (attempt["http_status"], attempt["outcome"]) == (200, "delivered")

@@ -34,21 +34,25 @@ def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
+def worker_env(stack: Stack, provider: FakeProvider) -> dict[str, str]:
+    s = stack.settings
+    return {
+        "MOAT_DATABASE_URL": s.database_url or "",
+        "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
+        "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
+        "MOAT_TASK_QUEUE": s.task_queue,
+        "MOAT_HTTP_ALLOW_HOSTS": provider.allow_entry,
+        "MOAT_HOME": str(s.home),
+    }
+
+
 async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakeProvider) -> None:
     catalog = CapabilityCatalog((*BUILTIN_CAPABILITIES, SHORT))
     url = provider.script("/crash", Step(200, {"sent": True}, delay=1.0))
     async with make_stack(
         catalog=catalog, with_worker=False, http_allow_hosts=[provider.allow_entry]
     ) as stack:
-        s = stack.settings
-        env = {
-            "MOAT_DATABASE_URL": s.database_url or "",
-            "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
-            "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
-            "MOAT_TASK_QUEUE": s.task_queue,
-            "MOAT_HTTP_ALLOW_HOSTS": provider.allow_entry,
-            "MOAT_HOME": str(s.home),
-        }
+        env = worker_env(stack, provider)
         first = spawn_worker(env)
         request = asyncio.create_task(
             stack.execute(

@@ -12,12 +12,12 @@ import hashlib
 import json
 import subprocess
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
@@ -26,10 +26,11 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
 from starter.devstack import temporal_binary
+from starter.service.executions import Executions, Unfinished
 from store import budgets
 from store.keys.signing import Keyring, verify_manifest
 from store.keys.start import StartKeyring
-from store.models import ManifestRow, ReceiptRow
+from store.models import IdempotencyClaim, ManifestRow, ReceiptRow
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack, StackFactory
 
@@ -203,3 +204,55 @@ async def test_new_run_after_temporal_forgot_serves_the_stored_receipt(
     manifest = json.loads(await asyncio.to_thread(Path(new.path).read_bytes))
     assert manifest["metadata"]["replay_reason"] == "idempotent_hit"
     assert manifest["tools"] == []
+
+
+async def test_a_start_that_raced_the_runs_end_is_answered_from_the_receipt(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway read the key while its run was still going (no receipt yet: ``Unfinished``)
+    and reaches Temporal only after that run completed, e.g. a start slowed down by load
+    or by a Temporal restart. The completed run is not followed by a new one that answers
+    from the receipt (a second, ``replayed`` manifest for nothing): the gateway answers from
+    the receipt. A key whose claim has expired still gets a new execution."""
+    payload = {"message": "race"}
+    first = await stack.execute("demo.echo", payload, key="race")
+    assert first.status_code == 200, first.text
+    receipt_id = first.json()["receipt_id"]
+    workflow_id = first.json()["workflow_id"]
+    looked_up = Executions.replay
+    stale: list[bool] = []
+
+    async def stale_once(self: Executions, *args: Any) -> Any:
+        if not stale:
+            stale.append(True)
+            return Unfinished(receipt_id)  # what the look-up saw before the receipt
+        return await looked_up(self, *args)
+
+    monkeypatch.setattr(Executions, "replay", stale_once)
+    again = await stack.execute("demo.echo", payload, key="race")
+    assert stale
+    assert again.status_code == 200, again.text
+    assert again.headers.get("X-Moat-Idempotent-Replayed") == "true"
+    assert again.json()["receipt"] == first.json()["receipt"]
+    runs = [r async for r in stack.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    assert len(runs) == 1  # no second run
+    async with stack.sessions() as s:
+        manifests = (
+            await s.execute(
+                select(func.count())
+                .select_from(ManifestRow)
+                .filter_by(tenant_id=stack.tenant_id, receipt_id=receipt_id)
+            )
+        ).scalar_one()
+    assert manifests == 1
+
+    async with stack.sessions.begin() as s:
+        await s.execute(
+            update(IdempotencyClaim)
+            .filter_by(tenant_id=stack.tenant_id, idempotency_key="race")
+            .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    fresh = await stack.execute("demo.echo", payload, key="race")
+    assert fresh.status_code == 200, fresh.text
+    assert fresh.json()["receipt_id"] != receipt_id
+    assert fresh.headers.get("X-Moat-Idempotent-Replayed") is None
