@@ -9,6 +9,7 @@ are envelopes; refusals are ``MoatError`` with the API's code.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -382,31 +383,18 @@ class Executions:
         # (a look-up that raced the run's end, e.g. a start slowed by a Temporal restart,
         # would otherwise start a run that only replays the receipt). A run that ended
         # without recording (terminated, failed) is resumed by a new one.
+        start = functools.partial(
+            self._start, arg, workflow_id, prepared, receipt_id, request_id, tenant_id
+        )
         try:
-            handle = await self._start(
-                arg,
-                workflow_id,
-                prepared,
-                receipt_id,
-                request_id,
-                tenant_id,
-                WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-            )
+            handle = await start(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
         except WorkflowAlreadyStartedError:
             async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
                 found = await self.replay(session, tenant_id, prepared, trace_id)
             if isinstance(found, Outcome):
                 return found
             # The completed run's key has expired since: a new execution takes it.
-            handle = await self._start(
-                arg,
-                workflow_id,
-                prepared,
-                receipt_id,
-                request_id,
-                tenant_id,
-                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            )
+            handle = await start(WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         try:
             result = await self._wait(
                 handle, tenant_id, workflow_id, wait_seconds, may_await_approval and not req.dry_run

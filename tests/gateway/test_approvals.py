@@ -26,7 +26,7 @@ from store import budgets, tenancy
 from store.models import ApprovalRow, OrchestrationEvent, PolicyDecisionRow
 from tests.gateway.test_policy import ADMIN, bearer, new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
-from tests.support.stack import Stack, StackFactory
+from tests.support.stack import Stack, StackFactory, worker_env
 from tests.workflows.test_crash import spawn_worker
 from tests.workflows.test_replay import reset
 
@@ -277,15 +277,7 @@ async def test_worker_killed_while_waiting(
     make_stack: StackFactory, provider: FakeProvider
 ) -> None:
     async with make_stack(with_worker=False, http_allow_hosts=[provider.allow_entry]) as stack:
-        s = stack.settings
-        env = {
-            "MOAT_DATABASE_URL": s.database_url or "",
-            "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
-            "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
-            "MOAT_TASK_QUEUE": s.task_queue,
-            "MOAT_HTTP_ALLOW_HOSTS": provider.allow_entry,
-            "MOAT_HOME": str(s.home),
-        }
+        env = worker_env(stack, provider)
         url = await setup(stack, provider, "/killed")
         first = spawn_worker(env)
         try:
@@ -295,8 +287,8 @@ async def test_worker_killed_while_waiting(
             first.wait(10)
         # The next worker (in this process: its start costs nothing) has only the history.
         async with (
-            worker_module.activity_deps(s) as (sessions, http_out),
-            worker_module.build_worker(stack.client, s, sessions, http_out),
+            worker_module.activity_deps(stack.settings) as (sessions, http_out),
+            worker_module.build_worker(stack.client, stack.settings, sessions, http_out),
         ):
             approver = await new_key(stack, ["approvals:write"])
             approved = await decide(stack, approver, waiting["approval"])

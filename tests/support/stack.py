@@ -303,3 +303,17 @@ CATALOG = CapabilityCatalog((*BUILTIN_CAPABILITIES, FAST_HTTP, PATIENT_HTTP))
 async def fast(make_stack: StackFactory, provider: FakeProvider) -> AsyncIterator[Stack]:
     async with make_stack(catalog=CATALOG, http_allow_hosts=[provider.allow_entry]) as s:
         yield s
+
+
+def worker_env(stack: Stack, provider: FakeProvider) -> dict[str, str]:
+    """The environment of a ``moat worker`` process on ``stack``'s task queue (tests that
+    kill a worker run it as a process of its own)."""
+    s = stack.settings
+    return {
+        "MOAT_DATABASE_URL": s.database_url or "",
+        "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
+        "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
+        "MOAT_TASK_QUEUE": s.task_queue,
+        "MOAT_HTTP_ALLOW_HOSTS": provider.allow_entry,
+        "MOAT_HOME": str(s.home),
+    }

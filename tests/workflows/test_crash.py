@@ -18,7 +18,7 @@ from schemas.events import RunStatus
 from store import events as event_log
 from store.models import ReceiptRow
 from tests.support.fakes import FakeProvider, Step
-from tests.support.stack import Stack, StackFactory, http_variant, repo_root
+from tests.support.stack import Stack, StackFactory, http_variant, repo_root, worker_env
 
 WAIT_0 = {"Prefer": "wait=0"}
 SHORT = http_variant("test.short", timeout_seconds=2.0, max_retries=3, base_delay_seconds=0.1)
@@ -32,18 +32,6 @@ def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-def worker_env(stack: Stack, provider: FakeProvider) -> dict[str, str]:
-    s = stack.settings
-    return {
-        "MOAT_DATABASE_URL": s.database_url or "",
-        "MOAT_TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
-        "MOAT_TEMPORAL_NAMESPACE": s.temporal_namespace,
-        "MOAT_TASK_QUEUE": s.task_queue,
-        "MOAT_HTTP_ALLOW_HOSTS": provider.allow_entry,
-        "MOAT_HOME": str(s.home),
-    }
 
 
 async def test_worker_killed_mid_call(make_stack: StackFactory, provider: FakeProvider) -> None:
