@@ -41,18 +41,6 @@ WHSEC = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 
 
 @pytest.fixture(scope="module")
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def github() -> Iterator[FakeGithub]:
-    with FakeGithub() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def receiver() -> Iterator[FakeWebhookReceiver]:
     with FakeWebhookReceiver() as fake:
         yield fake

@@ -21,13 +21,13 @@ from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
-from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyInput, workflow_id_for
-from schemas.start import START_NOT_SIGNED, StartClaims, input_digest
+from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.start import START_NOT_SIGNED, StartClaims
 from starter.runtime.codec import PLAINTEXT_REFUSED
 from store.keys.start import StartKeyring
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
 from tests.support.fakes import FakeProvider
-from tests.support.stack import Stack, StackFactory
+from tests.support.stack import Stack, StackFactory, policy_input
 
 # A refused run ends within seconds; bounded all the same.
 RESULT_WAIT = 60
@@ -274,24 +274,6 @@ def test_the_start_keyring_is_private_and_never_silently_replaced(tmp_path: Path
         StartKeyring.from_settings(configured)
 
 
-def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
-    """What the run's policy step is given for ``req`` started as ``wf``."""
-    return PolicyInput(
-        receipt_id=req.receipt_id,
-        tenant_id=req.tenant_id,
-        idempotency_key=req.idempotency_key,
-        input_hash=req.input_hash,
-        capability=req.capability,
-        workflow_id="wf",
-        run_id="r",
-        idempotency_ttl_seconds=req.idempotency_ttl_seconds,
-        input_digest=input_digest(req.input),
-        start_signature=req.start_signature,
-        scopes=req.scopes,
-        api_key_id=req.api_key_id,
-    )
-
-
 def test_the_requesting_key_is_signed_and_older_starts_still_verify() -> None:
     ring = StartKeyring({"k": b"0" * 32}, "k")
     mine = forged_input("ten_x", "http://example.test/").model_copy(
@@ -299,7 +281,7 @@ def test_the_requesting_key_is_signed_and_older_starts_still_verify() -> None:
     )
 
     def refusal(req: ExecuteWorkflowInput) -> str | None:
-        inp = _policy_input(req)
+        inp = policy_input(req)
         return ring.refusal(StartClaims.of_policy(inp), inp.start_signature)
 
     signed = ring.signed(mine, "wf")
@@ -358,5 +340,5 @@ def _signed_earlier(version: str) -> ExecuteWorkflowInput:
 def test_starts_signed_before_v3_still_verify(version: str) -> None:
     # The bytes signed then are the bytes checked now: those runs can still be reset.
     ring = StartKeyring({"k": b"0" * 32}, "k")
-    inp = _policy_input(_signed_earlier(version))
+    inp = policy_input(_signed_earlier(version))
     assert ring.refusal(StartClaims.of_policy(inp), inp.start_signature) is None

@@ -18,15 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from typer.testing import CliRunner
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.run import ExecuteWorkflowInput, PolicyInput
+from schemas.run import ExecuteWorkflowInput
 from schemas.scopes import capability_scopes, grants, missing_scopes
-from schemas.start import StartClaims, input_digest
+from schemas.start import StartClaims
 from starter.cli import app as cli
 from starter.gateway.deps import requires_scope
 from starter.gateway.errors import install
 from store.keys.start import StartKeyring
 from store.models import PolicyDecisionRow
-from tests.support.stack import ADMIN_KEY, Stack, direct_start
+from tests.support.stack import ADMIN_KEY, Stack, direct_start, policy_input
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
@@ -164,19 +164,7 @@ def test_the_gateway_signs_the_callers_scopes() -> None:
     assert signed.start_signature.startswith("v3.")
 
     def refusal(req: ExecuteWorkflowInput) -> str | None:
-        inp = PolicyInput(
-            receipt_id=req.receipt_id,
-            tenant_id=req.tenant_id,
-            idempotency_key=req.idempotency_key,
-            input_hash=req.input_hash,
-            capability=req.capability,
-            workflow_id="wf",
-            run_id="r",
-            idempotency_ttl_seconds=req.idempotency_ttl_seconds,
-            input_digest=input_digest(req.input),
-            start_signature=req.start_signature,
-            scopes=req.scopes,
-        )
+        inp = policy_input(req)
         return ring.refusal(StartClaims.of_policy(inp), inp.start_signature)
 
     assert refusal(signed) is None

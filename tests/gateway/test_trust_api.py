@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.names import TRUST_REFRESH_WORKFLOW
 from schemas.probes import TrustRefreshInput
@@ -30,6 +32,16 @@ async def refresh(stack: Stack) -> None:
 
 def auth(stack: Stack) -> dict[str, str]:
     return {"Authorization": f"Bearer {stack.api_key}"}
+
+
+async def _receipts(s: AsyncSession, tenant_id: str, at_least: int) -> Sequence[ReceiptRow]:
+    """The tenant's receipts, once there are ``at_least`` (the probe runs record them)."""
+    while True:
+        rows = (await s.execute(select(ReceiptRow).filter_by(tenant_id=tenant_id))).scalars().all()
+        if len(rows) >= at_least:
+            return rows
+        await asyncio.sleep(0.2)
+        await s.rollback()
 
 
 async def test_the_prober_runs_on_its_schedule_and_touches_no_budget(
@@ -64,16 +76,7 @@ async def test_the_prober_runs_on_its_schedule_and_touches_no_budget(
         ).schedule.state.paused
         # Wait for the runs already started to record.
         async with stack.sessions() as s:
-            while True:
-                rows = (
-                    (await s.execute(select(ReceiptRow).filter_by(tenant_id=stack.tenant_id)))
-                    .scalars()
-                    .all()
-                )
-                if len(rows) >= 2:
-                    break
-                await asyncio.sleep(0.2)
-                await s.rollback()
+            rows = await _receipts(s, stack.tenant_id, at_least=2)
             assert all(r.is_synthetic and r.status == "success" for r in rows)
             used = await s.execute(
                 select(func.count()).select_from(BudgetUsage).filter_by(tenant_id=stack.tenant_id)
@@ -144,16 +147,7 @@ async def test_a_slack_connection_is_probed_with_auth_test_on_its_schedule(
             )
             assert paused.status_code == 200
             async with stack.sessions() as s:
-                while True:
-                    rows = (
-                        (await s.execute(select(ReceiptRow).filter_by(tenant_id=stack.tenant_id)))
-                        .scalars()
-                        .all()
-                    )
-                    if len(rows) >= 2:
-                        break
-                    await asyncio.sleep(0.2)
-                    await s.rollback()
+                rows = await _receipts(s, stack.tenant_id, at_least=2)
                 assert all(
                     (r.is_synthetic, r.status, r.capability_id)
                     == (True, "success", "slack.auth_test")

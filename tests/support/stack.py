@@ -33,9 +33,11 @@ from schemas.capabilities import (
 )
 from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
-from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
+from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyInput, workflow_id_for
 from schemas.settings import MoatSettings
+from schemas.start import input_digest
 from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
+from starter.devstack.providers import FakeGithub, FakeSlack
 from starter.gateway.app import create_app
 from starter.runtime import observability
 from starter.runtime.codec import data_converter
@@ -109,6 +111,20 @@ async def provider() -> AsyncIterator[FakeProvider]:
     fake = FakeProvider()
     async with serve_asgi(fake) as url:
         fake.base_url = url
+        yield fake
+
+
+# Slack's Web API and GitHub's issues API as they answer (``starter.devstack.providers``),
+# one of each per test module.
+@pytest.fixture(scope="module")
+def slack() -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def github() -> Iterator[FakeGithub]:
+    with FakeGithub() as fake:
         yield fake
 
 
@@ -187,6 +203,24 @@ class Stack:
             result_type=ExecuteResult,
         )
         return result
+
+
+def policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
+    """What the run's policy step is given for ``req`` started as ``wf``."""
+    return PolicyInput(
+        receipt_id=req.receipt_id,
+        tenant_id=req.tenant_id,
+        idempotency_key=req.idempotency_key,
+        input_hash=req.input_hash,
+        capability=req.capability,
+        workflow_id="wf",
+        run_id="r",
+        idempotency_ttl_seconds=req.idempotency_ttl_seconds,
+        input_digest=input_digest(req.input),
+        start_signature=req.start_signature,
+        scopes=req.scopes,
+        api_key_id=req.api_key_id,
+    )
 
 
 def direct_start(

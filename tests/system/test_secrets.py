@@ -118,18 +118,6 @@ async def temporal_on_disk(
         yield env, folder
 
 
-@pytest.fixture(scope="module")
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def github() -> Iterator[FakeGithub]:
-    with FakeGithub() as fake:
-        yield fake
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack(
     make_stack: StackFactory,

@@ -55,18 +55,6 @@ CATALOG = CapabilityCatalog(
 
 
 @pytest.fixture(scope="module")
-def slack() -> Iterator[FakeSlack]:
-    with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def github() -> Iterator[FakeGithub]:
-    with FakeGithub() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def receiver() -> Iterator[FakeWebhookReceiver]:
     with FakeWebhookReceiver() as fake:
         yield fake
