@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -33,9 +32,10 @@ def up(
 
 def worker() -> None:
     """Run one Temporal worker against the configured Temporal and Postgres."""
+    from starter.runtime import loop
     from starter.runtime.worker_process import run
 
-    asyncio.run(run(MoatSettings()))
+    loop.run(run(MoatSettings()))
 
 
 def gateway() -> None:
@@ -43,8 +43,9 @@ def gateway() -> None:
 
     With MOAT_ADMIN_PORT set, the admin routes listen on that port only."""
     from starter.gateway import serve
+    from starter.runtime import loop
 
-    raise typer.Exit(asyncio.run(serve(MoatSettings())))
+    raise typer.Exit(loop.run(serve(MoatSettings())))
 
 
 def migrate() -> None:

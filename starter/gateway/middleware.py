@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,6 +16,22 @@ from starter.runtime import observability
 from starter.runtime.observability import current_trace_id
 
 log = logging.getLogger("moat.gateway")
+
+
+class _HeadersGetter(Getter[Scope]):
+    """An ASGI scope's headers as the carrier of W3C trace context (``traceparent``,
+    ``tracestate``, ``baggage``), read without building a request object."""
+
+    def get(self, carrier: Scope, key: str) -> list[str] | None:
+        name = key.lower().encode("latin-1")
+        found = [v.decode("latin-1") for k, v in carrier.get("headers", []) if k == name]
+        return found or None
+
+    def keys(self, carrier: Scope) -> list[str]:
+        return [k.decode("latin-1") for k, _ in carrier.get("headers", [])]
+
+
+_HEADERS = _HeadersGetter()
 
 DRAIN_BYTES = 1024 * 1024
 
@@ -39,8 +57,13 @@ class Boundary:
             return
         # Named by the route's template once routed ("GET /v1/receipts/{receipt_id}"): a raw
         # path may hold a credential (the codec's UI token) and has unbounded cardinality.
+        # A caller's ``traceparent`` makes the request a span of the caller's trace.
         with self.tracer.start_as_current_span(
-            f"{scope['method']} (unrouted)", record_exception=False
+            f"{scope['method']} (unrouted)",
+            context=propagate.extract(scope, getter=_HEADERS),
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.request.method": scope["method"]},
+            record_exception=False,
         ) as span:
             trace_id = current_trace_id()
             started = False
@@ -49,6 +72,10 @@ class Boundary:
                 nonlocal started
                 if message["type"] == "http.response.start":
                     started = True
+                    status = message["status"]
+                    span.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        span.set_status(trace.StatusCode.ERROR)
                     headers = list(message.get("headers", []))
                     headers.append((TRACE_HEADER.lower().encode(), trace_id.encode()))
                     message = {**message, "headers": headers}
@@ -76,6 +103,7 @@ class Boundary:
                 route = scope.get("route")
                 if route is not None and hasattr(route, "path"):
                     span.update_name(f"{scope['method']} {route.path}")
+                    span.set_attribute("http.route", route.path)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
         """The request with its body read up front (at most ``max_body_bytes``), or None

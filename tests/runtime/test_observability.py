@@ -58,6 +58,43 @@ async def test_one_trace_from_the_request_to_the_provider(
     assert "RunActivity:moat.call_adapter" in names
 
 
+async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    spans = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(spans)
+    _provider().add_span_processor(processor)
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        url = provider.script("/continued", Step(200))
+        response = await stack.execute(
+            "http.request",
+            {"method": "POST", "url": url, "json": {"n": 1}},
+            key="continued",
+            headers_extra={"traceparent": f"00-{caller_trace}-{caller_span}-01"},
+        )
+        assert response.status_code == 200, response.text
+    finally:
+        processor.shutdown()
+    assert response.json()["trace_id"] == caller_trace
+    assert response.headers["x-moat-trace-id"] == caller_trace
+    (call,) = provider.calls_to("/continued")
+    assert call.headers["traceparent"].split("-")[1] == caller_trace
+    # One span for the request (not one per layer), a server span, child of the caller's.
+    requests = [
+        s
+        for s in spans.get_finished_spans()
+        if format(s.context.trace_id, "032x") == caller_trace and s.name.startswith("POST ")
+    ]
+    assert [s.name for s in requests] == ["POST /v1/executions"]
+    (server,) = requests
+    assert server.kind == trace.SpanKind.SERVER
+    assert server.parent is not None and format(server.parent.span_id, "016x") == caller_span
+    assert server.attributes is not None
+    assert server.attributes["http.route"] == "/v1/executions"
+    assert server.attributes["http.response.status_code"] == 200
+
+
 class _Collector(BaseHTTPRequestHandler):
     """An OTLP/HTTP trace receiver: keeps every export request it is sent."""
 
