@@ -160,6 +160,69 @@ def apply(state: RunState | None, event: Event) -> RunState | None:
     return state.model_copy(update=update)
 
 
+class RunDelta(BaseModel):
+    """What events do to a run that exists, in terms Postgres applies to the row without it
+    being read first (``store.events``): counters to add, and the fields the last of the
+    events that set them left. ``apply`` folded over the same events gives the same run."""
+
+    total_steps: int = 0
+    failed_steps: int = 0
+    retries: int = 0
+    replays: int = 0
+    status: RunStatus | None = None  # None: unchanged
+    completed: bool = False  # completed_at set, to ``completed_at`` (None included)
+    completed_at: datetime | None = None
+    run_id: str | None = None  # None: unchanged
+    last_sequence: int
+
+    def applied_to(self, state: RunState) -> RunState:
+        return state.model_copy(
+            update={
+                "total_steps": state.total_steps + self.total_steps,
+                "failed_steps": state.failed_steps + self.failed_steps,
+                "retries": state.retries + self.retries,
+                "replays": state.replays + self.replays,
+                "status": self.status or state.status,
+                "completed_at": self.completed_at if self.completed else state.completed_at,
+                "run_id": self.run_id if self.run_id is not None else state.run_id,
+                "last_sequence": max(state.last_sequence, self.last_sequence),
+            }
+        )
+
+
+def delta(events: list[Event]) -> RunDelta:
+    """``events`` (in sequence order, at least one) as a ``RunDelta``, step for step what
+    ``apply`` does to a run that exists."""
+    out = RunDelta(last_sequence=events[-1].sequence_number)
+    for event in events:
+        data = event.event_data
+        match event.event_type:
+            case EventType.RUN_STARTED:
+                if "run_id" in data:
+                    out.run_id = str(data["run_id"])
+                out.status, out.completed, out.completed_at = RunStatus.RUNNING, True, None
+            case EventType.POLICY_EVALUATED | EventType.STEP_COMPLETED:
+                out.total_steps += 1
+            case EventType.STEP_FAILED:
+                out.total_steps += 1
+                out.failed_steps += 1
+            case EventType.STEP_RETRIED:
+                out.retries += 1
+            case EventType.RUN_COMPLETED:
+                out.status, out.completed = RunStatus.COMPLETED, True
+                out.completed_at = event.occurred_at
+            case EventType.RUN_FAILED:
+                out.status = RunStatus.DENIED if data.get("policy_denied") else RunStatus.FAILED
+                out.completed, out.completed_at = True, event.occurred_at
+            case EventType.RUN_REPLAYED:
+                out.replays += 1
+                if "run_id" in data:
+                    out.run_id = str(data["run_id"])
+            case _:
+                pass
+    return out
+
+
 class EffectOrigin(StrEnum):
     """Where an execution's effect came from, as its events tell it."""
 

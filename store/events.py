@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -17,6 +17,7 @@ from schemas.events import (
     EventType,
     RunState,
     apply,
+    delta,
     effect_origin,
 )
 from store import announcements
@@ -30,12 +31,43 @@ _RUNS = table_of(RunRow)
 _INSERT_EVENTS = (
     insert(_EVENTS).on_conflict_do_nothing(index_elements=[_EVENTS.c.id]).returning(*_EVENTS.c)
 )
-_LOCK_RUN = select(*_RUNS.c).where(_RUNS.c.receipt_id == bindparam("key")).with_for_update()
+
+
+def _moved() -> dict[str, Any]:
+    """A run moved by a ``RunDelta`` (its fields as ``d_*`` parameters), in SQL."""
+    return {
+        "total_steps": _RUNS.c.total_steps + bindparam("d_total_steps", type_=Integer),
+        "failed_steps": _RUNS.c.failed_steps + bindparam("d_failed_steps", type_=Integer),
+        "retries": _RUNS.c.retries + bindparam("d_retries", type_=Integer),
+        "replays": _RUNS.c.replays + bindparam("d_replays", type_=Integer),
+        "status": func.coalesce(bindparam("d_status", type_=String), _RUNS.c.status),
+        "completed_at": case(
+            (
+                bindparam("d_completed", type_=Boolean),
+                bindparam("d_completed_at", type_=_RUNS.c.completed_at.type),
+            ),
+            else_=_RUNS.c.completed_at,
+        ),
+        "run_id": func.coalesce(bindparam("d_run_id", type_=String), _RUNS.c.run_id),
+        # The latest event's, as a rebuild (in sequence order) has it, whichever of two
+        # concurrent appends commits last.
+        "last_sequence": func.greatest(
+            _RUNS.c.last_sequence, bindparam("d_last_sequence", type_=BigInteger)
+        ),
+    }
+
+
+# The whole run, written as it is (``repair``).
 _UPSERT_RUN = insert(_RUNS)
 _UPSERT_RUN = _UPSERT_RUN.on_conflict_do_update(
     index_elements=[_RUNS.c.receipt_id],
     set_={c.name: _UPSERT_RUN.excluded[c.name] for c in _RUNS.c if c.name != "receipt_id"},
 )
+# The projection moves in one statement, without reading the run first: a batch that starts
+# the run inserts it (or, a run started again, moves the one there); any other batch moves
+# the run if there is one. Counters are added in SQL, so concurrent appends need no lock.
+_START_RUN = insert(_RUNS).on_conflict_do_update(index_elements=[_RUNS.c.receipt_id], set_=_moved())
+_MOVE_RUN = update(_RUNS).where(_RUNS.c.receipt_id == bindparam("key")).values(_moved())
 
 
 def _event(row: Any) -> Event:
@@ -60,16 +92,20 @@ async def append(session: AsyncSession, drafts: Sequence[EventDraft]) -> list[Ev
 
 
 async def _project(session: AsyncSession, events: Sequence[Event]) -> None:
-    touched: dict[str, RunState | None] = {}
+    by_run: dict[str, list[Event]] = {}
     for event in events:
-        key = event.correlation_id
-        if key not in touched:
-            row = (await session.execute(_LOCK_RUN, {"key": key})).mappings().first()
-            touched[key] = _state(row) if row is not None else None
-        touched[key] = apply(touched[key], event)
-    for state in touched.values():
-        if state is not None:
-            await _upsert(session, state)
+        by_run.setdefault(event.correlation_id, []).append(event)
+    for key, batch in by_run.items():
+        change = delta(batch)
+        moved = {f"d_{k}": v for k, v in change.model_dump(mode="python").items()}
+        moved["d_status"] = change.status.value if change.status is not None else None
+        started: RunState | None = None
+        for event in batch:
+            started = apply(started, event)
+        if started is not None:
+            await session.execute(_START_RUN, {**started.model_dump(mode="python"), **moved})
+        else:
+            await session.execute(_MOVE_RUN, {"key": key, **moved})
 
 
 async def _upsert(session: AsyncSession, state: RunState) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError
 
 from activities.evidence import Chain
-from schemas.events import AggregateType, Event, EventType, RunStatus
+from schemas.events import AggregateType, Event, EventDraft, EventType, RunStatus
 from schemas.ids import uuid7
 from schemas.webhooks import compensating_action_ref
 from store import budgets
@@ -209,4 +209,37 @@ async def test_a_retried_append_writes_only_the_new_events_and_projects_them_onc
         rebuilt = await event_log.rebuild(s, stack.tenant_id)
     assert state is not None and (state.total_steps, state.failed_steps) == (2, 1)
     assert state.last_sequence == events[-1].sequence_number
+    assert rebuilt[receipt_id] == state
+
+
+async def test_concurrent_appends_to_one_run_all_count(stack: Stack) -> None:
+    """The projection adds in SQL, without reading the run first: appends racing on one run
+    (an approval decided as it expires, a reconcile beside a retry) all count, and the run
+    ends as a rebuild from the log has it."""
+    receipt_id, run_id = str(uuid7()), str(uuid7())
+    chain = Chain(stack.tenant_id, receipt_id, run_id, "moat.test")
+    chain.add(EventType.RUN_STARTED, AggregateType.RUN, receipt_id, workflow_id="wf-race")
+    async with stack.sessions.begin() as s:
+        await event_log.append(s, chain.drafts)
+
+    async def step(i: int) -> None:
+        kind = EventType.STEP_FAILED if i % 4 == 0 else EventType.STEP_COMPLETED
+        draft = EventDraft(
+            id=str(uuid7()),
+            tenant_id=stack.tenant_id,
+            event_type=kind,
+            aggregate_type=AggregateType.STEP,
+            aggregate_id=f"{receipt_id}:step-{i}",
+            correlation_id=receipt_id,
+            actor="moat.test",
+        )
+        async with stack.sessions.begin() as s:
+            await event_log.append(s, [draft])
+
+    await asyncio.gather(*(step(i) for i in range(24)))
+    async with stack.sessions() as s:
+        state = await event_log.get_run(s, stack.tenant_id, receipt_id)
+        rebuilt = await event_log.rebuild(s, stack.tenant_id)
+    assert state is not None
+    assert (state.total_steps, state.failed_steps) == (24, 6)
     assert rebuilt[receipt_id] == state
