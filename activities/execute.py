@@ -22,7 +22,6 @@ from activities.evidence import Chain, continue_chain, step_id
 from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential
 from schemas.events import AggregateType, EventDraft, EventType
-from schemas.execute import KeptOutput
 from schemas.ids import uuid7
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyVersion
@@ -479,11 +478,11 @@ class ExecuteActivities:
     async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
         """The answer, kept with the receipt for as long as the key's claim lasts: a replay
         finds both or neither."""
-        if not inp.adapter_called or (inp.output is None and not inp.error_details):
+        kept = inp.kept()
+        if kept is None:
             return
         claim = await idempotency.find_claim_by_receipt(session, inp.tenant_id, inp.receipt_id)
         expires_at = claim.expires_at if claim is not None else now + DEFAULT_OUTPUT_WINDOW
-        kept = KeptOutput(output=inp.output, error_details=inp.error_details)
         await outputs.keep(session, self._sealer, inp.tenant_id, inp.receipt_id, kept, expires_at)
 
 

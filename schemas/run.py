@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from schemas.capabilities import CapabilitySpec
+from schemas.execute import KeptOutput
 from schemas.policy import Approval
 from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
 
@@ -177,6 +178,13 @@ class RecordInput(BaseModel):
     # input from before this field looks for one.
     budget_held: bool = True
 
+    def kept(self) -> KeptOutput | None:
+        """What of the answer is kept with the receipt (sealed, in ``execution_outputs``): a
+        called adapter's output, or what the provider said when it refused. None: nothing."""
+        if not self.adapter_called or (self.output is None and not self.error_details):
+            return None
+        return KeptOutput(output=self.output, error_details=self.error_details)
+
 
 class ExecuteResult(BaseModel):
     """What a run returns: its receipt (whether it already existed), or for a dry run the
@@ -187,6 +195,11 @@ class ExecuteResult(BaseModel):
     plan: PolicyOutcome | None = None
     request_id: str | None = Field(
         default=None, description="The request that started this run (attached ones differ)."
+    )
+    kept: KeptOutput | None = Field(
+        default=None,
+        description="What the run kept of the answer with the receipt it recorded itself, so "
+        "the gateway answers without reading it back (None: read it from Postgres).",
     )
 
 

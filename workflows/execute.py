@@ -183,7 +183,10 @@ class ExecuteCapability:
             # run; this run leaves a replayed manifest of its own beside it.
             await self._manifest(req, receipt, policy, replay_reason="workflow_reset")
         self._set_status(receipt)
-        return ExecuteResult(receipt=receipt, request_id=req.request_id)
+        # The answer this run kept with its receipt goes back with it, so the gateway needs
+        # no read of Postgres; a receipt another run recorded keeps that run's answer.
+        kept = record.kept() if receipt.run_id == info.run_id else None
+        return ExecuteResult(receipt=receipt, request_id=req.request_id, kept=kept)
 
     async def _await_approval(self, req: ExecuteWorkflowInput, policy: PolicyOutcome) -> Approval:
         """Ask for a person's approval and wait for it, durably, until it expires. A run

@@ -38,6 +38,7 @@ from schemas.execute import (
     Envelope,
     EnvelopeStatus,
     ExecuteRequest,
+    KeptOutput,
     Plan,
     envelope_for_receipt,
 )
@@ -61,6 +62,7 @@ from schemas.run import (
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service import approvals as approvals_service
+from starter.service import policy as policy_service
 from starter.service.answers import Answer, AnswerCache
 from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
@@ -341,7 +343,7 @@ class Executions:
         *,
         scopes: Sequence[str],
         api_key_id: str = "",
-        may_await_approval: bool = False,
+        policy_mode: str | None = None,
     ) -> Outcome:
         """Start the run, or attach to the one already running for this key, and wait.
 
@@ -351,9 +353,11 @@ class Executions:
         may already have caused. ``scopes`` are the caller's key's: the run's policy step
         checks them against the capability's.
 
-        ``may_await_approval`` (the tenant's policy is strict): a run that waits for a
-        person is answered ``accepted`` with its approval as soon as it asks, not after the
-        whole wait budget."""
+        ``policy_mode`` (the tenant's, from before it had policy documents; None: the run
+        cannot wait for a person): when the policy in force is strict, a run that waits for
+        a person is answered ``accepted`` with its approval as soon as it asks, not after
+        the whole wait budget. Whether it is strict is read only for a run still going after
+        ``APPROVAL_POLL_SECONDS``: most are answered before."""
         receipt_id = unfinished.receipt_id if unfinished else str(uuid7())
         request_id = str(uuid7())
         req = prepared.request
@@ -396,9 +400,8 @@ class Executions:
             # The completed run's key has expired since: a new execution takes it.
             handle = await start(WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         try:
-            result = await self._wait(
-                handle, tenant_id, workflow_id, wait_seconds, may_await_approval and not req.dry_run
-            )
+            watch = None if policy_mode is None or req.dry_run else policy_mode
+            result = await self._wait(handle, tenant_id, workflow_id, wait_seconds, watch)
         except TimeoutError:
             return await self._accepted(handle, receipt_id, request_id, prepared, trace_id)
         except WorkflowFailureError as err:
@@ -422,7 +425,9 @@ class Executions:
             )
         # Attached to a run another request started: the answer is that request's.
         attached = result.request_id != request_id or result.receipt.id != receipt_id
-        return await self._finished(result.receipt, result.replayed or attached, prepared)
+        return await self._finished(
+            result.receipt, result.replayed or attached, prepared, result.kept
+        )
 
     async def _start(
         self,
@@ -468,28 +473,36 @@ class Executions:
         tenant_id: str,
         workflow_id: str,
         wait_seconds: float,
-        approvals_possible: bool,
+        policy_mode: str | None,
     ) -> ExecuteResult:
         """The run's result within ``wait_seconds``; ``TimeoutError`` when it is not there,
-        or as soon as the run waits for a person (nobody answers that in a wait budget)."""
-        if not approvals_possible:
-            result: ExecuteResult = await asyncio.wait_for(handle.result(), wait_seconds)
-            return result
+        or as soon as the run waits for a person (nobody answers that in a wait budget).
+        With ``policy_mode``, a run still going after each ``APPROVAL_POLL_SECONDS`` is
+        looked at for an approval it waits for, once the tenant's policy is found strict."""
         task = asyncio.ensure_future(handle.result())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
+        strict: bool | None = None if policy_mode is not None else False
         try:
             while True:
                 left = deadline - loop.time()
                 if left <= 0:
                     raise TimeoutError
-                done, _ = await asyncio.wait({task}, timeout=min(APPROVAL_POLL_SECONDS, left))
+                step = left if strict is False else min(APPROVAL_POLL_SECONDS, left)
+                done, _ = await asyncio.wait({task}, timeout=step)
                 if done:
                     return task.result()  # type: ignore[no-any-return]
-                if await self._awaited_approval(tenant_id, workflow_id) is not None:
+                if strict is None:
+                    assert policy_mode is not None
+                    strict = await self._strict(tenant_id, policy_mode)
+                if strict and await self._awaited_approval(tenant_id, workflow_id) is not None:
                     raise TimeoutError
         finally:
             task.cancel()
+
+    async def _strict(self, tenant_id: str, policy_mode: str) -> bool:
+        async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
+            return await policy_service.is_strict(session, tenant_id, policy_mode)
 
     async def _awaited_approval(self, tenant_id: str, workflow_id: str) -> Approval | None:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
@@ -534,15 +547,20 @@ class Executions:
         )
         return receipt_id
 
-    async def _finished(self, receipt: Receipt, replayed: bool, prepared: Prepared) -> Outcome:
+    async def _finished(
+        self, receipt: Receipt, replayed: bool, prepared: Prepared, kept: KeptOutput | None
+    ) -> Outcome:
+        """The envelope of a run's receipt, with ``kept``, what the run kept of the answer
+        (the same ``KeptOutput`` a replay unseals from Postgres: the same bytes); when the
+        run did not say (it did not record the receipt itself, or keeps nothing), read back
+        from where a replay will find it."""
         if receipt.input_hash != prepared.input_hash:
             raise _key_reused(prepared.idempotency_key, receipt.id)
-        # The output is read back from where a replay will find it, fresh answers included:
-        # one source, so the first answer and every replay carry the same bytes.
-        async with tenancy.tenant_transaction(self._sessions, receipt.tenant_id) as session:
-            kept = await outputs.find(
-                session, self.sealer, receipt.tenant_id, receipt.id, datetime.now(UTC)
-            )
+        if kept is None:
+            async with tenancy.tenant_transaction(self._sessions, receipt.tenant_id) as session:
+                kept = await outputs.find(
+                    session, self.sealer, receipt.tenant_id, receipt.id, datetime.now(UTC)
+                )
         return Outcome(envelope_for_receipt(receipt, kept), replayed=replayed)
 
     async def _accepted(

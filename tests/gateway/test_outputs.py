@@ -19,9 +19,12 @@ from temporalio.client import Client
 
 from schemas.names import REPLAYED_HEADER, RETENTION_WORKFLOW
 from schemas.retention import RetentionInput, RetentionReport
+from schemas.run import ExecuteResult
 from starter.devstack import free_port, serve_asgi
 from starter.gateway.app import create_app
 from starter.runtime.codec import data_converter
+from store import outputs, tenancy
+from store.keys.codec import OutputSealer
 from store.models import ExecutionOutputRow
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import CATALOG, Stack, StackFactory
@@ -138,6 +141,32 @@ async def test_replay_is_the_same_output_from_postgres_without_temporal(
     assert again.headers[REPLAYED_HEADER] == "true"
     assert _raw_output(again) == _raw_output(first)
     assert len(provider.calls_to("/created")) == 1
+
+
+async def test_the_run_hands_the_gateway_the_answer_it_kept(
+    stack: Stack, provider: FakeProvider, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """The fresh answer comes with the run's result, not from a read of Postgres: it is the
+    very ``KeptOutput`` sealed in ``execution_outputs``, which a replay unseals."""
+    url = provider.script("/kept", Step(201, body={"id": 7, "token": TOKEN, "x": 0.1}))
+    first = await stack.execute("http.request", {"method": "POST", "url": url}, key="kept")
+    assert first.status_code == 200, first.text
+    envelope = first.json()
+    handle = stack.client.get_workflow_handle(envelope["workflow_id"], result_type=ExecuteResult)
+    result = await handle.result()
+    assert result.kept is not None
+    assert result.kept.output == envelope["output"]
+    assert result.kept.output["body"] == {"id": 7, "token": "[REDACTED]", "x": 0.1}
+    async with app_sessions.begin() as session:
+        await tenancy.set_tenant(session, stack.tenant_id)
+        stored = await outputs.find(
+            session,
+            OutputSealer.from_settings(stack.settings),
+            stack.tenant_id,
+            envelope["receipt_id"],
+            datetime.now(UTC),
+        )
+    assert stored == result.kept
 
 
 async def test_the_output_is_sealed_and_goes_with_its_window(

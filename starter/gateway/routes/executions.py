@@ -21,7 +21,7 @@ from starter.gateway.deps import (
 )
 from starter.gateway.errors import documented_errors, execution_status, render_json
 from starter.runtime import observability
-from starter.service import MoatError, executions, policy
+from starter.service import MoatError, executions
 from starter.service.executions import Outcome
 from starter.service.keycache import KeyCache
 
@@ -145,9 +145,6 @@ async def execute(
                 raise invalid
             await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
             found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
-            strict = not isinstance(found, Outcome) and await policy.is_strict(
-                session, tenant.tenant_id, tenant.policy_mode
-            )
         if isinstance(found, Outcome):
             return found
         return await deps.executions.run(
@@ -160,7 +157,7 @@ async def execute(
             found,
             scopes=tenant.scopes,
             api_key_id=tenant.key_id,
-            may_await_approval=strict,
+            policy_mode=tenant.policy_mode,
         )
 
     if invalid is not None:
