@@ -59,5 +59,14 @@ async def continue_chain(
     return Chain(tenant_id, receipt_id, run_id, actor, cause)
 
 
+async def start_chain(
+    session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str, actor: str
+) -> Chain:
+    """``continue_chain`` as a transaction's first step: the transaction is scoped to the
+    tenant and the latest event read in one round trip with its ``BEGIN``."""
+    cause = await event_log.begin_for(session, tenant_id, receipt_id)
+    return Chain(tenant_id, receipt_id, run_id, actor, cause)
+
+
 def step_id(receipt_id: str, step: str) -> str:
     return f"{receipt_id}:{step}"

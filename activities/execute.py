@@ -18,7 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter, fail
-from activities.evidence import Chain, continue_chain, step_id
+from activities.evidence import Chain, start_chain, step_id
 from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential
 from schemas.events import AggregateType, EventDraft, EventType
@@ -429,8 +429,7 @@ class ExecuteActivities:
         """Events of the adapter step, in a transaction of their own (the attempt itself is
         the state they record)."""
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, inp.tenant_id)
-            chain = await continue_chain(
+            chain = await start_chain(
                 session, inp.tenant_id, inp.receipt_id, run_id, "moat.adapter"
             )
             for event_type, aggregate, name, data in events:
@@ -443,7 +442,10 @@ class ExecuteActivities:
         now = datetime.now(UTC)
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, inp.tenant_id)
+            # The latest event is read first, with the tenant: the outcome's events follow it.
+            chain = await start_chain(
+                session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.record"
+            )
             if not await receipts.insert_receipt(session, receipt):
                 stored = await receipts.get_receipt(session, inp.tenant_id, inp.receipt_id)
                 assert stored is not None
@@ -472,7 +474,7 @@ class ExecuteActivities:
             if inp.budget_held:
                 await budgets.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
             await self._keep_output(session, inp, now)
-            await event_log.append(session, await _outcome_events(session, inp))
+            await event_log.append(session, _outcome_events(inp, chain))
         return receipt
 
     async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
@@ -635,8 +637,7 @@ def _receipt(inp: RecordInput, now: datetime) -> Receipt:
     )
 
 
-async def _outcome_events(session: AsyncSession, inp: RecordInput) -> list[EventDraft]:
-    chain = await continue_chain(session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.record")
+def _outcome_events(inp: RecordInput, chain: Chain) -> list[EventDraft]:
     sid = step_id(inp.receipt_id, ADAPTER_STEP)
     outcome: dict[str, Any] = {
         "status": inp.status,

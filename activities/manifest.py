@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.evidence import continue_chain
+from activities.evidence import Chain, start_chain
 from schemas.canonical import sha256_digest
 from schemas.events import AggregateType, EventType
 from schemas.manifest import (
@@ -102,8 +102,10 @@ class ManifestActivities:
         signature = signed.signatures[-1]
         kid = signature.kid or ""
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, receipt.tenant_id)
-            await _index(session, inp, str(path), digest, kid, signature.algorithm)
+            chain = await start_chain(
+                session, receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest"
+            )
+            await _index(session, inp, chain, str(path), digest, kid, signature.algorithm)
         return ManifestRef(path=str(path), sha256=digest, kid=kid)
 
     def _stored(self, tenant_id: str, run_id: str) -> tuple[RunManifest, str] | None:
@@ -220,7 +222,13 @@ def _approvals(inp: ManifestInput) -> list[Approval]:
 
 
 async def _index(
-    session: AsyncSession, inp: ManifestInput, path: str, digest: str, kid: str, alg: str
+    session: AsyncSession,
+    inp: ManifestInput,
+    chain: Chain,
+    path: str,
+    digest: str,
+    kid: str,
+    alg: str,
 ) -> None:
     receipt = inp.receipt
     inserted = await manifests.index(
@@ -238,9 +246,6 @@ async def _index(
     )
     if not inserted:
         return
-    chain = await continue_chain(
-        session, receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest"
-    )
     if inp.replayed:
         chain.add(
             EventType.RUN_REPLAYED,

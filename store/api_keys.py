@@ -16,6 +16,7 @@ from sqlalchemy.orm import defer
 
 from schemas.api import ApiKeyInfo, NewApiKey
 from schemas.scopes import DEFAULT_SCOPES
+from store import db
 from store.db import storable
 from store.models import ApiKey
 
@@ -116,15 +117,16 @@ async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> A
     return await session.get(ApiKey, key_id, populate_existing=True, options=[_WITHOUT_HASH])
 
 
-_LOOKUP = text(
+# Driver SQL (``db.pipelined``): a request's first statement, sent with its BEGIN.
+_LOOKUP = (
     "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes"
-    " FROM moat_lookup_api_key(:key_id, :secret_hash)"
+    " FROM moat_lookup_api_key(%(key_id)s, %(secret_hash)s)"
 )
 # A revoked key names no tenant: set_config runs only for a live one.
-_SCOPED_LOOKUP = text(
+_SCOPED_LOOKUP = (
     "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes,"
     " CASE WHEN revoked_at IS NULL THEN set_config('moat.tenant_id', tenant_id, true) END"
-    " FROM moat_lookup_api_key(:key_id, :secret_hash)"
+    " FROM moat_lookup_api_key(%(key_id)s, %(secret_hash)s)"
 )
 
 
@@ -156,12 +158,8 @@ async def authenticate(
         return None
     if not storable(parts[1]) or not storable(parts[2]):
         return None
-    row = (
-        await session.execute(
-            _SCOPED_LOOKUP if scope else _LOOKUP,
-            {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])},
-        )
-    ).one_or_none()
+    params = {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])}
+    [row] = await db.pipelined(session, [(_SCOPED_LOOKUP if scope else _LOOKUP, params)])
     if row is None:
         return None
     tenant_id, revoked_at, mode, ttl, scopes = row[:5]

@@ -3,12 +3,15 @@ transaction; the query modules (one per aggregate) take the session and only flu
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Table, create_engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -60,3 +63,33 @@ def storable(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+async def pipelined(
+    session: AsyncSession, statements: Sequence[tuple[str, Mapping[str, Any]]]
+) -> list[tuple[Any, ...] | None]:
+    """The first row of each of ``statements`` (driver SQL, psycopg parameters), sent to
+    Postgres in one round trip together with the transaction's ``BEGIN`` (psycopg's pipeline
+    mode). For a transaction's opening statements: through SQLAlchemy, the ``BEGIN`` and
+    each statement would wait for the one before, and on the hot paths a round trip to
+    Postgres costs more than the statement.
+
+    A failure is raised as SQLAlchemy raises a failed statement, and a connection Postgres
+    dropped is not handed out again."""
+    connection = await session.connection()
+    raw = (await connection.get_raw_connection()).driver_connection
+    assert isinstance(raw, psycopg.AsyncConnection), "Moat's engines are psycopg's"
+    sql, params = statements[0]
+    try:
+        async with raw.pipeline():
+            cursors = []
+            for sql, params in statements:
+                cursors.append(await raw.execute(sql, params))
+        return [await cursor.fetchone() if cursor.description else None for cursor in cursors]
+    except psycopg.Error as err:
+        gone = raw.closed or raw.broken
+        if gone:
+            await connection.invalidate(err)
+        raise DBAPIError.instance(
+            sql, params, err, psycopg.Error, connection_invalidated=gone, dialect=connection.dialect
+        ) from err

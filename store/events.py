@@ -20,12 +20,11 @@ from schemas.events import (
     delta,
     effect_origin,
 )
-from store import announcements
-from store.db import table_of
+from store import announcements, db, tenancy
 from store.models import OrchestrationEvent, RunRow
 
-_EVENTS = table_of(OrchestrationEvent)
-_RUNS = table_of(RunRow)
+_EVENTS = db.table_of(OrchestrationEvent)
+_RUNS = db.table_of(RunRow)
 # Built once: the hot path executes them with fresh parameters only, so SQLAlchemy neither
 # rebuilds nor re-keys a statement per event (that cost more than the round trips).
 _INSERT_EVENTS = (
@@ -121,6 +120,25 @@ _LAST_EVENT = (
     .order_by(_EVENTS.c.sequence_number.desc())
     .limit(1)
 )
+
+
+_LATEST_EVENT = (
+    "SELECT id FROM orchestration_events WHERE tenant_id = %(tenant_id)s"
+    " AND correlation_id = %(correlation_id)s ORDER BY sequence_number DESC LIMIT 1"
+)
+
+
+async def begin_for(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:
+    """Open the transaction for ``tenant_id`` (``tenancy.set_tenant``) and read the latest
+    event of an execution, in one round trip with the ``BEGIN``: its id (None: none yet)."""
+    _, latest = await db.pipelined(
+        session,
+        [
+            (tenancy.SET_TENANT, {"tenant": tenant_id}),
+            (_LATEST_EVENT, {"tenant_id": tenant_id, "correlation_id": correlation_id}),
+        ],
+    )
+    return str(latest[0]) if latest is not None else None
 
 
 async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import psycopg
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-_SET_TENANT = "SELECT set_config('moat.tenant_id', %(tenant)s, true)"
+from store import db
+
+SET_TENANT = "SELECT set_config('moat.tenant_id', %(tenant)s, true)"
 
 
 async def set_tenant(session: AsyncSession, tenant_id: str) -> None:
@@ -17,32 +17,9 @@ async def set_tenant(session: AsyncSession, tenant_id: str) -> None:
 
     Row-level security lets the application role see and write only the rows of the tenant
     named here; unset, it sees nothing. Call it first in every transaction of the app role.
-
-    Sent in one round trip with the transaction's ``BEGIN`` (psycopg's pipeline mode),
-    where a plain statement would wait for the ``BEGIN`` first: every transaction of an
-    execution starts here, and a round trip to Postgres costs more than the statement.
+    It goes out in one round trip with the transaction's ``BEGIN`` (``db.pipelined``).
     """
-    connection = await session.connection()
-    raw = (await connection.get_raw_connection()).driver_connection
-    assert isinstance(raw, psycopg.AsyncConnection), "Moat's engines are psycopg's"
-    params = {"tenant": tenant_id}
-    try:
-        async with raw.pipeline():
-            await raw.execute(_SET_TENANT, params)
-    except psycopg.Error as err:
-        # Raised as SQLAlchemy raises a failed statement, and a connection Postgres dropped
-        # is not handed out again.
-        gone = raw.closed or raw.broken
-        if gone:
-            await connection.invalidate(err)
-        raise DBAPIError.instance(
-            _SET_TENANT,
-            params,
-            err,
-            psycopg.Error,
-            connection_invalidated=gone,
-            dialect=connection.dialect,
-        ) from err
+    await db.pipelined(session, [(SET_TENANT, {"tenant": tenant_id})])
 
 
 @asynccontextmanager
