@@ -31,19 +31,25 @@ def _provider() -> TracerProvider:
     return provider
 
 
-async def test_one_trace_from_the_request_to_the_provider(
-    stack: Stack, provider: FakeProvider
-) -> None:
-    spans = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(spans)
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans the test's process ends while the test runs (exported as they end)."""
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
     _provider().add_span_processor(processor)
     try:
-        url = provider.script("/traced", Step(200))
-        body = {"method": "POST", "url": url, "json": {"n": 1}}
-        response = await stack.execute("http.request", body, key="traced")
-        assert response.status_code == 200, response.text
+        yield exporter
     finally:
         processor.shutdown()
+
+
+async def test_one_trace_from_the_request_to_the_provider(
+    stack: Stack, provider: FakeProvider, spans: InMemorySpanExporter
+) -> None:
+    url = provider.script("/traced", Step(200))
+    body = {"method": "POST", "url": url, "json": {"n": 1}}
+    response = await stack.execute("http.request", body, key="traced")
+    assert response.status_code == 200, response.text
     trace_id = response.json()["trace_id"]
     assert response.headers["x-moat-trace-id"] == trace_id
     # The provider call carries the same trace (W3C traceparent: version-trace-span-flags).
@@ -59,23 +65,17 @@ async def test_one_trace_from_the_request_to_the_provider(
 
 
 async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
-    stack: Stack, provider: FakeProvider
+    stack: Stack, provider: FakeProvider, spans: InMemorySpanExporter
 ) -> None:
-    spans = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(spans)
-    _provider().add_span_processor(processor)
     caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-    try:
-        url = provider.script("/continued", Step(200))
-        response = await stack.execute(
-            "http.request",
-            {"method": "POST", "url": url, "json": {"n": 1}},
-            key="continued",
-            headers_extra={"traceparent": f"00-{caller_trace}-{caller_span}-01"},
-        )
-        assert response.status_code == 200, response.text
-    finally:
-        processor.shutdown()
+    url = provider.script("/continued", Step(200))
+    response = await stack.execute(
+        "http.request",
+        {"method": "POST", "url": url, "json": {"n": 1}},
+        key="continued",
+        headers_extra={"traceparent": f"00-{caller_trace}-{caller_span}-01"},
+    )
+    assert response.status_code == 200, response.text
     assert response.json()["trace_id"] == caller_trace
     assert response.headers["x-moat-trace-id"] == caller_trace
     (call,) = provider.calls_to("/continued")
