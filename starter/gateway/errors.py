@@ -67,6 +67,7 @@ STATUS: dict[str, int] = {
     "dead_letter_not_found": 404,
     "compensating_action_not_found": 404,
     "method_not_allowed": 405,
+    "connection_gone": 410,
     "not_acceptable": 406,
     "conflict": 409,
     "dead_letter_closed": 409,
@@ -229,6 +230,8 @@ ERROR_DESCRIPTIONS = {
     409: "`conflict`: the name is taken; `approval_mismatch`: the decision names another "
     "call or policy version than the one waiting (nothing changed); `approval_stale`: the "
     "policy changed since the call; `approval_not_pending`: it was decided already.",
+    410: "`connection_gone`: the connection was revoked (`DELETE`); the list still shows it "
+    "for the record, `details.revoked_at` says when.",
     413: "`payload_too_large`: the body is over the gateway's limit.",
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",

@@ -70,8 +70,21 @@ async def _row(session: AsyncSession, tenant_id: str, connection_id: str) -> Con
     return row
 
 
-async def show(session: AsyncSession, tenant_id: str, connection_id: str) -> ConnectionInfo:
-    return connections.to_info(await _row(session, tenant_id, connection_id))
+async def show(
+    session: AsyncSession, tenant_id: str, connection_id: str, *, revoked_too: bool = True
+) -> ConnectionInfo:
+    """One connection. ``revoked_too=False`` (the API's single reads): a revoked connection
+    is gone, ``410 connection_gone``; what a ``DELETE`` revoked is not read back as if it
+    were there (the list still shows it, for the record)."""
+    row = await _row(session, tenant_id, connection_id)
+    if row.revoked_at is not None and not revoked_too:
+        raise MoatError(
+            "connection_gone",
+            f"Connection {row.id} was revoked at {row.revoked_at.isoformat()}; it is kept "
+            "for the record (the list of connections shows it) and can no longer be used.",
+            {"connection_id": row.id, "revoked_at": row.revoked_at.isoformat()},
+        )
+    return connections.to_info(row)
 
 
 async def rotate(

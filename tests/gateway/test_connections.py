@@ -269,6 +269,15 @@ async def test_connection_routes_check_and_never_answer_the_secret(
         "POST", f"{base}/{mine['id']}/rotate", json={"secret": SECRET}, headers=writer
     )
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "connection_revoked"
+    # What a DELETE revoked is gone for a single read, by the tenant or the admin, and stays
+    # in the list for the record.
+    for url, headers in ((f"{base}/{mine['id']}", writer), (f"{admin_base}/{mine['id']}", ADMIN)):
+        gone = await call("GET", url, headers=headers)
+        assert gone.status_code == 410, gone.text
+        assert gone.json()["error"]["code"] == "connection_gone"
+        assert gone.json()["error"]["details"]["revoked_at"] is not None
+    listed = (await call("GET", base, headers=writer)).json()
+    assert next(c for c in listed if c["id"] == mine["id"])["revoked_at"] == revoked["revoked_at"]
     assert not any(s in a for a in answers for s in (SECRET, ROTATED))
 
     listed_caps = (await stack.http.get(f"{stack.url}/v1/capabilities")).json()

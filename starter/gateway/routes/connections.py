@@ -78,15 +78,16 @@ async def list_connections(request: Request, credentials: TenantKey) -> list[Con
     "/{connection_id}",
     summary="One connection",
     response_model=ConnectionInfo,
-    responses=documented_errors(400, 401, 404, 500),
+    responses=documented_errors(400, 401, 404, 410, 500),
 )
 async def show_connection(
     request: Request, credentials: TenantKey, connection_id: ConnectionId
 ) -> ConnectionInfo:
-    """Another tenant's connection is `404 connection_not_found`."""
+    """Another tenant's connection is `404 connection_not_found`; a revoked one is
+    `410 connection_gone` (the list still shows it)."""
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return await connections.show(session, tenant.tenant_id, connection_id)
+        return await connections.show(session, tenant.tenant_id, connection_id, revoked_too=False)
 
 
 @router.post(
@@ -150,14 +151,18 @@ async def admin_list_connections(request: Request, tenant_id: TenantId) -> list[
 
 
 @admin_router.get(
-    "/{connection_id}", summary="One connection of a tenant", response_model=ConnectionInfo
+    "/{connection_id}",
+    summary="One connection of a tenant",
+    response_model=ConnectionInfo,
+    responses=documented_errors(410),
 )
 async def admin_show_connection(
     request: Request, tenant_id: TenantId, connection_id: ConnectionId
 ) -> ConnectionInfo:
+    """A revoked connection is `410 connection_gone` (the list still shows it)."""
     async with deps_of(request).sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
-        return await connections.show(session, tenant_id, connection_id)
+        return await connections.show(session, tenant_id, connection_id, revoked_too=False)
 
 
 @admin_router.post(
