@@ -112,52 +112,24 @@ class RunState(BaseModel):
 
 
 def apply(state: RunState | None, event: Event) -> RunState | None:
-    """The run after ``event``; events of other aggregates leave it as it is."""
-    data = event.event_data
-    if event.event_type == EventType.RUN_STARTED and state is not None:
-        # A new run of the same execution (e.g. a reset before the outcome was recorded).
-        return state.model_copy(
-            update={
-                "run_id": str(data.get("run_id", state.run_id)),
-                "status": RunStatus.RUNNING,
-                "completed_at": None,
-                "last_sequence": event.sequence_number,
-            }
-        )
-    if event.event_type == EventType.RUN_STARTED:
-        return RunState(
-            receipt_id=event.correlation_id,
-            tenant_id=event.tenant_id,
-            workflow_id=str(data.get("workflow_id", "")),
-            run_id=str(data.get("run_id", "")),
-            capability_id=str(data.get("capability_id", "")),
-            status=RunStatus.RUNNING,
-            started_at=event.occurred_at,
-            last_sequence=event.sequence_number,
-        )
-    if state is None:
+    """The run after ``event``; events of other aggregates leave it as it is. A run that
+    exists moves by the event's ``RunDelta``: the rebuild and the projection's SQL follow
+    one set of rules."""
+    if state is not None:
+        return delta([event]).applied_to(state)
+    if event.event_type != EventType.RUN_STARTED:
         return None
-    update: dict[str, Any] = {"last_sequence": event.sequence_number}
-    match event.event_type:
-        case EventType.POLICY_EVALUATED | EventType.STEP_COMPLETED:
-            update["total_steps"] = state.total_steps + 1
-        case EventType.STEP_FAILED:
-            update["total_steps"] = state.total_steps + 1
-            update["failed_steps"] = state.failed_steps + 1
-        case EventType.STEP_RETRIED:
-            update["retries"] = state.retries + 1
-        case EventType.RUN_COMPLETED:
-            update["status"] = RunStatus.COMPLETED
-            update["completed_at"] = event.occurred_at
-        case EventType.RUN_FAILED:
-            update["status"] = RunStatus.DENIED if data.get("policy_denied") else RunStatus.FAILED
-            update["completed_at"] = event.occurred_at
-        case EventType.RUN_REPLAYED:
-            update["replays"] = state.replays + 1
-            update["run_id"] = str(data.get("run_id", state.run_id))
-        case _:
-            pass
-    return state.model_copy(update=update)
+    data = event.event_data
+    return RunState(
+        receipt_id=event.correlation_id,
+        tenant_id=event.tenant_id,
+        workflow_id=str(data.get("workflow_id", "")),
+        run_id=str(data.get("run_id", "")),
+        capability_id=str(data.get("capability_id", "")),
+        status=RunStatus.RUNNING,
+        started_at=event.occurred_at,
+        last_sequence=event.sequence_number,
+    )
 
 
 class RunDelta(BaseModel):
@@ -191,8 +163,9 @@ class RunDelta(BaseModel):
 
 
 def delta(events: list[Event]) -> RunDelta:
-    """``events`` (in sequence order, at least one) as a ``RunDelta``, step for step what
-    ``apply`` does to a run that exists."""
+    """``events`` (in sequence order, at least one) as one ``RunDelta`` for a run that
+    exists: a started run again is running again (its run id from the event), a step counts,
+    a failed one twice, a retry or a replay counts, the run's end sets its status and time."""
     out = RunDelta(last_sequence=events[-1].sequence_number)
     for event in events:
         data = event.event_data
