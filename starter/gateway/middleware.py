@@ -35,6 +35,17 @@ _HEADERS = _HeadersGetter()
 
 DRAIN_BYTES = 1024 * 1024
 
+_SEND = "moat.send"
+
+
+def answer_send(scope: Scope) -> Send | None:
+    """The request's ``send`` as ``Boundary`` hands it on (its span told the status, the
+    trace header added), for an answer sent by another task than the request's own: a
+    flight answering its copies (``service.flights``). The request then returns a response
+    that sends nothing."""
+    send: Send | None = scope.get(_SEND)
+    return send
+
 
 class Boundary:
     """Outermost ASGI layer of the gateway (inside Starlette's own error middleware).
@@ -93,6 +104,7 @@ class Boundary:
                     )
                     await too_large(scope, receive, send_traced)
                     return
+                scope[_SEND] = send_traced
                 await self.app(scope, replay, send_traced)
             except Exception:
                 log.exception("internal error (trace %s)", trace_id)

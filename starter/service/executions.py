@@ -99,6 +99,8 @@ class Outcome:
     replayed: bool = False
     # Answered from a stored receipt (an idempotent hit), not by a run.
     stored: bool = False
+    # Already sent to the caller by the flight this request shared (``flights``).
+    answered: bool = False
     # The envelope's JSON once rendered: every copy sharing this outcome (``flights``)
     # sends the same bytes. Shared by ``dataclasses.replace`` copies.
     rendered: list[bytes] = field(default_factory=list, compare=False, repr=False)

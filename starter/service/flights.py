@@ -9,28 +9,57 @@ answered as replays (the first request's answer). Across gateways, Temporal's wo
 
 The flight covers the first copy's whole way through Postgres (authentication, the
 stored-receipt lookup) and Temporal, so the copies behind it cost no database round trip.
-It is keyed by who calls (the tenant of a key verified moments ago, ``keycache``, else the
-presented key's hash: the first copy's authentication is then theirs) and everything that
-shapes the answer (idempotency key, input hash, connection, wait budget; dry runs never
-share): a copy never receives an answer it would not have got on its own. If the first
+It is keyed by who calls (the presented key's hash: the first copy's authentication is
+then theirs) and everything that shapes the answer (idempotency key, input hash,
+connection, wait budget; dry runs never share): a copy never receives an answer it would
+not have got on its own. If the first
 copy fails, the others go their own way instead of sharing its error.
+
+When the flight lands, the first copy is answered first, then every copy that left an
+``answer`` is answered by a task of its own, one after another, before any copy's request
+resumes: a copy's answer does not wait for the copies before it to finish their way back
+out through the gateway's layers (a thousand copies would otherwise queue behind each
+other's unwinding). A copy that gave up waiting (cancelled) is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 from collections.abc import Awaitable, Callable, Hashable
 
 from schemas.execute import EnvelopeStatus
 from starter.service.executions import Outcome
 
+Answer = Callable[[Outcome], Awaitable[None]]
+
+
+@dataclasses.dataclass
+class _Copy:
+    """A copy waiting to be answered by the flight: ``answered`` gets its outcome once its
+    answer is sent, None when it must go its own way (the first copy failed)."""
+
+    answer: Answer
+    trace_id: str
+    on_copy: Callable[[Outcome], None] | None
+    answered: asyncio.Future[Outcome | None]
+    # The copy's own context (its span, its trace id in logs), for its answer.
+    context: contextvars.Context = dataclasses.field(default_factory=contextvars.copy_context)
+
+
+@dataclasses.dataclass
+class _Flight:
+    landed: asyncio.Future[Outcome | None]
+    copies: list[_Copy] = dataclasses.field(default_factory=list)
+
 
 class Flights:
     """The runs this gateway is waiting on, by what makes requests identical."""
 
     def __init__(self) -> None:
-        self._flying: dict[Hashable, asyncio.Future[Outcome | None]] = {}
+        self._flying: dict[Hashable, _Flight] = {}
+        self._answering: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._flying)
@@ -41,28 +70,61 @@ class Flights:
         work: Callable[[], Awaitable[Outcome]],
         trace_id: str,
         on_copy: Callable[[Outcome], None] | None = None,
+        answer: Answer | None = None,
     ) -> Outcome:
         """``work()``'s outcome, done once for every copy of ``key`` that arrives meanwhile
-        (``on_copy`` is told of each copy answered with the shared outcome)."""
-        flying = self._flying.get(key)
-        if flying is not None:
-            shared = await asyncio.shield(flying)
-            if shared is not None:
-                if on_copy is not None:
-                    on_copy(shared)
-                envelope = shared.envelope
-                if (
-                    envelope.status == EnvelopeStatus.ACCEPTED
-                ):  # still running: this request's trace
-                    envelope = envelope.model_copy(update={"trace_id": trace_id})
-                return dataclasses.replace(shared, envelope=envelope, replayed=True)
-            return await work()
-        future: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
-        self._flying[key] = future
+        (``on_copy`` is told of each copy answered with the shared outcome). A copy given
+        ``answer`` is answered through it when the flight lands; its outcome then says
+        ``answered``."""
+        loop = asyncio.get_running_loop()
+        flight = self._flying.get(key)
+        if flight is not None:
+            if answer is not None:
+                copy = _Copy(answer, trace_id, on_copy, loop.create_future())
+                flight.copies.append(copy)
+                answered = await copy.answered
+                return answered if answered is not None else await work()
+            shared = await asyncio.shield(flight.landed)
+            if shared is None:
+                return await work()
+            if on_copy is not None:
+                on_copy(shared)
+            return _as_copy(shared, trace_id)
+        flight = self._flying[key] = _Flight(loop.create_future())
         outcome: Outcome | None = None
         try:
             outcome = await work()
             return outcome
         finally:
             del self._flying[key]
-            future.set_result(outcome)
+            flight.landed.set_result(outcome)
+            for copy in flight.copies:  # run after this request's answer is on its way
+                task = loop.create_task(_answer(copy, outcome), context=copy.context)
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
+
+
+def _as_copy(shared: Outcome, trace_id: str) -> Outcome:
+    envelope = shared.envelope
+    if envelope.status == EnvelopeStatus.ACCEPTED:  # still running: this request's trace
+        envelope = envelope.model_copy(update={"trace_id": trace_id})
+    return dataclasses.replace(shared, envelope=envelope, replayed=True)
+
+
+async def _answer(copy: _Copy, shared: Outcome | None) -> None:
+    if copy.answered.done():  # the copy stopped waiting
+        return
+    if shared is None:
+        copy.answered.set_result(None)
+        return
+    outcome = _as_copy(shared, copy.trace_id)
+    try:
+        if copy.on_copy is not None:
+            copy.on_copy(outcome)
+        await copy.answer(outcome)
+    except Exception as err:  # the copy's request raises it, as if it had answered itself
+        if not copy.answered.done():
+            copy.answered.set_exception(err)
+        return
+    if not copy.answered.done():
+        copy.answered.set_result(dataclasses.replace(outcome, answered=True))

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
+from starlette.types import Receive, Scope, Send
 
 from schemas.execute import Envelope, EnvelopeStatus
 from schemas.names import REPLAYED_HEADER, TRACE_HEADER
@@ -20,9 +21,11 @@ from starter.gateway.deps import (
     unauthenticated,
 )
 from starter.gateway.errors import documented_errors, execution_status, render_json
+from starter.gateway.middleware import answer_send
 from starter.runtime import observability
 from starter.service import MoatError, executions
 from starter.service.executions import Outcome
+from starter.service.flights import Answer
 from starter.service.keycache import KeyCache
 
 router = APIRouter()
@@ -163,9 +166,10 @@ async def execute(
     if invalid is not None:
         return _answer(await through_postgres())  # raises: the key's error or the body's
     req = prepared.request
-    # Identical copies share one way through Postgres and Temporal: by tenant once the key
-    # is known, else by the key itself (the first copy's authentication is theirs too).
-    caller = known.tenant_id if known is not None else KeyCache.digest(presented)
+    # Identical copies share one way through Postgres and Temporal, by the key presented
+    # (the first copy's authentication is theirs too), whether or not memory knew it yet:
+    # the copies of a burst behind the first one's lookup join its flight, not a second.
+    caller = KeyCache.digest(presented)
     copy_of = (caller, prepared.idempotency_key, prepared.input_hash, req.connection_id, wait)
 
     def copied(shared: Outcome) -> None:
@@ -180,15 +184,39 @@ async def execute(
                 datetime.now(UTC),
             )
 
+    send = answer_send(request.scope)
+    answering = None if send is None else _answering(request, send, applied)
     outcome = await deps.flights.share(
-        copy_of if not req.dry_run else object(), through_postgres, trace_id, copied
+        copy_of if not req.dry_run else object(), through_postgres, trace_id, copied, answering
     )
+    if outcome.answered:
+        return _Sent()
+    return _answer(outcome, _headers(outcome, applied))
+
+
+def _answering(request: Request, send: Send, applied: str | None) -> Answer:
+    """How a flight answers this request as a copy, when it lands (``flights``)."""
+
+    async def answer(shared: Outcome) -> None:
+        await _answer(shared, _headers(shared, applied))(request.scope, request.receive, send)
+
+    return answer
+
+
+class _Sent(Response):
+    """The answer of a request already sent by another task (``middleware.answer_send``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
+def _headers(outcome: Outcome, applied: str | None) -> dict[str, str]:
     headers: dict[str, str] = {}
     if applied and not outcome.stored:
         headers["Preference-Applied"] = applied
     if outcome.replayed:
         headers[REPLAYED_HEADER] = "true"
-    return _answer(outcome, headers)
+    return headers
 
 
 def _render(envelope: Envelope) -> bytes:
