@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import IdempotentHitRow
@@ -30,23 +30,25 @@ async def add_hits(session: AsyncSession, batch: Iterable[Hits]) -> None:
     """Add each execution's new hits to its counter, in one statement. The caller has named
     the batch's tenant (row-level security)."""
     rows = [vars(h) for h in batch]
-    if not rows:
-        return
-    stmt = insert(IdempotentHitRow).values(rows)
-    await session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=[IdempotentHitRow.tenant_id, IdempotentHitRow.receipt_id],
-            set_={
-                "hits": IdempotentHitRow.hits + stmt.excluded.hits,
-                "first_hit_at": func.least(
-                    IdempotentHitRow.first_hit_at, stmt.excluded.first_hit_at
-                ),
-                "last_hit_at": func.greatest(
-                    IdempotentHitRow.last_hit_at, stmt.excluded.last_hit_at
-                ),
-            },
-        )
+    if rows:
+        # The rows as parameters of one fixed statement (sent as multi-row VALUES by the
+        # driver): compiled once, however many executions a flush carries.
+        await session.execute(_ADD_HITS, rows)
+
+
+def _add_hits() -> Insert:
+    stmt = insert(IdempotentHitRow)
+    return stmt.on_conflict_do_update(
+        index_elements=[IdempotentHitRow.tenant_id, IdempotentHitRow.receipt_id],
+        set_={
+            "hits": IdempotentHitRow.hits + stmt.excluded.hits,
+            "first_hit_at": func.least(IdempotentHitRow.first_hit_at, stmt.excluded.first_hit_at),
+            "last_hit_at": func.greatest(IdempotentHitRow.last_hit_at, stmt.excluded.last_hit_at),
+        },
     )
+
+
+_ADD_HITS = _add_hits()
 
 
 async def hits_of(session: AsyncSession, tenant_id: str, receipt_id: str) -> int:

@@ -130,3 +130,34 @@ def test_distinct_executions_past_the_bound_are_dropped_not_held() -> None:
     for receipt in ("a", "b", "c", "a"):
         ledger.note("t", receipt, "demo.echo", receipt, now)
     assert (ledger.pending, ledger.dropped) == (3, 1)
+
+
+async def test_one_flush_adds_to_many_counters_keeping_the_first_and_last_hit(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    receipts = []
+    for n in range(3):
+        done = await stack.execute("demo.echo", {"n": n}, key=f"batch-{n}")
+        receipts.append(done.json()["receipt_id"])
+
+    def at(second: int) -> datetime:
+        return datetime(2026, 1, 1, 0, 0, second, tzinfo=UTC)
+
+    def batch(count: int, first: int, last: int) -> list[hits.Hits]:
+        return [
+            hits.Hits(stack.tenant_id, r, "demo.echo", f"batch-{i}", count, at(first), at(last))
+            for i, r in enumerate(receipts)
+        ]
+
+    for rows in (batch(2, 10, 20), batch(3, 5, 15), batch(1, 30, 40)):
+        async with tenancy.tenant_transaction(app_sessions, stack.tenant_id) as session:
+            await hits.add_hits(session, rows)
+    async with stack.sessions() as session:
+        kept = (
+            await session.scalars(
+                select(IdempotentHitRow).where(IdempotentHitRow.receipt_id.in_(receipts))
+            )
+        ).all()
+    assert sorted((r.receipt_id, r.hits, r.first_hit_at, r.last_hit_at) for r in kept) == sorted(
+        (r, 6, at(5), at(40)) for r in receipts
+    )
