@@ -46,6 +46,7 @@ from starter.gateway.routes import (
 )
 from starter.gateway.routes import policy as policy_routes
 from starter.runtime import observability
+from starter.runtime.loop import settle_heap
 from starter.runtime.temporal import connect
 from starter.service.executions import Executions
 from starter.service.hits import HitLedger
@@ -311,6 +312,7 @@ async def serve(settings: MoatSettings, stop: asyncio.Event | None = None) -> in
                 _server(public, settings, settings.gateway_port),
                 _server(admin, settings, settings.admin_port),
             ]
+        settle_heap()
         running = [asyncio.create_task(server.serve()) for server in servers]
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait([*running, stopped], return_when=asyncio.FIRST_COMPLETED)

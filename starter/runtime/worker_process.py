@@ -16,6 +16,7 @@ import worker
 from schemas.settings import MoatSettings
 from schemas.trust import TrustWindow, report
 from starter.runtime import observability
+from starter.runtime.loop import settle_heap
 from starter.runtime.outbox_relay import OutboxRelay
 from starter.runtime.schedules import (
     ensure_partitions_schedule,
@@ -48,6 +49,7 @@ async def run(settings: MoatSettings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         relay = OutboxRelay.from_settings(client, sessions, settings)
+        settle_heap()
         async with polling, relay.running():
             log.info(
                 "worker polling task queue %s in namespace %s",
