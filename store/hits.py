@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import Insert, insert
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import ReturningInsert
 
 from store.models import IdempotentHitRow
 
@@ -31,13 +32,15 @@ async def add_hits(session: AsyncSession, batch: Iterable[Hits]) -> None:
     the batch's tenant (row-level security)."""
     rows = [vars(h) for h in batch]
     if rows:
-        # The rows as parameters of one fixed statement (sent as multi-row VALUES by the
-        # driver): compiled once, however many executions a flush carries.
+        # The rows as parameters of one fixed statement, compiled once, however many
+        # executions a flush carries; sent as one multi-row VALUES statement.
         await session.execute(_ADD_HITS, rows)
 
 
-def _add_hits() -> Insert:
+def _add_hits() -> ReturningInsert[tuple[str]]:
     stmt = insert(IdempotentHitRow)
+    # RETURNING lets SQLAlchemy send the rows as one multi-row VALUES ("insertmanyvalues")
+    # rather than the driver's statement per row.
     return stmt.on_conflict_do_update(
         index_elements=[IdempotentHitRow.tenant_id, IdempotentHitRow.receipt_id],
         set_={
@@ -45,7 +48,7 @@ def _add_hits() -> Insert:
             "first_hit_at": func.least(IdempotentHitRow.first_hit_at, stmt.excluded.first_hit_at),
             "last_hit_at": func.greatest(IdempotentHitRow.last_hit_at, stmt.excluded.last_hit_at),
         },
-    )
+    ).returning(IdempotentHitRow.receipt_id)
 
 
 _ADD_HITS = _add_hits()
