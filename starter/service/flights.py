@@ -12,8 +12,8 @@ stored-receipt lookup) and Temporal, so the copies behind it cost no database ro
 It is keyed by who calls (the presented key's hash: the first copy's authentication is
 then theirs) and everything that shapes the answer (idempotency key, input hash,
 connection, wait budget; dry runs never share): a copy never receives an answer it would
-not have got on its own. If the first
-copy fails, the others go their own way instead of sharing its error.
+not have got on its own. If the first copy fails, the others go their own way instead of
+sharing its error.
 
 When the flight lands, the first copy is answered first, then every copy that left an
 ``answer`` is answered by a task of its own, one after another, before any copy's request
