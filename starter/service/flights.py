@@ -15,11 +15,12 @@ connection, wait budget; dry runs never share): a copy never receives an answer 
 not have got on its own. If the first copy fails, the others go their own way instead of
 sharing its error.
 
-When the flight lands, the first copy is answered first, then every copy that left an
-``answer`` is answered by a task of its own, one after another, before any copy's request
-resumes: a copy's answer does not wait for the copies before it to finish their way back
-out through the gateway's layers (a thousand copies would otherwise queue behind each
-other's unwinding). A copy that gave up waiting (cancelled) is skipped.
+When the flight lands, the first copy is answered first, then every copy is handed the
+outcome by a task of its own, one after another, and one that left an ``answer`` is
+answered through it there, before any copy's request resumes: a copy's answer does not
+wait for the copies before it to finish their way back out through the gateway's layers
+(a thousand copies would otherwise queue behind each other's unwinding). A copy that gave
+up waiting (cancelled) is skipped.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ Answer = Callable[[Outcome], Awaitable[None]]
 
 @dataclasses.dataclass
 class _Copy:
-    """A copy waiting to be answered by the flight: ``answered`` gets its outcome once its
-    answer is sent, None when it must go its own way (the first copy failed)."""
+    """A copy waiting for the flight to land: ``answered`` gets its outcome (once its
+    ``answer``, if it left one, is sent), None when it must go its own way (the first copy
+    failed)."""
 
-    answer: Answer
+    answer: Answer | None
     trace_id: str
     on_copy: Callable[[Outcome], None] | None
     answered: asyncio.Future[Outcome | None]
@@ -48,17 +50,11 @@ class _Copy:
     context: contextvars.Context = dataclasses.field(default_factory=contextvars.copy_context)
 
 
-@dataclasses.dataclass
-class _Flight:
-    landed: asyncio.Future[Outcome | None]
-    copies: list[_Copy] = dataclasses.field(default_factory=list)
-
-
 class Flights:
     """The runs this gateway is waiting on, by what makes requests identical."""
 
     def __init__(self) -> None:
-        self._flying: dict[Hashable, _Flight] = {}
+        self._flying: dict[Hashable, list[_Copy]] = {}
         self._answering: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
@@ -77,28 +73,20 @@ class Flights:
         ``answer`` is answered through it when the flight lands; its outcome then says
         ``answered``."""
         loop = asyncio.get_running_loop()
-        flight = self._flying.get(key)
-        if flight is not None:
-            if answer is not None:
-                copy = _Copy(answer, trace_id, on_copy, loop.create_future())
-                flight.copies.append(copy)
-                answered = await copy.answered
-                return answered if answered is not None else await work()
-            shared = await asyncio.shield(flight.landed)
-            if shared is None:
-                return await work()
-            if on_copy is not None:
-                on_copy(shared)
-            return _as_copy(shared, trace_id)
-        flight = self._flying[key] = _Flight(loop.create_future())
+        copies = self._flying.get(key)
+        if copies is not None:
+            copy = _Copy(answer, trace_id, on_copy, loop.create_future())
+            copies.append(copy)
+            shared = await copy.answered
+            return shared if shared is not None else await work()
+        copies = self._flying[key] = []
         outcome: Outcome | None = None
         try:
             outcome = await work()
             return outcome
         finally:
             del self._flying[key]
-            flight.landed.set_result(outcome)
-            for copy in flight.copies:  # run after this request's answer is on its way
+            for copy in copies:  # run after this request's answer is on its way
                 task = loop.create_task(_answer(copy, outcome), context=copy.context)
                 self._answering.add(task)
                 task.add_done_callback(self._answering.discard)
@@ -121,10 +109,12 @@ async def _answer(copy: _Copy, shared: Outcome | None) -> None:
     try:
         if copy.on_copy is not None:
             copy.on_copy(outcome)
-        await copy.answer(outcome)
+        if copy.answer is not None:
+            await copy.answer(outcome)
+            outcome = dataclasses.replace(outcome, answered=True)
     except Exception as err:  # the copy's request raises it, as if it had answered itself
         if not copy.answered.done():
             copy.answered.set_exception(err)
         return
     if not copy.answered.done():
-        copy.answered.set_result(dataclasses.replace(outcome, answered=True))
+        copy.answered.set_result(outcome)
