@@ -120,9 +120,11 @@ class ApiKeyCreate(BaseModel):
         default_factory=lambda: list(DEFAULT_SCOPES),
         min_length=1,
         max_length=50,
-        description="What the key may do: `execute:*` (every capability, the default), "
-        "`execute:<capability id>`, `connections:write`, … A trailing `*` grants every "
-        "scope starting with what precedes it.",
+        description="What the key may do: `execute:*` (every capability) and "
+        "`outputs:read` (read what executions answered) by default; `execute:<capability "
+        "id>`, `connections:write`, `webhooks:write`, … (`GET /v1/capabilities` and the "
+        "README's route table name them). A trailing `*` grants every scope starting with "
+        "what precedes it.",
         examples=[["execute:*", "connections:write"]],
     )
 

@@ -14,10 +14,20 @@ from collections.abc import Iterable
 SCOPE_PATTERN = r"^(?:\*|[a-z][a-z0-9_-]*:(?:\*|[A-Za-z0-9_.-]+\*?))$"
 MAX_SCOPE_LENGTH = 200
 EXECUTE_ALL = "execute:*"
-# What a key gets when created without scopes (and what every key held before keys had
-# scopes).
-DEFAULT_SCOPES: tuple[str, ...] = (EXECUTE_ALL,)
 CONNECTIONS_WRITE = "connections:write"
+# Writes that set something in motion or change what the tenant receives.
+WEBHOOKS_WRITE = "webhooks:write"
+DEAD_LETTERS_WRITE = "dead_letters:write"
+PROBES_WRITE = "probes:write"
+# Reads that expose what executions answered (outputs, manifests) or what a person is asked
+# to approve (an approval's input).
+OUTPUTS_READ = "outputs:read"
+APPROVALS_READ = "approvals:read"
+# What a key gets when created without scopes: execute anything and read what it executed.
+# Every key made before read scopes existed was given ``outputs:read`` by the migration
+# that introduced them (and ``approvals:read`` when it could decide approvals), so no
+# existing caller loses a read it had; none was given a write scope it did not hold.
+DEFAULT_SCOPES: tuple[str, ...] = (EXECUTE_ALL, OUTPUTS_READ)
 
 _SCOPE = re.compile(SCOPE_PATTERN)
 

@@ -40,7 +40,7 @@ def create(
         list[str] | None,
         typer.Option(
             "--scope",
-            help="What the key may do; repeat for several (default: execute:*). E.g. "
+            help="What the key may do; repeat for several (default: execute:* and outputs:read). E.g. "
             "execute:http.request, connections:write.",
         ),
     ] = None,

@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
+from starter.gateway.access import route_needs
 from starter.service import MoatError
 from starter.service.executions import Executions
 from starter.service.flights import Flights
@@ -74,7 +75,23 @@ def execution_not_found(receipt_id: str) -> MoatError:
     return MoatError("execution_not_found", f"No execution {receipt_id[:80]!r}.")
 
 
-tenant_bearer = HTTPBearer(
+class PresentedKey(HTTPAuthorizationCredentials):
+    """A tenant key as presented, with the scopes the matched route declares
+    (``access.needs``): ``authenticate`` refuses a key without them."""
+
+    required: tuple[str, ...] = ()
+
+
+class TenantBearer(HTTPBearer):
+    async def __call__(self, request: Request) -> HTTPAuthorizationCredentials | None:
+        found = await super().__call__(request)
+        if found is None:
+            return None
+        required = route_needs(request.scope.get("route"))
+        return PresentedKey(scheme=found.scheme, credentials=found.credentials, required=required)
+
+
+tenant_bearer = TenantBearer(
     scheme_name="TenantKey",
     description="A tenant's API key: `Authorization: Bearer moat_<id>_<secret>`.",
     auto_error=False,
@@ -98,15 +115,17 @@ async def authenticate(
     credentials: HTTPAuthorizationCredentials | None,
     *scopes: str,
 ) -> api_keys.AuthenticatedTenant:
-    """The caller's tenant, whose key must hold every one of ``scopes`` (403
-    ``scope_missing`` otherwise); the session's transaction is scoped to it from here on."""
+    """The caller's tenant, whose key must hold every one of ``scopes`` and of the scopes
+    its route declares (403 ``scope_missing`` otherwise); the session's transaction is
+    scoped to it from here on."""
     if credentials is None:
         raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
     # The lookup names the tenant too (row-level security), in the same round trip.
     tenant = await api_keys.authenticate(session, credentials.credentials, scope=True)
     if tenant is None:
         raise unauthenticated("The API key is unknown or revoked.")
-    require_scope(tenant.scopes, *scopes)
+    declared = credentials.required if isinstance(credentials, PresentedKey) else ()
+    require_scope(tenant.scopes, *declared, *(s for s in scopes if s not in declared))
     return tenant
 
 

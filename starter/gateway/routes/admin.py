@@ -120,7 +120,7 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
 )
 async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) -> NewApiKey:
     """The secret (`api_key`) is in this answer only; store it now. `scopes` default to
-    `["execute:*"]`."""
+    `["execute:*", "outputs:read"]`."""
     async with deps_of(request).sessions.begin() as session:
         if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)

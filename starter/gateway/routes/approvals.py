@@ -1,7 +1,8 @@
 """Approval routes (``/v1/approvals``): the calls waiting for a person, and their decision.
 
-Reading needs any key of the tenant; deciding needs the scope ``approvals:write`` (the
-admin key decides through ``/v1/admin/tenants/{id}/approvals``)."""
+Reading needs the scope ``approvals:read`` (an approval shows the call's input); deciding
+needs ``approvals:write`` (the admin key decides through
+``/v1/admin/tenants/{id}/approvals``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 
 from schemas.policy import APPROVALS_WRITE, Approval, ApprovalDecision, ApprovalStatus, key_actor
+from schemas.scopes import APPROVALS_READ
+from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
 from starter.service import approvals
@@ -22,7 +25,12 @@ ApprovalId = Annotated[str, Path(max_length=64, pattern=r"^apr_[0-9a-f]+$")]
 DECISION_ERRORS = documented_errors(400, 404, 409)
 
 
-@router.get("", summary="Approvals, newest first", response_model=list[Approval])
+@router.get(
+    "",
+    summary="Approvals, newest first",
+    response_model=list[Approval],
+    dependencies=[needs(APPROVALS_READ)],
+)
 async def list_approvals(
     request: Request,
     credentials: TenantKey,
@@ -39,6 +47,7 @@ async def list_approvals(
     summary="One approval, with the redacted input it is about",
     response_model=Approval,
     responses=documented_errors(404),
+    dependencies=[needs(APPROVALS_READ)],
 )
 async def get_approval(
     request: Request, credentials: TenantKey, approval_id: ApprovalId
@@ -54,6 +63,7 @@ async def get_approval(
     summary="Approve the exact call",
     response_model=Approval,
     responses=DECISION_ERRORS,
+    dependencies=[needs(APPROVALS_WRITE)],
 )
 async def approve(
     request: Request, credentials: TenantKey, approval_id: ApprovalId, body: ApprovalDecision
@@ -70,6 +80,7 @@ async def approve(
     summary="Reject the call",
     response_model=Approval,
     responses=DECISION_ERRORS,
+    dependencies=[needs(APPROVALS_WRITE)],
 )
 async def reject(
     request: Request, credentials: TenantKey, approval_id: ApprovalId, body: ApprovalDecision
@@ -88,7 +99,7 @@ async def _decide(
 ) -> Approval:
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
-        key = await authenticate(session, credentials, APPROVALS_WRITE)
+        key = await authenticate(session, credentials)
     return await approvals.decide(
         deps.sessions,
         deps.client,

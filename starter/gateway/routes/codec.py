@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload, Payloads
 
+from starter.gateway.access import public
 from starter.gateway.deps import deps_of, require_admin, unauthenticated
 from starter.gateway.errors import documented_errors
 from starter.runtime.codec import EncryptionCodec
@@ -150,7 +151,11 @@ async def ui_decode(request: Request, body: CodecPayloads, _ns: Namespace = None
     return await _transcode(request, body, "decode", "UI token")
 
 
-@router.post("/ui/{token}/encode", include_in_schema=False)
+@router.post(
+    "/ui/{token}/encode",
+    include_in_schema=False,
+    dependencies=[public("always refused: the UI door only decodes")],
+)
 async def ui_encode(token: Annotated[str, Path(max_length=128)]) -> None:
     """The Web UI's door decodes only, whatever the token."""
     raise MoatError(

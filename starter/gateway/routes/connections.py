@@ -20,6 +20,7 @@ from schemas.connections import (
     ConnectionRotate,
 )
 from schemas.scopes import CONNECTIONS_WRITE
+from starter.gateway.access import needs
 from starter.gateway.deps import Deps, TenantKey, authenticate, deps_of, require_admin
 from starter.gateway.errors import documented_errors
 from starter.service import MoatError, connections, tenants
@@ -49,6 +50,7 @@ def _cipher(deps: Deps) -> ConnectionCipher:
     summary="Store a credential once; executions name it by id",
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 403, 500),
+    dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def create_connection(
     request: Request, credentials: TenantKey, body: ConnectionCreate
@@ -58,7 +60,7 @@ async def create_connection(
     `connections:write` scope."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
+        tenant = await authenticate(session, credentials)
         return await connections.add(session, _cipher(deps), tenant.tenant_id, body)
 
 
@@ -95,6 +97,7 @@ async def show_connection(
     summary="Replace a connection's secret",
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 403, 404, 500),
+    dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def rotate_connection(
     request: Request, credentials: TenantKey, connection_id: ConnectionId, body: ConnectionRotate
@@ -103,7 +106,7 @@ async def rotate_connection(
     rotated (`403 connection_revoked`). Needs `connections:write`."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
+        tenant = await authenticate(session, credentials)
         return await connections.rotate(
             session, _cipher(deps), tenant.tenant_id, connection_id, body.secret, datetime.now(UTC)
         )
@@ -114,6 +117,7 @@ async def rotate_connection(
     summary="Revoke a connection (kept for the record, unusable)",
     response_model=ConnectionInfo,
     responses=documented_errors(400, 401, 403, 404, 500),
+    dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def revoke_connection(
     request: Request, credentials: TenantKey, connection_id: ConnectionId
@@ -121,7 +125,7 @@ async def revoke_connection(
     """Executions naming it fail from their next attempt on with `403 connection_revoked`.
     Revoking twice keeps the first time. Needs `connections:write`."""
     async with deps_of(request).sessions.begin() as session:
-        tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
+        tenant = await authenticate(session, credentials)
         return await connections.revoke(session, tenant.tenant_id, connection_id, datetime.now(UTC))
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from schemas.scopes import DEAD_LETTERS_WRITE
 from schemas.webhooks import (
     CompensatingAction,
     DeadLetter,
@@ -16,6 +17,7 @@ from schemas.webhooks import (
     RequeueRequest,
     ResolveRequest,
 )
+from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
 from starter.service import dead_letters
@@ -64,7 +66,10 @@ async def get_dead_letter(
     tags=["dead-letters"],
     summary="Try again",
     response_model=DeadLetter,
-    responses=documented_errors(400, 401, 404, 409, 500),
+    responses=documented_errors(400, 401, 403, 404, 409, 500),
+    dependencies=[
+        needs(DEAD_LETTERS_WRITE, also="for an execution, what executing its capability needs")
+    ],
 )
 async def requeue_dead_letter(
     request: Request, dead_letter_id: str, body: RequeueRequest, credentials: TenantKey
@@ -89,7 +94,8 @@ async def requeue_dead_letter(
     tags=["dead-letters"],
     summary="Close by hand, with a note",
     response_model=DeadLetter,
-    responses=documented_errors(400, 401, 404, 409, 500),
+    responses=documented_errors(400, 401, 403, 404, 409, 500),
+    dependencies=[needs(DEAD_LETTERS_WRITE)],
 )
 async def resolve_dead_letter(
     request: Request, dead_letter_id: str, body: ResolveRequest, credentials: TenantKey

@@ -10,6 +10,8 @@ from fastapi.responses import Response
 
 from schemas.events import Event
 from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
+from schemas.scopes import OUTPUTS_READ
+from starter.gateway.access import needs, public
 from starter.gateway.deps import (
     RECEIPT_ID,
     TenantKey,
@@ -57,8 +59,10 @@ async def get_events(request: Request, receipt_id: str, credentials: TenantKey) 
             "signatures verify against `/.well-known/jwks.json`.",
             "content": {"application/json": {"schema": {"type": "object"}}},
         },
-        **documented_errors(401, 404, 500),
+        **documented_errors(401, 403, 404, 500),
     },
+    # The manifest holds the call's (redacted) parameters and the provider's answer.
+    dependencies=[needs(OUTPUTS_READ)],
 )
 async def get_manifest(
     request: Request,
@@ -94,6 +98,7 @@ async def get_manifest(
     tags=["evidence"],
     summary="Public keys that verify run manifests (JWK Set)",
     responses=documented_errors(500, 503),
+    dependencies=[public("public keys, for anyone verifying a manifest")],
 )
 async def jwks(request: Request) -> dict[str, Any]:
     """Every signing key's public half, the active one first; rotated keys stay listed so

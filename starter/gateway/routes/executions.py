@@ -11,6 +11,8 @@ from starlette.types import Receive, Scope, Send
 
 from schemas.execute import Envelope, EnvelopeStatus
 from schemas.names import REPLAYED_HEADER, TRACE_HEADER
+from schemas.scopes import OUTPUTS_READ
+from starter.gateway.access import needs
 from starter.gateway.deps import (
     RECEIPT_ID,
     Deps,
@@ -80,6 +82,7 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
         ),
         **documented_errors(400, 401, 404, 413, 422, 500),
     },
+    dependencies=[needs(also="`execute:<capability_id>` and the capability's own scopes")],
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -267,6 +270,7 @@ def _wait_budget(prefer: str | None, deps: Deps) -> tuple[float, str | None]:
         502: _envelope_response("Finished `failed`: the provider failed."),
         **documented_errors(401, 404, 500),
     },
+    dependencies=[needs(OUTPUTS_READ)],
 )
 async def get_execution(request: Request, receipt_id: str, credentials: TenantKey) -> Response:
     """What became of the execution a `receipt_id` names, for as long as its receipt or run

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.policy import POLICY_WRITE, PolicyDocument, PolicyVersion, key_actor
+from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
 from starter.service import MoatError, policy, tenants
@@ -32,6 +33,7 @@ async def get_policy(request: Request, credentials: TenantKey) -> PolicyVersion:
     summary="Replace the policy (a new version)",
     response_model=PolicyVersion,
     responses=documented_errors(400),
+    dependencies=[needs(POLICY_WRITE)],
 )
 async def put_policy(
     request: Request, credentials: TenantKey, body: PolicyDocument
@@ -40,7 +42,7 @@ async def put_policy(
     applies to executions checked from now on; approvals pending under an older version
     become stale. `bypass` needs an operator's consent (`bypass_not_allowed`)."""
     async with deps_of(request).sessions.begin() as session:
-        key = await authenticate(session, credentials, POLICY_WRITE)
+        key = await authenticate(session, credentials)
         tenant = await _tenant(session, key.tenant_id)
         return await policy.replace(session, tenant, body, key_actor(key.key_id))
 

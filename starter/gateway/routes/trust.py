@@ -9,7 +9,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from schemas.probes import ProbeCreate, ProbeInfo
+from schemas.scopes import PROBES_WRITE
 from schemas.trust import TrustReport, TrustWindow
+from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of, require_admin
 from starter.gateway.errors import documented_errors
 from starter.service import probes, trust
@@ -24,6 +26,9 @@ admin_router = APIRouter(
 
 Window = Annotated[TrustWindow, Query(description="How far back: 1h, 24h, 7d or 30d.")]
 CapabilityId = Annotated[str, Path(max_length=200, pattern=r"^[A-Za-z0-9._-]+$")]
+# Whoever sets a probe running lends it their authority: they must hold what executing it
+# needs, and its runs carry their key and scopes.
+CAPABILITY_SCOPES = "what executing the capability needs (`execute:<capability_id>`, its scopes)"
 ProbeId = Annotated[str, Path(max_length=64, pattern=r"^prb_[0-9a-f]+$")]
 
 SCORES = (
@@ -106,7 +111,8 @@ async def platform_trust(
     status_code=201,
     summary="Probe a capability on a schedule (synthetic traffic)",
     response_model=ProbeInfo,
-    responses=documented_errors(400, 401, 404, 500),
+    responses=documented_errors(400, 401, 403, 404, 500),
+    dependencies=[needs(PROBES_WRITE, also=CAPABILITY_SCOPES)],
 )
 async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate) -> ProbeInfo:
     """Runs the capability through the normal execute path every `interval_seconds`, marked
@@ -137,7 +143,8 @@ async def list_probes(request: Request, credentials: TenantKey) -> list[ProbeInf
     "/v1/probes/{probe_id}/pause",
     summary="Pause a probe",
     response_model=ProbeInfo,
-    responses=documented_errors(400, 401, 404, 500),
+    responses=documented_errors(400, 401, 403, 404, 500),
+    dependencies=[needs(PROBES_WRITE)],
 )
 async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
     deps = deps_of(request)
@@ -150,7 +157,8 @@ async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeI
     "/v1/probes/{probe_id}/resume",
     summary="Resume a paused probe",
     response_model=ProbeInfo,
-    responses=documented_errors(400, 401, 404, 500),
+    responses=documented_errors(400, 401, 403, 404, 500),
+    dependencies=[needs(PROBES_WRITE, also=CAPABILITY_SCOPES)],
 )
 async def resume_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
     deps = deps_of(request)
@@ -163,7 +171,8 @@ async def resume_probe(request: Request, credentials: TenantKey, probe_id: Probe
     "/v1/probes/{probe_id}",
     status_code=204,
     summary="Remove a probe and its schedule",
-    responses=documented_errors(400, 401, 404, 500),
+    responses=documented_errors(400, 401, 403, 404, 500),
+    dependencies=[needs(PROBES_WRITE)],
 )
 async def remove_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> Response:
     deps = deps_of(request)

@@ -8,7 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from schemas.scopes import WEBHOOKS_WRITE
 from schemas.webhooks import DeliveryList, WebhookCreate, WebhookList, WebhookWithSecret
+from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of, sealer_of
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors
@@ -23,7 +25,8 @@ router = APIRouter()
     summary="Subscribe an endpoint to events",
     status_code=201,
     response_model=WebhookWithSecret,
-    responses=documented_errors(400, 401, 500),
+    responses=documented_errors(400, 401, 403, 500),
+    dependencies=[needs(WEBHOOKS_WRITE)],
 )
 async def add_webhook(
     request: Request, body: WebhookCreate, credentials: TenantKey
@@ -58,7 +61,8 @@ async def list_webhooks(request: Request, credentials: TenantKey) -> WebhookList
     tags=["webhooks"],
     summary="Remove a subscription",
     status_code=204,
-    responses=documented_errors(401, 404, 500),
+    responses=documented_errors(401, 403, 404, 500),
+    dependencies=[needs(WEBHOOKS_WRITE)],
 )
 async def remove_webhook(request: Request, webhook_id: str, credentials: TenantKey) -> Response:
     """No more deliveries; what it was still to receive is dropped."""
@@ -74,7 +78,8 @@ async def remove_webhook(request: Request, webhook_id: str, credentials: TenantK
     tags=["webhooks"],
     summary="A new signing secret; the old one signs beside it for 24 h",
     response_model=WebhookWithSecret,
-    responses=documented_errors(401, 404, 500),
+    responses=documented_errors(401, 403, 404, 500),
+    dependencies=[needs(WEBHOOKS_WRITE)],
 )
 async def rotate_secret(
     request: Request, webhook_id: str, credentials: TenantKey
