@@ -40,8 +40,8 @@ def create(
         list[str] | None,
         typer.Option(
             "--scope",
-            help="What the key may do; repeat for several (default: execute:* and outputs:read). E.g. "
-            "execute:http.request, connections:write.",
+            help="What the key may do; repeat for several (default: execute:* and "
+            "outputs:read). E.g. execute:http.request, connections:write.",
         ),
     ] = None,
     as_json: AsJson = False,
