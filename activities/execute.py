@@ -44,8 +44,9 @@ from schemas.run import (
     longest_run_seconds,
 )
 from schemas.scopes import capability_scopes, missing_scopes
-from schemas.start import START_NOT_SIGNED, StartClaims
+from schemas.start import CLAIMS_VERSION, START_NOT_SIGNED, StartClaims
 from store import (
+    api_keys,
     budgets,
     db,
     idempotency,
@@ -566,8 +567,17 @@ async def _evaluate(
     ``bypass`` skips every check, and only for a tenant the operators allowed it; otherwise
     the tenant is held to ``standard``. ``audit`` evaluates like ``standard`` and records
     what it would deny without denying it. ``strict`` is ``standard`` plus a person's
-    approval for the capabilities its rule (or else the catalog) marks."""
+    approval for the capabilities its rule (or else the catalog) marks.
+
+    A synthetic run (a probe's) is held to the same rules with its creator's scopes and
+    key, budgets aside; and since nobody presented that key just now, the key must still be
+    live: one that is revoked (or a run carrying no key's authority at all) is denied
+    whatever the mode, as an unauthenticated call would be."""
     mode = document.mode
+    if inp.is_synthetic:
+        refused = await _lender_refusal(session, inp)
+        if refused is not None:
+            return Decision.DENY, RuleHit.KEY_REVOKED, refused, None
     if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
         return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode", None
     if inp.scopes is not None:
@@ -578,15 +588,18 @@ async def _evaluate(
             if mode == PolicyMode.AUDIT:
                 return Decision.WOULD_DENY, RuleHit.SCOPE_MISSING, reason, None
             return Decision.DENY, RuleHit.SCOPE_MISSING, reason, None
-    if inp.is_synthetic:
-        return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
-    budget = await budgets.budget_state(
-        session,
-        inp.tenant_id,
-        inp.capability.id,
-        now,
-        lock=not inp.dry_run,
-        exclude_receipt=inp.receipt_id,
+    # Synthetic probes never touch budgets.
+    budget = (
+        None
+        if inp.is_synthetic
+        else await budgets.budget_state(
+            session,
+            inp.tenant_id,
+            inp.capability.id,
+            now,
+            lock=not inp.dry_run,
+            exclude_receipt=inp.receipt_id,
+        )
     )
     if budget is not None and budget.exhausted:
         reason = (
@@ -602,7 +615,20 @@ async def _evaluate(
         return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
+    if inp.is_synthetic:
+        return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
     return Decision.ALLOW, RuleHit.ALLOWED, "", budget
+
+
+async def _lender_refusal(session: AsyncSession, inp: PolicyInput) -> str | None:
+    """Why a synthetic run may not act for the key it names (None: it may). Its start is
+    signed (``v3`` claims name the key and its scopes); ``api_key_id`` "" is Moat's own
+    (a probe an operator made)."""
+    if inp.scopes is None or not inp.start_signature.startswith(CLAIMS_VERSION + "."):
+        return "the probe's run carries no key's authority: resume the probe with a key"
+    if inp.api_key_id and await api_keys.is_revoked(session, inp.tenant_id, inp.api_key_id):
+        return f"the probe's key {inp.api_key_id} is revoked: resume the probe with a live key"
+    return None
 
 
 def _requires_approval(document: PolicyVersion, inp: PolicyInput) -> bool:

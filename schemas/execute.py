@@ -120,6 +120,8 @@ ERROR_MESSAGES: dict[str, str] = {
     "JSON nested too deeply); the call may have taken effect, so it was not retried.",
     "schema_validation_failed": "The input does not match the capability's input schema.",
     "scope_missing": "The API key lacks a scope this capability needs.",
+    "key_revoked": "The API key this run acts for (a probe's creator) is revoked: resume the "
+    "probe with a live key that holds what executing it needs.",
     "connection_revoked": "The connection was revoked: add a new one and use its id.",
     "connection_not_found": "The tenant has no such connection.",
     "unknown": "The execution failed for an unknown reason.",

@@ -2,9 +2,11 @@
 ``ProbeSpec``), a probe's configuration, and the inputs of its workflow and activities.
 
 A probe runs a capability through the normal execute path on a schedule, marked
-``is_synthetic``: no budget, no approval, no webhook, scored apart from real traffic. It
-must never cause a real side effect by accident, so only a capability whose catalog entry
-declares a safe probe can be probed, and only with an input that entry allows.
+``is_synthetic``: no budget, no webhook, scored apart from real traffic. It must never
+cause a real side effect by accident, so only a capability whose catalog entry declares a
+safe probe can be probed, and only with an input that entry allows. Its runs carry the
+authority of the key that created (or last resumed) it, and are held to that key's scopes,
+to the tenant's approvals and to the key staying unrevoked, like the key's own calls.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class ProbeInfo(BaseModel):
     paused: bool
     schedule_id: str
     created_at: datetime
+    api_key_id: str | None = Field(
+        default=None,
+        description="The key whose authority the probe's runs carry (who created or last "
+        "resumed it); null: made before probes carried one, not run until resumed.",
+    )
 
 
 class ProbeRunInput(BaseModel):

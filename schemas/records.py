@@ -121,6 +121,8 @@ class RuleHit(StrEnum):
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
     BYPASSED = "BYPASSED"
+    # A synthetic run whose key (the probe's creator) is revoked, or that carries none.
+    KEY_REVOKED = "KEY_REVOKED"
 
 
 class Decision(StrEnum):

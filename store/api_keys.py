@@ -117,6 +117,15 @@ async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> A
     return await session.get(ApiKey, key_id, populate_existing=True, options=[_WITHOUT_HASH])
 
 
+async def is_revoked(session: AsyncSession, tenant_id: str, key_id: str) -> bool:
+    """Whether the tenant's key ``key_id`` is revoked (a key that does not exist is)."""
+    result = await session.execute(
+        select(ApiKey.revoked_at).where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id)
+    )
+    found = result.first()
+    return found is None or found[0] is not None
+
+
 # Driver SQL (``db.pipelined``): a request's first statement, sent with its BEGIN.
 _LOOKUP = (
     "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes"

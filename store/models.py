@@ -508,3 +508,7 @@ class ProbeRow(Base):
     interval_seconds: Mapped[int] = mapped_column(Integer)
     paused: Mapped[bool] = mapped_column(Boolean, server_default=false())
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    # The key whose authority the probe's runs carry (its creator, or who last resumed
+    # it) and that key's scopes; None: made before probes carried one (not run).
+    api_key_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    scopes: Mapped[list[str] | None] = mapped_column(ARRAY(Text), nullable=True)

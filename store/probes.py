@@ -24,6 +24,9 @@ async def insert_probe(
     input: dict[str, Any],
     connection_id: str | None,
     interval_seconds: int,
+    *,
+    api_key_id: str,
+    scopes: Sequence[str],
 ) -> ProbeRow:
     row = ProbeRow(
         id=new_probe_id(),
@@ -34,6 +37,8 @@ async def insert_probe(
         connection_id=connection_id,
         interval_seconds=interval_seconds,
         paused=False,
+        api_key_id=api_key_id,
+        scopes=list(scopes),
     )
     session.add(row)
     await session.flush()
@@ -53,8 +58,19 @@ async def list_probes(session: AsyncSession, tenant_id: str) -> Sequence[ProbeRo
     return rows.scalars().all()
 
 
-async def set_paused(session: AsyncSession, row: ProbeRow, paused: bool) -> ProbeRow:
+async def set_paused(
+    session: AsyncSession,
+    row: ProbeRow,
+    paused: bool,
+    *,
+    lent_by: tuple[str, Sequence[str]] | None = None,
+) -> ProbeRow:
+    """Pause or resume; ``lent_by`` (key id, scopes): the key whose authority the probe's
+    runs carry from now on."""
     row.paused = paused
+    if lent_by is not None:
+        row.api_key_id, scopes = lent_by
+        row.scopes = list(scopes)
     await session.flush()
     return row
 

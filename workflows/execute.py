@@ -67,7 +67,11 @@ with workflow.unsafe.imports_passed_through():
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
-DENIAL_CODES = {RuleHit.BUDGET_EXCEEDED: "budget_exceeded", RuleHit.SCOPE_MISSING: "scope_missing"}
+DENIAL_CODES = {
+    RuleHit.BUDGET_EXCEEDED: "budget_exceeded",
+    RuleHit.SCOPE_MISSING: "scope_missing",
+    RuleHit.KEY_REVOKED: "key_revoked",
+}
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 # Runs that wait for a person's approval (only runs a strict policy holds take that path).

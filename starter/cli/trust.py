@@ -140,7 +140,9 @@ async def _add(settings: MoatSettings, tenant: str, body: ProbeCreate) -> ProbeI
     async with owner_transaction(settings) as session:
         row = await tenant_of(session, tenant)
         await tenancy.set_tenant(session, row.id)
-        return await probes.add_probe(session, client, settings, CapabilityCatalog(), row.id, body)
+        return await probes.add_probe(
+            session, client, settings, CapabilityCatalog(), row.id, body, lender=probes.OPERATOR
+        )
 
 
 @probe_app.command("add")
@@ -207,7 +209,11 @@ async def _change(
         if action == "remove":
             await probes.remove_probe(session, client, row.id, probe_id)
             return None
-        return await probes.pause_probe(session, client, row.id, probe_id, action == "pause")
+        if action == "pause":
+            return await probes.pause_probe(session, client, row.id, probe_id)
+        return await probes.resume_probe(
+            session, client, CapabilityCatalog(), row.id, probe_id, lender=probes.OPERATOR
+        )
 
 
 ProbeArg = Annotated[str, typer.Argument(help="Probe id (prb_…), from `moat probe list`.")]

@@ -56,12 +56,14 @@ class Needs:
 def needs(*scopes: str, also: str = "") -> DependsParam:
     """``dependencies=[needs("webhooks:write")]``: a key calling the route must hold
     ``scopes``; ``also`` documents what the route checks besides."""
-    return Depends(Needs(tuple(scopes), also))
+    declared: DependsParam = Depends(Needs(tuple(scopes), also))
+    return declared
 
 
 def public(why: str) -> DependsParam:
     """An explicit statement that a route takes no credential, and why."""
-    return Depends(Needs(public=why))
+    declared: DependsParam = Depends(Needs(public=why))
+    return declared
 
 
 def _declared(dependencies: Sequence[DependsParam]) -> Needs | None:
@@ -118,9 +120,9 @@ def undeclared_writes(app: FastAPI) -> list[str]:
     """Every route that changes something (not GET/HEAD) and names neither a scope nor
     the admin key nor the codec door, nor says why it is public: should be none."""
     return [
-        f"{','.join(sorted(route.methods))} {path}"
+        f"{','.join(sorted(route.methods or ()))} {path}"
         for path, route in api_routes(app)
-        if not route.methods <= {"GET", "HEAD"} and access_of(route) in (ANY_KEY, PUBLIC)
+        if not (route.methods or set()) <= {"GET", "HEAD"} and access_of(route) in (ANY_KEY, PUBLIC)
     ]
 
 
@@ -129,7 +131,7 @@ def routes_table(app: FastAPI) -> str:
     lines = ["| Method | Path | Needs |", "|---|---|---|"]
     for path, route in api_routes(app):
         if route.include_in_schema:
-            for method in sorted(route.methods - {"HEAD"}):
+            for method in sorted((route.methods or set()) - {"HEAD"}):
                 lines.append(f"| {method} | `{path}` | {access_of(route)} |")
     return "\n".join(lines) + "\n"
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Request, Security
+from starlette.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -83,7 +84,7 @@ class PresentedKey(HTTPAuthorizationCredentials):
 
 
 class TenantBearer(HTTPBearer):
-    async def __call__(self, request: Request) -> HTTPAuthorizationCredentials | None:
+    async def __call__(self, request: HTTPConnection) -> HTTPAuthorizationCredentials | None:
         found = await super().__call__(request)
         if found is None:
             return None

@@ -44,6 +44,7 @@ STATUS: dict[str, int] = {
     "unauthenticated": 401,
     "forbidden": 403,
     "scope_missing": 403,
+    "key_revoked": 403,
     "connection_revoked": 403,
     "bypass_not_allowed": 403,
     "self_approval_forbidden": 403,

@@ -1,11 +1,18 @@
 """Synthetic probes: the rules for adding one (a capability the catalog declares safe to
-probe, an input its rule allows, no secret in the input), and the Temporal Schedule that
-runs each. Pause, resume and remove keep the row and the schedule in step.
+probe, an input its rule allows, no secret in the input, a connection of the tenant's that
+the capability takes), and the Temporal Schedule that runs each. Pause, resume and remove
+keep the row and the schedule in step.
+
+A probe's runs carry the authority of whoever set it running (``Lender``): the key that
+created or last resumed it, which must hold everything executing the capability needs; its
+runs are signed with that key's id and scopes and held to them by the policy step, and stop
+when the key is revoked. The operators' CLI lends Moat's own authority (every scope).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import timedelta
 
 from pydantic import ValidationError
@@ -13,13 +20,27 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
 from schemas.canonical import redact
-from schemas.capabilities import CapabilityCatalog
+from schemas.capabilities import CapabilityCatalog, CapabilitySpec
 from schemas.probes import ProbeCreate, ProbeInfo
+from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
 from starter.service.errors import MoatError, field_errors
-from store import db, probes
+from starter.service.scopes import require_scope
+from store import connections, db, probes
 from store.models import ProbeRow
+
+
+@dataclass(frozen=True)
+class Lender:
+    """Whose authority a probe's runs carry: an API key (its id and scopes), or Moat's own
+    for the operators (``OPERATOR``: no key, every scope)."""
+
+    api_key_id: str
+    scopes: tuple[str, ...]
+
+
+OPERATOR = Lender("", ("*",))
 
 
 def probe_info(row: ProbeRow) -> ProbeInfo:
@@ -34,6 +55,7 @@ def probe_info(row: ProbeRow) -> ProbeInfo:
         paused=row.paused,
         schedule_id=schedules.probe_schedule_id(row.id),
         created_at=row.created_at,
+        api_key_id=row.api_key_id,
     )
 
 
@@ -52,15 +74,49 @@ def _not_probeable(capability_id: str, why: str) -> MoatError:
     )
 
 
-def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, object]:
-    """The input the probe will send, refused unless the catalog says it is safe."""
-    spec = catalog.get(body.capability_id, body.capability_version)
+def _spec(catalog: CapabilityCatalog, capability_id: str, version: str | None) -> CapabilitySpec:
+    spec = catalog.get(capability_id, version)
     if spec is None:
         raise MoatError(
             "capability_not_found",
-            f"No capability {body.capability_id!r}.",
-            {"capability_id": body.capability_id},
+            f"No capability {capability_id!r}.",
+            {"capability_id": capability_id},
         )
+    return spec
+
+
+def _may_lend(spec: CapabilitySpec, lender: Lender) -> None:
+    """A probe executes its capability on its own schedule: whoever sets it running must
+    hold what executing it needs (``403 scope_missing`` naming what is missing)."""
+    require_scope(lender.scopes, *capability_scopes(spec.id, spec.required_scopes))
+
+
+async def _check_connection(
+    session: AsyncSession, tenant_id: str, spec: CapabilitySpec, connection_id: str | None
+) -> None:
+    """As at ingest: the tenant's own connection, of a type the capability takes."""
+    if connection_id is None:
+        return
+    row = await connections.get_connection(session, tenant_id, connection_id)
+    if row is None:
+        raise MoatError(
+            "connection_not_found",
+            f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
+            {"connection_id": connection_id[:80]},
+        )
+    accepted = [t.value for t in spec.connection_types]
+    if row.type not in accepted:
+        takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
+        raise MoatError(
+            "connection_type_mismatch",
+            f"{spec.id} {takes}; connection {row.id} is {row.type}.",
+            {"connection_type": row.type, "accepted_types": accepted},
+        )
+
+
+def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, object]:
+    """The input the probe will send, refused unless the catalog says it is safe."""
+    spec = _spec(catalog, body.capability_id, body.capability_version)
     if spec.probe is None:
         raise _not_probeable(spec.id, "it declares no call free of side effects")
     value = body.input if body.input is not None else spec.probe.default_input
@@ -102,9 +158,12 @@ async def add_probe(
     catalog: CapabilityCatalog,
     tenant_id: str,
     body: ProbeCreate,
+    *,
+    lender: Lender,
 ) -> ProbeInfo:
     """The probe's row and its schedule; the caller's transaction commits the row only once
-    the schedule exists."""
+    the schedule exists. Its runs carry ``lender``'s authority."""
+    _may_lend(_spec(catalog, body.capability_id, body.capability_version), lender)
     value = checked_input(catalog, body)
     if body.interval_seconds < settings.probe_min_interval_seconds:
         raise MoatError(
@@ -112,6 +171,12 @@ async def add_probe(
             f"interval_seconds must be at least {settings.probe_min_interval_seconds} "
             "(MOAT_PROBE_MIN_INTERVAL_SECONDS).",
         )
+    await _check_connection(
+        session,
+        tenant_id,
+        _spec(catalog, body.capability_id, body.capability_version),
+        body.connection_id,
+    )
     row = await probes.insert_probe(
         session,
         tenant_id,
@@ -120,6 +185,8 @@ async def add_probe(
         dict(value),
         body.connection_id,
         body.interval_seconds,
+        api_key_id=lender.api_key_id,
+        scopes=lender.scopes,
     )
     await schedules.create_probe_schedule(
         client, settings, tenant_id, row.id, timedelta(seconds=body.interval_seconds)
@@ -139,11 +206,29 @@ async def list_probes(session: AsyncSession, tenant_id: str) -> list[ProbeInfo]:
 
 
 async def pause_probe(
-    session: AsyncSession, client: Client, tenant_id: str, probe_id: str, paused: bool = True
+    session: AsyncSession, client: Client, tenant_id: str, probe_id: str
 ) -> ProbeInfo:
     row = await _probe(session, tenant_id, probe_id)
-    await schedules.pause_probe_schedule(client, row.id, paused)
-    return probe_info(await probes.set_paused(session, row, paused))
+    await schedules.pause_probe_schedule(client, row.id, True)
+    return probe_info(await probes.set_paused(session, row, True))
+
+
+async def resume_probe(
+    session: AsyncSession,
+    client: Client,
+    catalog: CapabilityCatalog,
+    tenant_id: str,
+    probe_id: str,
+    *,
+    lender: Lender,
+) -> ProbeInfo:
+    """Run the probe again, from now on with ``lender``'s authority (who resumes it sets
+    it running, so must hold what executing it needs)."""
+    row = await _probe(session, tenant_id, probe_id)
+    _may_lend(_spec(catalog, row.capability_id, row.capability_version), lender)
+    await schedules.pause_probe_schedule(client, row.id, False)
+    lent = (lender.api_key_id, lender.scopes)
+    return probe_info(await probes.set_paused(session, row, False, lent_by=lent))
 
 
 async def remove_probe(

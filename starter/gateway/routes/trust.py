@@ -116,14 +116,23 @@ async def platform_trust(
 )
 async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate) -> ProbeInfo:
     """Runs the capability through the normal execute path every `interval_seconds`, marked
-    synthetic: no budget, no approval, no webhook, scored apart. Only capabilities whose
-    catalog entry declares a safe probe (`GET /v1/capabilities`: `probe`), with an input
-    its rule allows (`capability_not_probeable` otherwise)."""
+    synthetic: no budget, no webhook, scored apart. Only capabilities whose catalog entry
+    declares a safe probe (`GET /v1/capabilities`: `probe`), with an input its rule allows
+    (`capability_not_probeable` otherwise). The key needs `probes:write` and what executing
+    the capability needs (`403 scope_missing` names what it lacks); the probe's runs carry
+    this key's id and scopes, are held to the policy like the key's own calls (approvals
+    included) and stop when the key is revoked."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         return await probes.add_probe(
-            session, deps.client, deps.settings, deps.catalog, tenant.tenant_id, body
+            session,
+            deps.client,
+            deps.settings,
+            deps.catalog,
+            tenant.tenant_id,
+            body,
+            lender=probes.Lender(tenant.key_id, tenant.scopes),
         )
 
 
@@ -161,10 +170,19 @@ async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeI
     dependencies=[needs(PROBES_WRITE, also=CAPABILITY_SCOPES)],
 )
 async def resume_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
+    """From now on the probe's runs carry this key's authority (it needs what executing
+    the capability needs)."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return await probes.pause_probe(session, deps.client, tenant.tenant_id, probe_id, False)
+        return await probes.resume_probe(
+            session,
+            deps.client,
+            deps.catalog,
+            tenant.tenant_id,
+            probe_id,
+            lender=probes.Lender(tenant.key_id, tenant.scopes),
+        )
 
 
 @router.delete(
