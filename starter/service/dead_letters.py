@@ -3,13 +3,16 @@
 A delivery is requeued as it was (attempts reset, same ``webhook-id``). An execution is
 requeued only on an operator's explicit statement that its effect did not happen: then a
 new execution starts under a new idempotency key (so a new downstream key), linked to the
-original by the requeue event. Every requeue and resolve is an event in the log, with the
-operator's API key id as its actor."""
+original by the requeue event. The new execution acts for the key that requeued it (its
+id and scopes are signed into the start), never for the original caller's: the requeuer
+must hold what executing the capability needs, and when the run waits for an approval, the
+requeuer is its requester (so cannot approve it). Every requeue and resolve is an event in
+the log, with the operator's API key id as its actor."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,8 +35,9 @@ from store.models import DeadLetterRow
 
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
-# Starts a new execution like the dead-lettered one, under a new key; returns its receipt id.
-Restart = Callable[[Receipt, str], Awaitable[str]]
+# Starts a new execution like the dead-lettered one, under a new key, for the requeuing key
+# (its scopes, its id); returns the new receipt id.
+Restart = Callable[[Receipt, str, Sequence[str], str], Awaitable[str]]
 
 
 def _not_found(dl_id: str) -> MoatError:
@@ -76,7 +80,9 @@ async def requeue(
     *,
     key_id: str,
     restart: Restart | None,
+    scopes: Sequence[str] = (),
 ) -> DeadLetter:
+    """``key_id`` and ``scopes``: the requeuing key's; a requeued execution runs for it."""
     row = await _get(session, tenant_id, dl_id, lock=True)
     _open(row)
     now = datetime.now(UTC)
@@ -100,7 +106,8 @@ async def requeue(
         receipt = await receipts.get_receipt(session, tenant_id, row.subject_id)
         if receipt is None or restart is None:
             raise MoatError("dead_letter_closed", "This execution cannot be started again here.")
-        requeued_as = await restart(receipt, f"{receipt.idempotency_key}#requeue-{row.id[:8]}")
+        new_key = f"{receipt.idempotency_key}#requeue-{row.id[:8]}"
+        requeued_as = await restart(receipt, new_key, scopes, key_id)
         await _note(
             session,
             tenant_id,

@@ -59,6 +59,7 @@ from schemas.run import (
     PolicyOutcome,
     workflow_id_for,
 )
+from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service import approvals as approvals_service
@@ -66,6 +67,7 @@ from starter.service import policy as policy_service
 from starter.service.answers import Answer, AnswerCache
 from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
+from starter.service.scopes import require_scope
 from store import connections, db, idempotency, outputs, receipts, tenancy
 from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
@@ -510,10 +512,14 @@ class Executions:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
             return await approvals_service.pending_of_workflow(session, tenant_id, workflow_id)
 
-    async def restart(self, receipt: Receipt, new_key: str) -> str:
+    async def restart(
+        self, receipt: Receipt, new_key: str, scopes: Sequence[str], api_key_id: str
+    ) -> str:
         """Start the execution of ``receipt`` again under ``new_key`` (a new workflow, so a
-        new downstream ``Idempotency-Key``), from the input its run was started with;
-        returns the new receipt id. Only for an effect an operator states did not happen."""
+        new downstream ``Idempotency-Key``), from the input its run was started with, for
+        the key ``api_key_id`` with ``scopes`` (who restarts it, never the original caller:
+        ``scope_missing`` unless they cover the capability's); returns the new receipt id.
+        Only for an effect an operator states did not happen."""
         handle = self._client.get_workflow_handle(receipt.workflow_id, run_id=receipt.run_id)
         history = await handle.fetch_history()
         started = history.events[0].workflow_execution_started_event_attributes
@@ -521,6 +527,8 @@ class Executions:
             started.input.payloads, [ExecuteWorkflowInput]
         )
         assert isinstance(original, ExecuteWorkflowInput)
+        cap = original.capability
+        require_scope(scopes, *capability_scopes(cap.id, cap.required_scopes))
         receipt_id = str(uuid7())
         workflow_id = workflow_id_for(receipt.tenant_id, new_key)
         arg = original.model_copy(
@@ -529,6 +537,8 @@ class Executions:
                 "idempotency_key": new_key,
                 "request_id": str(uuid7()),
                 "submitted_at": datetime.now(UTC),
+                "scopes": list(scopes),
+                "api_key_id": api_key_id,
             }
         )
         await self._client.start_workflow(

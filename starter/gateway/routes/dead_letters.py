@@ -75,7 +75,9 @@ async def requeue_dead_letter(
     request: Request, dead_letter_id: str, body: RequeueRequest, credentials: TenantKey
 ) -> DeadLetter:
     """A delivery goes again with its attempts reset and the same `webhook-id`. An
-    execution only with `effect_did_not_happen: true`: a new execution under a new key."""
+    execution only with `effect_did_not_happen: true`: a new execution under a new key,
+    made for this API key (its scopes must cover the capability's, and an approval it
+    waits for is this key's request, so another key must decide it)."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
@@ -86,6 +88,7 @@ async def requeue_dead_letter(
             body,
             key_id=tenant.key_id,
             restart=deps.executions.restart,
+            scopes=tenant.scopes,
         )
 
 
