@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Request, Security
-from starlette.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.requests import HTTPConnection
 from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
