@@ -96,7 +96,7 @@ def build_worker(
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
-    approvals = ApprovalActivities(sessions, sealer)
+    approvals = ApprovalActivities(sessions, sealer, start_keys)
     delivery = DeliveryActivities(
         sessions,
         http,

@@ -4,6 +4,13 @@ decision (approved, rejected, or expired when nobody decided in time).
 Each step is one transaction holding the approval's new state and the event that records
 it. The row itself arbitrates: it leaves ``pending`` once, so a decision racing the expiry
 (or another decision) finds the first one and changes nothing.
+
+A person's decision counts only when a gateway signed it for this run (the start keyring,
+``schemas.start.DecisionClaims``), and the approver rules are checked again here, where it
+is recorded, against the signed decider: the decider holds ``approvals:write`` (or is the
+admin), is among the approvers the policy's rule names, and is not the key that made the
+call unless the rule allows. Anyone able to send updates in the namespace without the
+keyring can decide nothing.
 """
 
 from __future__ import annotations
@@ -17,16 +24,23 @@ from activities.evidence import continue_chain
 from schemas.events import AggregateType, EventType
 from schemas.names import RECORD_APPROVAL, REQUEST_APPROVAL
 from schemas.policy import (
+    ADMIN_ACTOR,
+    APPROVALS_WRITE,
     Approval,
     ApprovalRecorded,
     ApprovalRecordInput,
     ApprovalRequestInput,
     ApprovalStatus,
+    ApprovalVerdict,
     approval_id_for,
+    may_decide,
 )
+from schemas.scopes import missing_scopes
+from schemas.start import DECISION_NOT_SIGNED, DecisionClaims
 from store import approvals, policy_versions, tenancy
 from store import events as event_log
 from store.keys.codec import OutputSealer
+from store.keys.start import StartKeyring
 from store.models import ApprovalRow
 
 _OUTCOME = {
@@ -39,9 +53,15 @@ _OUTCOME = {
 class ApprovalActivities:
     """Built once in ``worker.py``."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], sealer: OutputSealer) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        sealer: OutputSealer,
+        start_keys: StartKeyring,
+    ) -> None:
         self._sessions = sessions
         self._sealer = sealer
+        self._start_keys = start_keys
 
     @activity.defn(name=REQUEST_APPROVAL)
     async def request_approval(self, inp: ApprovalRequestInput) -> Approval:
@@ -91,6 +111,17 @@ class ApprovalActivities:
         (``approval_stale``) or its time is up (``approval_expired``)."""
         verdict = inp.verdict
         now = datetime.now(UTC)
+        if verdict.action != "expire":
+            claims = DecisionClaims.of(inp.tenant_id, activity.info().workflow_id or "", verdict)
+            unsigned = self._start_keys.refusal(claims, verdict.signature)
+            if unsigned is not None:
+                activity.logger.warning(
+                    "refused a decision on %s not signed by a gateway (%s) for %r",
+                    verdict.approval_id[:64],
+                    unsigned,
+                    verdict.decided_by[:80],
+                )
+                return await self._refused(inp, DECISION_NOT_SIGNED)
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             row = await approvals.get(session, inp.tenant_id, verdict.approval_id, lock=True)
@@ -104,6 +135,13 @@ class ApprovalActivities:
                 return ApprovalRecorded(
                     approval=approvals.to_approval(row), refusal="approval_mismatch"
                 )
+            refused = (
+                await self._approver_refusal(session, inp.tenant_id, row, verdict)
+                if verdict.action != "expire"
+                else None
+            )
+            if refused is not None:
+                return ApprovalRecorded(approval=approvals.to_approval(row), refusal=refused)
             if verdict.action == "approve":
                 refusal = None
                 if now >= row.expires_at:
@@ -139,3 +177,37 @@ class ApprovalActivities:
             )
             await event_log.append(session, chain.drafts)
             return ApprovalRecorded(approval=approvals.to_approval(row))
+
+    async def _refused(self, inp: ApprovalRecordInput, refusal: str) -> ApprovalRecorded:
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            row = await approvals.get(session, inp.tenant_id, inp.verdict.approval_id)
+            if row is None:
+                raise ValueError(f"no approval {inp.verdict.approval_id}")
+            return ApprovalRecorded(approval=approvals.to_approval(row), refusal=refusal)
+
+    @staticmethod
+    async def _approver_refusal(
+        session: AsyncSession, tenant_id: str, row: ApprovalRow, verdict: ApprovalVerdict
+    ) -> str | None:
+        """The approver rules, as the gateway checked them, against the signed decider."""
+        actor = verdict.decided_by
+        if actor != ADMIN_ACTOR:
+            if not actor.startswith("key:") or missing_scopes(
+                verdict.decider_scopes, [APPROVALS_WRITE]
+            ):
+                return "forbidden"
+            under = await policy_versions.get(session, tenant_id, row.policy_version)
+            if under is not None:
+                rule = policy_versions.to_version(under).rule_for(row.capability_id)
+                if rule is not None and not may_decide(
+                    rule.approvers, actor, verdict.decider_scopes
+                ):
+                    return "forbidden"
+        if (
+            verdict.action == "approve"
+            and actor == row.requested_by
+            and not row.allow_self_approval
+        ):
+            return "self_approval_forbidden"
+        return None

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from schemas.records import PolicyMode
+from schemas.scopes import missing_scopes
 
 APPROVALS_WRITE = "approvals:write"
 POLICY_WRITE = "policy:write"
@@ -184,7 +185,11 @@ ApprovalAction = Literal["approve", "reject", "expire"]
 
 
 class ApprovalVerdict(BaseModel):
-    """The argument of the run's approval update, and of the activity that records it."""
+    """The argument of the run's approval update, and of the activity that records it.
+
+    A person's decision is signed by the gateway that checked the decider
+    (``schemas.start.DecisionClaims``); the activity recording it checks the signature and
+    the approver rules again, so a decision sent straight through Temporal is refused."""
 
     approval_id: str
     action: ApprovalAction
@@ -192,6 +197,10 @@ class ApprovalVerdict(BaseModel):
     policy_version: int = 0
     decided_by: str = ""
     comment: str | None = None
+    decider_scopes: list[str] = Field(
+        default_factory=list, description="The deciding key's scopes (none for `admin`)."
+    )
+    signature: str = Field(default="", description="The gateway's signature of the decision.")
 
 
 class ApprovalRecordInput(BaseModel):
@@ -224,6 +233,19 @@ class ApprovalRequestInput(BaseModel):
     ttl_seconds: int
     allow_self_approval: bool = False
     input: dict[str, Any] = Field(description="The call's input, redacted.")
+
+
+def may_decide(approvers: list[str], actor: str, scopes: list[str]) -> bool:
+    """Whether ``actor`` is one of a rule's ``approvers``: ``key:<id>`` names a key,
+    ``scope:<scope>`` any key holding that scope; ``admin`` always may."""
+    if actor == ADMIN_ACTOR:
+        return True
+    for approver in approvers:
+        if approver == actor:
+            return True
+        if approver.startswith("scope:") and not missing_scopes(scopes, [approver[6:]]):
+            return True
+    return False
 
 
 def approval_id_for(receipt_id: str) -> str:

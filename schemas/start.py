@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_json
 
 from schemas.capabilities import CapabilitySpec
+from schemas.policy import ApprovalVerdict
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
 CLAIMS_VERSION = "v3"
@@ -37,6 +38,8 @@ CLAIMS_VERSION_NO_REQUESTER = "v2"
 # Claims without scopes either (runs started before keys had them).
 CLAIMS_VERSION_NO_SCOPES = "v1"
 START_NOT_SIGNED = "start_not_signed"
+DECISION_VERSION = "d1"
+DECISION_NOT_SIGNED = "decision_not_signed"
 
 
 def input_digest(value: Mapping[str, Any]) -> str:
@@ -130,3 +133,40 @@ class StartClaims(BaseModel):
         claims = self.model_dump(mode="json", exclude=exclude)
         body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return f"moat start {self.version}\n{body}".encode()
+
+
+class DecisionClaims(BaseModel):
+    """What a gateway vouches for when it sends a person's approval decision to a run: the
+    run and approval, the decision and the exact call and policy version it binds, and who
+    decided with which scopes (checked by the gateway, checked again where the decision is
+    recorded). Signed with the start keyring, under its own version, so a start's
+    signature can never pass for a decision's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: str
+    workflow_id: str
+    approval_id: str
+    action: str
+    input_hash: str
+    policy_version: int
+    decided_by: str
+    decider_scopes: list[str]
+    comment: str | None
+
+    @property
+    def version(self) -> str:
+        return DECISION_VERSION
+
+    @classmethod
+    def of(cls, tenant_id: str, workflow_id: str, verdict: ApprovalVerdict) -> DecisionClaims:
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            **verdict.model_dump(exclude={"signature"}),
+        )
+
+    def message(self) -> bytes:
+        claims = self.model_dump(mode="json")
+        body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return f"moat decision {self.version}\n{body}".encode()

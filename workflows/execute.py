@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         downstream_idempotency_key,
     )
-    from schemas.start import input_digest
+    from schemas.start import DECISION_NOT_SIGNED, input_digest
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
@@ -287,6 +287,11 @@ class ExecuteCapability:
             or verdict.action == "expire"
         ):
             raise ApplicationError("the approval is not pending", type="approval_not_pending")
+        if not verdict.signature:
+            # Checked in full (keyring, approver rules) by the activity that records it.
+            raise ApplicationError(
+                "the decision is not signed by a Moat gateway", type=DECISION_NOT_SIGNED
+            )
         if (verdict.input_hash, verdict.policy_version) != (
             pending.input_hash,
             pending.policy_version,

@@ -48,6 +48,7 @@ STATUS: dict[str, int] = {
     "connection_revoked": 403,
     "bypass_not_allowed": 403,
     "self_approval_forbidden": 403,
+    "decision_not_signed": 403,
     "approval_expired": 403,
     "approval_rejected": 403,
     "approval_not_found": 404,

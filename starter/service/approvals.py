@@ -4,8 +4,10 @@ A decision binds to the exact call: the ``input_hash`` and ``policy_version`` th
 saw must be the pending request's (``approval_mismatch`` otherwise, and nothing changes).
 An approval under a policy that has changed since is stale; one past its expiry is
 expired; the key that made the call may not approve it unless its rule allows. The
-decision reaches the waiting run as a Temporal update, whose validator checks the binding
-again and whose activity records the decision with its event in one transaction.
+decision reaches the waiting run as a Temporal update signed with the start keyring
+(``schemas.start.DecisionClaims``), whose validator checks the binding again and whose
+activity checks the signature and the approver rules once more, then records the decision
+with its event in one transaction: a decision sent straight through Temporal is refused.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from schemas.policy import (
     ApprovalDecision,
     ApprovalStatus,
     ApprovalVerdict,
+    may_decide,
 )
-from schemas.scopes import missing_scopes
+from schemas.start import DECISION_NOT_SIGNED
 from starter.service.errors import MoatError
 from store import approvals, policy_versions, tenancy
 from store.keys.codec import OutputSealer
+from store.keys.start import StartKeyring
 from store.models import ApprovalRow
 
 LIST_LIMIT = 200
@@ -43,6 +47,13 @@ _MESSAGES = {
     "agent must make the call again under the current policy.",
     "approval_expired": "The approval's time is up; the run ends with approval_expired.",
     "approval_not_pending": "The approval is no longer pending.",
+    "self_approval_forbidden": "The key that made this call cannot approve it (separation "
+    "of duties): another person's key with scope approvals:write, or the admin key, must "
+    "decide.",
+    "forbidden": "The deciding key may not decide this approval: it needs approvals:write "
+    "and to be among the approvers the policy's rule names.",
+    DECISION_NOT_SIGNED: "The run refused the decision's signature: gateways and workers "
+    "must share the same MOAT_START_KEYRING.",
 }
 
 
@@ -88,6 +99,7 @@ async def decide(
     sessions: async_sessionmaker[AsyncSession],
     client: Client,
     sealer: OutputSealer,
+    start_keys: StartKeyring,
     *,
     tenant_id: str,
     approval_id: str,
@@ -107,7 +119,7 @@ async def decide(
         under = await policy_versions.get(session, tenant_id, row.policy_version)
     if under is not None and actor != ADMIN_ACTOR:
         rule = policy_versions.to_version(under).rule_for(row.capability_id)
-        if rule is not None and not _may_decide(rule.approvers, actor, actor_scopes):
+        if rule is not None and not may_decide(rule.approvers, actor, list(actor_scopes)):
             raise MoatError(
                 "forbidden",
                 "The policy's rule for this capability names other approvers: "
@@ -122,7 +134,9 @@ async def decide(
         policy_version=decision.policy_version,
         decided_by=actor,
         comment=decision.comment,
+        decider_scopes=list(actor_scopes) if actor != ADMIN_ACTOR else [],
     )
+    verdict = start_keys.signed_decision(tenant_id, row.workflow_id, verdict)
     handle = client.get_workflow_handle(row.workflow_id)
     try:
         decided = await handle.execute_update(DECIDE_APPROVAL_UPDATE, verdict, result_type=Approval)
@@ -140,17 +154,6 @@ async def decide(
 
 
 _STATUS = {"approve": "approved", "reject": "rejected", "expire": "expired"}
-
-
-def _may_decide(approvers: Sequence[str], actor: str, scopes: Sequence[str]) -> bool:
-    """Whether ``actor`` is one of a rule's ``approvers``: ``key:<id>`` names a key,
-    ``scope:<scope>`` any key holding that scope."""
-    for approver in approvers:
-        if approver == actor:
-            return True
-        if approver.startswith("scope:") and not missing_scopes(scopes, [approver[6:]]):
-            return True
-    return False
 
 
 def _check(

@@ -255,6 +255,8 @@ class Executions:
         self._client = client
         self.catalog = catalog
         self._start_keys = start_keys
+        # Signs approval decisions too (``service.approvals``).
+        self.start_keys = start_keys
         self._sessions = sessions
         self.sealer = sealer
         self.hits = hits or HitLedger(sessions)

@@ -14,13 +14,24 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
+from typing import Protocol
 
+from schemas.policy import ApprovalVerdict
 from schemas.run import ExecuteWorkflowInput
 from schemas.settings import MoatSettings
-from schemas.start import StartClaims
+from schemas.start import DecisionClaims, StartClaims
 from store.keys.files import symmetric_keyring
 
 MIN_KEY_BYTES = 32
+
+
+class Claims(Protocol):
+    """What the ring signs: a start's claims, or an approval decision's."""
+
+    @property
+    def version(self) -> str: ...
+
+    def message(self) -> bytes: ...
 
 
 class StartKeyring:
@@ -47,7 +58,7 @@ class StartKeyring:
         )
         return cls(keys, active)
 
-    def sign(self, claims: StartClaims) -> str:
+    def sign(self, claims: Claims) -> str:
         mac = self._mac(self._keys[self._active], claims)
         return f"{claims.version}.{self._active}.{mac}"
 
@@ -57,7 +68,15 @@ class StartKeyring:
         claims = StartClaims.of_start(req, workflow_id)
         return req.model_copy(update={"start_signature": self.sign(claims)})
 
-    def refusal(self, claims: StartClaims, signature: str) -> str | None:
+    def signed_decision(
+        self, tenant_id: str, workflow_id: str, verdict: ApprovalVerdict
+    ) -> ApprovalVerdict:
+        """``verdict`` with the signature of a gateway that checked its decider, for the
+        run ``workflow_id``: the one way a person's decision reaches a run."""
+        claims = DecisionClaims.of(tenant_id, workflow_id, verdict)
+        return verdict.model_copy(update={"signature": self.sign(claims)})
+
+    def refusal(self, claims: Claims, signature: str) -> str | None:
         """Why ``signature`` does not vouch for ``claims`` (None: it does)."""
         if not signature:
             return "unsigned"
@@ -73,6 +92,6 @@ class StartKeyring:
         return None
 
     @staticmethod
-    def _mac(key: bytes, claims: StartClaims) -> str:
+    def _mac(key: bytes, claims: Claims) -> str:
         digest = hmac.new(key, claims.message(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")

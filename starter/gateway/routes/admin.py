@@ -210,6 +210,7 @@ async def decide_approval(
         deps.sessions,
         deps.client,
         deps.executions.sealer,
+        deps.executions.start_keys,
         tenant_id=tenant_id,
         approval_id=approval_id,
         action=action,

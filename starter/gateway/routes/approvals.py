@@ -104,6 +104,7 @@ async def _decide(
         deps.sessions,
         deps.client,
         deps.executions.sealer,
+        deps.executions.start_keys,
         tenant_id=key.tenant_id,
         approval_id=approval_id,
         action=action,
