@@ -331,7 +331,7 @@ async def test_cli_walkthrough(
         ["approvals", "approve", approval_id, "--yes", "--api-key", stack.api_key],
     )
     assert mine.exit_code == 1 and "scope_missing" in mine.output
-    approver = await new_key(stack, ["approvals:write"])
+    approver = await new_key(stack, ["approvals:read", "approvals:write"])
     decided = await moat("approvals", "approve", approval_id, "--yes", "--api-key", approver)
     assert "approved by key:" in decided
     result = await finished(stack, waiting)

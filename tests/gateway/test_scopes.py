@@ -56,7 +56,7 @@ async def test_a_key_without_the_capabilitys_scope_is_refused_with_a_receipt(
     stack: Stack,
 ) -> None:
     default = await new_key(stack, stack.tenant_id, None)
-    assert default["scopes"] == ["execute:*"]
+    assert default["scopes"] == ["execute:*", "outputs:read"]
     narrow = await new_key(stack, stack.tenant_id, ["execute:http.*", "connections:write"])
     assert narrow["scopes"] == ["execute:http.*", "connections:write"]
     listed = await stack.http.get(
@@ -146,7 +146,7 @@ def test_cli_creates_keys_with_scopes(base_settings: Any, monkeypatch: pytest.Mo
     assert "execute:demo.echo policy:write" in made.output
     listed = json.loads(runner.invoke(cli, ["api-key", "list", name, "--json"]).output)
     assert sorted(k["scopes"] for k in listed) == [
-        ["execute:*"],
+        ["execute:*", "outputs:read"],
         ["execute:demo.echo", "policy:write"],
     ]
     bad = runner.invoke(cli, ["api-key", "create", name, "--scope", "nope"])

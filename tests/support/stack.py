@@ -34,6 +34,7 @@ from schemas.capabilities import (
 from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
 from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyInput, workflow_id_for
+from schemas.scopes import DEFAULT_SCOPES
 from schemas.settings import MoatSettings
 from schemas.start import input_digest
 from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
@@ -128,6 +129,18 @@ def github() -> Iterator[FakeGithub]:
         yield fake
 
 
+# The tenant key tests use by default: the default scopes and the writes and reads of
+# webhooks, dead letters, probes and approvals' inputs (never policy, connections or
+# approvals:write, which tests that check them grant themselves).
+STACK_KEY_SCOPES = (
+    *DEFAULT_SCOPES,
+    "webhooks:write",
+    "dead_letters:write",
+    "probes:write",
+    "approvals:read",
+)
+
+
 @dataclass
 class Stack:
     """A running gateway + worker on a fresh task queue, and a fresh tenant."""
@@ -183,7 +196,7 @@ class Stack:
                 name or f"t-{uuid.uuid4().hex[:12]}",
                 idempotency_ttl_seconds=self.settings.idempotency_ttl_seconds,
             )
-            key = await api_keys.create_api_key(session, tenant.id)
+            key = await api_keys.create_api_key(session, tenant.id, scopes=STACK_KEY_SCOPES)
         return tenant.id, key
 
     async def start_direct(
