@@ -158,7 +158,8 @@ def add(
     as_json: AsJson = False,
 ) -> None:
     """Probe a capability on a schedule, through the normal path, marked synthetic (no
-    budget, no approval, no webhook; scored apart from real traffic)."""
+    budget, no webhook; scored apart from real traffic). Made here, by an operator, its
+    runs act with Moat's own authority; through the API they act for the creating key."""
     value: dict[str, Any] | None = None
     if input is not None:
         try:
