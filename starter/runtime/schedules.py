@@ -122,7 +122,9 @@ async def create_probe_schedule(
                 PROBE_WORKFLOW,
                 ProbeRunInput(tenant_id=tenant_id, probe_id=probe_id),
                 id=f"{schedule_id}-run",
-                task_queue=settings.task_queue,
+                # Off the execution path: the probe's run, and the execution it starts as a
+                # child on its parent's queue, use the delivery worker's slots and HTTP pool.
+                task_queue=settings.deliveries_task_queue,
             ),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
