@@ -496,3 +496,136 @@ async def test_approvals_are_announced_in_order_with_the_outcome(
         assert "input" not in requested and "input" not in granted
         assert completed["id"] == first["receipt_id"]
         assert len({g.webhook_id for g in got}) == 3
+
+
+class RawEndpoint:
+    """A tenant endpoint that misbehaves below HTTP's level, on a plain socket: it answers
+    ``200`` with a body of ``size`` bytes, sent ``chunk`` bytes at a time every ``every``
+    seconds (a byte now and then: a drip; large chunks, no pause: a flood). It counts the
+    requests, the connections open now and the bytes it managed to send."""
+
+    def __init__(self, size: int, chunk: int, every: float) -> None:
+        self.size, self.chunk, self.every = size, chunk, every
+        self.requests = 0
+        self.open = 0
+        self.sent = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def allow_entry(self) -> str:
+        assert self._server is not None
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def url(self, path: str) -> str:
+        return f"http://{self.allow_entry}{path}"
+
+    async def __aenter__(self) -> RawEndpoint:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        self._writers.add(writer)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            self.requests += 1
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {self.size}\r\n\r\n".encode())
+            left = self.size
+            while left > 0:
+                piece = min(self.chunk, left)
+                writer.write(b"x" * piece)
+                await writer.drain()
+                self.sent += piece
+                left -= piece
+                if self.every:
+                    await asyncio.sleep(self.every)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client gave up on the answer: what these tests are about
+        finally:
+            self.open -= 1
+            self._writers.discard(writer)
+            writer.close()
+
+
+async def outcome_within(stack: Stack, seconds: float) -> OutboxRow:
+    """The tenant's one outbox row once it is no longer pending; fails past ``seconds``."""
+    async with asyncio.timeout(seconds):
+        while True:
+            rows = await rows_of(stack)
+            if rows and rows[0].status != "pending":
+                return rows[0]
+            await asyncio.sleep(0.05)
+
+
+async def test_dripping_endpoint_attempts_end_at_the_deadline_and_are_dead_lettered(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """An endpoint that sends its answer a byte at a time never trips the per-read timeout;
+    the attempt's deadline ends each attempt, which counts, and the row is dead-lettered
+    after ``max_retries``, not retried for ever."""
+    deadline = 1.0
+    async with RawEndpoint(size=1000, chunk=1, every=0.2) as drip:
+        async with make_stack(
+            http_allow_hosts=[drip.allow_entry],
+            webhook_timeout_seconds=5.0,  # per read: the drip never trips it
+            webhook_deadline_seconds=deadline,
+        ) as stack:
+            relay = OutboxRelay.from_settings(
+                stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+            )
+            async with relay.running():
+                sub = await subscribe(
+                    stack, drip.url("/drip"), max_retries=1, retry_base_seconds=0.05
+                )
+                await stack.execute("demo.echo", {"message": "hi"}, key="drip")
+                row = await outcome_within(stack, 30)
+            [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+            deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+    assert (row.status, row.attempts) == ("dead_letter", 2)
+    assert (letter["kind"], letter["error_code"]) == ("delivery", "retries_exhausted")
+    assert drip.requests == 2
+    assert [d["attempt"] for d in deliveries["items"]] == [2, 1]
+    for attempt in deliveries["items"]:
+        assert attempt["outcome"] == "failed"
+        assert "deadline" in attempt["error"]
+        assert deadline * 1000 <= attempt["latency_ms"] < (deadline + 2) * 1000
+
+
+async def test_a_huge_answer_is_read_only_up_to_the_cap(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """An endpoint answering 200 with 64 MiB: the delivery counts, and the worker stops
+    reading after the first bytes instead of taking all of it in."""
+    size = 64 * 1024 * 1024
+    async with RawEndpoint(size=size, chunk=64 * 1024, every=0) as flood:
+        async with make_stack(http_allow_hosts=[flood.allow_entry]) as stack:
+            relay = OutboxRelay.from_settings(
+                stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+            )
+            async with relay.running():
+                await subscribe(stack, flood.url("/flood"))
+                await stack.execute("demo.echo", {"message": "hi"}, key="flood")
+                row = await outcome_within(stack, 30)
+            async with asyncio.timeout(10):
+                while flood.open:  # the endpoint notices the closed connection
+                    await asyncio.sleep(0.05)
+    assert (row.status, row.attempts) == ("delivered", 1)
+    assert flood.requests == 1
+    # What reached the socket before the reader left: the read cap plus kernel buffers.
+    assert flood.sent < size // 4, flood.sent
