@@ -7,8 +7,9 @@ written from the Standard Webhooks specification, and signatures are verified wi
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +25,12 @@ import worker as worker_module
 from activities import DeliveryActivities, HostGuard
 from schemas.events import EventDraft, EventType
 from schemas.names import ATTEMPT_DELIVERY
-from schemas.webhooks import AttemptResult, DeliveryInput, delivery_workflow_id
+from schemas.webhooks import (
+    AttemptResult,
+    DeliveryInput,
+    WebhookEventType,
+    delivery_workflow_id,
+)
 from starter.devstack import serve_asgi
 from starter.runtime.outbox_relay import OutboxRelay
 from store import events as event_log
@@ -511,6 +517,22 @@ class RawEndpoint:
         self.sent = 0
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
+        self._changed = asyncio.Condition()
+        self._closing = False
+
+    async def until(self, test: Callable[[], bool]) -> None:
+        """Wait until ``test()`` holds (it reads ``open``)."""
+        async with self._changed:
+            await self._changed.wait_for(test)
+
+    async def _count(self, change: int) -> None:
+        async with self._changed:
+            self.open += change
+            self._changed.notify_all()
+
+    def hang_up(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
 
     @property
     def allow_entry(self) -> str:
@@ -526,13 +548,15 @@ class RawEndpoint:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
+        self._closing = True
         self._server.close()
-        for writer in list(self._writers):
-            writer.close()
+        self.hang_up()
         await self._server.wait_closed()
+        async with asyncio.timeout(5):
+            await self.until(lambda: self.open == 0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.open += 1
+        await self._count(1)
         self._writers.add(writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -545,7 +569,7 @@ class RawEndpoint:
             self.requests += 1
             writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {self.size}\r\n\r\n".encode())
             left = self.size
-            while left > 0:
+            while left > 0 and not self._closing:
                 piece = min(self.chunk, left)
                 writer.write(b"x" * piece)
                 await writer.drain()
@@ -556,7 +580,7 @@ class RawEndpoint:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client gave up on the answer: what these tests are about
         finally:
-            self.open -= 1
+            await self._count(-1)
             self._writers.discard(writer)
             writer.close()
 
@@ -579,23 +603,23 @@ async def test_dripping_endpoint_attempts_end_at_the_deadline_and_are_dead_lette
     the attempt's deadline ends each attempt, which counts, and the row is dead-lettered
     after ``max_retries``, not retried for ever."""
     deadline = 1.0
-    async with RawEndpoint(size=1000, chunk=1, every=0.2) as drip:
-        async with make_stack(
+    async with (
+        RawEndpoint(size=1000, chunk=1, every=0.2) as drip,
+        make_stack(
             http_allow_hosts=[drip.allow_entry],
             webhook_timeout_seconds=5.0,  # per read: the drip never trips it
             webhook_deadline_seconds=deadline,
-        ) as stack:
-            relay = OutboxRelay.from_settings(
-                stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
-            )
-            async with relay.running():
-                sub = await subscribe(
-                    stack, drip.url("/drip"), max_retries=1, retry_base_seconds=0.05
-                )
-                await stack.execute("demo.echo", {"message": "hi"}, key="drip")
-                row = await outcome_within(stack, 30)
-            [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
-            deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+        ) as stack,
+    ):
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        async with relay.running():
+            sub = await subscribe(stack, drip.url("/drip"), max_retries=1, retry_base_seconds=0.05)
+            await stack.execute("demo.echo", {"message": "hi"}, key="drip")
+            row = await outcome_within(stack, 30)
+        [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+        deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
     assert (row.status, row.attempts) == ("dead_letter", 2)
     assert (letter["kind"], letter["error_code"]) == ("delivery", "retries_exhausted")
     assert drip.requests == 2
@@ -613,19 +637,84 @@ async def test_a_huge_answer_is_read_only_up_to_the_cap(
     """An endpoint answering 200 with 64 MiB: the delivery counts, and the worker stops
     reading after the first bytes instead of taking all of it in."""
     size = 64 * 1024 * 1024
-    async with RawEndpoint(size=size, chunk=64 * 1024, every=0) as flood:
-        async with make_stack(http_allow_hosts=[flood.allow_entry]) as stack:
-            relay = OutboxRelay.from_settings(
-                stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
-            )
-            async with relay.running():
-                await subscribe(stack, flood.url("/flood"))
-                await stack.execute("demo.echo", {"message": "hi"}, key="flood")
-                row = await outcome_within(stack, 30)
-            async with asyncio.timeout(10):
-                while flood.open:  # the endpoint notices the closed connection
-                    await asyncio.sleep(0.05)
+    async with (
+        RawEndpoint(size=size, chunk=64 * 1024, every=0) as flood,
+        make_stack(http_allow_hosts=[flood.allow_entry]) as stack,
+    ):
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        async with relay.running():
+            await subscribe(stack, flood.url("/flood"))
+            await stack.execute("demo.echo", {"message": "hi"}, key="flood")
+            row = await outcome_within(stack, 30)
+        async with asyncio.timeout(10):  # the endpoint notices the closed connection
+            await flood.until(lambda: flood.open == 0)
     assert (row.status, row.attempts) == ("delivered", 1)
     assert flood.requests == 1
     # What reached the socket before the reader left: the read cap plus kernel buffers.
     assert flood.sent < size // 4, flood.sent
+
+
+# Activity slots (and HTTP connections) of the one worker that served executions and
+# deliveries alike before deliveries had a queue of their own.
+SHARED_SLOTS = 200
+
+
+async def holding(endpoint: RawEndpoint, at_least: int) -> int:
+    """Connections open to ``endpoint`` once there are ``at_least`` and no more arrive for a
+    second."""
+    async with asyncio.timeout(60):
+        await endpoint.until(lambda: endpoint.open >= at_least)
+    while True:
+        before = endpoint.open
+        try:
+            async with asyncio.timeout(1.0):
+                await endpoint.until(lambda seen=before: endpoint.open != seen)
+        except TimeoutError:
+            return before
+
+
+async def test_an_execution_runs_promptly_while_deliveries_hold_every_delivery_slot(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Deliveries to an endpoint that never finishes answering take every slot of the
+    delivery worker; a tenant's execution is not queued behind them."""
+    slots = 4
+    async with (
+        RawEndpoint(size=100_000, chunk=1, every=0.5) as drip,
+        make_stack(
+            http_allow_hosts=[drip.allow_entry],
+            wait_seconds=15.0,
+            webhook_timeout_seconds=30.0,
+            webhook_deadline_seconds=40.0,
+            delivery_max_concurrent_activities=slots,
+            delivery_max_connections=slots,
+        ) as stack,
+    ):
+        await subscribe(stack, drip.url("/slow"))
+        async with app_sessions.begin() as session:
+            await tenancy.set_tenant(session, stack.tenant_id)
+            for _ in range(SHARED_SLOTS):
+                await outbox.enqueue(
+                    session,
+                    tenant_id=stack.tenant_id,
+                    event_type=WebhookEventType.EXECUTION_COMPLETED,
+                    aggregate_id=str(uuid.uuid4()),
+                    data={"slow": True},
+                )
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        async with relay.running():
+            held = await holding(drip, slots)
+            started = time.monotonic()
+            response = await stack.execute("demo.echo", {"message": "hi"}, key="prompt")
+            took = time.monotonic() - started
+            still_held = drip.open
+        drip.hang_up()  # the attempts end now, not at their deadline
+    assert response.status_code in (200, 201), response.text
+    assert response.json()["status"] == "executed"
+    assert took < 5.0, took
+    assert held == still_held == slots  # every delivery slot was taken throughout
