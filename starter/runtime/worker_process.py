@@ -23,6 +23,7 @@ from starter.runtime.schedules import (
     ensure_partitions_schedule,
     ensure_retention_schedule,
     ensure_trust_schedule,
+    move_probe_schedules,
 )
 from starter.runtime.temporal import connect
 from store import receipts, trust
@@ -42,6 +43,7 @@ async def run(settings: MoatSettings) -> None:
         await ensure_retention_schedule(client, settings)
         await ensure_partitions_schedule(client, settings)
         await ensure_trust_schedule(client, settings)
+        await move_probe_schedules(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
         delivering = worker.delivery_worker(client, settings, sessions, keyring=keyring)
         gauges = observability.trust_gauges(client.service_client.config.runtime)

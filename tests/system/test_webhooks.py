@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,12 +20,20 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from standardwebhooks.webhooks import Webhook
 from temporalio.api.enums.v1 import EventType as HistoryEvent
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+    ScheduleState,
+)
 from temporalio.worker import Worker
 
 import worker as worker_module
 from activities import DeliveryActivities, HostGuard
 from schemas.events import EventDraft, EventType
-from schemas.names import ATTEMPT_DELIVERY
+from schemas.names import ATTEMPT_DELIVERY, PROBE_WORKFLOW
+from schemas.probes import ProbeRunInput
 from schemas.webhooks import (
     AttemptResult,
     DeliveryInput,
@@ -33,6 +42,12 @@ from schemas.webhooks import (
 )
 from starter.devstack import serve_asgi
 from starter.runtime.outbox_relay import OutboxRelay
+from starter.runtime.schedules import (
+    create_probe_schedule,
+    delete_probe_schedule,
+    move_probe_schedules,
+    probe_schedule_id,
+)
 from store import events as event_log
 from store import outbox, receipts, tenancy
 from store.keys.codec import OutputSealer
@@ -718,3 +733,54 @@ async def test_an_execution_runs_promptly_while_deliveries_hold_every_delivery_s
     assert response.json()["status"] == "executed"
     assert took < 5.0, took
     assert held == still_held == slots  # every delivery slot was taken throughout
+
+
+async def test_probe_schedules_start_their_runs_on_the_delivery_queue(
+    make_stack: StackFactory,
+) -> None:
+    """New probe schedules start on the delivery queue; one made before (on the execution
+    queue) is moved there when a worker starts, and only this deployment's."""
+    async with make_stack(with_worker=False) as stack:
+        settings = stack.settings
+        probe_id = f"p{uuid.uuid4().hex}"
+        made = await create_probe_schedule(
+            stack.client, settings, stack.tenant_id, probe_id, timedelta(hours=1)
+        )
+        old_id, other_id = f"p{uuid.uuid4().hex}", f"p{uuid.uuid4().hex}"
+        for pid, queue in ((old_id, settings.task_queue), (other_id, "another-deployment")):
+            await stack.client.create_schedule(
+                probe_schedule_id(pid),
+                Schedule(
+                    action=ScheduleActionStartWorkflow(
+                        PROBE_WORKFLOW,
+                        ProbeRunInput(tenant_id=stack.tenant_id, probe_id=pid),
+                        id=f"{probe_schedule_id(pid)}-run",
+                        task_queue=queue,
+                    ),
+                    spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+                    state=ScheduleState(paused=True),
+                ),
+            )
+        try:
+            for _ in range(150):  # until the schedule list shows the old one
+                if await move_probe_schedules(stack.client, settings):
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError("the old probe schedule was never moved")
+            assert await move_probe_schedules(stack.client, settings) == 0
+
+            async def queue_of(schedule_id: str) -> str:
+                handle = stack.client.get_schedule_handle(schedule_id)
+                action = (await handle.describe()).schedule.action
+                assert isinstance(action, ScheduleActionStartWorkflow)
+                return action.task_queue
+
+            deliveries = settings.deliveries_task_queue
+            assert deliveries == f"{settings.task_queue}-deliveries"
+            assert await queue_of(made) == deliveries
+            assert await queue_of(probe_schedule_id(old_id)) == deliveries
+            assert await queue_of(probe_schedule_id(other_id)) == "another-deployment"
+        finally:
+            for pid in (probe_id, old_id, other_id):
+                await delete_probe_schedule(stack.client, pid)
