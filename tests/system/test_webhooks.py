@@ -27,9 +27,11 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
-from temporalio.worker import Worker
+from temporalio.common import RetryPolicy
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import worker as worker_module
+import workflows.deliver as deliver_module
 from activities import DeliveryActivities, HostGuard
 from schemas.events import EventDraft, EventType
 from schemas.names import ATTEMPT_DELIVERY, PROBE_WORKFLOW
@@ -784,3 +786,56 @@ async def test_probe_schedules_start_their_runs_on_the_delivery_queue(
         finally:
             for pid in (probe_id, old_id, other_id):
                 await delete_probe_schedule(stack.client, pid)
+
+
+class AlwaysFails(DeliveryActivities):
+    """An attempt that can never complete inside Moat (its worker lost every time)."""
+
+    async def _attempt(self, inp: DeliveryInput) -> AttemptResult:
+        raise RuntimeError("lost mid-send")
+
+
+async def test_an_attempt_that_never_completes_is_not_retried_for_ever(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Temporal retries the attempt a bounded number of times; then the try counts as an
+    attempt and the row is a dead letter an operator can requeue."""
+    # Test-sized retries; the workflow reads the module's policy when run unsandboxed.
+    monkeypatch.setattr(
+        deliver_module,
+        "ATTEMPT_RETRY",
+        RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=3),
+    )
+    queue = f"tq-deliver-{uuid.uuid4().hex}"
+    async with (
+        hooked_stack(make_stack, app_sessions, endpoint, provider, delivery_queue=queue) as stack,
+        worker_module.activity_deps(stack.settings) as (sessions, http),
+    ):
+        acts = AlwaysFails(
+            sessions,
+            http,
+            HostGuard(stack.settings.http_allow_hosts),
+            OutputSealer.from_settings(stack.settings),
+        )
+        async with Worker(
+            stack.client,
+            task_queue=queue,
+            workflows=[worker_module.DeliverWebhook],
+            activities=[acts.attempt_delivery, acts.give_up_delivery],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            sub = await subscribe(stack, endpoint.script("/lost", 200))
+            await stack.execute("demo.echo", {"message": "hi"}, key="lost")
+            row = await outcome_within(stack, 30)
+        [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+        deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+    assert (row.status, row.attempts) == ("dead_letter", 1)
+    assert (letter["kind"], letter["error_code"]) == ("delivery", "attempt_failed")
+    [attempt] = deliveries["items"]
+    assert attempt["outcome"] == "failed"
+    assert attempt["error"] == "3 tries failed, the last with RuntimeError"
+    assert "mid-send" not in letter["reason"]  # the kind of failure, never its text
