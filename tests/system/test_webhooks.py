@@ -679,14 +679,14 @@ SHARED_SLOTS = 200
 
 
 async def holding(endpoint: RawEndpoint, at_least: int) -> int:
-    """Connections open to ``endpoint`` once there are ``at_least`` and no more arrive for a
-    second."""
+    """Connections open to ``endpoint`` once there are ``at_least`` and no more arrive for
+    two seconds."""
     async with asyncio.timeout(60):
         await endpoint.until(lambda: endpoint.open >= at_least)
     while True:
         before = endpoint.open
         try:
-            async with asyncio.timeout(1.0):
+            async with asyncio.timeout(2.0):
                 await endpoint.until(lambda seen=before: endpoint.open != seen)
         except TimeoutError:
             return before
@@ -733,7 +733,10 @@ async def test_an_execution_runs_promptly_while_deliveries_hold_every_delivery_s
         drip.hang_up()  # the attempts end now, not at their deadline
     assert response.status_code in (200, 201), response.text
     assert response.json()["status"] == "executed"
-    assert took < 5.0, took
+    # Before deliveries had their own queue it never ran: 202 at the 15 s wait, all 200 slots
+    # held by the endpoint. Here it takes about a second on an idle machine; the bound leaves
+    # room for a loaded one (the same process also runs the 200 delivery workflows' tasks).
+    assert took < 10.0, took
     assert held == still_held == slots  # every delivery slot was taken throughout
 
 
