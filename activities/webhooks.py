@@ -163,7 +163,9 @@ class DeliveryActivities:
             late = f"no complete answer within the {self._deadline:g}s deadline"
             return Sent(None, _since(started), late)
         except ApplicationError as err:  # the host guard's refusal, a timeout, no connection
-            return Sent(None, _since(started), err.message[:MAX_ERROR_CHARS])
+            # The adapters' wording, where the other side is the tenant's endpoint.
+            said = err.message.replace("the provider", "the endpoint")
+            return Sent(None, _since(started), said[:MAX_ERROR_CHARS])
         response = answer.response
         error = None if response.is_success else f"endpoint answered HTTP {response.status_code}"
         return Sent(

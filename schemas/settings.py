@@ -206,7 +206,10 @@ class MoatSettings(BaseSettings):
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )
     webhook_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="How long a webhook endpoint has to answer one delivery."
+        default=10.0,
+        gt=0,
+        description="How long a webhook endpoint may stay silent in one delivery (to connect, "
+        "between bytes); webhook_deadline_seconds bounds the whole attempt.",
     )
     webhook_deadline_seconds: float = Field(
         default=15.0,
