@@ -548,6 +548,8 @@ class RawEndpoint:
             self._changed.notify_all()
 
     def hang_up(self) -> None:
+        """Close every connection, and each one that arrives from now on."""
+        self._closing = True
         for writer in list(self._writers):
             writer.close()
 
@@ -565,7 +567,6 @@ class RawEndpoint:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
-        self._closing = True
         self._server.close()
         self.hang_up()
         await self._server.wait_closed()
@@ -576,6 +577,8 @@ class RawEndpoint:
         await self._count(1)
         self._writers.add(writer)
         try:
+            if self._closing:
+                return
             head = await reader.readuntil(b"\r\n\r\n")
             length = next(
                 int(line.split(b":", 1)[1])
