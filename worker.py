@@ -74,6 +74,7 @@ def build_worker(
     keyring: Keyring | None = None,
     adapters: Mapping[str, Adapter] | None = None,
     catalog: CapabilityCatalog | None = None,
+    max_concurrent_activities: int = 200,
 ) -> Worker:
     """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
     name (tests plant adapters that fail in ways a real provider cannot be made to)."""
@@ -103,6 +104,7 @@ def build_worker(
         guard,
         sealer,
         timeout_seconds=settings.webhook_timeout_seconds,
+        deadline_seconds=settings.webhook_deadline_seconds,
     )
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
@@ -132,10 +134,43 @@ def build_worker(
             partitions.ensure_partitions,
             trust.refresh_trust,
             probes.prepare_probe,
+            delivery.give_up_delivery,
         ],
-        max_concurrent_activities=200,
+        max_concurrent_activities=max_concurrent_activities,
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach Temporal as they are made (activities/heartbeat.py beats several
         # times per timeout), not once per 80 % of the timeout, which a busy loop can miss.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
     )
+
+
+@asynccontextmanager
+async def delivery_worker(
+    client: Client,
+    settings: MoatSettings,
+    sessions: async_sessionmaker[AsyncSession],
+    keyring: Keyring | None = None,
+    adapters: Mapping[str, Adapter] | None = None,
+    catalog: CapabilityCatalog | None = None,
+) -> AsyncIterator[Worker]:
+    """The worker of the delivery queue, polling meanwhile: webhook deliveries and synthetic
+    probes (their runs and the executions they start as children), with activity slots and
+    an HTTP pool of their own, so a slow tenant endpoint or probed provider never holds a
+    slot or a connection an execution needs. The same workflows and activities as the
+    execution queue's worker, so nothing started on either queue lacks a handler."""
+    http = http_client(max_connections=settings.delivery_max_connections)
+    try:
+        async with build_worker(
+            client,
+            settings,
+            sessions,
+            http,
+            task_queue=settings.deliveries_task_queue,
+            keyring=keyring,
+            adapters=adapters,
+            catalog=catalog,
+            max_concurrent_activities=settings.delivery_max_concurrent_activities,
+        ) as polling:
+            yield polling
+    finally:
+        await http.aclose()

@@ -6,10 +6,17 @@ receiver dedupe on.
 The retry schedule is the subscription's: after the n-th failure wait
 ``retry_base_seconds * 2^(n-1)`` (2, 4, 8 s by default) with jitter, or longer when the
 endpoint answers ``Retry-After``; past ``max_retries`` the row is a dead letter. ``410
-Gone`` disables the subscription."""
+Gone`` disables the subscription.
+
+Every attempt ends, and is counted, whatever the endpoint does: the send (connecting, the
+request, the answer) runs under one deadline (``MOAT_WEBHOOK_DEADLINE_SECONDS``), not just
+the HTTP client's per-read timeout, which an endpoint dripping a byte at a time never trips;
+and the answer is read only up to ``ANSWER_BYTES`` (the adapters' capped read), since
+nothing but its status is kept."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -18,20 +25,19 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
-from opentelemetry import propagate
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import HostGuard, parse_retry_after
+from activities.adapters import HostGuard, parse_retry_after, send
 from activities.heartbeat import heartbeating
-from schemas.names import ATTEMPT_DELIVERY
+from schemas.names import ATTEMPT_DELIVERY, GIVE_UP_DELIVERY
 from schemas.webhooks import (
     WEBHOOK_SECRET_PREFIX,
     AttemptResult,
+    DeliveryGiveUp,
     DeliveryInput,
     OutboxStatus,
     SubscriptionStatus,
@@ -43,6 +49,9 @@ from store.models import OutboxRow, WebhookSubscription
 
 JITTER = 0.2  # each wait is drawn from ±20 % of the schedule's, so retries spread out
 MAX_ERROR_CHARS = 300
+# The most of an endpoint's answer read: only its status matters, and a small answer read to
+# its end leaves the connection reusable.
+ANSWER_BYTES = 16 * 1024
 
 
 def sign(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
@@ -88,12 +97,14 @@ class DeliveryActivities:
         sealer: OutputSealer,
         *,
         timeout_seconds: float = 10.0,
+        deadline_seconds: float = 15.0,
     ) -> None:
         self._sessions = sessions
         self._http = http
         self._guard = guard
         self._sealer = sealer
         self._timeout = timeout_seconds
+        self._deadline = deadline_seconds
 
     @activity.defn(name=ATTEMPT_DELIVERY)
     async def attempt_delivery(self, inp: DeliveryInput) -> AttemptResult:
@@ -130,30 +141,32 @@ class DeliveryActivities:
             "webhook-timestamp": str(stamp),
             "webhook-signature": " ".join(sign(k, webhook_id, stamp, body) for k in keys),
             "content-type": "application/json",
-            "user-agent": "moat-webhooks/0.1",
+            "User-Agent": "moat-webhooks/0.1",
         }
-        url = httpx.URL(sub.url)
-        extensions: dict[str, Any] = {}
         started = time.monotonic()
         try:
-            pinned = await self._guard.check(
-                url.host, url.port or (443 if url.scheme == "https" else 80), allow
-            )
-            if pinned is not None:
-                headers["host"] = url.netloc.decode("ascii")
-                if url.scheme == "https":
-                    extensions["sni_hostname"] = url.host
-                url = url.copy_with(host=pinned)
-            propagate.inject(headers)
-            response = await self._http.post(
-                url, content=body, headers=headers, timeout=self._timeout, extensions=extensions
-            )
-        except ApplicationError as err:  # the host guard's refusal
-            return Sent(None, _since(started), err.message[:MAX_ERROR_CHARS])
-        except httpx.TimeoutException:
-            return Sent(None, _since(started), f"no answer within {self._timeout:g}s")
-        except httpx.HTTPError as err:
-            return Sent(None, _since(started), f"endpoint unreachable ({type(err).__name__})")
+            # One deadline over the whole exchange: the per-read timeout alone lets an
+            # endpoint that sends a byte now and then hold the attempt for ever.
+            async with asyncio.timeout(self._deadline):
+                answer = await send(
+                    self._http,
+                    self._guard,
+                    "POST",
+                    sub.url,
+                    headers=headers,
+                    timeout=self._timeout,
+                    allow_hosts=allow,
+                    max_response_bytes=ANSWER_BYTES,
+                    content=body,
+                )
+        except TimeoutError:
+            late = f"no complete answer within the {self._deadline:g}s deadline"
+            return Sent(None, _since(started), late)
+        except ApplicationError as err:  # the host guard's refusal, a timeout, no connection
+            # The adapters' wording, where the other side is the tenant's endpoint.
+            said = err.message.replace("the provider", "the endpoint")
+            return Sent(None, _since(started), said[:MAX_ERROR_CHARS])
+        response = answer.response
         error = None if response.is_success else f"endpoint answered HTTP {response.status_code}"
         return Sent(
             response.status_code,
@@ -214,6 +227,34 @@ class DeliveryActivities:
             delay = retry_delay(base, row.attempts, sent.retry_after)
             row.next_attempt_at = now + timedelta(seconds=delay)
             return AttemptResult(final=False, status=row.status, retry_in_seconds=delay)
+
+    @activity.defn(name=GIVE_UP_DELIVERY)
+    async def give_up_delivery(self, inp: DeliveryGiveUp) -> AttemptResult:
+        """The row's attempt kept failing inside Moat (Temporal gave up retrying it): that
+        counts as one more failed attempt, and the row is a dead letter, for an operator to
+        requeue once the cause is fixed."""
+        now = datetime.now(UTC)
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.tenant_id)
+            row = await outbox.lock(session, inp.tenant_id, inp.outbox_id)
+            if row is None or row.generation != inp.generation:
+                return AttemptResult(final=True, status="superseded")
+            if row.status != OutboxStatus.PENDING.value:
+                return AttemptResult(final=True, status=row.status)
+            await outbox.record_attempt(
+                session,
+                row,
+                webhook_id=webhook_id_for(row.event_id),
+                attempted_at=now,
+                http_status=None,
+                latency_ms=0,
+                outcome="failed",
+                error=inp.error[:MAX_ERROR_CHARS],
+            )
+            row.attempts += 1
+            reason = f"the delivery attempt could not be completed: {inp.error}"
+            await _dead_letter(session, row, reason, "attempt_failed")
+            return AttemptResult(final=True, status=row.status)
 
 
 async def _dead_letter(session: AsyncSession, row: OutboxRow, reason: str, code: str) -> None:

@@ -115,6 +115,9 @@ async def stack() -> AsyncIterator[Stack]:
                 await st.enter_async_context(
                     moat_worker.build_worker(env.client, settings, wsessions, http_out)
                 )
+                await st.enter_async_context(  # the relay starts deliveries on its queue
+                    moat_worker.delivery_worker(env.client, settings, wsessions)
+                )
                 async with wsessions.begin() as session:
                     tenant = await tenants.create_tenant(session, f"bench-{uuid.uuid4().hex[:8]}")
                     await api_keys.create_api_key(session, tenant.id, name="bench")

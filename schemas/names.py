@@ -74,4 +74,5 @@ PROVIDER_RESPONSE = "provider_response"
 # The outbox: one delivery workflow per row, its attempt activity, the relay's channel.
 DELIVER_WEBHOOK_WORKFLOW = "DeliverWebhook"
 ATTEMPT_DELIVERY = "moat.attempt_delivery"
+GIVE_UP_DELIVERY = "moat.give_up_delivery"
 OUTBOX_CHANNEL = "moat_outbox"

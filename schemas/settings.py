@@ -206,7 +206,35 @@ class MoatSettings(BaseSettings):
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )
     webhook_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="How long a webhook endpoint has to answer one delivery."
+        default=10.0,
+        gt=0,
+        description="How long a webhook endpoint may stay silent in one delivery (to connect, "
+        "between bytes); webhook_deadline_seconds bounds the whole attempt.",
+    )
+    webhook_deadline_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        le=45,
+        description="The most one webhook delivery attempt may take, from connecting to the "
+        "last byte of the answer read, however slowly the endpoint sends; past it the attempt "
+        "ends, counts as failed and is retried on the subscription's schedule. At most 45 s "
+        "(the attempt's activity timeout is 60 s).",
+    )
+    delivery_task_queue: str | None = Field(
+        default=None,
+        description="Task queue of webhook deliveries and synthetic probes, served by a worker "
+        "of their own (its own activity slots and HTTP pool), so a slow endpoint never holds "
+        "what executions need. Unset: `<task_queue>-deliveries`.",
+    )
+    delivery_max_concurrent_activities: int = Field(
+        default=50,
+        ge=1,
+        description="Activity slots of the delivery queue's worker (deliveries and probes).",
+    )
+    delivery_max_connections: int = Field(
+        default=50,
+        ge=1,
+        description="HTTP connections the delivery queue's worker may hold at once.",
     )
     outbox_listen: bool = Field(
         default=True,
@@ -330,6 +358,10 @@ class MoatSettings(BaseSettings):
     @property
     def run_dir(self) -> Path:
         return self.home / "run"
+
+    @property
+    def deliveries_task_queue(self) -> str:
+        return self.delivery_task_queue or f"{self.task_queue}-deliveries"
 
     @property
     def temporal_target(self) -> str:

@@ -185,6 +185,16 @@ class DeliveryInput(BaseModel):
     generation: int
 
 
+class DeliveryGiveUp(BaseModel):
+    """What the delivery workflow hands the dead-letter step when its attempt activity kept
+    failing (a worker lost mid-send, Postgres away): the row, and why, in Moat's words."""
+
+    tenant_id: str
+    outbox_id: str
+    generation: int
+    error: str
+
+
 class AttemptResult(BaseModel):
     """One attempt's verdict: ``final`` when the row is delivered, dead-lettered or no
     longer this workflow's; else wait ``retry_in_seconds`` and try again."""

@@ -4,6 +4,10 @@ the normal path, ``ExecuteCapability`` as a child, marked synthetic.
 The idempotency key is the scheduled run's workflow id (the schedule appends the time it
 fires), so a probe run that is retried or reset never executes twice, and every firing
 executes once.
+
+A probe's schedule starts it on the delivery queue, and the child execution runs on its
+parent's queue, so the probed provider is called with the delivery worker's slots and HTTP
+pool: a slow or hanging provider under probe never holds what tenants' executions need.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ polls every ``outbox_poll_seconds`` as well, for a notification missed while it 
 listening (the measured comparison is in ``bench/README.md``). Rows are claimed with
 ``FOR UPDATE SKIP LOCKED``, so several relays share the work, and the workflow id is
 derived from the row, so a relay that dies between starting a workflow and marking its row
-starts nothing twice: the next one finds the workflow already there."""
+starts nothing twice: the next one finds the workflow already there. Deliveries go to the
+delivery queue (``MOAT_DELIVERY_TASK_QUEUE``), off the executions' slots and HTTP pool."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class OutboxRelay:
         return cls(
             client,
             sessions,
-            task_queue=task_queue or settings.task_queue,
+            task_queue=task_queue or settings.deliveries_task_queue,
             listen_url=libpq_url(settings.app_sqlalchemy_url) if settings.outbox_listen else None,
             poll_seconds=settings.outbox_poll_seconds,
             tenant_id=tenant_id,

@@ -16,6 +16,8 @@ from temporalio.client import (
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -122,13 +124,42 @@ async def create_probe_schedule(
                 PROBE_WORKFLOW,
                 ProbeRunInput(tenant_id=tenant_id, probe_id=probe_id),
                 id=f"{schedule_id}-run",
-                task_queue=settings.task_queue,
+                # Off the execution path: the probe's run, and the execution it starts as a
+                # child on its parent's queue, use the delivery worker's slots and HTTP pool.
+                task_queue=settings.deliveries_task_queue,
             ),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
         ),
     )
     return schedule_id
+
+
+async def move_probe_schedules(client: Client, settings: MoatSettings) -> int:
+    """Point every probe schedule made before probes had the delivery queue at it (they
+    start their runs on this deployment's execution queue); returns how many were moved.
+    Idempotent: every worker runs it at start."""
+    moved = 0
+    async for listed in await client.list_schedules():
+        if not listed.id.startswith(PROBE_SCHEDULE_PREFIX):
+            continue
+        handle = client.get_schedule_handle(listed.id)
+        action = (await handle.describe()).schedule.action
+        if not isinstance(action, ScheduleActionStartWorkflow):
+            continue
+        if action.task_queue != settings.task_queue:
+            continue  # moved already, or another deployment's
+
+        def to_deliveries(update: ScheduleUpdateInput) -> ScheduleUpdate | None:
+            schedule = update.description.schedule
+            if not isinstance(schedule.action, ScheduleActionStartWorkflow):
+                return None
+            schedule.action.task_queue = settings.deliveries_task_queue
+            return ScheduleUpdate(schedule=schedule)
+
+        await handle.update(to_deliveries)
+        moved += 1
+    return moved
 
 
 async def pause_probe_schedule(client: Client, probe_id: str, paused: bool) -> None:

@@ -1,7 +1,8 @@
 """``moat worker``: the process around the worker that ``worker.py`` builds. It checks the
 signing keyring before connecting to anything, connects to Temporal and Postgres, makes
 sure of the outcome partitions and the schedules (retention, partitions ahead), then
-polls until SIGINT/SIGTERM."""
+polls until SIGINT/SIGTERM: the execution queue, and the delivery queue (webhook deliveries,
+synthetic probes) with its own worker, slots and HTTP pool."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from starter.runtime.schedules import (
     ensure_partitions_schedule,
     ensure_retention_schedule,
     ensure_trust_schedule,
+    move_probe_schedules,
 )
 from starter.runtime.temporal import connect
 from store import receipts, trust
@@ -41,7 +43,9 @@ async def run(settings: MoatSettings) -> None:
         await ensure_retention_schedule(client, settings)
         await ensure_partitions_schedule(client, settings)
         await ensure_trust_schedule(client, settings)
+        await move_probe_schedules(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
+        delivering = worker.delivery_worker(client, settings, sessions, keyring=keyring)
         gauges = observability.trust_gauges(client.service_client.config.runtime)
         publishing = asyncio.create_task(publish_trust(sessions, gauges, settings))
         stop = asyncio.Event()
@@ -50,10 +54,11 @@ async def run(settings: MoatSettings) -> None:
             loop.add_signal_handler(sig, stop.set)
         relay = OutboxRelay.from_settings(client, sessions, settings)
         settle_heap()
-        async with polling, relay.running():
+        async with polling, delivering, relay.running():
             log.info(
-                "worker polling task queue %s in namespace %s",
+                "worker polling task queues %s and %s (deliveries, probes) in namespace %s",
                 settings.task_queue,
+                settings.deliveries_task_queue,
                 settings.temporal_namespace,
             )
             await stop.wait()

@@ -295,7 +295,12 @@ async def make_stack(
                 if with_worker
                 else _nothing()
             )
-            async with worker:
+            delivering = (
+                worker_module.delivery_worker(client, settings, wsessions, adapters=adapters)
+                if with_worker
+                else _nothing()
+            )
+            async with worker, delivering:
                 app = create_app(
                     settings,
                     client=client,

@@ -7,9 +7,11 @@ written from the Standard Webhooks specification, and signatures are verified wi
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,15 +20,36 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from standardwebhooks.webhooks import Webhook
 from temporalio.api.enums.v1 import EventType as HistoryEvent
-from temporalio.worker import Worker
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+    ScheduleState,
+)
+from temporalio.common import RetryPolicy
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import worker as worker_module
+import workflows.deliver as deliver_module
 from activities import DeliveryActivities, HostGuard
 from schemas.events import EventDraft, EventType
-from schemas.names import ATTEMPT_DELIVERY
-from schemas.webhooks import AttemptResult, DeliveryInput, delivery_workflow_id
+from schemas.names import ATTEMPT_DELIVERY, PROBE_WORKFLOW
+from schemas.probes import ProbeRunInput
+from schemas.webhooks import (
+    AttemptResult,
+    DeliveryInput,
+    WebhookEventType,
+    delivery_workflow_id,
+)
 from starter.devstack import serve_asgi
 from starter.runtime.outbox_relay import OutboxRelay
+from starter.runtime.schedules import (
+    create_probe_schedule,
+    delete_probe_schedule,
+    move_probe_schedules,
+    probe_schedule_id,
+)
 from store import events as event_log
 from store import outbox, receipts, tenancy
 from store.keys.codec import OutputSealer
@@ -496,3 +519,329 @@ async def test_approvals_are_announced_in_order_with_the_outcome(
         assert "input" not in requested and "input" not in granted
         assert completed["id"] == first["receipt_id"]
         assert len({g.webhook_id for g in got}) == 3
+
+
+class RawEndpoint:
+    """A tenant endpoint that misbehaves below HTTP's level, on a plain socket: it answers
+    ``200`` with a body of ``size`` bytes, sent ``chunk`` bytes at a time every ``every``
+    seconds (a byte now and then: a drip; large chunks, no pause: a flood). It counts the
+    requests, the connections open now and the bytes it managed to send."""
+
+    def __init__(self, size: int, chunk: int, every: float) -> None:
+        self.size, self.chunk, self.every = size, chunk, every
+        self.requests = 0
+        self.open = 0
+        self.sent = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self._changed = asyncio.Condition()
+        self._closing = False
+
+    async def until(self, test: Callable[[], bool]) -> None:
+        """Wait until ``test()`` holds (it reads ``open``)."""
+        async with self._changed:
+            await self._changed.wait_for(test)
+
+    async def _count(self, change: int) -> None:
+        async with self._changed:
+            self.open += change
+            self._changed.notify_all()
+
+    def hang_up(self) -> None:
+        """Close every connection, and each one that arrives from now on."""
+        self._closing = True
+        for writer in list(self._writers):
+            writer.close()
+
+    @property
+    def allow_entry(self) -> str:
+        assert self._server is not None
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def url(self, path: str) -> str:
+        return f"http://{self.allow_entry}{path}"
+
+    async def __aenter__(self) -> RawEndpoint:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.hang_up()
+        await self._server.wait_closed()
+        async with asyncio.timeout(5):
+            await self.until(lambda: self.open == 0)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._count(1)
+        self._writers.add(writer)
+        try:
+            if self._closing:
+                return
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            self.requests += 1
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {self.size}\r\n\r\n".encode())
+            left = self.size
+            while left > 0 and not self._closing:
+                piece = min(self.chunk, left)
+                writer.write(b"x" * piece)
+                await writer.drain()
+                self.sent += piece
+                left -= piece
+                if self.every:
+                    await asyncio.sleep(self.every)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client gave up on the answer: what these tests are about
+        finally:
+            await self._count(-1)
+            self._writers.discard(writer)
+            writer.close()
+
+
+async def outcome_within(stack: Stack, seconds: float) -> OutboxRow:
+    """The tenant's one outbox row once it is no longer pending; fails past ``seconds``."""
+    async with asyncio.timeout(seconds):
+        while True:
+            rows = await rows_of(stack)
+            if rows and rows[0].status != "pending":
+                return rows[0]
+            await asyncio.sleep(0.05)
+
+
+async def test_dripping_endpoint_attempts_end_at_the_deadline_and_are_dead_lettered(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """An endpoint that sends its answer a byte at a time never trips the per-read timeout;
+    the attempt's deadline ends each attempt, which counts, and the row is dead-lettered
+    after ``max_retries``, not retried for ever."""
+    deadline = 1.0
+    async with (
+        RawEndpoint(size=1000, chunk=1, every=0.2) as drip,
+        make_stack(
+            http_allow_hosts=[drip.allow_entry],
+            webhook_timeout_seconds=5.0,  # per read: the drip never trips it
+            webhook_deadline_seconds=deadline,
+        ) as stack,
+    ):
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        async with relay.running():
+            sub = await subscribe(stack, drip.url("/drip"), max_retries=1, retry_base_seconds=0.05)
+            await stack.execute("demo.echo", {"message": "hi"}, key="drip")
+            row = await outcome_within(stack, 30)
+        [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+        deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+    assert (row.status, row.attempts) == ("dead_letter", 2)
+    assert (letter["kind"], letter["error_code"]) == ("delivery", "retries_exhausted")
+    assert drip.requests == 2
+    assert [d["attempt"] for d in deliveries["items"]] == [2, 1]
+    for attempt in deliveries["items"]:
+        assert attempt["outcome"] == "failed"
+        assert "deadline" in attempt["error"]
+        assert deadline * 1000 <= attempt["latency_ms"] < (deadline + 2) * 1000
+
+
+async def test_a_huge_answer_is_read_only_up_to_the_cap(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """An endpoint answering 200 with 64 MiB: the delivery counts, and the worker stops
+    reading after the first bytes instead of taking all of it in."""
+    size = 64 * 1024 * 1024
+    async with (
+        RawEndpoint(size=size, chunk=64 * 1024, every=0) as flood,
+        make_stack(http_allow_hosts=[flood.allow_entry]) as stack,
+    ):
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        async with relay.running():
+            await subscribe(stack, flood.url("/flood"))
+            await stack.execute("demo.echo", {"message": "hi"}, key="flood")
+            row = await outcome_within(stack, 30)
+        async with asyncio.timeout(10):  # the endpoint notices the closed connection
+            await flood.until(lambda: flood.open == 0)
+    assert (row.status, row.attempts) == ("delivered", 1)
+    assert flood.requests == 1
+    # What reached the socket before the reader left: the read cap plus kernel buffers.
+    assert flood.sent < size // 4, flood.sent
+
+
+# Activity slots (and HTTP connections) of the one worker that served executions and
+# deliveries alike before deliveries had a queue of their own.
+SHARED_SLOTS = 200
+
+
+async def holding(endpoint: RawEndpoint, at_least: int) -> int:
+    """Connections open to ``endpoint`` once there are ``at_least`` and no more arrive for
+    two seconds."""
+    async with asyncio.timeout(60):
+        await endpoint.until(lambda: endpoint.open >= at_least)
+    while True:
+        before = endpoint.open
+        try:
+            async with asyncio.timeout(2.0):
+                await endpoint.until(lambda seen=before: endpoint.open != seen)
+        except TimeoutError:
+            return before
+
+
+async def test_an_execution_runs_promptly_while_deliveries_hold_every_delivery_slot(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Deliveries to an endpoint that never finishes answering take every slot of the
+    delivery worker; a tenant's execution is not queued behind them."""
+    slots = 4
+    async with (
+        RawEndpoint(size=100_000, chunk=1, every=0.5) as drip,
+        make_stack(
+            http_allow_hosts=[drip.allow_entry],
+            wait_seconds=15.0,
+            webhook_timeout_seconds=30.0,
+            webhook_deadline_seconds=40.0,
+            delivery_max_concurrent_activities=slots,
+            delivery_max_connections=slots,
+        ) as stack,
+    ):
+        await subscribe(stack, drip.url("/slow"))
+        async with app_sessions.begin() as session:
+            await tenancy.set_tenant(session, stack.tenant_id)
+            for _ in range(SHARED_SLOTS):
+                await outbox.enqueue(
+                    session,
+                    tenant_id=stack.tenant_id,
+                    event_type=WebhookEventType.EXECUTION_COMPLETED,
+                    aggregate_id=str(uuid.uuid4()),
+                    data={"slow": True},
+                )
+        relay = OutboxRelay.from_settings(
+            stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+        )
+        async with relay.running():
+            held = await holding(drip, slots)
+            started = time.monotonic()
+            response = await stack.execute("demo.echo", {"message": "hi"}, key="prompt")
+            took = time.monotonic() - started
+            still_held = drip.open
+        drip.hang_up()  # the attempts end now, not at their deadline
+    assert response.status_code in (200, 201), response.text
+    assert response.json()["status"] == "executed"
+    # Before deliveries had their own queue it never ran: 202 at the 15 s wait, all 200 slots
+    # held by the endpoint. Here it takes about a second on an idle machine; the bound leaves
+    # room for a loaded one (the same process also runs the 200 delivery workflows' tasks).
+    assert took < 10.0, took
+    assert held == still_held == slots  # every delivery slot was taken throughout
+
+
+async def test_probe_schedules_start_their_runs_on_the_delivery_queue(
+    make_stack: StackFactory,
+) -> None:
+    """New probe schedules start on the delivery queue; one made before (on the execution
+    queue) is moved there when a worker starts, and only this deployment's."""
+    async with make_stack(with_worker=False) as stack:
+        settings = stack.settings
+        probe_id = f"p{uuid.uuid4().hex}"
+        made = await create_probe_schedule(
+            stack.client, settings, stack.tenant_id, probe_id, timedelta(hours=1)
+        )
+        old_id, other_id = f"p{uuid.uuid4().hex}", f"p{uuid.uuid4().hex}"
+        for pid, queue in ((old_id, settings.task_queue), (other_id, "another-deployment")):
+            await stack.client.create_schedule(
+                probe_schedule_id(pid),
+                Schedule(
+                    action=ScheduleActionStartWorkflow(
+                        PROBE_WORKFLOW,
+                        ProbeRunInput(tenant_id=stack.tenant_id, probe_id=pid),
+                        id=f"{probe_schedule_id(pid)}-run",
+                        task_queue=queue,
+                    ),
+                    spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+                    state=ScheduleState(paused=True),
+                ),
+            )
+        try:
+            for _ in range(150):  # until the schedule list shows the old one
+                if await move_probe_schedules(stack.client, settings):
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError("the old probe schedule was never moved")
+            assert await move_probe_schedules(stack.client, settings) == 0
+
+            async def queue_of(schedule_id: str) -> str:
+                handle = stack.client.get_schedule_handle(schedule_id)
+                action = (await handle.describe()).schedule.action
+                assert isinstance(action, ScheduleActionStartWorkflow)
+                return action.task_queue
+
+            deliveries = settings.deliveries_task_queue
+            assert deliveries == f"{settings.task_queue}-deliveries"
+            assert await queue_of(made) == deliveries
+            assert await queue_of(probe_schedule_id(old_id)) == deliveries
+            assert await queue_of(probe_schedule_id(other_id)) == "another-deployment"
+        finally:
+            for pid in (probe_id, old_id, other_id):
+                await delete_probe_schedule(stack.client, pid)
+
+
+class AlwaysFails(DeliveryActivities):
+    """An attempt that can never complete inside Moat (its worker lost every time)."""
+
+    async def _attempt(self, inp: DeliveryInput) -> AttemptResult:
+        raise RuntimeError("lost mid-send")
+
+
+async def test_an_attempt_that_never_completes_is_not_retried_for_ever(
+    make_stack: StackFactory,
+    app_sessions: async_sessionmaker[AsyncSession],
+    endpoint: WebhookEndpoint,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Temporal retries the attempt a bounded number of times; then the try counts as an
+    attempt and the row is a dead letter an operator can requeue."""
+    # Test-sized retries; the workflow reads the module's policy when run unsandboxed.
+    monkeypatch.setattr(
+        deliver_module,
+        "ATTEMPT_RETRY",
+        RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=3),
+    )
+    queue = f"tq-deliver-{uuid.uuid4().hex}"
+    async with (
+        hooked_stack(make_stack, app_sessions, endpoint, provider, delivery_queue=queue) as stack,
+        worker_module.activity_deps(stack.settings) as (sessions, http),
+    ):
+        acts = AlwaysFails(
+            sessions,
+            http,
+            HostGuard(stack.settings.http_allow_hosts),
+            OutputSealer.from_settings(stack.settings),
+        )
+        async with Worker(
+            stack.client,
+            task_queue=queue,
+            workflows=[worker_module.DeliverWebhook],
+            activities=[acts.attempt_delivery, acts.give_up_delivery],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            sub = await subscribe(stack, endpoint.script("/lost", 200))
+            await stack.execute("demo.echo", {"message": "hi"}, key="lost")
+            row = await outcome_within(stack, 30)
+        [letter] = (await api(stack, "GET", "/v1/dead-letters")).json()["items"]
+        deliveries = (await api(stack, "GET", f"/v1/webhooks/{sub['id']}/deliveries")).json()
+    assert (row.status, row.attempts) == ("dead_letter", 1)
+    assert (letter["kind"], letter["error_code"]) == ("delivery", "attempt_failed")
+    [attempt] = deliveries["items"]
+    assert attempt["outcome"] == "failed"
+    assert attempt["error"] == "3 tries failed, the last with RuntimeError"
+    assert "mid-send" not in letter["reason"]  # the kind of failure, never its text
