@@ -25,7 +25,7 @@ import json
 import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar, cast
@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.addresses import is_public
+from activities.connections import Scrubber, check_origin
 from schemas.canonical import (
     MAX_JSON_DEPTH,
     canonical_bytes,
@@ -46,7 +47,7 @@ from schemas.canonical import (
     sha256_digest,
 )
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import ConnectionType, Credential, origin_of
 from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
@@ -261,6 +262,7 @@ class HttpAdapter:
             max_response_bytes=self._max_response_bytes,
             json_body=req.json_body,
             idempotency_key=inp.idempotency_key,
+            credential=credential,
         )
         return interpret(answer.response, answer.body, repeat=inp.repeat)
 
@@ -304,12 +306,18 @@ async def send(
     content: bytes | None = None,
     params: Mapping[str, str] | None = None,
     idempotency_key: str | None = None,
+    credential: Credential | None = None,
 ) -> Answer:
     """One HTTP call to a target the host guard admits, sent to the address it vetted.
 
     Every adapter goes through here, so no base URL (an agent's, or a connection's) reaches
     a host ``http.request`` would refuse. A timeout or a transport failure is raised as a
-    retryable ``timeout`` / ``network_error`` failure."""
+    retryable ``timeout`` / ``network_error`` failure.
+
+    A call that carries a connection's secret names its ``credential``: the call is refused
+    (``connection_origin_mismatch``) unless the target's origin is one the connection names,
+    and the answer comes back with the secret scrubbed (``activities.connections``). No
+    redirect is followed (``http_client``), so the secret never follows one elsewhere."""
     target = httpx.URL(url)
     if target.scheme not in ("http", "https") or not target.host:
         raise fail(
@@ -318,6 +326,8 @@ async def send(
             code="schema_validation_failed",
             retryable=False,
         )
+    if credential is not None:
+        check_origin(credential, origin_of(target.scheme, target.host, target.port))
     pinned = await guard.check(
         target.host, target.port or (443 if target.scheme == "https" else 80), allow_hosts
     )
@@ -361,7 +371,24 @@ async def send(
             "the provider could not be reached, or its answer was not valid HTTP "
             f"({type(err).__name__})",
         ) from None
+    if credential is not None:
+        return _scrubbed(Answer(response, body), Scrubber(credential.secret))
     return Answer(response, body)
+
+
+def _scrubbed(answer: Answer, scrubber: Scrubber) -> Answer:
+    """The answer with the connection's secret replaced in its body and headers (a provider
+    that echoes the request's ``Authorization``, or the token in a link)."""
+    headers = answer.response.headers
+    for name, value in list(headers.items()):
+        clean = scrubber.text(value)
+        if clean != value:
+            headers[name] = clean
+    body = answer.body
+    content = scrubber.bytes(body.content, cut=body.truncated)
+    if content == body.content:
+        return answer
+    return Answer(answer.response, replace(body, content=content))
 
 
 def _request(inp: AdapterInput) -> HttpRequestInput:

@@ -45,6 +45,7 @@ STATUS: dict[str, int] = {
     "forbidden": 403,
     "scope_missing": 403,
     "connection_revoked": 403,
+    "connection_origin_mismatch": 403,
     "bypass_not_allowed": 403,
     "self_approval_forbidden": 403,
     "approval_expired": 403,
@@ -96,6 +97,7 @@ _CODE_OF_STATUS = {
 _FAILED_EXECUTION_STATUS = {
     "host_not_allowed": 403,
     "connection_revoked": 403,
+    "connection_origin_mismatch": 403,
     "connection_not_found": 404,
     "gateway_error": 500,
 }

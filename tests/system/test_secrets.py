@@ -194,7 +194,12 @@ async def test_connection_secrets_reach_no_store(
     with captured_logs(caplog) as json_lines, captured_spans() as spans:
         created = await stack.http.post(
             base,
-            json={"type": "http_bearer", "name": "crm", "secret": CONNECTION_SECRET},
+            json={
+                "type": "http_bearer",
+                "name": "crm",
+                "secret": CONNECTION_SECRET,
+                "config": {"base_url": provider.base_url},
+            },
             headers=writer,
         )
         connection_id = created.json()["id"]
