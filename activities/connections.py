@@ -160,6 +160,4 @@ class Scrubber:
         return data
 
     def text(self, value: str) -> str:
-        return self.bytes(value.encode(errors="surrogateescape")).decode(
-            errors="surrogateescape"
-        )
+        return self.bytes(value.encode(errors="surrogateescape")).decode(errors="surrogateescape")
