@@ -30,16 +30,25 @@ _BRACKETED = re.compile(r"\[([^\]]*)\](?::(.*))?", re.DOTALL)
 
 
 def canonical_host(host: str) -> str:
-    """A URL's or an entry's host as entries are compared: lowercase, no brackets, no final
-    dot; an address literal, in whatever form (``literal_address``), as its address's
-    canonical text (an IPv4-mapped one as IPv4)."""
+    """A URL's host as entries are compared: lowercase, no brackets, no final dot; an
+    address literal, in whatever form a resolver reads (``literal_address``), as its
+    address's canonical text (an IPv4-mapped one as IPv4)."""
     address = literal_address(host)
-    if address is not None:
-        return str(address)
+    return str(address) if address is not None else _written_host(host)
+
+
+def _written_host(host: str) -> str:
+    """An entry's host as written, normalized: lowercase, no brackets, no final dot; an IP
+    address in standard notation as its canonical text (an IPv4-mapped one as IPv4). An
+    entry spells an address the standard way; shorthands (``127.1``) are refused."""
     host = host.strip().lower()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    return host.removesuffix(".")
+    host = host.removesuffix(".")
+    try:
+        return str(judged_address(ipaddress.ip_address(host)))
+    except ValueError:
+        return host
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ def parse_allow_entry(text: str) -> AllowEntry:
     else:
         host = raw
     port = _port(text, port_text)
-    host = canonical_host(host)
+    host = _written_host(host)
     if not _is_ip(host):
         _check_name(text, host)
     return AllowEntry(host, port)
