@@ -55,7 +55,9 @@ class Origin:
 def origin_of(scheme: str, host: str, port: int | None) -> Origin:
     """The origin of a URL already parsed (by whatever sends the request)."""
     scheme = scheme.lower()
-    return Origin(scheme, canonical_host(host), port or DEFAULT_PORTS.get(scheme, 0))
+    return Origin(
+        scheme, canonical_host(host), DEFAULT_PORTS.get(scheme, 0) if port is None else port
+    )
 
 
 def parse_origin(text: str, *, path_allowed: bool = False) -> Origin:
@@ -74,7 +76,9 @@ def parse_origin(text: str, *, path_allowed: bool = False) -> Origin:
     try:
         port = parts.port
     except ValueError:
-        raise ValueError("has an invalid port") from None
+        port = 0
+    if port == 0:
+        raise ValueError("has an invalid port")
     host = parts.hostname or ""
     # The host by the allow-list's rules: a DNS name (xn-- form) or an IP address.
     try:
@@ -84,7 +88,7 @@ def parse_origin(text: str, *, path_allowed: bool = False) -> Origin:
             "has no valid host (a DNS name, an international one in its xn-- form, or an IP "
             "address)"
         ) from None
-    return Origin(scheme, entry.host, port or DEFAULT_PORTS[scheme])
+    return Origin(scheme, entry.host, DEFAULT_PORTS[scheme] if port is None else port)
 
 
 def bound_origins(type: ConnectionType, config: Mapping[str, Any]) -> tuple[Origin, ...]:
