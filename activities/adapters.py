@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import http.cookiejar
-import ipaddress
 import json
 import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar, cast
@@ -36,7 +35,7 @@ from opentelemetry import propagate
 from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.addresses import is_public
+from activities.connections import Scrubber, check_origin
 from schemas.canonical import (
     MAX_JSON_DEPTH,
     canonical_bytes,
@@ -46,8 +45,15 @@ from schemas.canonical import (
     sha256_digest,
 )
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
-from schemas.connections import ConnectionType, Credential
-from schemas.hosts import AllowEntry, canonical_host, entry_for, judged_address, parse_allow_entry
+from schemas.connections import ConnectionType, Credential, origin_of
+from schemas.hosts import (
+    AllowEntry,
+    admits_address,
+    canonical_host,
+    entry_for,
+    literal_address,
+    parse_allow_entry,
+)
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
@@ -138,13 +144,15 @@ async def resolve(host: str, port: int) -> list[str]:
 
 
 class HostGuard:
-    """Refuses targets that are not public (see ``activities.addresses``) unless an
+    """Refuses targets that are not public (see ``schemas.addresses``) unless an
     allow-list entry admits the host and port: by name, or by address for a name that
     resolves to it.
 
     ``check`` resolves a name once and returns the vetted address the request must then be
     sent to, so the name cannot resolve elsewhere between the check and the connection
-    (DNS rebinding)."""
+    (DNS rebinding). An address literal, in any form a resolver reads (``2130706433``,
+    ``127.1``, NAT64 ``64:ff9b::a.b.c.d``), is judged as the address it is, by the rule a
+    webhook URL is checked with when it is subscribed (``schemas.hosts.admits_address``)."""
 
     def __init__(self, allow_hosts: Iterable[str], resolver: Resolver = resolve) -> None:
         self._allow = tuple(parse_allow_entry(h) for h in allow_hosts)
@@ -157,25 +165,27 @@ class HostGuard:
         host = canonical_host(host)
         if any(entry.admits(host, port) for entry in allow):
             return None
-        try:
-            addresses = await self._resolve(host, port)
-        except OSError as err:
-            # The resolver's own wording stays out of the failure, like every library's.
-            raise fail(
-                ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host} ({type(err).__name__})"
-            ) from None
+        literal = literal_address(host)
+        if literal is not None:
+            addresses = [str(literal)]
+        else:
+            try:
+                addresses = await self._resolve(host, port)
+            except OSError as err:
+                # The resolver's own wording stays out of the failure, like every library's.
+                raise fail(
+                    ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host} ({type(err).__name__})"
+                ) from None
         if not addresses:
             raise fail(ErrorTaxonomy.NETWORK_ERROR, f"cannot resolve {host}: no address")
         for text in addresses:
             # Drop an IPv6 zone id; an IPv4-mapped address is judged as the IPv4 it reaches.
-            address = judged_address(ipaddress.ip_address(text.split("%")[0]))
-            if any(entry.admits(str(address), port) for entry in allow):
-                continue
-            if not is_public(address):
+            address = literal_address(text)
+            if address is None or not admits_address(address, port, allow):
                 raise fail(
                     ErrorTaxonomy.GATEWAY_ERROR,
-                    f"{host} resolves to non-public address {address}; an operator can "
-                    f"allow-list {entry_for(host, port)} (MOAT_HTTP_ALLOW_HOSTS, or the "
+                    f"{host} resolves to non-public address {address or text}; an operator "
+                    f"can allow-list {entry_for(host, port)} (MOAT_HTTP_ALLOW_HOSTS, or the "
                     "tenant's list) to allow it",
                     code="host_not_allowed",
                     retryable=False,
@@ -261,6 +271,7 @@ class HttpAdapter:
             max_response_bytes=self._max_response_bytes,
             json_body=req.json_body,
             idempotency_key=inp.idempotency_key,
+            credential=credential,
         )
         return interpret(answer.response, answer.body, repeat=inp.repeat)
 
@@ -304,12 +315,18 @@ async def send(
     content: bytes | None = None,
     params: Mapping[str, str] | None = None,
     idempotency_key: str | None = None,
+    credential: Credential | None = None,
 ) -> Answer:
     """One HTTP call to a target the host guard admits, sent to the address it vetted.
 
     Every adapter goes through here, so no base URL (an agent's, or a connection's) reaches
     a host ``http.request`` would refuse. A timeout or a transport failure is raised as a
-    retryable ``timeout`` / ``network_error`` failure."""
+    retryable ``timeout`` / ``network_error`` failure.
+
+    A call that carries a connection's secret names its ``credential``: the call is refused
+    (``connection_origin_mismatch``) unless the target's origin is one the connection names,
+    and the answer comes back with the secret scrubbed (``activities.connections``). No
+    redirect is followed (``http_client``), so the secret never follows one elsewhere."""
     target = httpx.URL(url)
     if target.scheme not in ("http", "https") or not target.host:
         raise fail(
@@ -318,6 +335,8 @@ async def send(
             code="schema_validation_failed",
             retryable=False,
         )
+    if credential is not None:
+        check_origin(credential, origin_of(target.scheme, target.host, target.port))
     pinned = await guard.check(
         target.host, target.port or (443 if target.scheme == "https" else 80), allow_hosts
     )
@@ -361,7 +380,24 @@ async def send(
             "the provider could not be reached, or its answer was not valid HTTP "
             f"({type(err).__name__})",
         ) from None
+    if credential is not None:
+        return _scrubbed(Answer(response, body), Scrubber(credential.secret))
     return Answer(response, body)
+
+
+def _scrubbed(answer: Answer, scrubber: Scrubber) -> Answer:
+    """The answer with the connection's secret replaced in its body and headers (a provider
+    that echoes the request's ``Authorization``, or the token in a link)."""
+    headers = answer.response.headers
+    for name, value in list(headers.items()):
+        clean = scrubber.text(value)
+        if clean != value:
+            headers[name] = clean
+    body = answer.body
+    content = scrubber.bytes(body.content, cut=body.truncated)
+    if content == body.content:
+        return answer
+    return Answer(answer.response, replace(body, content=content))
 
 
 def _request(inp: AdapterInput) -> HttpRequestInput:

@@ -1,18 +1,33 @@
 """Resolving a run's connection at the moment of the adapter call: read and opened under the
-tenant's row-level security, on every attempt, so a rotation applies from the next one."""
+tenant's row-level security, on every attempt, so a rotation applies from the next one.
+
+A resolved credential goes only to the origins its connection names (``check_origin``,
+called by ``activities.adapters.send`` before anything is sent), and an answer that echoes
+it has it replaced before anything reads the answer (``Scrubber``)."""
 
 from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from schemas.connections import ConnectionType, Credential
+from schemas.canonical import REDACTED
+from schemas.connections import ConnectionType, Credential, Origin
 from schemas.records import ErrorTaxonomy
 from store import connections, tenancy
 from store.keys.connections import ConnectionCipher
 
 CONNECTION_NOT_FOUND = "connection_not_found"
 CONNECTION_REVOKED = "connection_revoked"
+CONNECTION_ORIGIN_MISMATCH = "connection_origin_mismatch"
+# Shorter forms of a secret are not looked for: they would match ordinary text.
+MIN_SCRUBBED = 6
+# The shortest head of a secret a cut answer may end with that is still cut off.
+MIN_TAIL = 4
 
 
 def refused(code: str, message: str, connection_id: str) -> ApplicationError:
@@ -42,6 +57,13 @@ class StoreConnectionResolver:
     async def resolve(self, tenant_id: str, connection_id: str) -> Credential:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
             row = await connections.get_connection(session, tenant_id, connection_id)
+            secret = (
+                connections.open_secret(self._cipher, row)
+                if row is not None and row.revoked_at is None
+                else ""
+            )
+            if row is not None and secret:
+                await connections.rekey_legacy_fingerprint(session, self._cipher, row, secret)
         if row is None:
             raise refused(
                 CONNECTION_NOT_FOUND,
@@ -58,7 +80,84 @@ class StoreConnectionResolver:
         return Credential(
             connection_id=row.id,
             type=ConnectionType(row.type),
-            secret=connections.open_secret(self._cipher, row),
+            secret=secret,
             config=dict(row.config),
             fingerprint=row.fingerprint,
         )
+
+
+def check_origin(credential: Credential, target: Origin) -> None:
+    """Refuse, before anything is sent, a request that would carry ``credential`` to an
+    origin its connection does not name (``connection_origin_mismatch``)."""
+    allowed = credential.origins
+    if target in allowed:
+        return
+    named = ", ".join(str(o) for o in allowed) or "no origin (config.base_url or allowed_origins)"
+    raise ApplicationError(
+        f"connection {credential.connection_id} may be sent only to {named}, not to {target}: "
+        "use a connection bound to that origin, or have an admin add one that is (a "
+        "connection's origins are fixed when it is created)",
+        {
+            "error_code": CONNECTION_ORIGIN_MISMATCH,
+            "taxonomy": ErrorTaxonomy.POLICY_DENIED.value,
+            "connection_id": credential.connection_id,
+            "origin": str(target),
+            "allowed_origins": [str(o) for o in allowed],
+        },
+        type=CONNECTION_ORIGIN_MISMATCH,
+        non_retryable=True,
+    )
+
+
+def _base64_cores(raw: bytes) -> Iterable[bytes]:
+    """What base64 of any text holding ``raw`` shows of it, at each of the three alignments
+    ``raw`` may start at: the groups made of ``raw``'s bytes only (basic auth's
+    ``user:secret``, a token inside a base64 blob)."""
+    for shift in range(3):
+        lead = (3 - shift) % 3  # bytes of ``raw`` that share a group with what precedes it
+        whole = (len(raw) - lead) // 3 * 3
+        if whole <= 0:
+            continue
+        core = base64.b64encode(raw[lead : lead + whole])
+        yield core
+        yield core.replace(b"+", b"-").replace(b"/", b"_")
+
+
+def secret_forms(secret: str) -> tuple[bytes, ...]:
+    """The ways a provider's answer may echo ``secret``, longest first: as is, escaped in
+    JSON, percent-encoded, in base64 (see ``_base64_cores``); a Standard Webhooks secret's
+    key too."""
+    texts = {secret, json.dumps(secret)[1:-1], secret.replace("/", "\\/")}
+    texts |= {quote(secret, safe=""), quote_plus(secret, safe="")}
+    if secret.startswith("whsec_"):
+        texts.add(secret.removeprefix("whsec_"))
+    forms = {t.encode() for t in texts}
+    for raw in list(forms):
+        forms.update(_base64_cores(raw))
+    return tuple(sorted((f for f in forms if len(f) >= MIN_SCRUBBED), key=len, reverse=True))
+
+
+class Scrubber:
+    """Replaces a connection's secret, in every form ``secret_forms`` knows, with
+    ``[REDACTED]`` in what a provider answered, before the answer becomes an output, a
+    failure's details or a manifest."""
+
+    def __init__(self, secret: str) -> None:
+        self._forms = secret_forms(secret)
+
+    def bytes(self, data: bytes, *, cut: bool = False) -> bytes:
+        """``data`` without the secret; ``cut``: ``data`` is the head of a longer answer, so
+        a head of the secret it ends with goes too."""
+        marker = REDACTED.encode()
+        for form in self._forms:
+            data = data.replace(form, marker)
+        if cut:
+            for form in self._forms:
+                head = memoryview(form)  # sliced without copying
+                for size in range(len(form) - 1, MIN_TAIL - 1, -1):
+                    if data.endswith(head[:size]):
+                        return data[:-size] + marker
+        return data
+
+    def text(self, value: str) -> str:
+        return self.bytes(value.encode(errors="surrogateescape")).decode(errors="surrogateescape")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from temporalio.exceptions import ApplicationError
@@ -34,11 +35,11 @@ from activities.reconcile import (
     window_start,
 )
 from schemas.capabilities import GithubCreateIssueInput, NoInput
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
-DEFAULT_BASE_URL = "https://api.github.com"
+DEFAULT_BASE_URL = DEFAULT_BASE_URLS[ConnectionType.GITHUB]
 PER_PAGE = 100
 # How many pages a look-up reads before it gives up (and the outcome is unknown).
 LIST_PAGES = 10
@@ -59,17 +60,15 @@ class GithubAdapter:
     ) -> AdapterOutput:
         issue = parse_input(inp, GithubCreateIssueInput)
         cred = credential_of(inp, credential, ConnectionType.GITHUB)
-        repo_url = f"{base_url(cred, DEFAULT_BASE_URL)}/repos/{issue.owner}/{issue.repo}/issues"
-        headers = {
-            "Authorization": f"Bearer {cred.secret}",
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": API_VERSION,
-        }
+        # Each name one path segment, whatever it holds (the input schema already keeps
+        # them to GitHub's characters, "." and ".." aside).
+        owner, repo = (quote(name, safe="") for name in (issue.owner, issue.repo))
+        repo_url = f"{base_url(cred, DEFAULT_BASE_URL)}/repos/{owner}/{repo}/issues"
         looked = False
         if inp.repeat:
             looked = True
             try:
-                found = await self._find(inp, repo_url, headers)
+                found = await self._find(inp, repo_url, cred)
             except ApplicationError as err:
                 raise lookup_failed(inp, err, f"the issues of {issue.owner}/{issue.repo}") from None
             if found is not None:
@@ -83,7 +82,7 @@ class GithubAdapter:
         if issue.assignees is not None:
             body["assignees"] = issue.assignees
         try:
-            created = await self._call(inp, "POST", repo_url, headers, json=body)
+            created = await self._call(inp, "POST", repo_url, cred, json=body)
         except ApplicationError as err:
             raise call_failed(inp, err, "creating the issue") from None
         if not isinstance(created, dict):
@@ -91,7 +90,7 @@ class GithubAdapter:
         return _output(created, reconciled=False if looked else None)
 
     async def _find(
-        self, inp: AdapterInput, repo_url: str, headers: dict[str, str]
+        self, inp: AdapterInput, repo_url: str, cred: Credential
     ) -> dict[str, Any] | None:
         start = window_start(inp)
         wanted = mark(inp.idempotency_key)
@@ -104,7 +103,7 @@ class GithubAdapter:
         }
         for page in range(1, LIST_PAGES + 1):
             items = await self._call(
-                inp, "GET", repo_url, headers, params={**params, "page": str(page)}, reading=True
+                inp, "GET", repo_url, cred, params={**params, "page": str(page)}, reading=True
             )
             if not isinstance(items, list):
                 raise fail(ErrorTaxonomy.UNKNOWN, "GitHub's issue list was not a list")
@@ -124,7 +123,7 @@ class GithubAdapter:
         inp: AdapterInput,
         method: str,
         url: str,
-        headers: dict[str, str],
+        cred: Credential,
         *,
         json: Any = None,
         params: dict[str, str] | None = None,
@@ -135,7 +134,12 @@ class GithubAdapter:
             self._guard,
             method,
             url,
-            headers=headers,
+            headers={
+                "Authorization": f"Bearer {cred.secret}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": API_VERSION,
+            },
+            credential=cred,
             timeout=inp.capability.timeout_seconds,
             allow_hosts=inp.http_allow_hosts,
             json_body=json,
@@ -163,13 +167,8 @@ class GithubRateLimitAdapter(GithubAdapter):
     ) -> AdapterOutput:
         parse_input(inp, NoInput)
         cred = credential_of(inp, credential, ConnectionType.GITHUB)
-        headers = {
-            "Authorization": f"Bearer {cred.secret}",
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": API_VERSION,
-        }
         url = f"{base_url(cred, DEFAULT_BASE_URL)}/rate_limit"
-        answer = await self._call(inp, "GET", url, headers)
+        answer = await self._call(inp, "GET", url, cred)
         resources = answer.get("resources") if isinstance(answer, dict) else None
         core = resources.get("core") if isinstance(resources, dict) else None
         if not isinstance(core, dict):

@@ -32,11 +32,11 @@ from activities.reconcile import (
     window_start,
 )
 from schemas.capabilities import NoInput, SlackPostMessageInput
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 
-DEFAULT_BASE_URL = "https://slack.com/api"
+DEFAULT_BASE_URL = DEFAULT_BASE_URLS[ConnectionType.SLACK]
 HISTORY_PAGE = 200
 # How many pages of history a look-up reads before it gives up (and the outcome is unknown).
 HISTORY_PAGES = 20
@@ -77,12 +77,11 @@ class SlackAdapter:
         msg = parse_input(inp, SlackPostMessageInput)
         cred = credential_of(inp, credential, ConnectionType.SLACK)
         api = base_url(cred, DEFAULT_BASE_URL)
-        headers = {"Authorization": f"Bearer {cred.secret}"}
         looked = False
         if inp.repeat:
             looked = True
             try:
-                found = await self._find(inp, api, headers, msg)
+                found = await self._find(inp, api, cred, msg)
             except ApplicationError as err:
                 raise lookup_failed(inp, err, f"the history of channel {msg.channel}") from None
             if found is not None:
@@ -101,7 +100,7 @@ class SlackAdapter:
         if msg.thread_ts is not None:
             body["thread_ts"] = msg.thread_ts
         try:
-            answer = await self._call(inp, "POST", f"{api}/chat.postMessage", headers, json=body)
+            answer = await self._call(inp, "POST", f"{api}/chat.postMessage", cred, json=body)
         except ApplicationError as err:
             raise call_failed(inp, err, "chat.postMessage") from None
         out = recorded(
@@ -113,7 +112,7 @@ class SlackAdapter:
         self,
         inp: AdapterInput,
         api: str,
-        headers: dict[str, str],
+        cred: Credential,
         msg: SlackPostMessageInput,
     ) -> tuple[str, str] | None:
         """(channel, ts) of the message this execution posted, if there is one."""
@@ -133,7 +132,7 @@ class SlackAdapter:
                 inp,
                 "GET",
                 f"{api}/{method}",
-                headers,
+                cred,
                 params={**params, **({"cursor": cursor} if cursor else {})},
                 reading=True,
             )
@@ -153,7 +152,7 @@ class SlackAdapter:
         inp: AdapterInput,
         method: str,
         url: str,
-        headers: dict[str, str],
+        cred: Credential,
         *,
         json: Any = None,
         params: dict[str, str] | None = None,
@@ -165,7 +164,8 @@ class SlackAdapter:
             self._guard,
             method,
             url,
-            headers=headers,
+            headers={"Authorization": f"Bearer {cred.secret}"},
+            credential=cred,
             timeout=inp.capability.timeout_seconds,
             allow_hosts=inp.http_allow_hosts,
             json_body=json,
@@ -220,8 +220,7 @@ class SlackAuthTestAdapter(SlackAdapter):
         parse_input(inp, NoInput)
         cred = credential_of(inp, credential, ConnectionType.SLACK)
         api = base_url(cred, DEFAULT_BASE_URL)
-        headers = {"Authorization": f"Bearer {cred.secret}"}
-        answer = await self._call(inp, "POST", f"{api}/auth.test", headers)
+        answer = await self._call(inp, "POST", f"{api}/auth.test", cred)
         return recorded(
             200,
             {

@@ -83,5 +83,6 @@ class WebhookAdapter:
             timeout=inp.capability.timeout_seconds,
             allow_hosts=inp.http_allow_hosts,
             content=body,
+            credential=cred,
         )
         return interpret(answer.response, answer.body, repeat=inp.repeat)

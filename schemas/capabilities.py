@@ -190,7 +190,12 @@ class SlackPostMessageInput(BaseModel):
 
 
 # GitHub's own rules for owner and repository names.
-_GITHUB_NAME = r"^[A-Za-z0-9_.-]{1,100}$"
+# GitHub's own rules, which also keep each name one path segment: an owner (user or
+# organization) is letters, digits and single inner hyphens, at most 39 characters; a
+# repository is letters, digits, ".", "_" and "-", and not "." or ".." (nor any name of
+# dots only).
+_GITHUB_OWNER = r"^[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*$"
+_GITHUB_REPO = r"^\.*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 
 class GithubCreateIssueInput(BaseModel):
@@ -198,8 +203,8 @@ class GithubCreateIssueInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    owner: str = Field(pattern=_GITHUB_NAME)
-    repo: str = Field(pattern=_GITHUB_NAME)
+    owner: str = Field(max_length=39, pattern=_GITHUB_OWNER)
+    repo: str = Field(max_length=100, pattern=_GITHUB_REPO)
     title: str = Field(min_length=1, max_length=256)
     body: str | None = Field(default=None, max_length=60000)
     labels: list[str] | None = None

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.canonical import json_depth
+from schemas.hosts import canonical_host, parse_allow_entry
 
 
 class ConnectionType(StrEnum):
@@ -24,6 +26,87 @@ class ConnectionType(StrEnum):
     SLACK = "slack"
     GITHUB = "github"
     HTTP_BEARER = "http_bearer"
+
+
+# Where a provider connection's secret goes when its config names no ``base_url``.
+DEFAULT_BASE_URLS: dict[ConnectionType, str] = {
+    ConnectionType.SLACK: "https://slack.com/api",
+    ConnectionType.GITHUB: "https://api.github.com",
+}
+DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_ALLOWED_ORIGINS = 20
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Scheme, host and port: where a request goes, as far as a credential is concerned.
+    ``host`` is canonical (``schemas.hosts.canonical_host``); ``port`` is always given."""
+
+    scheme: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        port = "" if DEFAULT_PORTS[self.scheme] == self.port else f":{self.port}"
+        return f"{self.scheme}://{host}{port}"
+
+
+def origin_of(scheme: str, host: str, port: int | None) -> Origin:
+    """The origin of a URL already parsed (by whatever sends the request)."""
+    scheme = scheme.lower()
+    return Origin(
+        scheme, canonical_host(host), DEFAULT_PORTS.get(scheme, 0) if port is None else port
+    )
+
+
+def parse_origin(text: str, *, path_allowed: bool = False) -> Origin:
+    """The origin of an absolute http(s) URL (``path_allowed``: a base URL) or of an origin
+    (``https://host[:port]``, a final ``/`` at most); ValueError saying why not."""
+    parts = urlsplit(text.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.netloc:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if "@" in parts.netloc:
+        raise ValueError("may not hold a user name or password (put the credential in `secret`)")
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        raise ValueError("may not hold a query or a fragment")
+    if not path_allowed and parts.path not in ("", "/"):
+        raise ValueError("is an origin (scheme, host and port), without a path")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError("has an invalid port")
+    host = parts.hostname or ""
+    # The host by the allow-list's rules: a DNS name (xn-- form) or an IP address.
+    try:
+        entry = parse_allow_entry(f"[{host}]" if ":" in host else host)
+    except ValueError:
+        raise ValueError(
+            "has no valid host (a DNS name, an international one in its xn-- form, or an IP "
+            "address)"
+        ) from None
+    return Origin(scheme, entry.host, DEFAULT_PORTS[scheme] if port is None else port)
+
+
+def bound_origins(type: ConnectionType, config: Mapping[str, Any]) -> tuple[Origin, ...]:
+    """The origins a connection's secret may be sent to: ``config.allowed_origins`` when
+    given, else ``config.base_url``'s origin, else the provider's default; none (the secret
+    goes nowhere) for a connection that names none, or names one that does not parse."""
+    try:
+        allowed = config.get("allowed_origins")
+        if allowed is not None:
+            if not isinstance(allowed, list):
+                return ()
+            return tuple(parse_origin(str(o)) for o in allowed)
+        base = config.get("base_url") or DEFAULT_BASE_URLS.get(type)
+        if not isinstance(base, str):
+            return ()
+        return (parse_origin(base, path_allowed=True),)
+    except ValueError:
+        return ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +118,11 @@ class Credential:
     secret: str = field(repr=False)
     config: Mapping[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+
+    @property
+    def origins(self) -> tuple[Origin, ...]:
+        """Where this connection's secret may be sent (``bound_origins``)."""
+        return bound_origins(self.type, self.config)
 
 
 class ConnectionResolver(Protocol):
@@ -118,9 +206,68 @@ class ConnectionCreate(BaseModel):
     config: Annotated[dict[str, Any], AfterValidator(_config)] = Field(
         default_factory=dict,
         description="What is not secret, e.g. `base_url` for a provider's self-hosted or "
-        "enterprise API. Returned as given; a key that looks like a secret is refused.",
-        examples=[{"base_url": "https://slack.com/api"}],
+        "enterprise API. Returned as given (`allowed_origins` normalized); a key that looks "
+        "like a secret is refused. The secret is sent only to `allowed_origins` when given "
+        "(absolute http(s) origins, no path), else to `base_url`'s origin, else to the "
+        "provider's own (Slack, GitHub); `http_bearer` and `webhook` connections must name "
+        "one of the two.",
+        examples=[
+            {"base_url": "https://slack.com/api"},
+            {"allowed_origins": ["https://api.example.com", "https://upload.example.com"]},
+        ],
     )
+
+    @model_validator(mode="after")
+    def _bound_to_origins(self) -> ConnectionCreate:
+        self.config = checked_origins(self.type, self.config)
+        return self
+
+
+def checked_origins(type: ConnectionType, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``allowed_origins`` normalized (and deduplicated); refused when
+    ``base_url`` or an origin does not parse, when ``base_url`` lies outside
+    ``allowed_origins``, or when a connection with no default origin names none."""
+
+    def refuse(message: str, **context: Any) -> PydanticCustomError:
+        return PydanticCustomError("connection_origins", message, context)
+
+    base = config.get("base_url")
+    base_origin: Origin | None = None
+    if base is not None:
+        if not isinstance(base, str):
+            raise refuse("config.base_url must be a URL string")
+        try:
+            base_origin = parse_origin(base, path_allowed=True)
+        except ValueError as err:
+            raise refuse("config.base_url {why}", why=str(err)) from None
+    allowed = config.get("allowed_origins")
+    if allowed is not None:
+        if not isinstance(allowed, list) or not 1 <= len(allowed) <= MAX_ALLOWED_ORIGINS:
+            raise refuse(
+                "config.allowed_origins must be a list of 1 to {limit} origins",
+                limit=MAX_ALLOWED_ORIGINS,
+            )
+        origins: list[Origin] = []
+        for i, text in enumerate(allowed):
+            if not isinstance(text, str):
+                raise refuse("config.allowed_origins[{i}] must be a string", i=i)
+            try:
+                origins.append(parse_origin(text))
+            except ValueError as err:
+                raise refuse("config.allowed_origins[{i}] {why}", i=i, why=str(err)) from None
+        if base_origin is not None and base_origin not in origins:
+            raise refuse(
+                "config.base_url's origin {origin} is not in config.allowed_origins",
+                origin=str(base_origin),
+            )
+        config = {**config, "allowed_origins": list(dict.fromkeys(str(o) for o in origins))}
+    elif base_origin is None and type not in DEFAULT_BASE_URLS:
+        raise refuse(
+            "a {type} connection must name where its secret may be sent: config.base_url, or "
+            "config.allowed_origins (a list of https://host[:port] origins)",
+            type=type.value,
+        )
+    return config
 
 
 class ConnectionRotate(BaseModel):
@@ -140,8 +287,9 @@ class ConnectionInfo(BaseModel):
     name: str
     config: dict[str, Any]
     fingerprint: str = Field(
-        description="`sha256:` and the first 16 hex digits of the "
-        "secret's SHA-256: tells secrets apart without showing one."
+        description="`hmac:` and the first 16 hex digits of the secret's HMAC-SHA256 under a "
+        "key derived from the server key named by `key_id`: tells secrets apart without "
+        "showing one or letting anyone without the server key test a guess against it."
     )
     last4: str = Field(
         description="The secret's last 4 characters ('' when it is shorter than 16)."

@@ -16,6 +16,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from schemas.addresses import Address, is_public, judged_address, literal_address
+
+__all__ = ["Address", "is_public", "judged_address", "literal_address"]
+
 DEFAULT_PORTS = frozenset({80, 443})
 MAX_ENTRIES = 100
 MAX_NAME_LENGTH = 253  # the longest DNS name
@@ -24,20 +28,19 @@ _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _PORT = re.compile(r"[0-9]{1,5}")
 _BRACKETED = re.compile(r"\[([^\]]*)\](?::(.*))?", re.DOTALL)
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def judged_address(address: Address) -> Address:
-    """The address a connection really reaches: an IPv4-mapped IPv6 address
-    (``::ffff:a.b.c.d``) is its IPv4 address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
 
 def canonical_host(host: str) -> str:
-    """A URL's or an entry's host as entries are compared: lowercase, no brackets, no final
-    dot; an IP address in its canonical text (an IPv4-mapped one as IPv4)."""
+    """A URL's host as entries are compared: lowercase, no brackets, no final dot; an
+    address literal, in whatever form a resolver reads (``literal_address``), as its
+    address's canonical text (an IPv4-mapped one as IPv4)."""
+    address = literal_address(host)
+    return str(address) if address is not None else _written_host(host)
+
+
+def _written_host(host: str) -> str:
+    """An entry's host as written, normalized: lowercase, no brackets, no final dot; an IP
+    address in standard notation as its canonical text (an IPv4-mapped one as IPv4). An
+    entry spells an address the standard way; shorthands (``127.1``) are refused."""
     host = host.strip().lower()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -66,6 +69,14 @@ class AllowEntry:
         """The stored form: IPv6 in brackets, the port only when one was given."""
         shown = f"[{self.host}]" if ":" in self.host else self.host
         return shown if self.port is None else f"{shown}:{self.port}"
+
+
+def admits_address(address: Address, port: int, allow: Iterable[AllowEntry]) -> bool:
+    """Whether a call may go to ``address`` on ``port``: a public address, or one an entry
+    of ``allow`` names. The one rule for a literal in a webhook URL when it is subscribed
+    and for every address the worker's host guard lets a call reach."""
+    address = judged_address(address)
+    return is_public(address) or any(entry.admits(str(address), port) for entry in allow)
 
 
 def entry_for(host: str, port: int) -> str:
@@ -101,7 +112,7 @@ def parse_allow_entry(text: str) -> AllowEntry:
     else:
         host = raw
     port = _port(text, port_text)
-    host = canonical_host(host)
+    host = _written_host(host)
     if not _is_ip(host):
         _check_name(text, host)
     return AllowEntry(host, port)

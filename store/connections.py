@@ -16,7 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.connections import ConnectionInfo, ConnectionType
 from store.db import storable
-from store.keys.connections import ConnectionCipher, Sealed, context, fingerprint, last4
+from store.keys.connections import (
+    LEGACY_FINGERPRINT_PREFIX,
+    ConnectionCipher,
+    Sealed,
+    context,
+    last4,
+)
 from store.models import ConnectionRow
 
 ID_PREFIX = "con_"
@@ -52,7 +58,7 @@ def _sealed_columns(
         "ciphertext": sealed.ciphertext,
         "nonce": sealed.nonce,
         "key_id": sealed.key_id,
-        "fingerprint": fingerprint(secret),
+        "fingerprint": cipher.fingerprint(secret, sealed.key_id),
         "last4": last4(secret),
     }
 
@@ -136,12 +142,13 @@ async def reencrypt_connections(
     session: AsyncSession, cipher: ConnectionCipher, tenant_id: str
 ) -> int:
     """Re-seal the tenant's live connections that an older key sealed under the active
-    one; how many were."""
+    one, their fingerprints keyed anew (and a legacy unkeyed one replaced); how many were."""
     result = await session.execute(
         select(ConnectionRow).where(
             ConnectionRow.tenant_id == tenant_id,
             ConnectionRow.revoked_at.is_(None),
-            ConnectionRow.key_id != cipher.active_key_id,
+            (ConnectionRow.key_id != cipher.active_key_id)
+            | ConnectionRow.fingerprint.startswith(LEGACY_FINGERPRINT_PREFIX),
         )
     )
     rows = result.scalars().all()
@@ -151,9 +158,29 @@ async def reencrypt_connections(
         await session.execute(
             update(ConnectionRow)
             .where(ConnectionRow.id == row.id, ConnectionRow.key_id == row.key_id)
-            .values(ciphertext=sealed.ciphertext, nonce=sealed.nonce, key_id=sealed.key_id)
+            .values(
+                ciphertext=sealed.ciphertext,
+                nonce=sealed.nonce,
+                key_id=sealed.key_id,
+                fingerprint=cipher.fingerprint(secret, sealed.key_id),
+            )
         )
     return len(rows)
+
+
+async def rekey_legacy_fingerprint(
+    session: AsyncSession, cipher: ConnectionCipher, row: ConnectionRow, secret: str
+) -> None:
+    """Replace a live row's unkeyed fingerprint (from before fingerprints were keyed) with
+    its keyed one, now that its secret is open. Migrations cannot do it: they run without
+    the keyring."""
+    if not row.fingerprint.startswith(LEGACY_FINGERPRINT_PREFIX) or row.revoked_at is not None:
+        return
+    await session.execute(
+        update(ConnectionRow)
+        .where(ConnectionRow.id == row.id, ConnectionRow.fingerprint == row.fingerprint)
+        .values(fingerprint=cipher.fingerprint(secret, row.key_id))
+    )
 
 
 def open_secret(cipher: ConnectionCipher, row: ConnectionRow) -> str:

@@ -95,7 +95,11 @@ def add(
     type_: Annotated[ConnectionType, typer.Option("--type", help="What the credential is for.")],
     name: Annotated[str, typer.Option("--name", help="A label, e.g. the workspace.")],
     config: Annotated[
-        str, typer.Option("--config", help='Not secret settings, JSON: {"base_url": "…"}.')
+        str,
+        typer.Option(
+            "--config",
+            help='Not secret settings, JSON: {"base_url": "…"} or {"allowed_origins": ["https://…"]}.',
+        ),
     ] = "{}",
     secret_file: SecretFile = None,
     as_json: AsJson = False,

@@ -46,6 +46,7 @@ STATUS: dict[str, int] = {
     "scope_missing": 403,
     "key_revoked": 403,
     "connection_revoked": 403,
+    "connection_origin_mismatch": 403,
     "bypass_not_allowed": 403,
     "self_approval_forbidden": 403,
     "decision_not_signed": 403,
@@ -98,6 +99,7 @@ _CODE_OF_STATUS = {
 _FAILED_EXECUTION_STATUS = {
     "host_not_allowed": 403,
     "connection_revoked": 403,
+    "connection_origin_mismatch": 403,
     "connection_not_found": 404,
     "gateway_error": 500,
 }

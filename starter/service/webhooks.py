@@ -1,13 +1,14 @@
 """Tenants' webhook subscriptions: add (the secret is shown once), list, rotate the secret
 (the old one signs beside the new for a day), remove, and read the delivery attempts.
 
-An endpoint URL is http(s) with a host; an address literal must be public or on the
-worker's or tenant's allow-list. A name is judged again, resolved, by the worker's host
-guard at every delivery (a name may point elsewhere by then)."""
+An endpoint URL is http(s) with a host; an address literal (in any form a resolver reads:
+``2130706433`` and ``127.1`` are 127.0.0.1) must be public or on the worker's or tenant's
+allow-list, by the rule the worker's host guard applies at every delivery
+(``schemas.hosts.admits_address``). A name is judged there, resolved (a name may point
+elsewhere by then)."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.hosts import canonical_host, judged_address, parse_allow_entry
+from schemas.hosts import admits_address, canonical_host, literal_address, parse_allow_entry
 from schemas.webhooks import (
     Delivery,
     Webhook,
@@ -49,12 +50,10 @@ def check_url(url: str, allow: Iterable[str]) -> None:
         )
     host = canonical_host(parsed.host)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        address = judged_address(ipaddress.ip_address(host))
-    except ValueError:
+    address = literal_address(host)
+    if address is None:
         return  # a name: judged resolved, at each delivery
-    entries = [parse_allow_entry(a) for a in allow]
-    if address.is_global or any(e.admits(str(address), port) for e in entries):
+    if admits_address(address, port, [parse_allow_entry(a) for a in allow]):
         return
     raise MoatError(
         "webhook_url_not_allowed",

@@ -14,12 +14,15 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from schemas.settings import MoatSettings
 from store.keys.files import locked, replace_json, symmetric_keyring
@@ -42,11 +45,27 @@ def context(tenant_id: str, connection_id: str) -> bytes:
     return f"moat connection v1\n{tenant_id}\n{connection_id}".encode()
 
 
-def fingerprint(secret: str) -> str:
-    """A short, stable name for a secret (its SHA-256's first 16 hex digits): tells two
-    secrets apart without showing either. Connection secrets are provider tokens, long and
-    random, so the digest gives no handle for guessing them."""
-    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:16]
+FINGERPRINT_PREFIX = "hmac:"
+# What fingerprints were before they were keyed: a bare SHA-256 anyone could test a guessed
+# secret against. Such a row gets a keyed one the next time its secret is opened.
+LEGACY_FINGERPRINT_PREFIX = "sha256:"
+_FINGERPRINT_INFO = b"moat connection fingerprint v1"
+
+
+def fingerprint_key(sealing_key: bytes) -> bytes:
+    """The HMAC key of fingerprints, derived (HKDF-SHA256) from a sealing key: a key of its
+    own, so a fingerprint says nothing about the key that seals."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_FINGERPRINT_INFO).derive(
+        sealing_key
+    )
+
+
+def keyed_fingerprint(key: bytes, secret: str) -> str:
+    """``hmac:`` and the first 16 hex digits of HMAC-SHA256(``key``, secret): tells two
+    secrets apart without showing either, and, unlike a bare digest, cannot be checked
+    against a guessed secret without the server's key."""
+    digest = hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()
+    return FINGERPRINT_PREFIX + digest[:16]
 
 
 def last4(secret: str) -> str:
@@ -114,6 +133,15 @@ class ConnectionCipher:
         nonce = os.urandom(NONCE_BYTES)
         key = self._keys[self._active]
         return Sealed(self._active, nonce, AESGCM(key).encrypt(nonce, secret.encode(), ctx))
+
+    def fingerprint(self, secret: str, key_id: str | None = None) -> str:
+        """The secret's fingerprint under the key ``key_id`` (the active one by default), the
+        key that seals it: the same secret has the same fingerprint under one key."""
+        kid = key_id or self._active
+        key = self._keys.get(kid) or self._reload(kid)
+        if key is None:
+            raise KeyError(f"connection key {kid!r} is not in this process's keyring")
+        return keyed_fingerprint(fingerprint_key(key), secret)
 
     def open(self, sealed: Sealed, ctx: bytes) -> str:
         key = self._keys.get(sealed.key_id) or self._reload(sealed.key_id)

@@ -450,7 +450,7 @@ async def test_webhook_signed_and_deduplicated_across_retries(
     receiver: FakeWebhookReceiver, http: httpx.AsyncClient
 ) -> None:
     adapter = WebhookAdapter(http, HostGuard([]))
-    cred = Credential("con_w", ConnectionType.WEBHOOK, WHSEC)
+    cred = Credential("con_w", ConnectionType.WEBHOOK, WHSEC, {"base_url": receiver.base_url})
     data = {"url": f"{receiver.base_url}/hooks", "event_type": "order.paid", "payload": {"n": 1}}
     inp = _input("webhook.post", data, receiver.allow_entry)
     receiver.fail_next(1)

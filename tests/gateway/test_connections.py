@@ -30,6 +30,8 @@ from tests.support.stack import ADMIN_KEY, Stack, StackFactory
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 SECRET = "tok-" + "s3cr3t" * 6 + "WXYZ"
 ROTATED = "tok-" + "r0t4t3d" * 6 + "QRST"
+# Where the probe capability's connections may send their secret (it sends nothing).
+CRM = {"base_url": "https://crm.example.com"}
 
 # An echo-shaped capability that takes an http_bearer connection; its adapter (planted per
 # test) sees the credential of each attempt.
@@ -90,7 +92,8 @@ async def test_a_connection_is_stored_sealed_and_sent_as_the_bearer(
     probed: tuple[Stack, Probe], provider: FakeProvider
 ) -> None:
     stack, _ = probed
-    body = {"type": "http_bearer", "name": "crm", "secret": SECRET, "config": {"team": "ops"}}
+    config = {"team": "ops", "base_url": provider.base_url}
+    body = {"type": "http_bearer", "name": "crm", "secret": SECRET, "config": config}
     refused = await stack.http.post(
         f"{stack.url}/v1/connections", json=body, headers=bearer(stack.api_key)
     )
@@ -102,8 +105,8 @@ async def test_a_connection_is_stored_sealed_and_sent_as_the_bearer(
     assert made.status_code == 201, made.text
     info = made.json()
     assert info["id"].startswith("con_") and info["type"] == "http_bearer"
-    assert info["config"] == {"team": "ops"} and info["last4"] == "WXYZ"
-    assert info["fingerprint"].startswith("sha256:") and SECRET not in made.text
+    assert info["config"] == config and info["last4"] == "WXYZ"
+    assert info["fingerprint"].startswith("hmac:") and SECRET not in made.text
 
     async with stack.sessions() as s:
         row = (
@@ -126,7 +129,7 @@ async def test_a_connection_is_stored_sealed_and_sent_as_the_bearer(
 
 async def test_a_rotation_applies_from_the_next_attempt(probed: tuple[Stack, Probe]) -> None:
     stack, probe = probed
-    connection_id = await stack.add_connection("http_bearer", SECRET)
+    connection_id = await stack.add_connection("http_bearer", SECRET, config=CRM)
 
     async def rotate() -> None:
         rotated = await stack.http.post(
@@ -146,7 +149,7 @@ async def test_a_revoked_connection_fails_the_run_with_a_receipt(
     probed: tuple[Stack, Probe], app_sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     stack, probe = probed
-    connection_id = await stack.add_connection("http_bearer", SECRET)
+    connection_id = await stack.add_connection("http_bearer", SECRET, config=CRM)
 
     async def revoke() -> None:
         revoked = await stack.http.delete(
@@ -185,7 +188,7 @@ async def test_the_resolver_sees_only_the_tenants_own_connections(
     """Past the gateway's checks, the activity still refuses another tenant's connection."""
     stack, probe = probed
     other_tenant, _ = await stack.new_tenant()
-    theirs = await stack.add_connection("http_bearer", SECRET, tenant_id=other_tenant)
+    theirs = await stack.add_connection("http_bearer", SECRET, tenant_id=other_tenant, config=CRM)
     result = await stack.start_direct(PROBE, {}, connection_id=theirs)
     assert result.receipt is not None and result.receipt.error_code == "connection_not_found"
     assert probe.seen == []
@@ -220,7 +223,7 @@ async def test_connection_routes_check_and_never_answer_the_secret(
         )
     ).json()
     other_tenant, _ = await stack.new_tenant()
-    theirs = await stack.add_connection("http_bearer", ROTATED, tenant_id=other_tenant)
+    theirs = await stack.add_connection("http_bearer", ROTATED, tenant_id=other_tenant, config=CRM)
 
     listed = (await call("GET", base, headers=bearer(stack.api_key))).json()
     assert [c["id"] for c in listed] == [mine["id"]]
@@ -251,7 +254,12 @@ async def test_connection_routes_check_and_never_answer_the_secret(
     # Refused bodies never repeat the secret either.
     for body in (
         {"type": "http_bearer", "name": "x", "secret": SECRET + "\n"},
-        {"type": "http_bearer", "name": "x", "secret": SECRET, "config": {"api_token": SECRET}},
+        {
+            "type": "http_bearer",
+            "name": "x",
+            "secret": SECRET,
+            "config": {**CRM, "api_token": SECRET},
+        },
         {"type": "nope", "name": "x", "secret": SECRET},
     ):
         bad = await call("POST", base, json=body, headers=writer)

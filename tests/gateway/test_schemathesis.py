@@ -66,7 +66,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 [[operations]]
 # Also 400: a connection's config holding text Postgres cannot store (NUL, a lone
-# surrogate), nested too deep or too large, or looking like it holds a secret.
+# surrogate), nested too deep or too large, or looking like it holds a secret; or naming
+# no origin its secret may be sent to (base_url, allowed_origins), or a malformed one.
 include-operation-id = "create_connection"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403"]
 

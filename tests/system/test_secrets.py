@@ -10,6 +10,7 @@ A new way for a secret to come in is one more ``Case`` in ``CASES``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import logging
 import os
@@ -194,7 +195,12 @@ async def test_connection_secrets_reach_no_store(
     with captured_logs(caplog) as json_lines, captured_spans() as spans:
         created = await stack.http.post(
             base,
-            json={"type": "http_bearer", "name": "crm", "secret": CONNECTION_SECRET},
+            json={
+                "type": "http_bearer",
+                "name": "crm",
+                "secret": CONNECTION_SECRET,
+                "config": {"base_url": provider.base_url},
+            },
             headers=writer,
         )
         connection_id = created.json()["id"]
@@ -227,6 +233,78 @@ async def test_connection_secrets_reach_no_store(
         logs=caplog.text + json_lines.getvalue(),
         spans=spans.get_finished_spans(),
     )
+
+
+ECHOED_SECRET = _unique("con-echoed-")
+
+
+async def test_a_connection_secret_a_provider_echoes_reaches_no_store(
+    stack: Stack,
+    provider: FakeProvider,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A provider that echoes the connection's token (the request's Authorization header in
+    its body and a link, a basic-auth encoding of it, an error quoting it): the token is
+    scrubbed before the answer becomes an output, a failure's details, events or a manifest."""
+    basic = base64.b64encode(f"api:{ECHOED_SECRET}".encode()).decode()
+    echo = {"authorization": f"Bearer {ECHOED_SECRET}", "basic": f"Basic {basic}", "n": 1}
+    link = {"Link": f"<{provider.base_url}/next?token={ECHOED_SECRET}>; rel=next"}
+    ok_url = provider.script("/secrets/echo", Step(200, echo, headers=link))
+    bad_url = provider.script(
+        "/secrets/echo-refused", Step(401, {"message": f"token {ECHOED_SECRET} is not valid"})
+    )
+    connection_id = await stack.add_connection(
+        "http_bearer", ECHOED_SECRET, config={"base_url": provider.base_url}
+    )
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        echoed = await stack.execute(
+            "http.request", {"method": "GET", "url": ok_url}, connection_id=connection_id
+        )
+        refused = await stack.execute(
+            "http.request", {"method": "GET", "url": bad_url}, connection_id=connection_id
+        )
+    assert echoed.status_code == 200, echoed.text
+    assert refused.status_code == 502, refused.text
+    sent = [c.headers["authorization"] for c in provider.calls if c.path.startswith("/secrets/e")]
+    assert sent == [f"Bearer {ECHOED_SECRET}"] * 2  # the token was in play
+    output = echoed.json()["output"]
+    assert output["body"]["n"] == 1 and REDACTED in output["body"]["authorization"]
+    assert REDACTED in output["headers"]["link"]
+    assert ECHOED_SECRET not in refused.text and basic[8:40] not in echoed.text
+
+    runs = [(r.json()["workflow_id"], r.json()["run_id"]) for r in (echoed, refused)]
+    async with stack.sessions() as s:
+        events = (
+            (
+                await s.execute(
+                    text("SELECT t::text FROM orchestration_events t WHERE tenant_id = :t"),
+                    {"t": stack.tenant_id},
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert events and not any(ECHOED_SECRET in e for e in events)
+    await assert_nowhere_at_rest(
+        (ECHOED_SECRET, basic[8:40]),
+        answer=echoed,
+        stack=stack,
+        workflows=runs,
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )
+    manifests = [
+        await asyncio.to_thread(
+            (stack.settings.manifests_dir / stack.tenant_id / run_id / "manifest.json").read_text
+        )
+        for _, run_id in runs
+    ]
+    assert REDACTED in manifests[0]  # the echoed output is kept, scrubbed
+    assert not any(ECHOED_SECRET in m for m in manifests)
 
 
 SLACK_TOKEN = _unique("xoxb-")

@@ -257,7 +257,7 @@ async def test_webhook_retries_keep_one_id_and_verify(
     stack: Stack, receiver: FakeWebhookReceiver
 ) -> None:
     secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
-    con = await stack.add_connection("webhook", secret)
+    con = await stack.add_connection("webhook", secret, config={"base_url": receiver.base_url})
     receiver.fail_next(1)
     data = {"url": f"{receiver.base_url}/in", "event_type": "invoice.paid", "payload": {"n": 7}}
     r = await stack.execute("webhook.post", data, connection_id=con)

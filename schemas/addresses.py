@@ -1,4 +1,7 @@
-"""Which addresses an outbound call may reach without being allow-listed.
+"""Which addresses an outbound call may reach without being allow-listed, and which hosts
+are address literals. The webhook check at subscription and the worker's host guard at
+every call both judge a literal with these functions, so a URL refused at one is refused at
+the other.
 
 ``ipaddress``'s ``is_global`` changes between Python versions (3.11 calls NAT64, 6to4,
 IPv4-compatible and site-local IPv6 addresses global, and most of 192.0.0.0/24), so the
@@ -10,8 +13,58 @@ address, since that is where a connection to it goes.
 from __future__ import annotations
 
 import ipaddress
+import re
 
-from schemas.hosts import Address, judged_address
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# One part of an IPv4 literal as a resolver's inet_aton reads it: hex, octal or decimal.
+_IPV4_PART = re.compile(r"0x[0-9a-f]+|0[0-7]*|[1-9][0-9]*", re.IGNORECASE)
+_MAX_PART_CHARS = 34  # "0x" and a 32-bit value in octal, with room; longer is no address
+
+
+def judged_address(address: Address) -> Address:
+    """The address a connection really reaches: an IPv4-mapped IPv6 address
+    (``::ffff:a.b.c.d``) is its IPv4 address."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
+    """``host`` as the system resolver reads an IPv4 literal: one to four parts, each hex
+    (``0x7f``), octal (``0177``) or decimal, the last filling the bytes left, so
+    ``2130706433``, ``127.1`` and ``0x7f.1`` are all 127.0.0.1. None when it is not one."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        if len(part) > _MAX_PART_CHARS or not _IPV4_PART.fullmatch(part):
+            return None
+        base = 16 if part[:2].lower() == "0x" else 8 if len(part) > 1 and part[0] == "0" else 10
+        values.append(int(part, base))
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = last
+    for i, value in enumerate(head):
+        number |= value << (8 * (3 - i))
+    return ipaddress.IPv4Address(number)
+
+
+def literal_address(host: str) -> Address | None:
+    """The address ``host`` names when it is an address literal in any form a resolver or
+    an HTTP client accepts (IPv6 with or without brackets, a final dot, the IPv4 shorthands
+    of ``_inet_aton``), judged (``judged_address``); None for a name."""
+    text = host.strip().lower().removesuffix(".")
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return judged_address(ipaddress.ip_address(text.split("%")[0]))
+    except ValueError:
+        pass
+    return _inet_aton(text)
+
 
 DENIED_IPV4 = tuple(
     ipaddress.IPv4Network(net)
