@@ -16,6 +16,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from schemas.names import ATTEMPT_DELIVERY, DELIVER_WEBHOOK_WORKFLOW
     from schemas.webhooks import AttemptResult, DeliveryInput
+    from workflows.fairness import tenant_priority
 
 # The send itself is not retried by Temporal (the activity returns its outcome); these
 # retries are for the activity's own faults, e.g. a crash between the send and the mark,
@@ -42,6 +43,7 @@ class DeliverWebhook:
                 start_to_close_timeout=ATTEMPT_TIMEOUT,
                 heartbeat_timeout=ATTEMPT_HEARTBEAT_TIMEOUT,
                 retry_policy=ATTEMPT_RETRY,
+                priority=tenant_priority(inp.tenant_id),
             )
             if result.final:
                 return result

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         downstream_idempotency_key,
     )
     from schemas.start import input_digest
+    from workflows.fairness import tenant_priority
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
@@ -371,6 +372,7 @@ class ExecuteCapability:
                     maximum_interval=timedelta(seconds=retry.max_delay_seconds),
                     maximum_attempts=retry.max_retries + 1,
                 ),
+                priority=tenant_priority(req.tenant_id),
             )
         except ActivityError as err:
             taxonomy, error_code, http_status = _classify(err.cause)
@@ -426,6 +428,10 @@ class ExecuteCapability:
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
             retry_policy=BOOKKEEPING_RETRY,
+            # A local activity runs inside the workflow task: no task queue to be fair on.
+            **(
+                {} if local or not self._req else {"priority": tenant_priority(self._req.tenant_id)}
+            ),
         )
 
     def _set_status(self, receipt: Receipt) -> None:

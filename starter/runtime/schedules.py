@@ -33,6 +33,7 @@ from schemas.partitions import PartitionsInput
 from schemas.probes import ProbeRunInput, TrustRefreshInput
 from schemas.retention import RetentionInput
 from schemas.settings import MoatSettings
+from workflows.fairness import tenant_priority
 
 
 async def ensure_retention_schedule(
@@ -123,6 +124,7 @@ async def create_probe_schedule(
                 ProbeRunInput(tenant_id=tenant_id, probe_id=probe_id),
                 id=f"{schedule_id}-run",
                 task_queue=settings.task_queue,
+                priority=tenant_priority(tenant_id, settings.fairness_weight_of(tenant_id)),
             ),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
