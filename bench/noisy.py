@@ -121,6 +121,16 @@ def dynamic_config(fair: bool) -> list[str]:
     return config
 
 
+def pid_of(needle: str) -> int | None:
+    """The process whose command line holds ``needle`` (the dev server, by its db file)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle.encode() in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+    return None
+
+
 async def _dev_server(mode: Mode, root: Path) -> WorkflowEnvironment:
     """The dev server of one mode; started again when a busy machine makes it miss the
     SDK's 5 s start deadline."""
@@ -193,6 +203,9 @@ async def noisy_stack(
         )
         child_env.pop("PYTHONDONTWRITEBYTECODE", None)
         pids: dict[str, int] = {}
+        server = pid_of(str(root / f"temporal-{mode.fair}-"))
+        if server is not None:
+            pids["temporal"] = server
         children = {}
         for name in ("worker", "gateway"):
             argv = [sys.executable, "-m", "starter.cli", name]
@@ -349,7 +362,7 @@ def render(report: dict[str, Any], console: Console) -> None:
     )
     for column in (
         "mode", "B idle p50/p99", "B flood p50/p99", "p50 x", "B slowest", "B statuses",
-        "A done/s", "A p50/p99", "A statuses", "CPU worker/gateway",
+        "A done/s", "A p50/p99", "A statuses", "CPU worker/gateway/temporal",
     ):  # fmt: skip
         table.add_column(column, justify="left" if column == "mode" else "right")
     for mode, r in report["modes"].items():
@@ -364,7 +377,9 @@ def render(report: dict[str, Any], console: Console) -> None:
             f"{a['completed_per_second']:.1f}",
             f"{a.get('p50_ms', 0):.0f} / {a.get('p99_ms', 0):.0f} ms",
             json.dumps(a["statuses"]),
-            f"{r['cpu_cores'].get('worker', 0):.2f} / {r['cpu_cores'].get('gateway', 0):.2f}",
+            " / ".join(
+                f"{r['cpu_cores'].get(p, 0):.2f}" for p in ("worker", "gateway", "temporal")
+            ),
         )
     console.print(table)
 

@@ -420,18 +420,17 @@ class ExecuteCapability:
         )
 
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any], local: bool) -> Any:
-        execute = workflow.execute_local_activity if local else workflow.execute_activity
-        return await execute(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
-            retry_policy=BOOKKEEPING_RETRY,
-            # A local activity runs inside the workflow task: no task queue to be fair on.
-            **(
-                {} if local or not self._req else {"priority": tenant_priority(self._req.tenant_id)}
-            ),
+        options: dict[str, Any] = {
+            "result_type": result_type,
+            "start_to_close_timeout": BOOKKEEPING_TIMEOUT,
+            "schedule_to_close_timeout": BOOKKEEPING_DEADLINE,
+            "retry_policy": BOOKKEEPING_RETRY,
+        }
+        if local:  # runs inside the workflow task: no task queue to be fair on
+            return await workflow.execute_local_activity(name, arg, **options)
+        assert self._req is not None
+        return await workflow.execute_activity(
+            name, arg, priority=tenant_priority(self._req.tenant_id), **options
         )
 
     def _set_status(self, receipt: Receipt) -> None:

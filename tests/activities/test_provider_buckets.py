@@ -5,19 +5,29 @@ provider through its own connection."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from datetime import timedelta
 
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters import fail
+from activities.provider_buckets import ProviderBuckets
+from schemas.capabilities import CapabilityCatalog
+from schemas.connections import Credential
+from schemas.records import ErrorTaxonomy
+from schemas.run import AdapterInput, AdapterOutput
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
 
 RETRY_AFTER = 2
 
 
-async def _until(check: object, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():  # type: ignore[operator]
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
+async def _until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        for _ in iter(check, True):  # polled: the fake provider signals nothing
+            await asyncio.sleep(0.02)
 
 
 async def test_a_retry_after_holds_the_tenants_connection_and_no_one_elses(
@@ -35,7 +45,9 @@ async def test_a_retry_after_holds_the_tenants_connection_and_no_one_elses(
         Step(200),
     )
     first = asyncio.create_task(
-        stack.execute("http.request", {"method": "POST", "url": limited}, connection_id=a_connection)
+        stack.execute(
+            "http.request", {"method": "POST", "url": limited}, connection_id=a_connection
+        )
     )
     await _until(lambda: 429 in provider.statuses("/limited"))
     refused_at = provider.calls_to("/limited")[0].at
@@ -66,3 +78,50 @@ async def test_a_retry_after_holds_the_tenants_connection_and_no_one_elses(
     assert provider.calls_to("/a-next")[0].at - refused_at >= RETRY_AFTER - 0.05
     # And the held call reached the provider once, not once per try.
     assert len(provider.calls_to("/a-next")) == 1
+
+
+async def test_a_hold_longer_than_an_attempt_can_wait_fails_without_calling(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Past what an attempt can wait, the call is not made: a retryable
+    ``provider_rate_limited`` whose next retry is when the hold ends. Another tenant's
+    connection is called at once."""
+    calls: list[str] = []
+
+    async def adapter(inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
+        calls.append(inp.tenant_id)
+        if len(calls) == 1:
+            raise fail(
+                ErrorTaxonomy.PROVIDER_RATE_LIMITED,
+                "provider answered HTTP 429",
+                http_status=429,
+                retry_after=timedelta(seconds=30),
+            )
+        return AdapterOutput(http_status=200, output={}, output_hash="sha256:" + "0" * 64)
+
+    guarded = ProviderBuckets(app_sessions).guard(adapter)
+    other_tenant, _ = await stack.new_tenant()
+
+    def call(tenant_id: str, connection_id: str) -> AdapterInput:
+        spec = CapabilityCatalog().get("http.request")
+        assert spec is not None
+        return AdapterInput(
+            tenant_id=tenant_id,
+            capability=spec,
+            input={},
+            connection_id=connection_id,
+            idempotency_key="k",
+            trace_id="0" * 32,
+        )
+
+    with pytest.raises(ApplicationError):
+        await guarded(call(stack.tenant_id, "con_a"), None)  # the provider's 429
+    with pytest.raises(ApplicationError) as held:
+        await guarded(call(stack.tenant_id, "con_a"), None)
+    assert held.value.type == "provider_rate_limited" and not held.value.non_retryable
+    assert held.value.next_retry_delay is not None
+    assert 25 < held.value.next_retry_delay.total_seconds() <= 30
+    assert calls == [stack.tenant_id]  # not called while held
+    await guarded(call(other_tenant, "con_a"), None)  # same id, another tenant: not held
+    await guarded(call(stack.tenant_id, "con_other"), None)  # another connection: not held
+    assert calls == [stack.tenant_id, other_tenant, stack.tenant_id]

@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from schemas.run import workflow_id_for
-from tests.support.stack import Stack
+from tests.support.stack import StackFactory
 from tests.workflows.fair_queue import FAIR_QUEUE_WORKFLOW, FairQueue, QueueInput, Recorder
 
 A_TASKS, B_TASKS = 40, 4
@@ -79,13 +79,18 @@ async def test_without_a_fairness_key_it_is_first_come_first_served(
     assert first_b >= A_TASKS // 2, "".join(t[-1] for t in order)
 
 
-async def test_every_task_of_an_execution_carries_its_tenants_key(stack: Stack) -> None:
-    """The start (with the tenant's weight) and the adapter's activity task."""
-    key = f"fair-{uuid.uuid4().hex}"
-    answered = await stack.execute("demo.echo", {"message": "hi"}, key=key)
-    assert answered.status_code == 200, answered.text
-    handle = stack.client.get_workflow_handle(workflow_id_for(stack.tenant_id, key))
-    history = await handle.fetch_history()
+@pytest.mark.parametrize("local_activities", [True, False])
+async def test_every_task_of_an_execution_carries_its_tenants_key(
+    make_stack: StackFactory, local_activities: bool
+) -> None:
+    """The start (with the tenant's weight) and every activity task: the adapter's, and the
+    bookkeeping steps' when they are regular activities."""
+    async with make_stack(local_activities=local_activities) as stack:
+        key = f"fair-{uuid.uuid4().hex}"
+        answered = await stack.execute("demo.echo", {"message": "hi"}, key=key)
+        assert answered.status_code == 200, answered.text
+        handle = stack.client.get_workflow_handle(workflow_id_for(stack.tenant_id, key))
+        history = await handle.fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
     assert started.priority.fairness_key == stack.tenant_id
     assert started.priority.fairness_weight == pytest.approx(1.0)
@@ -94,5 +99,5 @@ async def test_every_task_of_an_execution_carries_its_tenants_key(stack: Stack) 
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
-    assert scheduled
+    assert len(scheduled) == (1 if local_activities else 4)  # policy, adapter, record, manifest
     assert all(s.priority.fairness_key == stack.tenant_id for s in scheduled)
