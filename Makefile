@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint bench bench-modes chaos lock clean
+.PHONY: up test test-unit lint bench bench-modes bench-noisy chaos lock clean
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ bench: $(STAMP)
 # Local against regular activities for the bookkeeping steps (MOAT_LOCAL_ACTIVITIES).
 bench-modes: $(STAMP)
 	$(BIN)/python -m bench.execute_latency
+
+# Noisy neighbour: tenant B's latency idle and under tenant A's flood, with fairness on,
+# off, and A rate-limited (~5 min).
+bench-noisy: $(STAMP)
+	$(BIN)/python -m bench.noisy
 
 # Processes killed and servers restarted under load; exit 1 if an invariant fails.
 # More: make chaos CHAOS_ARGS="--executions 10000 --max-seconds 3000"

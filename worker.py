@@ -34,6 +34,7 @@ from activities import (
     echo_adapter,
     http_client,
 )
+from activities.provider_buckets import ProviderBuckets
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker
@@ -89,6 +90,9 @@ def build_worker(
         "github_rate_limit": GithubRateLimitAdapter(http, guard),
         **(adapters or {}),
     }
+    # A provider's Retry-After holds back every worker's calls on that tenant's connection.
+    buckets = ProviderBuckets(sessions)
+    by_name = {name: buckets.guard(adapter) for name, adapter in by_name.items()}
     sealer = OutputSealer.from_settings(settings)
     # Connections are opened at the call, under the tenant's row-level security.
     resolver = StoreConnectionResolver(sessions, ConnectionCipher.from_settings(settings))

@@ -246,6 +246,37 @@ class MoatSettings(BaseSettings):
         description="The relay's poll interval: its only trigger without NOTIFY, else the "
         "safety net for a notification missed while it was reconnecting.",
     )
+    fairness_weight: float = Field(
+        default=1.0,
+        ge=0.001,
+        le=1000,
+        description="Temporal task-queue fairness weight of every tenant's workflows and "
+        "activities: when tasks wait for a worker, each tenant's are dispatched in proportion "
+        "to its weight (the fairness key is the tenant id).",
+    )
+    fairness_weights: dict[str, Annotated[float, Field(ge=0.001, le=1000)]] = Field(
+        default_factory=dict,
+        description='Per-tenant fairness weights over fairness_weight, as JSON: {"<tenant '
+        'id>": 2.0}.',
+    )
+    rate_limit_per_second: float = Field(
+        default=100.0,
+        ge=0,
+        description="Each tenant's execute requests per second on one gateway (a token "
+        "bucket; answers from the gateway's memory are not counted). Past it: 429 "
+        "rate_limited with Retry-After. 0: no limit.",
+    )
+    rate_limit_burst_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="The bucket's depth, in seconds of the rate: a tenant idle that long may "
+        "send that many requests at once.",
+    )
+    rate_limits: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description='Per-tenant rates over rate_limit_per_second, as JSON: {"<tenant id>": '
+        "500}; 0: no limit for that tenant.",
+    )
 
     @field_validator("http_allow_hosts", mode="before")
     @classmethod
@@ -366,6 +397,14 @@ class MoatSettings(BaseSettings):
     @property
     def temporal_target(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
+
+    def fairness_weight_of(self, tenant_id: str) -> float:
+        """The tenant's task-queue fairness weight."""
+        return self.fairness_weights.get(tenant_id, self.fairness_weight)
+
+    def rate_limit_of(self, tenant_id: str) -> float:
+        """The tenant's execute requests per second on one gateway; 0: no limit."""
+        return self.rate_limits.get(tenant_id, self.rate_limit_per_second)
 
     @property
     def local_gateway_url(self) -> str:

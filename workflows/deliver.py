@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 with workflow.unsafe.imports_passed_through():
     from schemas.names import ATTEMPT_DELIVERY, DELIVER_WEBHOOK_WORKFLOW, GIVE_UP_DELIVERY
     from schemas.webhooks import AttemptResult, DeliveryGiveUp, DeliveryInput
+    from workflows.fairness import tenant_priority
 
 # The send itself is not retried by Temporal (the activity returns its outcome, within the
 # delivery deadline); these retries are for the activity's own faults, e.g. a crash between
@@ -60,6 +61,7 @@ class DeliverWebhook:
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
                     heartbeat_timeout=ATTEMPT_HEARTBEAT_TIMEOUT,
                     retry_policy=ATTEMPT_RETRY,
+                    priority=tenant_priority(inp.tenant_id),
                 )
             except ActivityError as err:
                 return await self._give_up(inp, err)
@@ -80,6 +82,7 @@ class DeliverWebhook:
             result_type=AttemptResult,
             start_to_close_timeout=GIVE_UP_TIMEOUT,
             retry_policy=GIVE_UP_RETRY,
+            priority=tenant_priority(inp.tenant_id),
         )
         return result
 

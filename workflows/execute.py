@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         downstream_idempotency_key,
     )
     from schemas.start import DECISION_NOT_SIGNED, input_digest
+    from workflows.fairness import tenant_priority
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
@@ -380,6 +381,7 @@ class ExecuteCapability:
                     maximum_interval=timedelta(seconds=retry.max_delay_seconds),
                     maximum_attempts=retry.max_retries + 1,
                 ),
+                priority=tenant_priority(req.tenant_id),
             )
         except ActivityError as err:
             taxonomy, error_code, http_status = _classify(err.cause)
@@ -427,14 +429,17 @@ class ExecuteCapability:
         )
 
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any], local: bool) -> Any:
-        execute = workflow.execute_local_activity if local else workflow.execute_activity
-        return await execute(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
-            retry_policy=BOOKKEEPING_RETRY,
+        options: dict[str, Any] = {
+            "result_type": result_type,
+            "start_to_close_timeout": BOOKKEEPING_TIMEOUT,
+            "schedule_to_close_timeout": BOOKKEEPING_DEADLINE,
+            "retry_policy": BOOKKEEPING_RETRY,
+        }
+        if local:  # runs inside the workflow task: no task queue to be fair on
+            return await workflow.execute_local_activity(name, arg, **options)
+        assert self._req is not None
+        return await workflow.execute_activity(
+            name, arg, priority=tenant_priority(self._req.tenant_id), **options
         )
 
     def _set_status(self, receipt: Receipt) -> None:

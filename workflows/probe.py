@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.probes import ProbeRunInput, ProbeRunResult, ProbeStart, ProbeStartInput
     from schemas.run import ExecuteResult
+    from workflows.fairness import tenant_priority
 
 
 @workflow.defn(name=PROBE_WORKFLOW)
@@ -48,6 +49,7 @@ class RunProbe:
             result_type=ProbeStart,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
+            priority=tenant_priority(inp.tenant_id),
         )
         if start.request is None or start.workflow_id is None:
             return ProbeRunResult(skipped=start.skipped)
@@ -69,6 +71,7 @@ class RunProbe:
             id=start.workflow_id,
             result_type=ExecuteResult,
             search_attributes=attributes,
+            priority=tenant_priority(req.tenant_id),
         )
         receipt = result.receipt
         return ProbeRunResult(

@@ -29,8 +29,17 @@ from schemas.names import SEARCH_ATTRIBUTES
 from starter.devstack.processes import ChildProcess, Service, require_free, run_sync
 
 # The dev server has one history shard; at the default 20 polls/s per shard every workflow
-# task waits up to 50 ms for the transfer queue after a short burst.
-TEMPORAL_DYNAMIC_CONFIG = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"]
+# task waits up to 50 ms for the transfer queue after a short burst. Task-queue fairness
+# (each tenant's backlog dispatched in turn, by the fairness key Moat sets on every task) is
+# off on this server version unless ``matching.enableFairness`` is on, and it holds within
+# each partition of a task queue: one partition (a single-process server gains nothing from
+# four) makes the turns exact (tests/workflows/test_fairness.py).
+TEMPORAL_DYNAMIC_CONFIG = [
+    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
+    "--dynamic-config-value", "matching.enableFairness=true",
+    "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+    "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+]  # fmt: skip
 
 
 def search_attribute_keys() -> list[SearchAttributeKey[Any]]:

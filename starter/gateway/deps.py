@@ -27,6 +27,7 @@ from starter.service import MoatError
 from starter.service.executions import Executions
 from starter.service.flights import Flights
 from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
+from starter.service.ratelimit import RateLimits
 from starter.service.scopes import require_scope
 from store import api_keys
 from store.keys.codec import OutputSealer
@@ -54,6 +55,8 @@ class Deps:
     # API keys verified moments ago (``service.keycache``): answers from memory skip the
     # database round trip. Its TTL is the settings' ``auth_cache_seconds``.
     keys: KeyCache = field(default_factory=lambda: KeyCache(DEFAULT_TTL_SECONDS))
+    # Each tenant's execute requests per second on this gateway (``service.ratelimit``).
+    rate_limits: RateLimits = field(default_factory=RateLimits)
 
 
 def sealer_of(deps: Deps) -> OutputSealer:

@@ -78,6 +78,7 @@ STATUS: dict[str, int] = {
     "unsupported_media_type": 415,
     "idempotency_key_reused": 422,
     "payload_not_decodable": 422,
+    "rate_limited": 429,
     "gateway_error": 500,
     "jwks_unavailable": 503,
 }
@@ -173,7 +174,10 @@ def gateway_error(trace_id: str | None = None) -> JSONResponse:
 def install(app: FastAPI) -> None:
     @app.exception_handler(MoatError)
     async def _refused(_: Request, exc: MoatError) -> JSONResponse:
-        return error_response(exc.code, exc.message, exc.details)
+        # A refusal that says when to come back says it in the header too (RFC 9110).
+        wait = exc.details.get("retry_after_seconds")
+        headers = {"Retry-After": str(wait)} if isinstance(wait, int) else None
+        return error_response(exc.code, exc.message, exc.details, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -239,6 +243,8 @@ ERROR_DESCRIPTIONS = {
     413: "`payload_too_large`: the body is over the gateway's limit.",
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",
+    429: "`rate_limited`: the tenant is over its rate; retry after `Retry-After` seconds "
+    "(also `details.retry_after_seconds`).",
     500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
     503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet.",
 }

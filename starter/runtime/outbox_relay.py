@@ -25,6 +25,7 @@ from schemas.names import DELIVER_WEBHOOK_WORKFLOW, OUTBOX_CHANNEL
 from schemas.settings import MoatSettings
 from schemas.webhooks import DeliveryInput, delivery_workflow_id
 from store import outbox
+from workflows.fairness import tenant_priority
 
 log = logging.getLogger("moat.outbox")
 
@@ -47,6 +48,7 @@ class OutboxRelay:
         poll_seconds: float,
         batch: int = BATCH,
         tenant_id: str | None = None,
+        settings: MoatSettings | None = None,
     ) -> None:
         self._client = client
         self._sessions = sessions
@@ -56,6 +58,7 @@ class OutboxRelay:
         self._batch = batch
         self._tenant = tenant_id  # one tenant's rows only (tests, benchmarks); None: all
         self._wake = asyncio.Event()
+        self._settings = settings  # the tenants' fairness weights; None: the default
 
     @classmethod
     def from_settings(
@@ -74,6 +77,7 @@ class OutboxRelay:
             listen_url=libpq_url(settings.app_sqlalchemy_url) if settings.outbox_listen else None,
             poll_seconds=settings.outbox_poll_seconds,
             tenant_id=tenant_id,
+            settings=settings,
         )
 
     async def dispatch(self) -> int:
@@ -93,6 +97,10 @@ class OutboxRelay:
                 task_queue=self._task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                priority=tenant_priority(
+                    due.tenant_id,
+                    self._settings.fairness_weight_of(due.tenant_id) if self._settings else None,
+                ),
             )
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -35,6 +35,7 @@ from schemas.partitions import PartitionsInput
 from schemas.probes import ProbeRunInput, TrustRefreshInput
 from schemas.retention import RetentionInput
 from schemas.settings import MoatSettings
+from workflows.fairness import tenant_priority
 
 
 async def ensure_retention_schedule(
@@ -127,6 +128,7 @@ async def create_probe_schedule(
                 # Off the execution path: the probe's run, and the execution it starts as a
                 # child on its parent's queue, use the delivery worker's slots and HTTP pool.
                 task_queue=settings.deliveries_task_queue,
+                priority=tenant_priority(tenant_id, settings.fairness_weight_of(tenant_id)),
             ),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),

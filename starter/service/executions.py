@@ -71,6 +71,7 @@ from starter.service.scopes import require_scope
 from store import connections, db, idempotency, outputs, receipts, tenancy
 from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
+from workflows.fairness import tenant_priority
 
 TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
 CAPABILITY_ATTR = SearchAttributeKey.for_keyword(CAPABILITY_ATTRIBUTE)
@@ -453,6 +454,7 @@ class Executions:
             id_reuse_policy=reuse,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             result_type=ExecuteResult,
+            priority=tenant_priority(tenant_id, self._settings.fairness_weight_of(tenant_id)),
             # The run's line in the Web UI's list; the run keeps its details current.
             static_summary=f"{prepared.capability.id}@{prepared.capability.version} "
             f"· receipt {receipt_id}",
@@ -549,6 +551,9 @@ class Executions:
             id=workflow_id,
             task_queue=self._settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            priority=tenant_priority(
+                receipt.tenant_id, self._settings.fairness_weight_of(receipt.tenant_id)
+            ),
             memo={"receipt_id": receipt_id, "requeue_of": receipt.id},
             search_attributes=TypedSearchAttributes(
                 [

@@ -80,7 +80,7 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
         502: _envelope_response(
             "`failed`: the provider failed; `error.details.provider_status` is its status."
         ),
-        **documented_errors(400, 401, 404, 413, 422, 500),
+        **documented_errors(400, 401, 404, 413, 422, 429, 500),
     },
     dependencies=[needs(also="`execute:<capability_id>` and the capability's own scopes")],
     openapi_extra={
@@ -147,6 +147,7 @@ async def execute(
         async with deps.sessions.begin() as session:
             tenant = await authenticate(session, credentials)
             deps.keys.keep(presented, tenant, since)
+            deps.rate_limits.admit(deps.settings, tenant.tenant_id)
             if invalid is not None:
                 raise invalid
             await deps.executions.admit_connection(session, tenant.tenant_id, prepared)

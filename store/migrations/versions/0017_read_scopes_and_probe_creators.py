@@ -15,14 +15,14 @@
   executing them needs resumes them.
 
 Revision ID: 0017
-Revises: 0013
+Revises: 0015
 Create Date: 2026-11-26
 """
 
 from alembic import op
 
 revision = "0017"
-down_revision = "0013"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
