@@ -4,9 +4,16 @@ Raw inputs and outputs are never stored: they are redacted (a deny-list of secre
 plus well-known secret value formats), canonicalized, and only the digest is kept.
 
 URLs inside strings are redacted piece by piece, so a record still says where a call went:
-userinfo, the values of query (and fragment) parameters whose names are secret, and the
-secret path of well-known incoming-webhook URLs become ``[REDACTED]``; every other byte
-is kept, so a URL without secrets is unchanged and its hash stays stable.
+userinfo, the values of query (and fragment) parameters whose names are secret, in absolute
+URLs, relative references (``/p?api_key=…``) and bare query strings (``a=1&token=…``) alike,
+and the secret path of well-known incoming-webhook URLs become ``[REDACTED]``; every other
+byte is kept, so a URL without secrets is unchanged and its hash stays stable.
+
+Redaction runs on untrusted text (request bodies before a key is checked, providers'
+answers, log lines, workflow code), so its cost is bounded: every pattern runs in linear
+time, and one call examines at most ``MAX_REDACTED_CHARS`` characters and weighs at most
+``MAX_REDACTED_MATCHES`` candidates; past either bound it hides what is left rather than
+look at it.
 """
 
 from __future__ import annotations
