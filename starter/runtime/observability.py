@@ -85,10 +85,20 @@ def _redacting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         message = record.getMessage()
     except Exception:  # a malformed call; let the handler report it as logging does
         return record
-    record.msg, record.args = redact_text(message), None
+    record.msg, record.args = _redacted(message), None
     if record.exc_info and record.exc_info[1] is not None:
-        record.exc_text = redact_text("".join(traceback.format_exception(*record.exc_info)))
+        record.exc_text = _redacted("".join(traceback.format_exception(*record.exc_info)))
     return record
+
+
+def _redacted(text: str) -> str:
+    """``text`` redacted (in bounded time: see ``redact_text``); should redaction itself
+    fail, a marker instead of the text, never the text unredacted, and never an error out
+    of a logging call."""
+    try:
+        return redact_text(text)
+    except Exception:
+        return f"[REDACTED: a message of {len(text)} characters that could not be redacted]"
 
 
 def install_redaction() -> None:

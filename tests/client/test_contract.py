@@ -243,3 +243,32 @@ async def test_every_request_is_a_documented_one(openapi: Schema, name: str) -> 
 def test_the_replayed_header_is_the_documented_one(openapi: Schema) -> None:
     headers = openapi["paths"]["/v1/executions"]["post"]["responses"]["200"]["headers"]
     assert REPLAYED_HEADER.lower() in {name.lower() for name in headers}
+
+
+@pytest.mark.parametrize(
+    ("receipt_id", "path"),
+    [
+        ("../../v1/connections", "/v1/executions/..%2F..%2Fv1%2Fconnections"),
+        ("a?b#c", "/v1/executions/a%3Fb%23c"),
+        ("%2e%2e", "/v1/executions/%252e%252e"),
+    ],
+)
+async def test_an_id_is_one_path_segment_whatever_it_holds(receipt_id: str, path: str) -> None:
+    request = await sent(lambda c: c.get_execution(receipt_id))
+    assert request.url.raw_path.decode() == path
+    request = await sent(lambda c: c.get_receipt(receipt_id))
+    assert request.url.raw_path.decode() == path.replace("/executions/", "/receipts/")
+
+
+@pytest.mark.parametrize("receipt_id", ["", ".", ".."])
+async def test_an_id_that_is_a_dot_segment_is_refused_before_sending(receipt_id: str) -> None:
+    def stop(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"a request was sent: {request.method} {request.url.path}")
+
+    async with AsyncMoatClient(
+        "http://gateway.test", "moat_x_y", transport=httpx.MockTransport(stop)
+    ) as c:
+        with pytest.raises(ValueError, match="receipt_id must be an id"):
+            await c.get_execution(receipt_id)
+        with pytest.raises(ValueError, match="receipt_id must be an id"):
+            await c.wait(receipt_id)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -216,3 +218,51 @@ async def test_two_processes_share_one_log(stack: Stack, tmp_path: Path) -> None
             assert sorted(r["attempt"] for r in attempts) == list(range(1, len(attempts) + 1))
             assert len(attempts) <= 3 and any(r["outcome"] == "delivered" for r in attempts)
             assert len((await moat.list_receipts(idempotency_key=key)).items) == 1
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, under which a file is created 0644 unless asked otherwise."""
+    before = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def test_the_log_is_its_owners_only_in_folders_it_made(tmp_path: Path, umask_022: None) -> None:
+    path = tmp_path / "agents" / "a1" / "sendlog.sqlite3"
+    with SendLog(path):
+        # Open, SQLite's write-ahead log and shared memory sit beside the file.
+        files = {p.name: mode(p) for p in path.parent.iterdir()}
+    assert files == {f"sendlog.sqlite3{end}": 0o600 for end in ("", "-wal", "-shm")}
+    assert (mode(tmp_path / "agents"), mode(path.parent)) == (0o700, 0o700)
+    # An existing log (an older client made it 0644) is tightened when opened.
+    path.chmod(0o644)
+    SendLog(path).close()
+    assert mode(path) == 0o600
+
+
+def test_a_folder_the_user_chose_is_left_as_it_is(tmp_path: Path, umask_022: None) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    SendLog(shared / "sendlog.sqlite3").close()
+    assert mode(shared) == 0o755
+    assert mode(shared / "sendlog.sqlite3") == 0o600
+
+
+def test_moats_own_state_folder_is_tightened(
+    tmp_path: Path, umask_022: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MOAT_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    own = tmp_path / "state" / "moat"
+    own.mkdir(parents=True, mode=0o755)
+    SendLog().close()
+    assert mode(own) == 0o700
+    assert mode(tmp_path / "state") == 0o755  # the XDG folder is the user's
+    assert {mode(p) for p in own.iterdir()} == {0o600}

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+import psutil
 import psycopg
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -209,3 +211,23 @@ def test_cli_names_a_service_it_cannot_reach_without_a_traceback() -> None:
         assert done.returncode == 1, done.stderr
         assert message in done.stderr and hint in done.stderr, done.stderr
         assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_the_codec_token_is_not_on_the_temporal_command_line(tmp_path: Path) -> None:
+    """Every user of the machine can read a command line (``ps``): the UI's codec address,
+    which holds the codec door's token, reaches the dev server another way."""
+    token = "door-token-" + "x" * 32
+    endpoint = f"http://127.0.0.1:{free_port()}/codec/ui/{token}"
+    server = TemporalDevServer(free_port(), free_port(), "moat", log_file=tmp_path / "t.log",
+                               ui_codec_endpoint=endpoint)  # fmt: skip
+    with server:
+        assert server.pid is not None
+        process = psutil.Process(server.pid)
+        argv = process.cmdline()
+        for each in (process, *process.children(recursive=True)):
+            assert not any(token in arg for arg in each.cmdline()), each.cmdline()
+        # The UI was still given the address, so it decodes through the gateway.
+        settings = httpx.get(f"{server.ui_url}/api/v1/settings", timeout=10).json()
+        assert settings["Codec"]["Endpoint"] == endpoint
+        # The presets file it was read from is gone.
+        assert not Path(argv[argv.index("--env-file") + 1]).exists()

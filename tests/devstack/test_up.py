@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 import psycopg
 import pytest
 
@@ -103,7 +104,7 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
     env = _environment(tmp_path / "home")
     gateway = f"http://127.0.0.1:{env['MOAT_GATEWAY_PORT']}"
     ui = f"http://127.0.0.1:{env['MOAT_TEMPORAL_UI_PORT']}"
-    with moat_up(env):
+    with moat_up(env) as pids:
         first = moat(
             env, "execute", "demo.echo", "--input", '{"hello":"up"}', "--key", "k1", "--json"
         )
@@ -118,6 +119,9 @@ def test_moat_up_runs_the_stack_and_keeps_its_data(
         codec = f"{gateway}/codec/ui/{door.token}"
         settings = httpx.get(f"{ui}/api/v1/settings", timeout=10).json()
         assert settings["Codec"]["Endpoint"] == codec
+        # Not through its command line, which every user of the machine can read.
+        for name, pid in pids.items():
+            assert door.token not in " ".join(psutil.Process(pid).cmdline()), name
         assert moat(env, "codec", "url").stdout.strip() == codec
         assert moat(env, "codec-url").stdout.strip() == codec
         preflight = httpx.options(

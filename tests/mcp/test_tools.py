@@ -1,10 +1,16 @@
-"""Catalog entries as tools, and the key a call without one gets (no server needed)."""
+"""Catalog entries as tools, the key a call without one gets, and the ids the status tool
+takes (no server needed)."""
 
 from __future__ import annotations
 
+import httpx
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
 from moat_client import CapabilityInfo
 
-from starter.mcp.tools import derived_key, tool_of
+from starter.mcp import MoatTools
+from starter.mcp.tools import STATUS_TOOL, derived_key, tool_of
 
 ENTRY = {
     "id": "slack.post_message",
@@ -38,3 +44,41 @@ def test_the_derived_key_is_the_canonical_call() -> None:
     assert key != derived_key("demo.other", {"a": 1, "b": [1, 2]})
     assert key != derived_key("demo.echo", {"a": 1, "b": [1, 2]}, "conn-1")
     assert key.startswith("mcp:sha256:") and len(key) <= 256
+
+
+@pytest.mark.parametrize(
+    "receipt_id",
+    [
+        "../../v1/connections",
+        "..",
+        "0190a2b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b/../../v1/connections",
+        "0190a2b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b?x=1",
+        "%2e%2e%2f%2e%2e%2fv1%2fconnections",
+        "0190A2B4-5C6D-7E8F-9A0B-1C2D3E4F5A6B",
+    ],
+)
+async def test_the_status_tool_refuses_what_is_not_a_receipt_id_and_sends_nothing(
+    receipt_id: str,
+) -> None:
+    """The id goes into a URL path: ``../../v1/connections`` would read another route."""
+    sent: list[httpx.Request] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        raise AssertionError(f"a request was sent: {request.method} {request.url.path}")
+
+    tools = MoatTools(
+        "http://gateway.test",
+        "moat_x_y",
+        http=httpx.AsyncClient(transport=httpx.MockTransport(gateway)),
+    )
+    try:
+        with pytest.raises(MCPError) as refused:
+            await tools.call_tool(None, STATUS_TOOL, {"receipt_id": receipt_id})
+    finally:
+        await tools.aclose()
+    assert refused.value.code == types.INVALID_PARAMS
+    assert refused.value.message.startswith(
+        "receipt_id must be the receipt_id a tool call answered"
+    )
+    assert sent == []

@@ -182,3 +182,26 @@ def test_log_lines_are_json_with_the_trace_id_and_no_secret() -> None:
     assert "[REDACTED]" in lines[0]["message"] and "RuntimeError" in lines[1]["exception"]
     assert {line["trace_id"] for line in lines} == {format(context.trace_id, "032x")}
     assert {line["span_id"] for line in lines} == {format(context.span_id, "016x")}
+
+
+@pytest.mark.parametrize("depth", [20_000])
+def test_a_deeply_nested_url_is_logged_redacted_without_an_error(depth: int) -> None:
+    """Each URL inside another's query was once redacted by a nested call: a few thousand
+    levels raised ``RecursionError`` out of the logging call."""
+    observability.install_redaction()
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    log = logging.getLogger("moat.test.nested")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    nested = "https://a.example/?next=" * depth + "https://b.example/?access_token=S3CR3T"
+    try:
+        log.info("redirected to %s", nested)
+        log.info("and %s", "https://h.example/?u=" * depth + f"https://user:{SECRET}@c.example/")
+    finally:
+        log.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert "S3CR3T" not in lines[0] and "access_token=[REDACTED]" in lines[0]
+    assert SECRET not in lines[1] and "://[REDACTED]@c.example/" in lines[1]

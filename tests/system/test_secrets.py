@@ -69,6 +69,8 @@ PASSWORD = _unique("correct-horse-")
 API_KEY = _unique("apikey")
 ACCESS_TOKEN = _unique("at")
 NEXT_TOKEN = _unique("nt")
+RELATIVE_KEY = _unique("rk")
+RELATIVE_TOKEN = _unique("rt")
 
 CASES = [
     Case(
@@ -99,6 +101,27 @@ CASES = [
         kept=(
             f"?api_key={REDACTED}&access_token={REDACTED}&page=2",
             f"?access_token={REDACTED}&page=3",
+        ),
+    ),
+    Case(
+        id="relative-url",
+        secrets=(RELATIVE_KEY, RELATIVE_TOKEN),
+        request=lambda url: {"method": "GET", "url": f"{url}?api_key={RELATIVE_KEY}"},
+        # A provider that echoes the path it was asked, and answers links without a host.
+        answer=lambda url: Step(
+            200,
+            {
+                "path": f"/secrets/relative-url?api_key={RELATIVE_KEY}",
+                "next": f"/secrets/relative-url?page=2&access_token={RELATIVE_TOKEN}",
+                "cursor": f"page=3&access_token={RELATIVE_TOKEN}",
+                "more": f"?access_token={RELATIVE_TOKEN}",
+            },
+        ),
+        received=lambda call: call.query == f"api_key={RELATIVE_KEY}",
+        kept=(
+            f"/secrets/relative-url?api_key={REDACTED}",
+            f"/secrets/relative-url?page=2&access_token={REDACTED}",
+            f"page=3&access_token={REDACTED}",
         ),
     ),
 ]

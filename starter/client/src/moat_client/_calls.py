@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from moat_client import _flows
 from moat_client._config import RetryPolicy, resolve
@@ -19,6 +20,15 @@ _WAIT_MARGIN_SECONDS = 10.0
 def payload_chars(input: dict[str, Any]) -> int:
     """The size of an input as the send log counts it (its compact JSON)."""
     return len(json.dumps(input, separators=(",", ":"), ensure_ascii=False))
+
+
+def path_segment(name: str, value: str) -> str:
+    """``value`` (an id a caller gave) as one path segment, percent-encoded, so that it can
+    only ever name that one resource: a ``/``, ``?`` or ``#`` in it is encoded, and the
+    segments ``.`` and ``..`` (which an HTTP library resolves to another route) refused."""
+    if not isinstance(value, str) or value in ("", ".", ".."):
+        raise ValueError(f"{name} must be an id as the gateway gave it, got {value!r}")
+    return quote(value, safe="")
 
 
 class Routes:
@@ -73,7 +83,10 @@ class Routes:
 
     def _get_execution_flow(self, receipt_id: str) -> Flow[ExecutionResult]:
         return _flows.execute(
-            Call("GET", f"/v1/executions/{receipt_id}"), self.retry, None, poll=False
+            Call("GET", f"/v1/executions/{path_segment('receipt_id', receipt_id)}"),
+            self.retry,
+            None,
+            poll=False,
         )
 
     def _wait_flow(
@@ -86,11 +99,15 @@ class Routes:
             poll_interval=self.retry.poll_interval if interval is None else interval,
             rng=self.retry.rng,
         )
-        return _waiting(Call("GET", f"/v1/executions/{receipt_id}"), retry)
+        return _waiting(
+            Call("GET", f"/v1/executions/{path_segment('receipt_id', receipt_id)}"), retry
+        )
 
     def _receipt_flow(self, receipt_id: str) -> Flow[Receipt]:
         return _flows.read(
-            Call("GET", f"/v1/receipts/{receipt_id}"), self.retry, Receipt.model_validate
+            Call("GET", f"/v1/receipts/{path_segment('receipt_id', receipt_id)}"),
+            self.retry,
+            Receipt.model_validate,
         )
 
     def _receipts_flow(

@@ -55,6 +55,12 @@ def default_sendlog_path() -> Path:
     return state_dir() / SENDLOG_FILE
 
 
+def state_dir_is_moats() -> bool:
+    """True when ``state_dir`` is Moat's own folder (``moat`` in the XDG state directory),
+    not one the user named with ``MOAT_STATE_DIR``."""
+    return not os.environ.get(STATE_DIR_ENV)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Network errors, timeouts and 5xx without a recorded outcome are retried with the same

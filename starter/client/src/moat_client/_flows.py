@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
@@ -195,7 +196,7 @@ def execute(
         # Only a path on the same gateway: the API key goes with every poll.
         location = response.headers.get("Location", "")
         if not location.startswith("/") or location.startswith("//"):
-            location = f"/v1/executions/{result.receipt_id}"
+            location = f"/v1/executions/{quote(result.receipt_id or '', safe='')}"
         call = Call("GET", location)
 
 

@@ -19,11 +19,18 @@ processes of one agent can share the file:
   comes, so an attempt whose process died counts as what it is: an attempt without answer;
 - the current cycle and the two before it are kept; older rows are purged on open and when
   a new cycle begins, except dead letters.
+
+The log is the agent's own: its file (and SQLite's ``-wal`` and ``-shm`` beside it) is
+readable by its owner only (0600), and every folder the log creates is 0700. A folder that
+already exists is left as it is when the user chose it (``path=``, ``MOAT_STATE_DIR``:
+it may be shared on purpose, and changing a folder one did not make is not the library's
+call); Moat's own state folder is tightened to 0700.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 import uuid
@@ -34,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from moat_client._config import default_sendlog_path
+from moat_client._config import default_sendlog_path, state_dir_is_moats
 from moat_client.errors import ExecutionPending, GatewayUnavailable, MoatError
 from moat_client.keys import cycle_timestamp, send_key
 
@@ -159,6 +166,34 @@ def _row_id(key: str, cycle_id: str, attempt: int) -> str:
     return f"{digest}-{attempt}"
 
 
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def _private_folder(folder: Path, *, moats: bool) -> None:
+    """Create ``folder`` and its missing parents 0700; an existing one is tightened only
+    when it is Moat's own (``moats``)."""
+    missing = []
+    level = folder
+    while not level.exists():
+        missing.append(level)
+        level = level.parent
+    for level in reversed(missing):
+        level.mkdir(mode=FOLDER_MODE, exist_ok=True)
+        os.chmod(level, FOLDER_MODE)  # mkdir's mode is cut by the umask, never widened
+    if moats and not missing:
+        os.chmod(folder, FOLDER_MODE)
+
+
+def _private_file(path: Path) -> None:
+    """The log file, and SQLite's files beside it, readable by their owner only. SQLite
+    gives the files it creates the database file's mode, so the file is made first."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, FILE_MODE))
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
+        if (path.parent / name).exists():
+            os.chmod(path.parent / name, FILE_MODE)
+
+
 class SendLog:
     """``SendLog(path=None, sender="agent-7", on_dead_letter=...)``: opens (creates) the
     file, applies retention, and is given to a client as ``send_log=``."""
@@ -174,7 +209,8 @@ class SendLog:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self.path = Path(path) if path is not None else default_sendlog_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _private_folder(self.path.parent, moats=path is None and state_dir_is_moats())
+        _private_file(self.path)
         self.sender = sender
         self.max_attempts = max_attempts
         self.on_dead_letter = on_dead_letter
