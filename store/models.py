@@ -508,3 +508,15 @@ class ProbeRow(Base):
     interval_seconds: Mapped[int] = mapped_column(Integer)
     paused: Mapped[bool] = mapped_column(Boolean, server_default=false())
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class TenantQuotaRow(Base):
+    """A tenant's own limit for one quota, set by an admin; without a row the quota's
+    default (a setting) applies."""
+
+    __tablename__ = "tenant_quotas"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    quota: Mapped[str] = mapped_column(String(32), primary_key=True)
+    quota_limit: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

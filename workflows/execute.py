@@ -67,7 +67,11 @@ with workflow.unsafe.imports_passed_through():
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
-DENIAL_CODES = {RuleHit.BUDGET_EXCEEDED: "budget_exceeded", RuleHit.SCOPE_MISSING: "scope_missing"}
+DENIAL_CODES = {
+    RuleHit.BUDGET_EXCEEDED: "budget_exceeded",
+    RuleHit.SCOPE_MISSING: "scope_missing",
+    RuleHit.QUOTA_EXCEEDED: "quota_exceeded",
+}
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 # Runs that wait for a person's approval (only runs a strict policy holds take that path).
@@ -153,7 +157,11 @@ class ExecuteCapability:
         if policy.decision == Decision.DENY:
             code = DENIAL_CODES.get(policy.rule_hit, "policy_denied")
             record = record.model_copy(
-                update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
+                update={
+                    "error_code": code,
+                    "taxonomy": ErrorTaxonomy.POLICY_DENIED,
+                    "error_details": policy.denial_details,
+                }
             )
         elif approval is not None and approval.status != ApprovalStatus.APPROVED:
             # Rejected or expired: no provider call, no budget used.

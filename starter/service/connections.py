@@ -13,6 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import redact
 from schemas.connections import ConnectionCreate, ConnectionInfo
+from schemas.quotas import Quota, QuotaLimits
+from starter.service import quotas
 from starter.service.errors import MoatError
 from store import connections
 from store.keys.connections import ConnectionCipher
@@ -38,7 +40,11 @@ def revoked(row: ConnectionRow) -> MoatError:
 
 
 async def add(
-    session: AsyncSession, cipher: ConnectionCipher, tenant_id: str, body: ConnectionCreate
+    session: AsyncSession,
+    cipher: ConnectionCipher,
+    tenant_id: str,
+    body: ConnectionCreate,
+    limits: QuotaLimits | None = None,
 ) -> ConnectionInfo:
     if redact(body.config) != body.config:
         raise MoatError(
@@ -47,6 +53,7 @@ async def add(
             "or a credential-shaped value): config is shown to everyone who lists "
             "connections; put the credential in `secret`.",
         )
+    await quotas.guard(session, limits, tenant_id, Quota.CONNECTIONS)
     row = await connections.create_connection(
         session,
         cipher,

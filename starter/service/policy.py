@@ -12,7 +12,9 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.policy import PolicyDocument, PolicyVersion
+from schemas.quotas import Quota, QuotaLimits
 from schemas.records import PolicyMode
+from starter.service import quotas
 from starter.service.errors import MoatError
 from store import budgets, policy_versions
 from store.models import Tenant
@@ -52,7 +54,11 @@ async def history(session: AsyncSession, tenant: Tenant) -> list[PolicyVersion]:
 
 
 async def replace(
-    session: AsyncSession, tenant: Tenant, document: PolicyDocument, created_by: str
+    session: AsyncSession,
+    tenant: Tenant,
+    document: PolicyDocument,
+    created_by: str,
+    limits: QuotaLimits | None = None,
 ) -> PolicyVersion:
     """Store ``document`` as the tenant's next version; it applies to executions checked
     from now on, and makes approvals still pending under an older version stale."""
@@ -77,6 +83,7 @@ async def replace(
                     ]
                 },
             )
+    await quotas.guard(session, limits, tenant.id, Quota.POLICY_VERSIONS)
     row = await policy_versions.add(
         session, tenant.id, document.mode.value, document.model_dump(mode="json"), created_by
     )

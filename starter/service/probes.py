@@ -15,8 +15,10 @@ from temporalio.client import Client
 from schemas.canonical import redact
 from schemas.capabilities import CapabilityCatalog
 from schemas.probes import ProbeCreate, ProbeInfo
+from schemas.quotas import Quota
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
+from starter.service import quotas
 from starter.service.errors import MoatError, field_errors
 from store import db, probes
 from store.models import ProbeRow
@@ -112,6 +114,7 @@ async def add_probe(
             f"interval_seconds must be at least {settings.probe_min_interval_seconds} "
             "(MOAT_PROBE_MIN_INTERVAL_SECONDS).",
         )
+    await quotas.guard(session, settings.quota_limits, tenant_id, Quota.PROBES)
     row = await probes.insert_probe(
         session,
         tenant_id,

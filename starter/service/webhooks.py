@@ -16,12 +16,14 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.hosts import canonical_host, judged_address, parse_allow_entry
+from schemas.quotas import Quota, QuotaLimits
 from schemas.webhooks import (
     Delivery,
     Webhook,
     WebhookCreate,
     WebhookWithSecret,
 )
+from starter.service import quotas
 from starter.service.errors import MoatError
 from store import db, outbox, tenants, webhooks
 from store.keys.codec import OutputSealer
@@ -70,9 +72,11 @@ async def add(
     tenant_id: str,
     body: WebhookCreate,
     worker_allow: Iterable[str],
+    limits: QuotaLimits | None = None,
 ) -> WebhookWithSecret:
     tenant = await tenants.get_tenant(session, tenant_id)
     check_url(body.url, [*worker_allow, *(tenant.http_allow_hosts if tenant else [])])
+    await quotas.guard(session, limits, tenant_id, Quota.WEBHOOKS)
     row, secret = await webhooks.create(
         session,
         sealer,

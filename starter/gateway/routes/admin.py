@@ -187,7 +187,9 @@ async def put_tenant_policy(
         tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
             raise _no_tenant(tenant_id)
-        return await policy.replace(session, tenant, body, ADMIN_ACTOR)
+        return await policy.replace(
+            session, tenant, body, ADMIN_ACTOR, deps_of(request).settings.quota_limits
+        )
 
 
 @router.post(

@@ -59,7 +59,9 @@ async def create_connection(
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials, CONNECTIONS_WRITE)
-        return await connections.add(session, _cipher(deps), tenant.tenant_id, body)
+        return await connections.add(
+            session, _cipher(deps), tenant.tenant_id, body, deps.settings.quota_limits
+        )
 
 
 @router.get(
@@ -140,7 +142,9 @@ async def admin_create_connection(
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
-        return await connections.add(session, _cipher(deps), tenant_id, body)
+        return await connections.add(
+            session, _cipher(deps), tenant_id, body, deps.settings.quota_limits
+        )
 
 
 @admin_router.get("", summary="List a tenant's connections", response_model=list[ConnectionInfo])

@@ -39,10 +39,13 @@ async def put_policy(
     """Stores the document as the next version and answers it with its `version`. It
     applies to executions checked from now on; approvals pending under an older version
     become stale. `bypass` needs an operator's consent (`bypass_not_allowed`)."""
-    async with deps_of(request).sessions.begin() as session:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
         key = await authenticate(session, credentials, POLICY_WRITE)
         tenant = await _tenant(session, key.tenant_id)
-        return await policy.replace(session, tenant, body, key_actor(key.key_id))
+        return await policy.replace(
+            session, tenant, body, key_actor(key.key_id), deps.settings.quota_limits
+        )
 
 
 @router.get("/versions", summary="Every version, newest first", response_model=list[PolicyVersion])

@@ -34,7 +34,12 @@ async def add_webhook(
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         created = await webhooks.add(
-            session, sealer_of(deps), tenant.tenant_id, body, deps.settings.http_allow_hosts
+            session,
+            sealer_of(deps),
+            tenant.tenant_id,
+            body,
+            deps.settings.http_allow_hosts,
+            deps.settings.quota_limits,
         )
     return JSONResponse(created.model_dump(mode="json"), status_code=201)
 
