@@ -89,7 +89,7 @@ def exceeded(quota: Quota, limit: int, usage: int, source: str) -> tuple[str, di
     message = (
         f"The tenant holds {usage} {COUNTS[quota]}, and its {quota.value} quota is {limit}: "
         f"{FREE_A_SLOT[quota]}, or ask an admin to raise the quota "
-        f"(PATCH /v1/admin/tenants/{{id}}/quotas, or `moat tenant quotas --set "
+        f"(PATCH /v1/admin/tenants/{{id}}/quotas, or `moat tenant quotas TENANT --set "
         f"{quota.value}=N`)."
     )
     return message, {"quota": quota.value, "limit": limit, "usage": usage, "source": source}
