@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import redact
 from schemas.connections import ConnectionCreate, ConnectionInfo
+from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
 from starter.service import quotas
 from starter.service.errors import MoatError
@@ -66,8 +67,11 @@ async def add(
     return connections.to_info(row)
 
 
-async def list_all(session: AsyncSession, tenant_id: str) -> list[ConnectionInfo]:
-    return [connections.to_info(r) for r in await connections.list_connections(session, tenant_id)]
+async def list_all(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> list[ConnectionInfo]:
+    rows = await connections.list_connections(session, tenant_id, after, limit)
+    return [connections.to_info(r) for r in rows]
 
 
 async def _row(session: AsyncSession, tenant_id: str, connection_id: str) -> ConnectionRow:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.pages import Key
 from schemas.policy import PolicyDocument, PolicyVersion
 from schemas.quotas import Quota, QuotaLimits
 from schemas.records import PolicyMode
@@ -46,11 +47,12 @@ async def version(session: AsyncSession, tenant: Tenant, number: int) -> PolicyV
     return policy_versions.to_version(row)
 
 
-async def history(session: AsyncSession, tenant: Tenant) -> list[PolicyVersion]:
-    """Every stored version, newest first."""
-    return [
-        policy_versions.to_version(r) for r in await policy_versions.history(session, tenant.id)
-    ]
+async def history(
+    session: AsyncSession, tenant: Tenant, after: Key | None = None, limit: int | None = None
+) -> list[PolicyVersion]:
+    """The stored versions, newest first."""
+    rows = await policy_versions.history(session, tenant.id, after, limit)
+    return [policy_versions.to_version(r) for r in rows]
 
 
 async def replace(

@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from schemas.canonical import redact
 from schemas.capabilities import CapabilityCatalog
+from schemas.pages import Key
 from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.quotas import Quota
 from schemas.settings import MoatSettings
@@ -137,8 +138,10 @@ async def _probe(session: AsyncSession, tenant_id: str, probe_id: str) -> ProbeR
     return row
 
 
-async def list_probes(session: AsyncSession, tenant_id: str) -> list[ProbeInfo]:
-    return [probe_info(row) for row in await probes.list_probes(session, tenant_id)]
+async def list_probes(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> list[ProbeInfo]:
+    return [probe_info(row) for row in await probes.list_probes(session, tenant_id, after, limit)]
 
 
 async def pause_probe(

@@ -16,6 +16,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.hosts import canonical_host, judged_address, parse_allow_entry
+from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
 from schemas.webhooks import (
     Delivery,
@@ -89,8 +90,11 @@ async def add(
     return WebhookWithSecret(**webhooks.to_webhook(row).model_dump(), secret=secret)
 
 
-async def list_webhooks(session: AsyncSession, tenant_id: str) -> list[Webhook]:
-    return [webhooks.to_webhook(r) for r in await webhooks.list_active(session, tenant_id)]
+async def list_webhooks(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> list[Webhook]:
+    rows = await webhooks.list_active(session, tenant_id, after, limit)
+    return [webhooks.to_webhook(r) for r in rows]
 
 
 async def _found(
@@ -121,7 +125,11 @@ async def remove(session: AsyncSession, tenant_id: str, subscription_id: str) ->
 
 
 async def deliveries(
-    session: AsyncSession, tenant_id: str, subscription_id: str, limit: int
+    session: AsyncSession,
+    tenant_id: str,
+    subscription_id: str,
+    limit: int,
+    after: Key | None = None,
 ) -> list[Delivery]:
     row = (
         await webhooks.get(session, tenant_id, subscription_id)
@@ -132,5 +140,5 @@ async def deliveries(
         raise webhook_not_found(subscription_id)
     return [
         Delivery.model_validate(d, from_attributes=True)
-        for d in await outbox.deliveries(session, tenant_id, subscription_id, limit)
+        for d in await outbox.deliveries(session, tenant_id, subscription_id, limit, after)
     ]

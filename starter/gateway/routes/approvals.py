@@ -5,14 +5,17 @@ admin key decides through ``/v1/admin/tenants/{id}/approvals``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
+from schemas.pages import ApprovalPage
 from schemas.policy import APPROVALS_WRITE, Approval, ApprovalDecision, ApprovalStatus, key_actor
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
-from starter.service import approvals
+from starter.gateway.pages import Cursor
+from starter.service import approvals, pages
 
 router = APIRouter(
     prefix="/v1/approvals", tags=["approvals"], responses=documented_errors(401, 403, 500)
@@ -22,16 +25,24 @@ ApprovalId = Annotated[str, Path(max_length=64, pattern=r"^apr_[0-9a-f]+$")]
 DECISION_ERRORS = documented_errors(400, 404, 409)
 
 
-@router.get("", summary="Approvals, newest first", response_model=list[Approval])
+@router.get(
+    "",
+    summary="Approvals, newest first",
+    response_model=ApprovalPage,
+    responses=documented_errors(400),
+)
 async def list_approvals(
     request: Request,
     credentials: TenantKey,
     status: Annotated[ApprovalStatus | None, Query(description="Only these.")] = None,
     limit: Annotated[int, Query(ge=1, le=approvals.LIST_LIMIT)] = 50,
-) -> list[Approval]:
+    cursor: Cursor = None,
+) -> ApprovalPage:
+    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         key = await authenticate(session, credentials)
-        return await approvals.list_approvals(session, key.tenant_id, status, limit)
+        rows = await approvals.list_approvals(session, key.tenant_id, status, limit + 1, after)
+    return ApprovalPage(**pages.cut(rows, limit, lambda a: (a.requested_at, a.id)))
 
 
 @router.get(

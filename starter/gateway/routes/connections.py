@@ -19,10 +19,12 @@ from schemas.connections import (
     ConnectionInfo,
     ConnectionRotate,
 )
+from schemas.pages import ConnectionPage
 from schemas.scopes import CONNECTIONS_WRITE
 from starter.gateway.deps import Deps, TenantKey, authenticate, deps_of, require_admin
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, connections, tenants
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
+from starter.service import MoatError, connections, pages, tenants
 from store.keys.connections import ConnectionCipher
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
@@ -66,14 +68,18 @@ async def create_connection(
 
 @router.get(
     "",
-    summary="List the tenant's connections, revoked ones included",
-    response_model=list[ConnectionInfo],
-    responses=documented_errors(401, 500),
+    summary="List the tenant's connections, revoked ones included, oldest first",
+    response_model=ConnectionPage,
+    responses=documented_errors(400, 401, 500),
 )
-async def list_connections(request: Request, credentials: TenantKey) -> list[ConnectionInfo]:
+async def list_connections(
+    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ConnectionPage:
+    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return await connections.list_all(session, tenant.tenant_id)
+        rows = await connections.list_all(session, tenant.tenant_id, after, limit + 1)
+    return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
 
 @router.get(
@@ -147,11 +153,15 @@ async def admin_create_connection(
         )
 
 
-@admin_router.get("", summary="List a tenant's connections", response_model=list[ConnectionInfo])
-async def admin_list_connections(request: Request, tenant_id: TenantId) -> list[ConnectionInfo]:
+@admin_router.get("", summary="List a tenant's connections", response_model=ConnectionPage)
+async def admin_list_connections(
+    request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ConnectionPage:
+    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
-        return await connections.list_all(session, tenant_id)
+        rows = await connections.list_all(session, tenant_id, after, limit + 1)
+    return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
 
 @admin_router.get(

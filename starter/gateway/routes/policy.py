@@ -8,10 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.pages import PolicyVersionPage
 from schemas.policy import POLICY_WRITE, PolicyDocument, PolicyVersion, key_actor
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, policy, tenants
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit
+from starter.service import MoatError, pages, policy, tenants
 from store.models import Tenant
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"], responses=documented_errors(401, 403, 500))
@@ -48,11 +50,21 @@ async def put_policy(
         )
 
 
-@router.get("/versions", summary="Every version, newest first", response_model=list[PolicyVersion])
-async def list_versions(request: Request, credentials: TenantKey) -> list[PolicyVersion]:
+@router.get(
+    "/versions",
+    summary="The versions, newest first",
+    response_model=PolicyVersionPage,
+    responses=documented_errors(400),
+)
+async def list_versions(
+    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> PolicyVersionPage:
+    after = pages.after(cursor, (int,))
     async with deps_of(request).sessions.begin() as session:
         key = await authenticate(session, credentials)
-        return await policy.history(session, await _tenant(session, key.tenant_id))
+        tenant = await _tenant(session, key.tenant_id)
+        rows = await policy.history(session, tenant, after, limit + 1)
+    return PolicyVersionPage(**pages.cut(rows, limit, lambda v: (v.version,)))
 
 
 @router.get(
