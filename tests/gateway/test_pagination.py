@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from store import tenancy
@@ -18,6 +19,19 @@ from tests.gateway.test_policy import ADMIN, bearer, new_key
 from tests.support.stack import Stack
 
 SEEDED = 5
+
+
+async def every_page(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> list[Any]:
+    """Every item of a paginated list, read page by page in the largest pages."""
+    items: list[Any] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 200} | ({"cursor": cursor} if cursor else {})
+        answer = await http.get(url, params=params, headers=headers)
+        assert answer.status_code == 200, answer.text
+        items += answer.json()["items"]
+        if (cursor := answer.json()["next_cursor"]) is None:
+            return items
 
 
 @dataclass
@@ -178,16 +192,8 @@ async def seed_tenants(stack: Stack, key: str) -> tuple[str, list[str]]:
     for _ in range(SEEDED):
         await stack.new_tenant()
     # Every tenant of the database, read in the largest pages: the small ones must agree.
-    ids: list[str] = []
-    cursor = None
-    while True:
-        params = {"limit": 200} | ({"cursor": cursor} if cursor else {})
-        page = (
-            await stack.http.get(f"{stack.url}/v1/admin/tenants", params=params, headers=ADMIN)
-        ).json()
-        ids += [t["id"] for t in page["items"]]
-        if (cursor := page["next_cursor"]) is None:
-            return "/v1/admin/tenants", ids
+    every = await every_page(stack.http, f"{stack.url}/v1/admin/tenants", ADMIN)
+    return "/v1/admin/tenants", [t["id"] for t in every]
 
 
 LISTINGS = [
