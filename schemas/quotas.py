@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The most any quota may be set to: a limit, not a way to switch quotas off.
 MAX_QUOTA = 1_000_000
@@ -77,6 +77,13 @@ class QuotaUpdate(BaseModel):
     connections: int | None = Field(default=None, ge=0, le=MAX_QUOTA)
     pending_approvals: int | None = Field(default=None, ge=0, le=MAX_QUOTA)
     policy_versions: int | None = Field(default=None, ge=0, le=MAX_QUOTA)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):  # JSON true/false is no number, though Python's is
+            raise ValueError("a limit is a whole number or null")
+        return value
 
     def changes(self) -> dict[Quota, int | None]:
         """The quotas named in the body, each with its new limit (None: the default)."""

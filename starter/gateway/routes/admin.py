@@ -64,7 +64,7 @@ async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
 async def list_tenants(
     request: Request, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> TenantPage:
-    after = pages.after(cursor, (datetime, str))
+    after = pages.after(cursor, (datetime, str))  # the admin key is checked before
     async with deps_of(request).sessions.begin() as session:
         rows = await tenants.list_tenants(session, after, limit + 1)
     return TenantPage(**pages.cut(rows, limit, by_creation))
@@ -142,10 +142,10 @@ async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) 
 async def list_keys(
     request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ApiKeyPage:
-    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
+        after = pages.after(cursor, (datetime, str))
         rows = await tenants.list_keys(session, tenant_id, after, limit + 1)
     return ApiKeyPage(**pages.cut(rows, limit, by_creation))
 
@@ -187,7 +187,7 @@ async def get_tenant_policy(request: Request, tenant_id: TenantId) -> PolicyVers
     "/tenants/{tenant_id}/policy",
     summary="Replace a tenant's policy (a new version)",
     response_model=PolicyVersion,
-    responses=documented_errors(404),
+    responses=documented_errors(404, 429),
 )
 async def put_tenant_policy(
     request: Request, tenant_id: TenantId, body: PolicyDocument

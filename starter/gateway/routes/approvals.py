@@ -38,9 +38,9 @@ async def list_approvals(
     limit: Annotated[int, Query(ge=1, le=approvals.LIST_LIMIT)] = 50,
     cursor: Cursor = None,
 ) -> ApprovalPage:
-    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         key = await authenticate(session, credentials)
+        after = pages.after(cursor, (datetime, str))
         rows = await approvals.list_approvals(session, key.tenant_id, status, limit + 1, after)
     return ApprovalPage(**pages.cut(rows, limit, lambda a: (a.requested_at, a.id)))
 

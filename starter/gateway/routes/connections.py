@@ -50,7 +50,7 @@ def _cipher(deps: Deps) -> ConnectionCipher:
     status_code=201,
     summary="Store a credential once; executions name it by id",
     response_model=ConnectionInfo,
-    responses=documented_errors(400, 401, 403, 500),
+    responses=documented_errors(400, 401, 403, 429, 500),
 )
 async def create_connection(
     request: Request, credentials: TenantKey, body: ConnectionCreate
@@ -75,9 +75,9 @@ async def create_connection(
 async def list_connections(
     request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ConnectionPage:
-    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
+        after = pages.after(cursor, (datetime, str))
         rows = await connections.list_all(session, tenant.tenant_id, after, limit + 1)
     return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
@@ -140,7 +140,11 @@ async def _admin_tenant(session: AsyncSession, tenant_id: str) -> None:
 
 
 @admin_router.post(
-    "", status_code=201, summary="Store a credential for a tenant", response_model=ConnectionInfo
+    "",
+    status_code=201,
+    summary="Store a credential for a tenant",
+    response_model=ConnectionInfo,
+    responses=documented_errors(429),
 )
 async def admin_create_connection(
     request: Request, tenant_id: TenantId, body: ConnectionCreate
@@ -153,13 +157,18 @@ async def admin_create_connection(
         )
 
 
-@admin_router.get("", summary="List a tenant's connections", response_model=ConnectionPage)
+@admin_router.get(
+    "",
+    summary="List a tenant's connections",
+    response_model=ConnectionPage,
+    responses=documented_errors(400),
+)
 async def admin_list_connections(
     request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ConnectionPage:
-    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
+        after = pages.after(cursor, (datetime, str))
         rows = await connections.list_all(session, tenant_id, after, limit + 1)
     return ConnectionPage(**pages.cut(rows, limit, by_creation))
 

@@ -40,9 +40,9 @@ async def list_dead_letters(
     cursor: Cursor = None,
 ) -> DeadLetterList:
     deps = deps_of(request)
-    after = pages.after(cursor, (datetime, str))
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
+        after = pages.after(cursor, (datetime, str))
         rows = await dead_letters.list_open(session, tenant.tenant_id, status, limit + 1, after)
     return DeadLetterList(**pages.cut(rows, limit, by_creation))
 

@@ -33,7 +33,7 @@ async def get_policy(request: Request, credentials: TenantKey) -> PolicyVersion:
     "",
     summary="Replace the policy (a new version)",
     response_model=PolicyVersion,
-    responses=documented_errors(400),
+    responses=documented_errors(400, 429),
 )
 async def put_policy(
     request: Request, credentials: TenantKey, body: PolicyDocument
@@ -59,9 +59,9 @@ async def put_policy(
 async def list_versions(
     request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> PolicyVersionPage:
-    after = pages.after(cursor, (int,))
     async with deps_of(request).sessions.begin() as session:
         key = await authenticate(session, credentials)
+        after = pages.after(cursor, (int,))
         tenant = await _tenant(session, key.tenant_id)
         rows = await policy.history(session, tenant, after, limit + 1)
     return PolicyVersionPage(**pages.cut(rows, limit, lambda v: (v.version,)))

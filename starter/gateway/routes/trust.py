@@ -108,7 +108,7 @@ async def platform_trust(
     status_code=201,
     summary="Probe a capability on a schedule (synthetic traffic)",
     response_model=ProbeInfo,
-    responses=documented_errors(400, 401, 404, 500),
+    responses=documented_errors(400, 401, 404, 429, 500),
 )
 async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate) -> ProbeInfo:
     """Runs the capability through the normal execute path every `interval_seconds`, marked
@@ -132,9 +132,9 @@ async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate)
 async def list_probes(
     request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ProbePage:
-    after = pages.after(cursor, (datetime, str))
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
+        after = pages.after(cursor, (datetime, str))
         rows = await probes.list_probes(session, tenant.tenant_id, after, limit + 1)
     return ProbePage(**pages.cut(rows, limit, by_creation))
 

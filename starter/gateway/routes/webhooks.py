@@ -25,7 +25,7 @@ router = APIRouter()
     summary="Subscribe an endpoint to events",
     status_code=201,
     response_model=WebhookWithSecret,
-    responses=documented_errors(400, 401, 500),
+    responses=documented_errors(400, 401, 429, 500),
 )
 async def add_webhook(
     request: Request, body: WebhookCreate, credentials: TenantKey
@@ -51,16 +51,16 @@ async def add_webhook(
     tags=["webhooks"],
     summary="The tenant's webhook subscriptions",
     response_model=WebhookList,
-    responses=documented_errors(401, 500),
+    responses=documented_errors(400, 401, 500),
 )
 async def list_webhooks(
     request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> WebhookList:
     """Oldest first, in pages."""
     deps = deps_of(request)
-    after = pages.after(cursor, (datetime, str))
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
+        after = pages.after(cursor, (datetime, str))
         rows = await webhooks.list_webhooks(session, tenant.tenant_id, after, limit + 1)
     return WebhookList(**pages.cut(rows, limit, by_creation))
 
@@ -115,8 +115,8 @@ async def list_deliveries(
 ) -> DeliveryList:
     """Time, HTTP status, latency and error of each attempt, to debug an endpoint."""
     deps = deps_of(request)
-    after = pages.after(cursor, (datetime, str))
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
+        after = pages.after(cursor, (datetime, str))
         rows = await webhooks.deliveries(session, tenant.tenant_id, webhook_id, limit + 1, after)
     return DeliveryList(**pages.cut(rows, limit, lambda d: (d.attempted_at, d.id)))
