@@ -6,13 +6,17 @@ own limits and the tenant reads them with its usage."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from schemas.settings import MoatSettings
+from starter.cli import app as cli
 from tests.gateway.test_policy import ADMIN, bearer, new_key
 from tests.support.stack import Stack
 
@@ -237,3 +241,35 @@ async def test_concurrent_calls_for_the_last_approval_slot(stack: Stack) -> None
 
 async def put_policy_document(stack: Stack, key: str, document: dict[str, Any]) -> httpx.Response:
     return await stack.http.put(f"{stack.url}/v1/policy", json=document, headers=bearer(key))
+
+
+def test_cli_tenant_quotas(base_settings: MoatSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert base_settings.database_url is not None
+    monkeypatch.setenv("MOAT_DATABASE_URL", base_settings.database_url)
+    monkeypatch.setenv("MOAT_HOME", str(base_settings.home))
+    monkeypatch.setenv("MOAT_QUOTA_PROBES", "7")
+    runner = CliRunner()
+    name = f"quotas-{uuid.uuid4().hex[:8]}"
+    assert runner.invoke(cli, ["tenant", "create", name]).exit_code == 0
+
+    shown = json.loads(runner.invoke(cli, ["tenant", "quotas", name, "--json"]).output)
+    assert state(shown, "probes") | {"counts": ""} == {
+        "quota": "probes",
+        "limit": 7,
+        "usage": 0,
+        "source": "default",
+        "counts": "",
+    }
+    made = runner.invoke(
+        cli, ["tenant", "quotas", name, "--set", "webhooks=3", "--set", "probes=1", "--json"]
+    )
+    assert made.exit_code == 0, made.output
+    assert state(json.loads(made.output), "webhooks")["limit"] == 3
+    cleared = runner.invoke(cli, ["tenant", "quotas", name, "--clear", "probes", "--json"])
+    assert state(json.loads(cleared.output), "probes")["source"] == "default"
+    table = runner.invoke(cli, ["tenant", "quotas", name])
+    assert table.exit_code == 0 and "webhooks" in table.output
+
+    for bad in (["--set", "webhooks"], ["--set", "nothing=1"], ["--set", "webhooks=-1"]):
+        refused = runner.invoke(cli, ["tenant", "quotas", name, *bad])
+        assert refused.exit_code == 2, (bad, refused.output)
