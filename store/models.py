@@ -149,7 +149,16 @@ class OutcomeEventRow(Base):
 
 class PolicyDecisionRow(Base):
     __tablename__ = "policy_decisions"
-    __table_args__ = (Index("ix_policy_decisions_tenant_time", "tenant_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_policy_decisions_tenant_time", "tenant_id", "created_at"),
+        # The pending-approvals quota's reservations (migration 0014).
+        Index(
+            "ix_policy_decisions_awaiting_approval",
+            "tenant_id",
+            "created_at",
+            postgresql_where=text("rule_hit = 'APPROVAL_REQUIRED'"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))

@@ -5,6 +5,10 @@ security like every tenant table (ENABLE and FORCE, the tenant policy); the appl
 role reads and writes them, because the admin API that sets them runs as that role, scoped
 to the tenant it names.
 
+The pending-approvals quota counts, besides the approvals pending, the calls the policy
+step sent to wait whose approval row is not written yet: a partial index finds a tenant's
+recent such decisions without reading its others.
+
 Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-26
@@ -32,6 +36,8 @@ ALTER TABLE tenant_quotas ENABLE ROW LEVEL SECURITY;
 ALTER TABLE tenant_quotas FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON tenant_quotas USING ({TENANT}) WITH CHECK ({TENANT});
 GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_quotas TO {APP_ROLE};
+CREATE INDEX ix_policy_decisions_awaiting_approval ON policy_decisions (tenant_id, created_at)
+    WHERE rule_hit = 'APPROVAL_REQUIRED';
 """
 
 
@@ -40,4 +46,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX ix_policy_decisions_awaiting_approval")
     op.execute("DROP TABLE tenant_quotas")
