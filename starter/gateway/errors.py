@@ -238,9 +238,9 @@ ERROR_DESCRIPTIONS = {
     413: "`payload_too_large`: the body is over the gateway's limit.",
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",
-    429: "`quota_exceeded`: the tenant holds as many of something as its quota allows; "
-    "`details` names the `quota`, its `limit` and the `usage` now. Remove some, or ask an "
-    "admin to raise it.",
+    429: "`quota_exceeded`: the tenant holds as many of something as its quota allows "
+    "(an execution: as many calls waiting for approval); `details` names the `quota`, its "
+    "`limit` and the `usage` now. Remove some, or ask an admin to raise it.",
     500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
     503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet.",
 }

@@ -75,15 +75,10 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
             "`policy_denied`), a refused host (`host_not_allowed`) or a revoked connection "
             "(`connection_revoked`); the receipt records it."
         ),
-        429: _envelope_response(
-            "`failed` with `quota_exceeded`: the call would wait for approval while the "
-            "tenant already has its `pending_approvals` quota of calls waiting; "
-            "`error.details` holds the `limit` and `usage`."
-        ),
         502: _envelope_response(
             "`failed`: the provider failed; `error.details.provider_status` is its status."
         ),
-        **documented_errors(400, 401, 404, 413, 422, 500),
+        **documented_errors(400, 401, 404, 413, 422, 429, 500),
     },
     openapi_extra={
         "requestBody": {
