@@ -97,7 +97,14 @@ def build_worker(
     # Connections are opened at the call, under the tenant's row-level security.
     resolver = StoreConnectionResolver(sessions, ConnectionCipher.from_settings(settings))
     start_keys = StartKeyring.from_settings(settings)
-    acts = ExecuteActivities(sessions, by_name, start_keys, sealer, connections=resolver)
+    acts = ExecuteActivities(
+        sessions,
+        by_name,
+        start_keys,
+        sealer,
+        connections=resolver,
+        quota_limits=settings.quota_limits,
+    )
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)

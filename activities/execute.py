@@ -25,6 +25,7 @@ from schemas.events import AggregateType, EventDraft, EventType
 from schemas.ids import uuid7
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyVersion
+from schemas.quotas import DEFAULT_QUOTAS, Quota, QuotaLimits, exceeded
 from schemas.records import (
     OUTCOME_UNKNOWN,
     Decision,
@@ -53,6 +54,7 @@ from store import (
     outputs,
     policy,
     policy_versions,
+    quotas,
     receipts,
     tenancy,
     tenants,
@@ -87,7 +89,9 @@ class ExecuteActivities:
         start_keys: StartKeyring,
         sealer: OutputSealer,
         connections: ConnectionResolver | None = None,
+        quota_limits: QuotaLimits | None = None,
     ) -> None:
+        self._quota_limits = quota_limits or DEFAULT_QUOTAS
         self._sessions = sessions
         self._adapters = adapters
         self._start_keys = start_keys
@@ -199,8 +203,13 @@ class ExecuteActivities:
         *,
         events: bool,
     ) -> PolicyOutcome:
-        decision, rule, reason, budget = await _evaluate(session, inp, document, tenant, now)
+        denial: dict[str, Any] = {}
+        decision, rule, reason, budget = await _evaluate(
+            session, inp, document, tenant, now, self._quota_limits, denial
+        )
         row = await _record_decision(session, inp, document, inp.receipt_id, decision, rule, reason)
+        if row.rule_hit == RuleHit.QUOTA_EXCEEDED.value:
+            denial = denial or {"quota": Quota.PENDING_APPROVALS.value}
         matched = document.rule_for(inp.capability.id)
         waits = row.rule_hit == RuleHit.APPROVAL_REQUIRED.value
         ttl = matched.approval_ttl_seconds if matched else DEFAULT_APPROVAL_TTL_SECONDS
@@ -230,6 +239,7 @@ class ExecuteActivities:
             policy_version=row.policy_version,
             approval_ttl_seconds=ttl if waits else None,
             allow_self_approval=bool(matched and matched.allow_self_approval),
+            denial_details=denial or None,
         )
         if events:
             chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.policy")
@@ -561,8 +571,11 @@ async def _evaluate(
     document: PolicyVersion,
     tenant: Tenant | None,
     now: datetime,
+    limits: QuotaLimits,
+    denial: dict[str, Any],
 ) -> tuple[Decision, RuleHit, str, budgets.BudgetState | None]:
-    """The decision, and the budget it was taken against (None when none applies).
+    """The decision, and the budget it was taken against (None when none applies); what a
+    denial's envelope says beside its code goes into ``denial``.
 
     ``bypass`` skips every check, and only for a tenant the operators allowed it; otherwise
     the tenant is held to ``standard``. ``audit`` evaluates like ``standard`` and records
@@ -612,6 +625,11 @@ async def _evaluate(
     if mode == PolicyMode.STRICT and _requires_approval(document, inp):
         rule = document.rule_for(inp.capability.id)
         why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
+        full = await _approvals_full(session, inp, now, limits)
+        if full is not None:
+            reason, details = full
+            denial.update(details)
+            return Decision.DENY, RuleHit.QUOTA_EXCEEDED, reason, budget
         return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
@@ -629,6 +647,25 @@ async def _lender_refusal(session: AsyncSession, inp: PolicyInput) -> str | None
     if inp.api_key_id and await api_keys.is_revoked(session, inp.tenant_id, inp.api_key_id):
         return f"the probe's key {inp.api_key_id} is revoked: resume the probe with a live key"
     return None
+
+
+async def _approvals_full(
+    session: AsyncSession, inp: PolicyInput, now: datetime, limits: QuotaLimits
+) -> tuple[str, dict[str, Any]] | None:
+    """The refusal of a call that would wait for approval while the tenant already has its
+    quota of calls waiting, else None. Decided here, not at ingest: only this step knows
+    whether the call waits (its policy version, its rules), and it holds the quota's lock
+    through its decision, which counts as waiting until the approval row replaces it; so two
+    calls racing for the last slot cannot both pass."""
+    quota = Quota.PENDING_APPROVALS
+    if not inp.dry_run:
+        await quotas.lock(session, inp.tenant_id, quota)
+    own = await quotas.override(session, inp.tenant_id, quota)
+    limit = own if own is not None else limits[quota]
+    usage = await quotas.usage(session, inp.tenant_id, quota, now, own_receipt=inp.receipt_id)
+    if usage < limit:
+        return None
+    return exceeded(quota, limit, usage, "tenant" if own is not None else "default")
 
 
 def _requires_approval(document: PolicyVersion, inp: PolicyInput) -> bool:

@@ -115,6 +115,9 @@ ERROR_MESSAGES: dict[str, str] = {
     "gateway_error": "Moat failed internally; the trace id identifies the fault.",
     "policy_denied": "Policy denied the execution.",
     "budget_exceeded": "The tenant's budget for this capability is used up for the period.",
+    "quota_exceeded": "The tenant has as many calls waiting for approval as its "
+    "pending_approvals quota allows (details: limit, usage): approve or reject some, then "
+    "call again with a new key, or ask an admin to raise the quota.",
     "host_not_allowed": "The target host is not allowed (loopback/private or not allow-listed).",
     "provider_invalid_response": "The provider answered with a body Moat cannot record (e.g. "
     "JSON nested too deeply); the call may have taken effect, so it was not retried.",

@@ -123,6 +123,7 @@ class RuleHit(StrEnum):
     BYPASSED = "BYPASSED"
     # A synthetic run whose key (the probe's creator) is revoked, or that carries none.
     KEY_REVOKED = "KEY_REVOKED"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 
 
 class Decision(StrEnum):

@@ -104,6 +104,11 @@ class PolicyOutcome(BaseModel):
         description="Set when the run must wait for a person's approval: how long it waits.",
     )
     allow_self_approval: bool = False
+    denial_details: dict[str, Any] | None = Field(
+        default=None,
+        description="What a denial's envelope says beside its code (a quota's limit and "
+        "usage); None when there is nothing to add.",
+    )
 
 
 class AdapterInput(BaseModel):
@@ -180,8 +185,11 @@ class RecordInput(BaseModel):
 
     def kept(self) -> KeptOutput | None:
         """What of the answer is kept with the receipt (sealed, in ``execution_outputs``): a
-        called adapter's output, or what the provider said when it refused. None: nothing."""
-        if not self.adapter_called or (self.output is None and not self.error_details):
+        called adapter's output, or what the provider said when it refused, or what a
+        denial's envelope says beside its code (a quota's figures). None: nothing."""
+        if self.output is None and not self.error_details:
+            return None
+        if not self.adapter_called and not self.error_details:
             return None
         return KeptOutput(output=self.output, error_details=self.error_details)
 

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES
 from schemas.hosts import AllowHosts
+from schemas.quotas import DEFAULT_QUOTAS, MAX_QUOTA, Quota, QuotaLimits
 from schemas.trust import DEFAULT_MIN_SAMPLES
 
 APP_DATABASE_ROLE = "moat_app"
@@ -278,6 +279,38 @@ class MoatSettings(BaseSettings):
         "500}; 0: no limit for that tenant.",
     )
 
+    quota_webhooks: int = Field(
+        default=DEFAULT_QUOTAS[Quota.WEBHOOKS],
+        ge=0,
+        le=MAX_QUOTA,
+        description="Most webhook subscriptions a tenant may have (an admin may set its own).",
+    )
+    quota_probes: int = Field(
+        default=DEFAULT_QUOTAS[Quota.PROBES],
+        ge=0,
+        le=MAX_QUOTA,
+        description="Most synthetic probes a tenant may have (an admin may set its own).",
+    )
+    quota_connections: int = Field(
+        default=DEFAULT_QUOTAS[Quota.CONNECTIONS],
+        ge=0,
+        le=MAX_QUOTA,
+        description="Most connections not revoked a tenant may have (an admin may set its own).",
+    )
+    quota_pending_approvals: int = Field(
+        default=DEFAULT_QUOTAS[Quota.PENDING_APPROVALS],
+        ge=0,
+        le=MAX_QUOTA,
+        description="Most calls a tenant may have waiting for approval; a call that would "
+        "wait beyond it fails with quota_exceeded (an admin may set the tenant's own).",
+    )
+    quota_policy_versions: int = Field(
+        default=DEFAULT_QUOTAS[Quota.POLICY_VERSIONS],
+        ge=0,
+        le=MAX_QUOTA,
+        description="Most policy versions a tenant may store (an admin may set its own).",
+    )
+
     @field_validator("http_allow_hosts", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
@@ -307,6 +340,11 @@ class MoatSettings(BaseSettings):
                 "on the gateway port)"
             )
         return self
+
+    @property
+    def quota_limits(self) -> QuotaLimits:
+        """The default limit of every quota (``MOAT_QUOTA_<NAME>``)."""
+        return {quota: getattr(self, f"quota_{quota.value}") for quota in Quota}
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -115,6 +115,10 @@ class WebhookWithSecret(Webhook):
 
 class WebhookList(BaseModel):
     items: list[Webhook]
+    next_cursor: str | None = Field(
+        default=None,
+        description="Opaque cursor of the next page (pass it as `cursor`); null on the last.",
+    )
 
 
 class Delivery(BaseModel):
@@ -132,6 +136,10 @@ class Delivery(BaseModel):
 
 class DeliveryList(BaseModel):
     items: list[Delivery]
+    next_cursor: str | None = Field(
+        default=None,
+        description="Opaque cursor of the next page (pass it as `cursor`); null on the last.",
+    )
 
 
 class DeadLetter(BaseModel):
@@ -151,6 +159,10 @@ class DeadLetter(BaseModel):
 
 class DeadLetterList(BaseModel):
     items: list[DeadLetter]
+    next_cursor: str | None = Field(
+        default=None,
+        description="Opaque cursor of the next page (pass it as `cursor`); null on the last.",
+    )
 
 
 class RequeueRequest(BaseModel):

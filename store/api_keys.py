@@ -9,6 +9,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,6 +20,7 @@ from schemas.scopes import DEFAULT_SCOPES
 from store import db
 from store.db import storable
 from store.models import ApiKey
+from store.pages import keyset
 
 API_KEY_PREFIX = "moat"
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -97,14 +99,15 @@ async def key_tenant(session: AsyncSession, key_id: str) -> str | None:
     return tenant_id
 
 
-async def list_api_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKey]:
-    result = await session.execute(
-        select(ApiKey)
-        .options(_WITHOUT_HASH)
-        .where(ApiKey.tenant_id == tenant_id)
-        .order_by(ApiKey.created_at, ApiKey.id)
-    )
-    return result.scalars().all()
+async def list_api_keys(
+    session: AsyncSession,
+    tenant_id: str,
+    after: tuple[Any, ...] | None = None,
+    limit: int | None = None,
+) -> Sequence[ApiKey]:
+    stmt = select(ApiKey).options(_WITHOUT_HASH).where(ApiKey.tenant_id == tenant_id)
+    stmt = keyset(stmt, (ApiKey.created_at, ApiKey.id), after, limit, newest_first=False)
+    return (await session.execute(stmt)).scalars().all()
 
 
 async def revoke_api_key(session: AsyncSession, key_id: str, now: datetime) -> ApiKey | None:

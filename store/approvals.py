@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.policy import Approval, ApprovalStatus
 from store.keys.codec import OutputSealer
 from store.models import ApprovalRow
+from store.pages import keyset
 
 
 async def request(session: AsyncSession, row: ApprovalRow) -> tuple[ApprovalRow, bool]:
@@ -71,12 +72,17 @@ async def pending_of_workflow(
 
 
 async def listing(
-    session: AsyncSession, tenant_id: str, status: str | None, limit: int
+    session: AsyncSession,
+    tenant_id: str,
+    status: str | None,
+    limit: int,
+    after: tuple[Any, ...] | None = None,
 ) -> Sequence[ApprovalRow]:
     stmt = select(ApprovalRow).where(ApprovalRow.tenant_id == tenant_id)
     if status is not None:
         stmt = stmt.where(ApprovalRow.status == status)
-    stmt = stmt.order_by(ApprovalRow.requested_at.desc()).limit(limit)
+    columns = (ApprovalRow.requested_at, ApprovalRow.id)
+    stmt = keyset(stmt, columns, after, limit, newest_first=True)
     return (await session.execute(stmt)).scalars().all()
 
 

@@ -24,6 +24,7 @@ from store.keys.connections import (
     last4,
 )
 from store.models import ConnectionRow
+from store.pages import keyset
 
 ID_PREFIX = "con_"
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -102,13 +103,16 @@ async def get_connection(
     return result.scalar_one_or_none()
 
 
-async def list_connections(session: AsyncSession, tenant_id: str) -> Sequence[ConnectionRow]:
-    result = await session.execute(
-        select(ConnectionRow)
-        .where(ConnectionRow.tenant_id == tenant_id)
-        .order_by(ConnectionRow.created_at, ConnectionRow.id)
-    )
-    return result.scalars().all()
+async def list_connections(
+    session: AsyncSession,
+    tenant_id: str,
+    after: tuple[Any, ...] | None = None,
+    limit: int | None = None,
+) -> Sequence[ConnectionRow]:
+    stmt = select(ConnectionRow).where(ConnectionRow.tenant_id == tenant_id)
+    columns = (ConnectionRow.created_at, ConnectionRow.id)
+    stmt = keyset(stmt, columns, after, limit, newest_first=False)
+    return (await session.execute(stmt)).scalars().all()
 
 
 async def rotate_connection(

@@ -22,6 +22,7 @@ from schemas.webhooks import (
     execution_dead_letter_id,
 )
 from store.models import CompensatingActionRow, DeadLetterRow, OutboxRow
+from store.pages import keyset
 
 
 def to_dead_letter(row: DeadLetterRow) -> DeadLetter:
@@ -100,12 +101,17 @@ async def record_execution(
 
 
 async def list_dead_letters(
-    session: AsyncSession, tenant_id: str, status: DeadLetterStatus | None, limit: int
+    session: AsyncSession,
+    tenant_id: str,
+    status: DeadLetterStatus | None,
+    limit: int,
+    after: tuple[Any, ...] | None = None,
 ) -> list[DeadLetterRow]:
     stmt = select(DeadLetterRow).where(DeadLetterRow.tenant_id == tenant_id)
     if status is not None:
         stmt = stmt.where(DeadLetterRow.status == status.value)
-    stmt = stmt.order_by(DeadLetterRow.created_at.desc(), DeadLetterRow.id.desc()).limit(limit)
+    columns = (DeadLetterRow.created_at, DeadLetterRow.id)
+    stmt = keyset(stmt, columns, after, limit, newest_first=True)
     return list((await session.execute(stmt)).scalars().all())
 
 

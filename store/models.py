@@ -149,7 +149,16 @@ class OutcomeEventRow(Base):
 
 class PolicyDecisionRow(Base):
     __tablename__ = "policy_decisions"
-    __table_args__ = (Index("ix_policy_decisions_tenant_time", "tenant_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_policy_decisions_tenant_time", "tenant_id", "created_at"),
+        # The pending-approvals quota's reservations (migration 0014).
+        Index(
+            "ix_policy_decisions_awaiting_approval",
+            "tenant_id",
+            "created_at",
+            postgresql_where=text("rule_hit = 'APPROVAL_REQUIRED'"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
@@ -512,3 +521,15 @@ class ProbeRow(Base):
     # it) and that key's scopes; None: made before probes carried one (not run).
     api_key_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     scopes: Mapped[list[str] | None] = mapped_column(ARRAY(Text), nullable=True)
+
+
+class TenantQuotaRow(Base):
+    """A tenant's own limit for one quota, set by an admin; without a row the quota's
+    default (a setting) applies."""
+
+    __tablename__ = "tenant_quotas"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    quota: Mapped[str] = mapped_column(String(32), primary_key=True)
+    quota_limit: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

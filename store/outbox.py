@@ -20,6 +20,7 @@ from schemas.canonical import redact
 from schemas.ids import uuid7
 from schemas.webhooks import OutboxStatus, SubscriptionStatus, WebhookEventType
 from store.models import OutboxRow, WebhookDeliveryRow, WebhookSubscription
+from store.pages import keyset
 
 
 async def subscribed(session: AsyncSession, tenant_id: str) -> frozenset[str]:
@@ -183,24 +184,20 @@ async def drop_pending(session: AsyncSession, tenant_id: str, subscription_id: s
 
 
 async def deliveries(
-    session: AsyncSession, tenant_id: str, subscription_id: str, limit: int
+    session: AsyncSession,
+    tenant_id: str,
+    subscription_id: str,
+    limit: int,
+    after: tuple[Any, ...] | None = None,
 ) -> list[WebhookDeliveryRow]:
-    """A subscription's attempts, newest first."""
-    return list(
-        (
-            await session.execute(
-                select(WebhookDeliveryRow)
-                .where(
-                    WebhookDeliveryRow.tenant_id == tenant_id,
-                    WebhookDeliveryRow.subscription_id == subscription_id,
-                )
-                .order_by(WebhookDeliveryRow.attempted_at.desc(), WebhookDeliveryRow.id.desc())
-                .limit(limit)
-            )
-        )
-        .scalars()
-        .all()
+    """A subscription's attempts, newest first (after ``after``)."""
+    stmt = select(WebhookDeliveryRow).where(
+        WebhookDeliveryRow.tenant_id == tenant_id,
+        WebhookDeliveryRow.subscription_id == subscription_id,
     )
+    columns = (WebhookDeliveryRow.attempted_at, WebhookDeliveryRow.id)
+    stmt = keyset(stmt, columns, after, limit, newest_first=True)
+    return list((await session.execute(stmt)).scalars().all())
 
 
 async def set_status(session: AsyncSession, row: OutboxRow, **values: Any) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.policy import PolicyVersion
 from schemas.records import PolicyMode
 from store.models import PolicyVersionRow, Tenant
+from store.pages import keyset
 
 
 async def latest(session: AsyncSession, tenant_id: str) -> PolicyVersionRow | None:
@@ -35,12 +36,15 @@ async def get(session: AsyncSession, tenant_id: str, version: int) -> PolicyVers
     return await session.get(PolicyVersionRow, (tenant_id, version))
 
 
-async def history(session: AsyncSession, tenant_id: str) -> Sequence[PolicyVersionRow]:
-    stmt = (
-        select(PolicyVersionRow)
-        .where(PolicyVersionRow.tenant_id == tenant_id)
-        .order_by(PolicyVersionRow.version.desc())
-    )
+async def history(
+    session: AsyncSession,
+    tenant_id: str,
+    after: tuple[Any, ...] | None = None,
+    limit: int | None = None,
+) -> Sequence[PolicyVersionRow]:
+    """Newest first (after ``after``: a version number, at most ``limit``)."""
+    stmt = select(PolicyVersionRow).where(PolicyVersionRow.tenant_id == tenant_id)
+    stmt = keyset(stmt, (PolicyVersionRow.version,), after, limit, newest_first=True)
     return (await session.execute(stmt)).scalars().all()
 
 

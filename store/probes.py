@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import ProbeRow
+from store.pages import keyset
 
 
 def new_probe_id() -> str:
@@ -51,11 +52,15 @@ async def get_probe(session: AsyncSession, tenant_id: str, probe_id: str) -> Pro
     return row.scalar_one_or_none()
 
 
-async def list_probes(session: AsyncSession, tenant_id: str) -> Sequence[ProbeRow]:
-    rows = await session.execute(
-        select(ProbeRow).filter_by(tenant_id=tenant_id).order_by(ProbeRow.created_at, ProbeRow.id)
-    )
-    return rows.scalars().all()
+async def list_probes(
+    session: AsyncSession,
+    tenant_id: str,
+    after: tuple[Any, ...] | None = None,
+    limit: int | None = None,
+) -> Sequence[ProbeRow]:
+    stmt = select(ProbeRow).filter_by(tenant_id=tenant_id)
+    stmt = keyset(stmt, (ProbeRow.created_at, ProbeRow.id), after, limit, newest_first=False)
+    return (await session.execute(stmt)).scalars().all()
 
 
 async def set_paused(

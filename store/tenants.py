@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import string
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -58,10 +59,22 @@ async def set_http_allow_hosts(
     return tenant
 
 
-async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
-    """Every tenant, oldest first: the operators' directory across tenants, read through
-    ``moat_list_tenants()`` (row-level security keeps the table itself closed)."""
-    stmt = select(Tenant).from_statement(text("SELECT * FROM moat_list_tenants()"))
+async def list_tenants(
+    session: AsyncSession, after: tuple[Any, ...] | None = None, limit: int | None = None
+) -> Sequence[Tenant]:
+    """The tenants, oldest first (after ``after``: created_at and id; at most ``limit``): the
+    operators' directory across tenants, read through ``moat_list_tenants()`` (row-level
+    security keeps the table itself closed)."""
+    sql = "SELECT * FROM moat_list_tenants() t"
+    params: dict[str, Any] = {}
+    if after is not None:
+        sql += " WHERE (t.created_at, t.id) > (:after_at, :after_id)"
+        params.update(after_at=after[0], after_id=after[1])
+    sql += " ORDER BY t.created_at, t.id"
+    if limit is not None:
+        sql += " LIMIT :limit"
+        params["limit"] = limit
+    stmt = select(Tenant).from_statement(text(sql).bindparams(**params))
     return (await session.execute(stmt)).scalars().all()
 
 

@@ -8,6 +8,7 @@ import base64
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,6 +22,7 @@ from schemas.webhooks import (
 )
 from store.keys.codec import OutputSealer
 from store.models import WebhookSubscription
+from store.pages import keyset
 
 SECRET_BYTES = 32
 
@@ -77,22 +79,20 @@ async def get(
     return row
 
 
-async def list_active(session: AsyncSession, tenant_id: str) -> list[WebhookSubscription]:
-    """Every subscription not removed, oldest first."""
-    return list(
-        (
-            await session.execute(
-                select(WebhookSubscription)
-                .where(
-                    WebhookSubscription.tenant_id == tenant_id,
-                    WebhookSubscription.status != SubscriptionStatus.REMOVED.value,
-                )
-                .order_by(WebhookSubscription.created_at, WebhookSubscription.id)
-            )
-        )
-        .scalars()
-        .all()
+async def list_active(
+    session: AsyncSession,
+    tenant_id: str,
+    after: tuple[Any, ...] | None = None,
+    limit: int | None = None,
+) -> list[WebhookSubscription]:
+    """The subscriptions not removed, oldest first (after ``after``, at most ``limit``)."""
+    stmt = select(WebhookSubscription).where(
+        WebhookSubscription.tenant_id == tenant_id,
+        WebhookSubscription.status != SubscriptionStatus.REMOVED.value,
     )
+    columns = (WebhookSubscription.created_at, WebhookSubscription.id)
+    stmt = keyset(stmt, columns, after, limit, newest_first=False)
+    return list((await session.execute(stmt)).scalars().all())
 
 
 async def rotate(

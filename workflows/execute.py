@@ -72,6 +72,7 @@ DENIAL_CODES = {
     RuleHit.BUDGET_EXCEEDED: "budget_exceeded",
     RuleHit.SCOPE_MISSING: "scope_missing",
     RuleHit.KEY_REVOKED: "key_revoked",
+    RuleHit.QUOTA_EXCEEDED: "quota_exceeded",
 }
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
@@ -158,7 +159,11 @@ class ExecuteCapability:
         if policy.decision == Decision.DENY:
             code = DENIAL_CODES.get(policy.rule_hit, "policy_denied")
             record = record.model_copy(
-                update={"error_code": code, "taxonomy": ErrorTaxonomy.POLICY_DENIED}
+                update={
+                    "error_code": code,
+                    "taxonomy": ErrorTaxonomy.POLICY_DENIED,
+                    "error_details": policy.denial_details,
+                }
             )
         elif approval is not None and approval.status != ApprovalStatus.APPROVED:
             # Rejected or expired: no provider call, no budget used.

@@ -28,15 +28,18 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmat
 @approvals_app.command("list")
 def list_(
     status: Annotated[ApprovalStatus | None, typer.Option(help="Only these.")] = None,
+    limit: Annotated[int, typer.Option(help="Most approvals to show (1 to 200).")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Approvals, newest first."""
-    params = {"status": status.value if status else None}
-    answer = call(local_settings(), "GET", "/v1/approvals", api_key, params=params)
+    """Approvals, newest first, a page at a time."""
+    params = {"status": status.value if status else None, "limit": limit, "cursor": cursor}
+    page = call(local_settings(), "GET", "/v1/approvals", api_key, params=params)
     if as_json:
-        print_json(answer)
+        print_json(page)
         return
+    answer = page["items"]
     table = Table()
     table.add_column("approval", no_wrap=True)
     for name in ("status", "capability", "requested by", "expires (UTC)", "receipt"):
@@ -52,7 +55,8 @@ def list_(
             a["receipt_id"],
         )
     out.print(table)
-    out.print(f"{len(answer)} approvals")
+    more = f" (more: --cursor {page['next_cursor']})" if page.get("next_cursor") else ""
+    out.print(f"{len(answer)} approvals{more}")
 
 
 def _table(a: dict[str, Any]) -> Table:

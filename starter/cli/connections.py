@@ -86,7 +86,7 @@ async def _add(settings: MoatSettings, tenant: str, body: ConnectionCreate) -> C
     cipher = ConnectionCipher.from_settings(settings)
     async with owner_transaction(settings) as session:
         row = await tenant_of(session, tenant)
-        return await connections.add(session, cipher, row.id, body)
+        return await connections.add(session, cipher, row.id, body, settings.quota_limits)
 
 
 @connection_app.command("add")

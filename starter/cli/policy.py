@@ -73,15 +73,23 @@ def set_(
 
 
 @policy_app.command("history")
-def history(api_key: ApiKey = None, as_json: AsJson = False) -> None:
-    """Every version, newest first."""
-    answer = call(local_settings(), "GET", "/v1/policy/versions", api_key)
+def history(
+    limit: Annotated[int, typer.Option(help="Most versions to show (1 to 200).")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """The versions, newest first, a page at a time."""
+    params = {"limit": limit, "cursor": cursor}
+    page = call(local_settings(), "GET", "/v1/policy/versions", api_key, params=params)
     if as_json:
-        print_json(answer)
+        print_json(page)
         return
     table = Table("version", "mode", "rules", "by", "at (UTC)")
-    for v in answer:
+    for v in page["items"]:
         table.add_row(
             str(v["version"]), v["mode"], str(len(v["rules"])), v["created_by"], v["created_at"]
         )
     out.print(table)
+    if page.get("next_cursor"):
+        out.print(f"more: --cursor {page['next_cursor']}")

@@ -1,20 +1,22 @@
 """``moat tenant``: create tenants (with their first API key), list them, set the hosts a
-tenant's http.request may call besides the public ones."""
+tenant's http.request may call besides the public ones, show and set its quotas."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import NewTenant, TenantInfo
+from schemas.quotas import Quota, QuotaUpdate, TenantQuotas
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, fail, out, print_json, run
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
-from starter.service import MoatError, tenants
+from starter.service import MoatError, quotas, tenants
 from store.models import Tenant
 
 tenant_app = typer.Typer(no_args_is_help=True, help="Tenants.")
@@ -110,3 +112,58 @@ def allow_hosts(
         return
     listed = ", ".join(info.http_allow_hosts) or "none (public hosts only)"
     out.print(f"allowed hosts of {info.id}: {listed}", soft_wrap=True)
+
+
+def _quota_changes(assignments: list[str], cleared: list[str]) -> QuotaUpdate:
+    changes: dict[str, int | None] = {name: None for name in cleared}
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise fail(f"--set {item!r}: give QUOTA=N, e.g. --set webhooks=50", code=2)
+        changes[name.strip()] = int(value)
+    unknown = sorted(set(changes) - {q.value for q in Quota})
+    if unknown:
+        known = ", ".join(q.value for q in Quota)
+        raise fail(f"no quota {', '.join(unknown)}", f"quotas: {known}", code=2)
+    try:
+        return QuotaUpdate.model_validate(changes)
+    except ValidationError as err:
+        raise fail(f"invalid limit: {err.errors()[0]['msg']}", code=2) from None
+
+
+async def _quotas(settings: MoatSettings, tenant: str, update: QuotaUpdate) -> TenantQuotas:
+    async with owner_transaction(settings) as session:
+        row = await tenant_of(session, tenant)
+        return await quotas.update(session, settings.quota_limits, row.id, update)
+
+
+@tenant_app.command("quotas")
+def quotas_(
+    tenant: TenantArg,
+    assignments: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="QUOTA=N: the tenant's own limit (repeatable).", show_default=False
+        ),
+    ] = None,
+    cleared: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--clear", help="QUOTA: back to its default (repeatable).", show_default=False
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show a tenant's quotas (limit, where it comes from, usage), or set its own limits
+    over the MOAT_QUOTA_* defaults. A limit below the usage refuses new creates only."""
+    settings = local_settings()
+    report = run(_quotas(settings, tenant, _quota_changes(assignments or [], cleared or [])))
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+        return
+    table = Table("quota", "limit", "usage", "source", "counts")
+    for state in report.quotas:
+        table.add_row(
+            state.quota.value, str(state.limit), str(state.usage), state.source, state.counts
+        )
+    out.print(table)

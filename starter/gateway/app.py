@@ -45,6 +45,7 @@ from starter.gateway.routes import (
     webhooks,
 )
 from starter.gateway.routes import policy as policy_routes
+from starter.gateway.routes import quotas as quota_routes
 from starter.runtime import observability
 from starter.runtime.loop import settle_heap
 from starter.runtime.temporal import connect
@@ -225,6 +226,7 @@ def create_app(
             admin_routes.router,
             connections.admin_router,
             trust.admin_router,
+            quota_routes.admin_router,
             codec.router,
         ]
     else:
@@ -242,6 +244,8 @@ def create_app(
             evidence.router,
             webhooks.router,
             dead_letters.router,
+            quota_routes.router,
+            quota_routes.admin_router,
             codec.router,
         ]
     for router in routers:

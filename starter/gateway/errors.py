@@ -79,6 +79,7 @@ STATUS: dict[str, int] = {
     "idempotency_key_reused": 422,
     "payload_not_decodable": 422,
     "rate_limited": 429,
+    "quota_exceeded": 429,
     "gateway_error": 500,
     "jwks_unavailable": 503,
 }
@@ -120,9 +121,11 @@ def execution_status(envelope: Envelope) -> int:
         return 202
     if envelope.status != EnvelopeStatus.FAILED:
         return 200
+    code = envelope.error.code if envelope.error is not None else ""
+    if code == "quota_exceeded":  # refused by policy, yet the tenant's to free: as elsewhere
+        return STATUS[code]
     if envelope.receipt is not None and envelope.receipt.status == ExecutionStatus.POLICY_DENIED:
         return 403
-    code = envelope.error.code if envelope.error is not None else ""
     return _FAILED_EXECUTION_STATUS.get(code, PROVIDER_FAILED)
 
 
@@ -244,7 +247,10 @@ ERROR_DESCRIPTIONS = {
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",
     429: "`rate_limited`: the tenant is over its rate; retry after `Retry-After` seconds "
-    "(also `details.retry_after_seconds`).",
+    "(also `details.retry_after_seconds`). "
+    "`quota_exceeded`: the tenant holds as many of something as its quota allows "
+    "(an execution: as many calls waiting for approval); `details` names the `quota`, its "
+    "`limit` and the `usage` now. Remove some, or ask an admin to raise it.",
     500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
     503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet.",
 }

@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.names import DECIDE_APPROVAL_UPDATE
+from schemas.pages import Key
 from schemas.policy import (
     ADMIN_ACTOR,
     Approval,
@@ -62,10 +63,15 @@ def not_found(approval_id: str) -> MoatError:
 
 
 async def list_approvals(
-    session: AsyncSession, tenant_id: str, status: ApprovalStatus | None, limit: int = LIST_LIMIT
+    session: AsyncSession,
+    tenant_id: str,
+    status: ApprovalStatus | None,
+    limit: int = LIST_LIMIT,
+    after: Key | None = None,
 ) -> list[Approval]:
     """Newest first, without their inputs (``show`` has them)."""
-    rows = await approvals.listing(session, tenant_id, status.value if status else None, limit)
+    kind = status.value if status else None
+    rows = await approvals.listing(session, tenant_id, kind, limit, after)
     return [approvals.to_approval(r) for r in rows]
 
 

@@ -13,6 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import redact
 from schemas.connections import ConnectionCreate, ConnectionInfo
+from schemas.pages import Key
+from schemas.quotas import Quota, QuotaLimits
+from starter.service import quotas
 from starter.service.errors import MoatError
 from store import connections
 from store.keys.connections import ConnectionCipher
@@ -38,7 +41,11 @@ def revoked(row: ConnectionRow) -> MoatError:
 
 
 async def add(
-    session: AsyncSession, cipher: ConnectionCipher, tenant_id: str, body: ConnectionCreate
+    session: AsyncSession,
+    cipher: ConnectionCipher,
+    tenant_id: str,
+    body: ConnectionCreate,
+    limits: QuotaLimits | None = None,
 ) -> ConnectionInfo:
     if redact(body.config) != body.config:
         raise MoatError(
@@ -47,6 +54,7 @@ async def add(
             "or a credential-shaped value): config is shown to everyone who lists "
             "connections; put the credential in `secret`.",
         )
+    await quotas.guard(session, limits, tenant_id, Quota.CONNECTIONS)
     row = await connections.create_connection(
         session,
         cipher,
@@ -59,8 +67,11 @@ async def add(
     return connections.to_info(row)
 
 
-async def list_all(session: AsyncSession, tenant_id: str) -> list[ConnectionInfo]:
-    return [connections.to_info(r) for r in await connections.list_connections(session, tenant_id)]
+async def list_all(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> list[ConnectionInfo]:
+    rows = await connections.list_connections(session, tenant_id, after, limit)
+    return [connections.to_info(r) for r in rows]
 
 
 async def _row(session: AsyncSession, tenant_id: str, connection_id: str) -> ConnectionRow:

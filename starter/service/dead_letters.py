@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import AggregateType, EventDraft, EventType, event_id
+from schemas.pages import Key
 from schemas.records import Receipt
 from schemas.webhooks import (
     CompensatingAction,
@@ -45,9 +46,13 @@ def _not_found(dl_id: str) -> MoatError:
 
 
 async def list_open(
-    session: AsyncSession, tenant_id: str, status: DeadLetterStatus | None, limit: int
+    session: AsyncSession,
+    tenant_id: str,
+    status: DeadLetterStatus | None,
+    limit: int,
+    after: Key | None = None,
 ) -> list[DeadLetter]:
-    rows = await dead_letters.list_dead_letters(session, tenant_id, status, limit)
+    rows = await dead_letters.list_dead_letters(session, tenant_id, status, limit, after)
     return [dead_letters.to_dead_letter(r) for r in rows]
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.pages import Key
 from schemas.policy import PolicyDocument, PolicyVersion
+from schemas.quotas import Quota, QuotaLimits
 from schemas.records import PolicyMode
+from starter.service import quotas
 from starter.service.errors import MoatError
 from store import budgets, policy_versions
 from store.models import Tenant
@@ -44,15 +47,20 @@ async def version(session: AsyncSession, tenant: Tenant, number: int) -> PolicyV
     return policy_versions.to_version(row)
 
 
-async def history(session: AsyncSession, tenant: Tenant) -> list[PolicyVersion]:
-    """Every stored version, newest first."""
-    return [
-        policy_versions.to_version(r) for r in await policy_versions.history(session, tenant.id)
-    ]
+async def history(
+    session: AsyncSession, tenant: Tenant, after: Key | None = None, limit: int | None = None
+) -> list[PolicyVersion]:
+    """The stored versions, newest first."""
+    rows = await policy_versions.history(session, tenant.id, after, limit)
+    return [policy_versions.to_version(r) for r in rows]
 
 
 async def replace(
-    session: AsyncSession, tenant: Tenant, document: PolicyDocument, created_by: str
+    session: AsyncSession,
+    tenant: Tenant,
+    document: PolicyDocument,
+    created_by: str,
+    limits: QuotaLimits | None = None,
 ) -> PolicyVersion:
     """Store ``document`` as the tenant's next version; it applies to executions checked
     from now on, and makes approvals still pending under an older version stale."""
@@ -77,6 +85,7 @@ async def replace(
                     ]
                 },
             )
+    await quotas.guard(session, limits, tenant.id, Quota.POLICY_VERSIONS)
     row = await policy_versions.add(
         session, tenant.id, document.mode.value, document.model_dump(mode="json"), created_by
     )

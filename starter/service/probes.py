@@ -21,10 +21,13 @@ from temporalio.client import Client
 
 from schemas.canonical import redact
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
+from schemas.pages import Key
 from schemas.probes import ProbeCreate, ProbeInfo
+from schemas.quotas import Quota
 from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
+from starter.service import quotas
 from starter.service.errors import MoatError, field_errors
 from starter.service.scopes import require_scope
 from store import connections, db, probes
@@ -177,6 +180,7 @@ async def add_probe(
         _spec(catalog, body.capability_id, body.capability_version),
         body.connection_id,
     )
+    await quotas.guard(session, settings.quota_limits, tenant_id, Quota.PROBES)
     row = await probes.insert_probe(
         session,
         tenant_id,
@@ -201,8 +205,10 @@ async def _probe(session: AsyncSession, tenant_id: str, probe_id: str) -> ProbeR
     return row
 
 
-async def list_probes(session: AsyncSession, tenant_id: str) -> list[ProbeInfo]:
-    return [probe_info(row) for row in await probes.list_probes(session, tenant_id)]
+async def list_probes(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> list[ProbeInfo]:
+    return [probe_info(row) for row in await probes.list_probes(session, tenant_id, after, limit)]
 
 
 async def pause_probe(

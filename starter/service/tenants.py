@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import ApiKeyInfo, NewApiKey, NewTenant, TenantInfo
 from schemas.hosts import normalize_allow_list
+from schemas.pages import Key
 from schemas.scopes import DEFAULT_SCOPES, valid_scope
 from starter.service.errors import MoatError
 from store import api_keys, tenancy, tenants
@@ -58,9 +59,11 @@ def _violates(err: IntegrityError, constraint: str) -> bool:
     return isinstance(orig, pg_errors.UniqueViolation) and orig.diag.constraint_name == constraint
 
 
-async def list_tenants(session: AsyncSession) -> list[TenantInfo]:
-    """Every tenant, oldest first (the operators' directory)."""
-    return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session)]
+async def list_tenants(
+    session: AsyncSession, after: Key | None = None, limit: int | None = None
+) -> list[TenantInfo]:
+    """The tenants, oldest first (the operators' directory)."""
+    return [tenants.to_tenant_info(t) for t in await tenants.list_tenants(session, after, limit)]
 
 
 async def get_tenant(session: AsyncSession, tenant_id: str) -> Tenant | None:
@@ -127,9 +130,12 @@ async def create_key(
     return api_keys.to_new_key(key, secret)
 
 
-async def list_keys(session: AsyncSession, tenant_id: str) -> Sequence[ApiKeyInfo]:
+async def list_keys(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> Sequence[ApiKeyInfo]:
     """A tenant's API keys, never their secrets."""
-    return [api_keys.to_key_info(k) for k in await api_keys.list_api_keys(session, tenant_id)]
+    rows = await api_keys.list_api_keys(session, tenant_id, after, limit)
+    return [api_keys.to_key_info(k) for k in rows]
 
 
 def key_id_of(key: str) -> str:

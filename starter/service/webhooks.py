@@ -17,12 +17,15 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.hosts import admits_address, canonical_host, literal_address, parse_allow_entry
+from schemas.pages import Key
+from schemas.quotas import Quota, QuotaLimits
 from schemas.webhooks import (
     Delivery,
     Webhook,
     WebhookCreate,
     WebhookWithSecret,
 )
+from starter.service import quotas
 from starter.service.errors import MoatError
 from store import db, outbox, tenants, webhooks
 from store.keys.codec import OutputSealer
@@ -69,9 +72,11 @@ async def add(
     tenant_id: str,
     body: WebhookCreate,
     worker_allow: Iterable[str],
+    limits: QuotaLimits | None = None,
 ) -> WebhookWithSecret:
     tenant = await tenants.get_tenant(session, tenant_id)
     check_url(body.url, [*worker_allow, *(tenant.http_allow_hosts if tenant else [])])
+    await quotas.guard(session, limits, tenant_id, Quota.WEBHOOKS)
     row, secret = await webhooks.create(
         session,
         sealer,
@@ -84,8 +89,11 @@ async def add(
     return WebhookWithSecret(**webhooks.to_webhook(row).model_dump(), secret=secret)
 
 
-async def list_webhooks(session: AsyncSession, tenant_id: str) -> list[Webhook]:
-    return [webhooks.to_webhook(r) for r in await webhooks.list_active(session, tenant_id)]
+async def list_webhooks(
+    session: AsyncSession, tenant_id: str, after: Key | None = None, limit: int | None = None
+) -> list[Webhook]:
+    rows = await webhooks.list_active(session, tenant_id, after, limit)
+    return [webhooks.to_webhook(r) for r in rows]
 
 
 async def _found(
@@ -116,7 +124,11 @@ async def remove(session: AsyncSession, tenant_id: str, subscription_id: str) ->
 
 
 async def deliveries(
-    session: AsyncSession, tenant_id: str, subscription_id: str, limit: int
+    session: AsyncSession,
+    tenant_id: str,
+    subscription_id: str,
+    limit: int,
+    after: Key | None = None,
 ) -> list[Delivery]:
     row = (
         await webhooks.get(session, tenant_id, subscription_id)
@@ -127,5 +139,5 @@ async def deliveries(
         raise webhook_not_found(subscription_id)
     return [
         Delivery.model_validate(d, from_attributes=True)
-        for d in await outbox.deliveries(session, tenant_id, subscription_id, limit)
+        for d in await outbox.deliveries(session, tenant_id, subscription_id, limit, after)
     ]

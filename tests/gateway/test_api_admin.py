@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from starter.cli import app as cli
 from store.models import ApiKey
+from tests.gateway.test_pagination import every_page
 from tests.support.stack import ADMIN_KEY, Stack
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -43,7 +44,7 @@ async def test_new_user_path_over_http(stack: Stack) -> None:
     )
     assert [r["id"] for r in listed.json()["items"]] == [executed.json()["receipt_id"]]
 
-    tenants = (await admin(stack, "GET", "/tenants")).json()
+    tenants = await every_page(stack.http, f"{stack.url}/v1/admin/tenants", ADMIN)
     assert {"id": tenant_id, "name": name} in [{"id": t["id"], "name": t["name"]} for t in tenants]
     assert (await admin(stack, "GET", f"/tenants/{tenant_id}")).json()["name"] == name
 
@@ -57,7 +58,7 @@ async def test_keys_create_list_revoke_over_http(stack: Stack) -> None:
     new = created.json()
     assert new["tenant_id"] == stack.tenant_id and new["name"] == "bot"
 
-    listed = (await admin(stack, "GET", f"/tenants/{stack.tenant_id}/keys")).json()
+    listed = (await admin(stack, "GET", f"/tenants/{stack.tenant_id}/keys")).json()["items"]
     assert {k["id"] for k in listed} >= {new["id"]}
     assert all("api_key" not in k and "secret_hash" not in k for k in listed)
     assert new["api_key"] not in json.dumps(listed)

@@ -140,7 +140,7 @@ async def test_approved_call_runs_once(stack: Stack, provider: FakeProvider) -> 
     listed = await stack.http.get(
         f"{stack.url}/v1/approvals?status=pending", headers=bearer(stack.api_key)
     )
-    assert [a["id"] for a in listed.json()] == [approval["id"]]
+    assert [a["id"] for a in listed.json()["items"]] == [approval["id"]]
 
     approver = await new_key(stack, ["approvals:write"])
     # Only keys with approvals:write decide.

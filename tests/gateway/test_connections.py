@@ -225,10 +225,11 @@ async def test_connection_routes_check_and_never_answer_the_secret(
     other_tenant, _ = await stack.new_tenant()
     theirs = await stack.add_connection("http_bearer", ROTATED, tenant_id=other_tenant, config=CRM)
 
-    listed = (await call("GET", base, headers=bearer(stack.api_key))).json()
+    listed = (await call("GET", base, headers=bearer(stack.api_key))).json()["items"]
     assert [c["id"] for c in listed] == [mine["id"]]
     assert (await call("GET", f"{base}/{mine['id']}", headers=writer)).json()["name"] == "ws"
-    assert [c["id"] for c in (await call("GET", admin_base, headers=ADMIN)).json()] == [mine["id"]]
+    admin_listed = (await call("GET", admin_base, headers=ADMIN)).json()["items"]
+    assert [c["id"] for c in admin_listed] == [mine["id"]]
     for url, headers in ((f"{base}/{theirs}", writer), (f"{admin_base}/{theirs}", ADMIN)):
         hidden = await call("GET", url, headers=headers)
         assert hidden.status_code == 404, hidden.text
@@ -284,7 +285,7 @@ async def test_connection_routes_check_and_never_answer_the_secret(
         assert gone.status_code == 410, gone.text
         assert gone.json()["error"]["code"] == "connection_gone"
         assert gone.json()["error"]["details"]["revoked_at"] is not None
-    listed = (await call("GET", base, headers=writer)).json()
+    listed = (await call("GET", base, headers=writer)).json()["items"]
     assert next(c for c in listed if c["id"] == mine["id"])["revoked_at"] == revoked["revoked_at"]
     assert not any(s in a for a in answers for s in (SECRET, ROTATED))
 

@@ -102,7 +102,7 @@ async def test_policy_versions_and_modes(stack: Stack) -> None:
     old = await stack.http.get(f"{url}/versions/1", headers=bearer(stack.api_key))
     assert old.json()["rules"][0]["budget"] == {"limit": 0, "period": "day"}
     history = await stack.http.get(f"{url}/versions", headers=bearer(stack.api_key))
-    assert [v["version"] for v in history.json()] == [5, 4, 3, 2, 1]
+    assert [v["version"] for v in history.json()["items"]] == [5, 4, 3, 2, 1]
     missing = await stack.http.get(f"{url}/versions/9", headers=bearer(stack.api_key))
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "policy_version_not_found"

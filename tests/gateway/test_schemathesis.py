@@ -40,7 +40,7 @@ expected-statuses = ["2xx", "401", "403", "404", "409", "413", "422"]
 # input that does not match its capability's own input schema.
 include-operation-id = "execute"
 checks.positive_data_acceptance.expected-statuses = [
-    "2xx", "400", "401", "403", "404", "413", "422"
+    "2xx", "400", "401", "403", "404", "413", "422", "429"
 ]
 
 [[operations]]
@@ -49,9 +49,50 @@ include-operation-id = "list_receipts"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401"]
 
 [[operations]]
-# Also 400: a URL no delivery could reach (not http(s), or a non-public address).
+include-operation-id = "list_webhooks"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_deliveries"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_dead_letters"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_probes"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_connections"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "admin_list_connections"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_keys"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_approvals"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_versions"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+include-operation-id = "list_tenants"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+
+[[operations]]
+# Also 400: a URL no delivery could reach (not http(s), or a non-public address). Every
+# create may meet its quota (429), which the fuzzed admin calls set as low as 0.
 include-operation-id = "add_webhook"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "429"]
 
 [[operations]]
 # Also 400: an execution's requeue without the operator's statement.
@@ -69,21 +110,21 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 # surrogate), nested too deep or too large, or looking like it holds a secret; or naming
 # no origin its secret may be sent to (base_url, allowed_origins), or a malformed one.
 include-operation-id = "create_connection"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "429"]
 
 [[operations]]
 include-operation-id = "admin_create_connection"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429"]
 
 [[operations]]
 # Also 400: a rule with a budget whose capability is a pattern (a budget names one
 # capability), which the schema cannot say.
 include-operation-id = "put_policy"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429"]
 
 [[operations]]
 include-operation-id = "put_tenant_policy"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429"]
 
 [[operations]]
 # Also 400: a decision's comment holding text Postgres cannot store (NUL, a lone surrogate).
@@ -102,7 +143,7 @@ checks.positive_data_acceptance.expected-statuses = [
 # Also 400: a capability or input the catalog does not declare safe to probe, an input that
 # does not match its capability's schema, or an interval under the configured minimum.
 include-operation-id = "add_probe"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "429"]
 """
 
 

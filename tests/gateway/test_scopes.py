@@ -62,7 +62,7 @@ async def test_a_key_without_the_capabilitys_scope_is_refused_with_a_receipt(
     listed = await stack.http.get(
         f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/keys", headers=ADMIN
     )
-    assert {k["id"]: k["scopes"] for k in listed.json()}[narrow["id"]] == narrow["scopes"]
+    assert {k["id"]: k["scopes"] for k in listed.json()["items"]}[narrow["id"]] == narrow["scopes"]
 
     refused = await stack.execute("demo.echo", {"n": 1}, api_key=narrow["api_key"], key="s-1")
     assert refused.status_code == 403, refused.text

@@ -15,6 +15,7 @@ from schemas.settings import MoatSettings
 from starter.cli import app as cli
 from starter.devstack import serve_asgi
 from starter.gateway.app import create_app
+from tests.gateway.test_pagination import every_page
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import ADMIN_KEY, Stack, StackFactory
 
@@ -78,7 +79,7 @@ async def test_admin_patch_round_trip(stack: Stack) -> None:
 
     one = await stack.http.get(f"{stack.url}/v1/admin/tenants/{stack.tenant_id}", headers=ADMIN)
     assert one.json()["http_allow_hosts"] == stored
-    listed = (await stack.http.get(f"{stack.url}/v1/admin/tenants", headers=ADMIN)).json()
+    listed = await every_page(stack.http, f"{stack.url}/v1/admin/tenants", ADMIN)
     assert next(t for t in listed if t["id"] == stack.tenant_id)["http_allow_hosts"] == stored
 
     # A body without the field changes nothing; an empty list empties it.

@@ -110,10 +110,11 @@ async def test_the_prober_runs_on_its_schedule_and_touches_no_budget(
         assert entry["synthetic"]["reason"].startswith("too_few_samples")
 
         listed = await stack.http.get(f"{stack.url}/v1/probes", headers=auth(stack))
-        assert [p["id"] for p in listed.json()] == [probe["id"]]
+        assert [p["id"] for p in listed.json()["items"]] == [probe["id"]]
         gone = await stack.http.delete(f"{stack.url}/v1/probes/{probe['id']}", headers=auth(stack))
         assert gone.status_code == 204
-        assert (await stack.http.get(f"{stack.url}/v1/probes", headers=auth(stack))).json() == []
+        after = await stack.http.get(f"{stack.url}/v1/probes", headers=auth(stack))
+        assert after.json() == {"items": [], "next_cursor": None}
 
 
 async def test_a_slack_connection_is_probed_with_auth_test_on_its_schedule(

@@ -21,10 +21,12 @@ from schemas.api import (
     TenantInfo,
     TenantUpdate,
 )
+from schemas.pages import ApiKeyPage, TenantPage
 from schemas.policy import ADMIN_ACTOR, Approval, ApprovalDecision, PolicyDocument, PolicyVersion
 from starter.gateway.deps import deps_of, require_admin
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, approvals, policy, tenants
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
+from starter.service import MoatError, approvals, pages, policy, tenants
 
 router = APIRouter(
     prefix="/v1/admin",
@@ -58,10 +60,14 @@ async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
         )
 
 
-@router.get("/tenants", summary="List tenants", response_model=list[TenantInfo])
-async def list_tenants(request: Request) -> list[TenantInfo]:
+@router.get("/tenants", summary="List tenants, oldest first", response_model=TenantPage)
+async def list_tenants(
+    request: Request, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> TenantPage:
+    after = pages.after(cursor, (datetime, str))  # the admin key is checked before
     async with deps_of(request).sessions.begin() as session:
-        return await tenants.list_tenants(session)
+        rows = await tenants.list_tenants(session, after, limit + 1)
+    return TenantPage(**pages.cut(rows, limit, by_creation))
 
 
 @router.get(
@@ -129,15 +135,19 @@ async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) 
 
 @router.get(
     "/tenants/{tenant_id}/keys",
-    summary="List a tenant's API keys (never their secrets)",
-    response_model=list[ApiKeyInfo],
+    summary="List a tenant's API keys (never their secrets), oldest first",
+    response_model=ApiKeyPage,
     responses=documented_errors(404),
 )
-async def list_keys(request: Request, tenant_id: TenantId) -> list[ApiKeyInfo]:
+async def list_keys(
+    request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ApiKeyPage:
     async with deps_of(request).sessions.begin() as session:
         if await tenants.get_tenant(session, tenant_id) is None:
             raise _no_tenant(tenant_id)
-        return list(await tenants.list_keys(session, tenant_id))
+        after = pages.after(cursor, (datetime, str))
+        rows = await tenants.list_keys(session, tenant_id, after, limit + 1)
+    return ApiKeyPage(**pages.cut(rows, limit, by_creation))
 
 
 @router.post(
@@ -177,7 +187,7 @@ async def get_tenant_policy(request: Request, tenant_id: TenantId) -> PolicyVers
     "/tenants/{tenant_id}/policy",
     summary="Replace a tenant's policy (a new version)",
     response_model=PolicyVersion,
-    responses=documented_errors(404),
+    responses=documented_errors(404, 429),
 )
 async def put_tenant_policy(
     request: Request, tenant_id: TenantId, body: PolicyDocument
@@ -187,7 +197,9 @@ async def put_tenant_policy(
         tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
             raise _no_tenant(tenant_id)
-        return await policy.replace(session, tenant, body, ADMIN_ACTOR)
+        return await policy.replace(
+            session, tenant, body, ADMIN_ACTOR, deps_of(request).settings.quota_limits
+        )
 
 
 @router.post(

@@ -6,16 +6,19 @@ needs ``approvals:write`` (the admin key decides through
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
+from schemas.pages import ApprovalPage
 from schemas.policy import APPROVALS_WRITE, Approval, ApprovalDecision, ApprovalStatus, key_actor
 from schemas.scopes import APPROVALS_READ
 from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
-from starter.service import approvals
+from starter.gateway.pages import Cursor
+from starter.service import approvals, pages
 
 router = APIRouter(
     prefix="/v1/approvals", tags=["approvals"], responses=documented_errors(401, 403, 500)
@@ -28,7 +31,8 @@ DECISION_ERRORS = documented_errors(400, 404, 409)
 @router.get(
     "",
     summary="Approvals, newest first",
-    response_model=list[Approval],
+    response_model=ApprovalPage,
+    responses=documented_errors(400),
     dependencies=[needs(APPROVALS_READ)],
 )
 async def list_approvals(
@@ -36,10 +40,13 @@ async def list_approvals(
     credentials: TenantKey,
     status: Annotated[ApprovalStatus | None, Query(description="Only these.")] = None,
     limit: Annotated[int, Query(ge=1, le=approvals.LIST_LIMIT)] = 50,
-) -> list[Approval]:
+    cursor: Cursor = None,
+) -> ApprovalPage:
     async with deps_of(request).sessions.begin() as session:
         key = await authenticate(session, credentials)
-        return await approvals.list_approvals(session, key.tenant_id, status, limit)
+        after = pages.after(cursor, (datetime, str))
+        rows = await approvals.list_approvals(session, key.tenant_id, status, limit + 1, after)
+    return ApprovalPage(**pages.cut(rows, limit, lambda a: (a.requested_at, a.id)))
 
 
 @router.get(

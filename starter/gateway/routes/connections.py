@@ -19,11 +19,13 @@ from schemas.connections import (
     ConnectionInfo,
     ConnectionRotate,
 )
+from schemas.pages import ConnectionPage
 from schemas.scopes import CONNECTIONS_WRITE
 from starter.gateway.access import needs
 from starter.gateway.deps import Deps, TenantKey, authenticate, deps_of, require_admin
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, connections, tenants
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
+from starter.service import MoatError, connections, pages, tenants
 from store.keys.connections import ConnectionCipher
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
@@ -49,7 +51,7 @@ def _cipher(deps: Deps) -> ConnectionCipher:
     status_code=201,
     summary="Store a credential once; executions name it by id",
     response_model=ConnectionInfo,
-    responses=documented_errors(400, 401, 403, 500),
+    responses=documented_errors(400, 401, 403, 429, 500),
     dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def create_connection(
@@ -61,19 +63,25 @@ async def create_connection(
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return await connections.add(session, _cipher(deps), tenant.tenant_id, body)
+        return await connections.add(
+            session, _cipher(deps), tenant.tenant_id, body, deps.settings.quota_limits
+        )
 
 
 @router.get(
     "",
-    summary="List the tenant's connections, revoked ones included",
-    response_model=list[ConnectionInfo],
-    responses=documented_errors(401, 500),
+    summary="List the tenant's connections, revoked ones included, oldest first",
+    response_model=ConnectionPage,
+    responses=documented_errors(400, 401, 500),
 )
-async def list_connections(request: Request, credentials: TenantKey) -> list[ConnectionInfo]:
+async def list_connections(
+    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ConnectionPage:
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return await connections.list_all(session, tenant.tenant_id)
+        after = pages.after(cursor, (datetime, str))
+        rows = await connections.list_all(session, tenant.tenant_id, after, limit + 1)
+    return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
 
 @router.get(
@@ -136,7 +144,11 @@ async def _admin_tenant(session: AsyncSession, tenant_id: str) -> None:
 
 
 @admin_router.post(
-    "", status_code=201, summary="Store a credential for a tenant", response_model=ConnectionInfo
+    "",
+    status_code=201,
+    summary="Store a credential for a tenant",
+    response_model=ConnectionInfo,
+    responses=documented_errors(429),
 )
 async def admin_create_connection(
     request: Request, tenant_id: TenantId, body: ConnectionCreate
@@ -144,14 +156,25 @@ async def admin_create_connection(
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
-        return await connections.add(session, _cipher(deps), tenant_id, body)
+        return await connections.add(
+            session, _cipher(deps), tenant_id, body, deps.settings.quota_limits
+        )
 
 
-@admin_router.get("", summary="List a tenant's connections", response_model=list[ConnectionInfo])
-async def admin_list_connections(request: Request, tenant_id: TenantId) -> list[ConnectionInfo]:
+@admin_router.get(
+    "",
+    summary="List a tenant's connections",
+    response_model=ConnectionPage,
+    responses=documented_errors(400),
+)
+async def admin_list_connections(
+    request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ConnectionPage:
     async with deps_of(request).sessions.begin() as session:
         await _admin_tenant(session, tenant_id)
-        return await connections.list_all(session, tenant_id)
+        after = pages.after(cursor, (datetime, str))
+        rows = await connections.list_all(session, tenant_id, after, limit + 1)
+    return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
 
 @admin_router.get(

@@ -4,6 +4,7 @@ records dead-lettered runs' manifests point at."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -20,7 +21,8 @@ from schemas.webhooks import (
 from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
-from starter.service import dead_letters
+from starter.gateway.pages import Cursor, by_creation
+from starter.service import dead_letters, pages
 
 router = APIRouter()
 
@@ -37,12 +39,14 @@ async def list_dead_letters(
     credentials: TenantKey,
     status: DeadLetterStatus | None = DeadLetterStatus.OPEN,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Cursor = None,
 ) -> DeadLetterList:
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        items = await dead_letters.list_open(session, tenant.tenant_id, status, limit)
-    return DeadLetterList(items=items)
+        after = pages.after(cursor, (datetime, str))
+        rows = await dead_letters.list_open(session, tenant.tenant_id, status, limit + 1, after)
+    return DeadLetterList(**pages.cut(rows, limit, by_creation))
 
 
 @router.get(

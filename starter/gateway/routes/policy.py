@@ -8,11 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.pages import PolicyVersionPage
 from schemas.policy import POLICY_WRITE, PolicyDocument, PolicyVersion, key_actor
 from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, policy, tenants
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit
+from starter.service import MoatError, pages, policy, tenants
 from store.models import Tenant
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"], responses=documented_errors(401, 403, 500))
@@ -32,7 +34,7 @@ async def get_policy(request: Request, credentials: TenantKey) -> PolicyVersion:
     "",
     summary="Replace the policy (a new version)",
     response_model=PolicyVersion,
-    responses=documented_errors(400),
+    responses=documented_errors(400, 429),
     dependencies=[needs(POLICY_WRITE)],
 )
 async def put_policy(
@@ -41,17 +43,30 @@ async def put_policy(
     """Stores the document as the next version and answers it with its `version`. It
     applies to executions checked from now on; approvals pending under an older version
     become stale. `bypass` needs an operator's consent (`bypass_not_allowed`)."""
-    async with deps_of(request).sessions.begin() as session:
+    deps = deps_of(request)
+    async with deps.sessions.begin() as session:
         key = await authenticate(session, credentials)
         tenant = await _tenant(session, key.tenant_id)
-        return await policy.replace(session, tenant, body, key_actor(key.key_id))
+        return await policy.replace(
+            session, tenant, body, key_actor(key.key_id), deps.settings.quota_limits
+        )
 
 
-@router.get("/versions", summary="Every version, newest first", response_model=list[PolicyVersion])
-async def list_versions(request: Request, credentials: TenantKey) -> list[PolicyVersion]:
+@router.get(
+    "/versions",
+    summary="The versions, newest first",
+    response_model=PolicyVersionPage,
+    responses=documented_errors(400),
+)
+async def list_versions(
+    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> PolicyVersionPage:
     async with deps_of(request).sessions.begin() as session:
         key = await authenticate(session, credentials)
-        return await policy.history(session, await _tenant(session, key.tenant_id))
+        after = pages.after(cursor, (int,))
+        tenant = await _tenant(session, key.tenant_id)
+        rows = await policy.history(session, tenant, after, limit + 1)
+    return PolicyVersionPage(**pages.cut(rows, limit, lambda v: (v.version,)))
 
 
 @router.get(

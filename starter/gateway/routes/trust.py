@@ -8,13 +8,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from schemas.pages import ProbePage
 from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.scopes import PROBES_WRITE
 from schemas.trust import TrustReport, TrustWindow
 from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of, require_admin
 from starter.gateway.errors import documented_errors
-from starter.service import probes, trust
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
+from starter.service import pages, probes, trust
 
 router = APIRouter(tags=["trust"])
 admin_router = APIRouter(
@@ -111,7 +113,7 @@ async def platform_trust(
     status_code=201,
     summary="Probe a capability on a schedule (synthetic traffic)",
     response_model=ProbeInfo,
-    responses=documented_errors(400, 401, 403, 404, 500),
+    responses=documented_errors(400, 401, 403, 404, 429, 500),
     dependencies=[needs(PROBES_WRITE, also=CAPABILITY_SCOPES)],
 )
 async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate) -> ProbeInfo:
@@ -138,14 +140,18 @@ async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate)
 
 @router.get(
     "/v1/probes",
-    summary="The caller's probes",
-    response_model=list[ProbeInfo],
-    responses=documented_errors(401, 500),
+    summary="The caller's probes, oldest first",
+    response_model=ProbePage,
+    responses=documented_errors(400, 401, 500),
 )
-async def list_probes(request: Request, credentials: TenantKey) -> list[ProbeInfo]:
+async def list_probes(
+    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ProbePage:
     async with deps_of(request).sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return await probes.list_probes(session, tenant.tenant_id)
+        after = pages.after(cursor, (datetime, str))
+        rows = await probes.list_probes(session, tenant.tenant_id, after, limit + 1)
+    return ProbePage(**pages.cut(rows, limit, by_creation))
 
 
 @router.post(

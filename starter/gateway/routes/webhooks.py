@@ -3,6 +3,7 @@ and on rotation) and each subscription's delivery attempts."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -14,7 +15,8 @@ from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of, sealer_of
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors
-from starter.service import webhooks
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
+from starter.service import pages, webhooks
 
 router = APIRouter()
 
@@ -25,7 +27,7 @@ router = APIRouter()
     summary="Subscribe an endpoint to events",
     status_code=201,
     response_model=WebhookWithSecret,
-    responses=documented_errors(400, 401, 403, 500),
+    responses=documented_errors(400, 401, 403, 429, 500),
     dependencies=[needs(WEBHOOKS_WRITE)],
 )
 async def add_webhook(
@@ -37,7 +39,12 @@ async def add_webhook(
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
         created = await webhooks.add(
-            session, sealer_of(deps), tenant.tenant_id, body, deps.settings.http_allow_hosts
+            session,
+            sealer_of(deps),
+            tenant.tenant_id,
+            body,
+            deps.settings.http_allow_hosts,
+            deps.settings.quota_limits,
         )
     return JSONResponse(created.model_dump(mode="json"), status_code=201)
 
@@ -47,13 +54,18 @@ async def add_webhook(
     tags=["webhooks"],
     summary="The tenant's webhook subscriptions",
     response_model=WebhookList,
-    responses=documented_errors(401, 500),
+    responses=documented_errors(400, 401, 500),
 )
-async def list_webhooks(request: Request, credentials: TenantKey) -> WebhookList:
+async def list_webhooks(
+    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> WebhookList:
+    """Oldest first, in pages."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        return WebhookList(items=await webhooks.list_webhooks(session, tenant.tenant_id))
+        after = pages.after(cursor, (datetime, str))
+        rows = await webhooks.list_webhooks(session, tenant.tenant_id, after, limit + 1)
+    return WebhookList(**pages.cut(rows, limit, by_creation))
 
 
 @router.delete(
@@ -104,10 +116,12 @@ async def list_deliveries(
     webhook_id: str,
     credentials: TenantKey,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Cursor = None,
 ) -> DeliveryList:
     """Time, HTTP status, latency and error of each attempt, to debug an endpoint."""
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        items = await webhooks.deliveries(session, tenant.tenant_id, webhook_id, limit)
-    return DeliveryList(items=items)
+        after = pages.after(cursor, (datetime, str))
+        rows = await webhooks.deliveries(session, tenant.tenant_id, webhook_id, limit + 1, after)
+    return DeliveryList(**pages.cut(rows, limit, lambda d: (d.attempted_at, d.id)))

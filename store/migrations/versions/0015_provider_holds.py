@@ -8,14 +8,14 @@ tenant's hold never delays another tenant's calls to the same provider. One row 
 table; the application role may read, insert and update, never delete.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-26
 """
 
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
