@@ -129,7 +129,12 @@ async def seed_probes(stack: Stack, key: str) -> tuple[str, list[str]]:
 
 
 async def seed_connections(stack: Stack, key: str) -> tuple[str, list[str]]:
-    ids = [await stack.add_connection("http_bearer", f"secret-{n}") for n in range(SEEDED)]
+    ids = [
+        await stack.add_connection(
+            "http_bearer", f"secret-{n}", config={"base_url": "https://api.example.com"}
+        )
+        for n in range(SEEDED)
+    ]
     return "/v1/connections", ids
 
 

@@ -76,7 +76,7 @@ async def test_a_narrow_key_cannot_point_a_probe_with_the_tenants_token(
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["details"]["missing_scopes"] == ["execute:http.request"]
         listed = await stack.http.get(f"{stack.url}/v1/probes", headers=bearer(stack.api_key))
-        assert listed.json() == []
+        assert listed.json()["items"] == []
         await asyncio.sleep(1.5)
         assert provider.calls_to("/collect") == []
 

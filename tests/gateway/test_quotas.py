@@ -52,7 +52,12 @@ async def remove_webhook(stack: Stack, key: str, made: httpx.Response) -> None:
 
 
 async def add_connection(stack: Stack, key: str) -> httpx.Response:
-    body = {"type": "http_bearer", "name": f"c-{uuid.uuid4().hex[:8]}", "secret": "s3cret-value"}
+    body = {
+        "type": "http_bearer",
+        "name": f"c-{uuid.uuid4().hex[:8]}",
+        "secret": "s3cret-value",
+        "config": {"base_url": "https://api.example.com"},
+    }
     return await stack.http.post(f"{stack.url}/v1/connections", json=body, headers=bearer(key))
 
 
