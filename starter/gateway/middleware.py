@@ -33,7 +33,10 @@ class _HeadersGetter(Getter[Scope]):
 
 _HEADERS = _HeadersGetter()
 
-DRAIN_BYTES = 1024 * 1024
+# What is read (and dropped) of a refused body beyond the limit before the 413 goes out, so
+# a client still sending reads the answer instead of a reset connection; past it the 413
+# goes out at once, and the server drops the rest as it comes (the connection stays open).
+DRAIN_BYTES = 32 * 1024 * 1024
 
 _SEND = "moat.send"
 
@@ -52,7 +55,9 @@ class Boundary:
 
     - opens the request's span, so every answer, error or not, carries its trace id (also
       as the ``X-Moat-Trace-Id`` header);
-    - refuses bodies over ``max_body_bytes`` with 413 before anything reads them;
+    - refuses bodies over ``max_body_bytes`` with 413 before anything works on them (the
+      refused body is read to its end, up to ``DRAIN_BYTES``, before the answer: a client
+      that answers only once it has sent everything reads the 413, not a reset);
     - answers any uncaught fault with the ``gateway_error`` envelope, logged with the trace
       id, never with a stack trace in the answer.
     """
@@ -100,7 +105,6 @@ class Boundary:
                         f"The body is over {self.max_body_bytes} bytes.",
                         {"max_body_bytes": self.max_body_bytes},
                         trace_id=trace_id,
-                        headers={"Connection": "close"},
                     )
                     await too_large(scope, receive, send_traced)
                     return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +61,7 @@ from schemas.run import (
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.service import approvals as approvals_service
+from starter.service import json_body
 from starter.service import policy as policy_service
 from starter.service.answers import Answer, AnswerCache
 from starter.service.errors import MoatError, field_errors
@@ -75,6 +75,9 @@ CAPABILITY_ATTR = SearchAttributeKey.for_keyword(CAPABILITY_ATTRIBUTE)
 KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
 RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
 MAX_INPUT_DEPTH = MAX_JSON_DEPTH
+# Bodies up to this size are prepared on the event loop (a thread's hand-off costs more
+# than their parse); larger ones on a worker thread (``prepare_aside``).
+INLINE_BODY_BYTES = 16 * 1024
 # How often a run that may wait for a person is looked at while the gateway waits for it.
 APPROVAL_POLL_SECONDS = 0.2
 
@@ -128,11 +131,19 @@ def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> 
     return prepared
 
 
+async def prepare_aside(
+    body: bytes, header_key: str | None, catalog: CapabilityCatalog
+) -> Prepared:
+    """``prepare``, on a worker thread for a body over ``INLINE_BODY_BYTES``: parsing,
+    validating, canonicalizing and redacting a large body is CPU work that would otherwise
+    hold the event loop, and every other request (``/healthz`` too) behind it."""
+    if len(body) <= INLINE_BODY_BYTES:
+        return prepare(body, header_key, catalog)
+    return await asyncio.to_thread(prepare, body, header_key, catalog)
+
+
 def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
-    try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as err:
-        raise MoatError("bad_json", f"The body is not valid JSON: {err}") from err
+    raw = json_body.parse(body)
     try:
         req = ExecuteRequest.model_validate(raw)
     except ValidationError as err:
