@@ -63,7 +63,7 @@ from schemas.start import START_NOT_SIGNED
 from starter.service import approvals as approvals_service
 from starter.service import json_body
 from starter.service import policy as policy_service
-from starter.service.answers import Answer, AnswerCache
+from starter.service.answers import Answer, AnswerCache, render
 from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
 from store import connections, db, idempotency, outputs, receipts, tenancy
@@ -267,7 +267,9 @@ class Executions:
         self._sessions = sessions
         self.sealer = sealer
         self.hits = hits or HitLedger(sessions)
-        self.answers = answers if answers is not None else AnswerCache()
+        self.answers = (
+            answers if answers is not None else AnswerCache(max_bytes=settings.answer_cache_bytes)
+        )
 
     async def admit_connection(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared
@@ -320,12 +322,14 @@ class Executions:
         envelope = envelope_for_receipt(receipt, kept)
         # What Postgres answers stays true until the key or the kept output expires.
         until = min(claim.expires_at, output.expires_at) if output is not None else claim.expires_at
+        # Rendered once: this answer and every one from memory send these bytes.
+        rendered = render(envelope)
         self.answers.keep(
             tenant_id,
             prepared.idempotency_key,
-            Answer(claim.input_hash, receipt.id, receipt.capability_id, envelope, until),
+            Answer(claim.input_hash, receipt.id, receipt.capability_id, envelope, until, rendered),
         )
-        return Outcome(envelope, replayed=True, stored=True)
+        return Outcome(envelope, replayed=True, stored=True, rendered=[rendered])
 
     def remembered(self, tenant_id: str, prepared: Prepared) -> Answer | None:
         """A repeat of a finished execution answered from memory (``answers``), counted as

@@ -23,10 +23,10 @@ from starter.gateway.deps import (
     execution_not_found,
     unauthenticated,
 )
-from starter.gateway.errors import documented_errors, execution_status, render_json
+from starter.gateway.errors import documented_errors, execution_status
 from starter.gateway.middleware import answer_send
 from starter.runtime import observability
-from starter.service import MoatError, executions
+from starter.service import MoatError, answers, executions
 from starter.service.executions import Outcome, Unfinished
 from starter.service.flights import Answer
 from starter.service.keycache import UNKNOWN, KeyCache, Unknown
@@ -260,7 +260,7 @@ def _headers(outcome: Outcome, applied: str | None) -> dict[str, str]:
 
 
 def _render(envelope: Envelope) -> bytes:
-    return render_json(envelope.model_dump(mode="json"))
+    return answers.render(envelope)  # the bytes an answer from memory sends too
 
 
 def _rendered(envelope: Envelope, body: bytes, headers: dict[str, str]) -> Response:
