@@ -77,6 +77,7 @@ STATUS: dict[str, int] = {
     "payload_not_decodable": 422,
     "gateway_error": 500,
     "jwks_unavailable": 503,
+    "unavailable": 503,
 }
 # Starlette's own refusals (routing, methods), by status.
 _CODE_OF_STATUS = {
@@ -236,5 +237,7 @@ ERROR_DESCRIPTIONS = {
     422: "`idempotency_key_reused`: the key was used with a different request; "
     "`details.original_receipt_id` names the first execution.",
     500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
-    503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet.",
+    503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet; "
+    "`unavailable`: a dependency (PostgreSQL, Temporal) is briefly away: retry after "
+    "`Retry-After` seconds (also `details.retry_after_seconds`) with the same idempotency key.",
 }

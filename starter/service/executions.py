@@ -60,6 +60,7 @@ from schemas.run import (
 )
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
+from starter.runtime.availability import temporal_away
 from starter.service import approvals as approvals_service
 from starter.service import json_body
 from starter.service import policy as policy_service
@@ -614,7 +615,9 @@ class Executions:
                 # The attribute holds the key's first characters: only a shorter key is whole.
                 whole = key is not None and len(key) < IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH
                 return _accepted(receipt_id, trace_id, key if whole else None, wf.id)
-        except RPCError:
+        except RPCError as err:
+            if temporal_away(err):
+                raise  # 503, not a 404 that is not known to be true
             return None
         return None
 
