@@ -14,8 +14,8 @@ input hash, connection, wait budget; dry runs never share): a copy never receive
 answer it would not have got on its own. Every copy's key is verified before it joins
 (``service.keycache``: moments ago, or by a lookup that began at most the cache's TTL ago),
 never taken on trust from the first copy: a key revoked while a run is in flight is not
-let into it (revoked through this gateway: at once; elsewhere: within the cache's TTL). If the first copy fails, the others go their own way instead of
-sharing its error.
+let into it (revoked through this gateway: at once; elsewhere: within the cache's TTL).
+If the first copy fails, the others go their own way instead of sharing its error.
 
 When the flight lands, the first copy is answered first, then every copy is handed the
 outcome by a task of its own, one after another, and one that left an ``answer`` is
