@@ -126,6 +126,13 @@ class MoatSettings(BaseSettings):
         "gives from memory (a stored receipt, a run in flight); a key revoked on another "
         "gateway is refused at most this long after. 0: every request asks Postgres.",
     )
+    answer_cache_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        description="Most bytes of finished executions' answers a gateway keeps in memory "
+        "to answer repeats without Postgres (each costs its rendered JSON and about 6 KiB); "
+        "past it the oldest are dropped. 0: every repeat asks Postgres.",
+    )
     local_activities: bool = Field(
         default=True,
         description="Run the policy, record and manifest steps as local activities "

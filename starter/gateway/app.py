@@ -30,6 +30,7 @@ from schemas.settings import MoatSettings
 from starter.gateway import docs, openapi
 from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
+from starter.gateway.intake import guard_bodies
 from starter.gateway.middleware import Boundary, CodecCors
 from starter.gateway.routes import admin as admin_routes
 from starter.gateway.routes import approvals as approval_routes
@@ -251,6 +252,7 @@ def create_app(
     for router in routers:
         if settings.admin_port is not None and not admin:
             router = _only(router, lambda route: not takes_admin_key(route))
+        guard_bodies(router)  # every body-taking route: its credential before its body
         app.include_router(router)
     app.state.jwks = PublishedJwks(settings.jwks_file)
     openapi.install(app, capability_catalog)

@@ -133,6 +133,24 @@ async def authenticate(
     return tenant
 
 
+async def verified_key(deps: Deps, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """401 unless the presented key is a valid one: verified moments ago (``deps.keys``),
+    else by Postgres (then remembered like any key it verifies). For the check that comes
+    before any work on a request's body; the route authenticates again in its own
+    transaction."""
+    if credentials is None:
+        raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
+    presented = credentials.credentials
+    if deps.keys.get(presented) is not None:
+        return
+    since = deps.keys.now()
+    async with deps.sessions.begin() as session:
+        tenant = await api_keys.authenticate(session, presented)
+    if tenant is None:
+        raise unauthenticated("The API key is unknown or revoked.")
+    deps.keys.keep(presented, tenant, since)
+
+
 def requires_scope(*scopes: str) -> Callable[[Request, TenantKey], Awaitable[None]]:
     """A route dependency refusing a key without ``scopes`` before the route runs
     (``dependencies=[Depends(requires_scope("policy:write"))]``). Routes that authenticate

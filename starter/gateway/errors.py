@@ -82,6 +82,7 @@ STATUS: dict[str, int] = {
     "quota_exceeded": 429,
     "gateway_error": 500,
     "jwks_unavailable": 503,
+    "unavailable": 503,
 }
 # Starlette's own refusals (routing, methods), by status.
 _CODE_OF_STATUS = {
@@ -252,5 +253,7 @@ ERROR_DESCRIPTIONS = {
     "(an execution: as many calls waiting for approval); `details` names the `quota`, its "
     "`limit` and the `usage` now. Remove some, or ask an admin to raise it.",
     500: "`gateway_error`: Moat failed internally; the `trace_id` identifies the fault.",
-    503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet.",
+    503: "`jwks_unavailable`: the gateway has no readable public key set to serve yet; "
+    "`unavailable`: a dependency (PostgreSQL, Temporal) is briefly away: retry after "
+    "`Retry-After` seconds (also `details.retry_after_seconds`) with the same idempotency key.",
 }

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from schemas.names import TRACE_HEADER
 from starter.gateway.errors import error_response, gateway_error
 from starter.runtime import observability
+from starter.runtime.availability import RETRY_AFTER_SECONDS, away
 from starter.runtime.observability import current_trace_id
 
 log = logging.getLogger("moat.gateway")
@@ -33,7 +34,10 @@ class _HeadersGetter(Getter[Scope]):
 
 _HEADERS = _HeadersGetter()
 
-DRAIN_BYTES = 1024 * 1024
+# What is read (and dropped) of a refused body beyond the limit before the 413 goes out, so
+# a client still sending reads the answer instead of a reset connection; past it the 413
+# goes out at once, and the server drops the rest as it comes (the connection stays open).
+DRAIN_BYTES = 32 * 1024 * 1024
 
 _SEND = "moat.send"
 
@@ -52,9 +56,13 @@ class Boundary:
 
     - opens the request's span, so every answer, error or not, carries its trace id (also
       as the ``X-Moat-Trace-Id`` header);
-    - refuses bodies over ``max_body_bytes`` with 413 before anything reads them;
-    - answers any uncaught fault with the ``gateway_error`` envelope, logged with the trace
-      id, never with a stack trace in the answer.
+    - refuses bodies over ``max_body_bytes`` with 413 before anything works on them (the
+      refused body is read to its end, up to ``DRAIN_BYTES``, before the answer: a client
+      that answers only once it has sent everything reads the 413, not a reset);
+    - answers a dependency briefly away (PostgreSQL, Temporal: ``runtime.availability``)
+      with ``503 unavailable`` and ``Retry-After``, and any other uncaught fault with the
+      ``gateway_error`` envelope, logged with the trace id, never with a stack trace in the
+      answer.
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
@@ -100,17 +108,27 @@ class Boundary:
                         f"The body is over {self.max_body_bytes} bytes.",
                         {"max_body_bytes": self.max_body_bytes},
                         trace_id=trace_id,
-                        headers={"Connection": "close"},
                     )
                     await too_large(scope, receive, send_traced)
                     return
                 scope[_SEND] = send_traced
                 await self.app(scope, replay, send_traced)
-            except Exception:
-                log.exception("internal error (trace %s)", trace_id)
+            except Exception as err:
+                dependency = away(err)
+                if dependency is None:
+                    log.exception("internal error (trace %s)", trace_id)
+                else:
+                    log.warning(
+                        "%s unavailable (trace %s): %s", dependency, trace_id, type(err).__name__
+                    )
                 if started:
                     raise  # the answer is under way; only dropping the connection is left
-                await gateway_error(trace_id)(scope, receive, send_traced)
+                refusal = (
+                    gateway_error(trace_id)
+                    if dependency is None
+                    else unavailable(dependency, trace_id)
+                )
+                await refusal(scope, receive, send_traced)
             finally:
                 route = scope.get("route")
                 if route is not None and hasattr(route, "path"):
@@ -155,6 +173,19 @@ class Boundary:
             if message["type"] != "http.request":
                 return
             size += len(message.get("body", b""))
+
+
+def unavailable(dependency: str, trace_id: str) -> ASGIApp:
+    """The answer while ``dependency`` is away: retry after ``Retry-After`` seconds, with
+    the same idempotency key (nothing runs twice)."""
+    return error_response(
+        "unavailable",
+        f"Moat's {dependency} is briefly unavailable; retry in {RETRY_AFTER_SECONDS} s with "
+        "the same idempotency key (the request is never run twice).",
+        {"dependency": dependency, "retry_after_seconds": RETRY_AFTER_SECONDS},
+        trace_id=trace_id,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 class CodecCors:

@@ -1,11 +1,14 @@
-"""Database sessions for the processes that are not long-running: an operator command gets
-one transaction as the owner role, on an engine of its own."""
+"""Database sessions for the processes that are not long-running (an operator command gets
+one transaction as the owner role, on an engine of its own), and how to tell a database
+that is briefly away from a fault."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.settings import MoatSettings
@@ -28,3 +31,28 @@ async def owner_transaction(settings: MoatSettings) -> AsyncIterator[AsyncSessio
     """One transaction as the owner role, committed on success."""
     async with owner_sessions(settings) as sessions, sessions.begin() as session:
         yield session
+
+
+def connection_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says PostgreSQL is out of reach for now rather
+    than that a statement is wrong: connection refused or lost (a restart, an
+    administrator's shutdown, a network cut), the pool exhausted, the server shutting down
+    or still starting, a statement cancelled or a transaction rolled back by the server's
+    operation (``OperationalError``, SQLSTATE classes 08, 53, 57, 58)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated:
+            return True
+        if isinstance(
+            cause,
+            sa_exc.OperationalError
+            | sa_exc.InterfaceError
+            | sa_exc.TimeoutError
+            | psycopg.OperationalError
+            | psycopg.InterfaceError,
+        ):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,9 +61,11 @@ from schemas.run import (
 from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
+from starter.runtime.availability import temporal_away
 from starter.service import approvals as approvals_service
+from starter.service import json_body
 from starter.service import policy as policy_service
-from starter.service.answers import Answer, AnswerCache
+from starter.service.answers import Answer, AnswerCache, render
 from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
 from starter.service.scopes import require_scope
@@ -78,6 +79,9 @@ CAPABILITY_ATTR = SearchAttributeKey.for_keyword(CAPABILITY_ATTRIBUTE)
 KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
 RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
 MAX_INPUT_DEPTH = MAX_JSON_DEPTH
+# Bodies up to this size are prepared on the event loop (a thread's hand-off costs more
+# than their parse); larger ones on a worker thread (``prepare_aside``).
+INLINE_BODY_BYTES = 16 * 1024
 # How often a run that may wait for a person is looked at while the gateway waits for it.
 APPROVAL_POLL_SECONDS = 0.2
 
@@ -131,11 +135,19 @@ def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> 
     return prepared
 
 
+async def prepare_aside(
+    body: bytes, header_key: str | None, catalog: CapabilityCatalog
+) -> Prepared:
+    """``prepare``, on a worker thread for a body over ``INLINE_BODY_BYTES``: parsing,
+    validating, canonicalizing and redacting a large body is CPU work that would otherwise
+    hold the event loop, and every other request (``/healthz`` too) behind it."""
+    if len(body) <= INLINE_BODY_BYTES:
+        return prepare(body, header_key, catalog)
+    return await asyncio.to_thread(prepare, body, header_key, catalog)
+
+
 def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
-    try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as err:
-        raise MoatError("bad_json", f"The body is not valid JSON: {err}") from err
+    raw = json_body.parse(body)
     try:
         req = ExecuteRequest.model_validate(raw)
     except ValidationError as err:
@@ -261,7 +273,9 @@ class Executions:
         self._sessions = sessions
         self.sealer = sealer
         self.hits = hits or HitLedger(sessions)
-        self.answers = answers if answers is not None else AnswerCache()
+        self.answers = (
+            answers if answers is not None else AnswerCache(max_bytes=settings.answer_cache_bytes)
+        )
 
     async def admit_connection(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared
@@ -314,12 +328,14 @@ class Executions:
         envelope = envelope_for_receipt(receipt, kept)
         # What Postgres answers stays true until the key or the kept output expires.
         until = min(claim.expires_at, output.expires_at) if output is not None else claim.expires_at
+        # Rendered once: this answer and every one from memory send these bytes.
+        rendered = render(envelope)
         self.answers.keep(
             tenant_id,
             prepared.idempotency_key,
-            Answer(claim.input_hash, receipt.id, receipt.capability_id, envelope, until),
+            Answer(claim.input_hash, receipt.id, receipt.capability_id, envelope, until, rendered),
         )
-        return Outcome(envelope, replayed=True, stored=True)
+        return Outcome(envelope, replayed=True, stored=True, rendered=[rendered])
 
     def remembered(self, tenant_id: str, prepared: Prepared) -> Answer | None:
         """A repeat of a finished execution answered from memory (``answers``), counted as
@@ -616,7 +632,9 @@ class Executions:
                 # The attribute holds the key's first characters: only a shorter key is whole.
                 whole = key is not None and len(key) < IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH
                 return _accepted(receipt_id, trace_id, key if whole else None, wf.id)
-        except RPCError:
+        except RPCError as err:
+            if temporal_away(err):
+                raise  # 503, not a 404 that is not known to be true
             return None
         return None
 

@@ -7,13 +7,15 @@ a run does it and the copies that arrive while it is going wait for its outcome 
 answered as replays (the first request's answer). Across gateways, Temporal's workflow id
 (tenant + key) still gives every copy the same run.
 
-The flight covers the first copy's whole way through Postgres (authentication, the
-stored-receipt lookup) and Temporal, so the copies behind it cost no database round trip.
-It is keyed by who calls (the presented key's hash: the first copy's authentication is
-then theirs) and everything that shapes the answer (idempotency key, input hash,
-connection, wait budget; dry runs never share): a copy never receives an answer it would
-not have got on its own. If the first copy fails, the others go their own way instead of
-sharing its error.
+The flight covers the first copy's whole way through Postgres (the stored-receipt lookup)
+and Temporal, so the copies behind it cost no database round trip. It is keyed by who
+calls (the presented key's hash) and everything that shapes the answer (idempotency key,
+input hash, connection, wait budget; dry runs never share): a copy never receives an
+answer it would not have got on its own. Every copy's key is verified before it joins
+(``service.keycache``: moments ago, or by a lookup that began at most the cache's TTL ago),
+never taken on trust from the first copy: a key revoked while a run is in flight is not
+let into it (revoked through this gateway: at once; elsewhere: within the cache's TTL).
+If the first copy fails, the others go their own way instead of sharing its error.
 
 When the flight lands, the first copy is answered first, then every copy is handed the
 outcome by a task of its own, one after another, and one that left an ``answer`` is
@@ -59,6 +61,10 @@ class Flights:
 
     def __len__(self) -> int:
         return len(self._flying)
+
+    def flying(self, key: Hashable) -> bool:
+        """Whether a request sharing ``key`` would join a flight under way."""
+        return key in self._flying
 
     async def share(
         self,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import Receive, Scope, Send
 
 from schemas.execute import Envelope, EnvelopeStatus
@@ -22,13 +25,14 @@ from starter.gateway.deps import (
     execution_not_found,
     unauthenticated,
 )
-from starter.gateway.errors import documented_errors, execution_status, render_json
+from starter.gateway.errors import documented_errors, execution_status
 from starter.gateway.middleware import answer_send
 from starter.runtime import observability
-from starter.service import MoatError, executions
-from starter.service.executions import Outcome
+from starter.service import MoatError, answers, executions
+from starter.service.executions import Outcome, Unfinished
 from starter.service.flights import Answer
-from starter.service.keycache import KeyCache
+from starter.service.keycache import UNKNOWN, KeyCache, Unknown
+from store.api_keys import AuthenticatedTenant
 
 router = APIRouter()
 
@@ -80,7 +84,7 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
         502: _envelope_response(
             "`failed`: the provider failed; `error.details.provider_status` is its status."
         ),
-        **documented_errors(400, 401, 404, 413, 422, 429, 500),
+        **documented_errors(400, 401, 404, 413, 422, 429, 500, 503),
     },
     dependencies=[needs(also="`execute:<capability_id>` and the capability's own scopes")],
     openapi_extra={
@@ -124,78 +128,115 @@ async def execute(
         raise unauthenticated("Send 'Authorization: Bearer <api key>'.")
     presented = credentials.credentials
     wait, applied = _wait_budget(prefer, deps)
-    # A key verified moments ago (``deps.keys``) lets memory answer: a finished
-    # execution's stored answer, or a run already in flight here. Whatever memory cannot
-    # settle goes to Postgres, which authenticates the key in the request's transaction.
+    # Nothing is done with the body before the key is verified: moments ago (``deps.keys``),
+    # by a lookup of it already under way here, or by this request's own lookup, which
+    # opens the transaction that then looks for the stored answer (no round trip more).
     known = deps.keys.get(presented)
-    invalid: MoatError | None = None
-    try:
-        prepared = executions.prepare(body, idempotency_key, deps.catalog)
-    except MoatError as err:
-        if known is not None:
-            raise
-        invalid = err  # raised once the key is checked (401 comes first)
-    if known is not None:
-        answer = deps.executions.remembered(known.tenant_id, prepared)
+    if known is None:
+        pending = deps.keys.pending(presented)
+        found_key = await pending if pending is not None else UNKNOWN
+        if found_key is None:
+            raise unauthenticated("The API key is unknown or revoked.")
+        if found_key is not UNKNOWN:
+            known = found_key
+    async with contextlib.AsyncExitStack() as held:
+        session: AsyncSession | None = None
+        if known is None:
+            session = await held.enter_async_context(deps.sessions.begin())
+            tenant = await _looked_up(deps, session, credentials)
+        else:
+            tenant = known
+        prepared = await executions.prepare_aside(body, idempotency_key, deps.catalog)
+        # A key verified moments ago lets memory answer a finished execution's stored answer.
+        answer = None if session else deps.executions.remembered(tenant.tenant_id, prepared)
         if answer is not None:
             if answer.rendered is None:
                 answer.rendered = _render(answer.envelope)
             return _rendered(answer.envelope, answer.rendered, {REPLAYED_HEADER: "true"})
 
-    async def through_postgres() -> Outcome:
-        since = deps.keys.now()
-        async with deps.sessions.begin() as session:
-            tenant = await authenticate(session, credentials)
-            deps.keys.keep(presented, tenant, since)
-            deps.rate_limits.admit(deps.settings, tenant.tenant_id)
-            if invalid is not None:
-                raise invalid
-            await deps.executions.admit_connection(session, tenant.tenant_id, prepared)
-            found = await deps.executions.replay(session, tenant.tenant_id, prepared, trace_id)
-        if isinstance(found, Outcome):
-            return found
-        return await deps.executions.run(
-            tenant.tenant_id,
-            tenant.idempotency_ttl_seconds,
-            prepared,
-            trace_id,
-            submitted_at,
-            wait,
-            found,
-            scopes=tenant.scopes,
-            api_key_id=tenant.key_id,
-            policy_mode=tenant.policy_mode,
-        )
-
-    if invalid is not None:
-        return _answer(await through_postgres())  # raises: the key's error or the body's
-    req = prepared.request
-    # Identical copies share one way through Postgres and Temporal, by the key presented
-    # (the first copy's authentication is theirs too), whether or not memory knew it yet:
-    # the copies of a burst behind the first one's lookup join its flight, not a second.
-    caller = KeyCache.digest(presented)
-    copy_of = (caller, prepared.idempotency_key, prepared.input_hash, req.connection_id, wait)
-
-    def copied(shared: Outcome) -> None:
-        # A copy answered with a stored receipt is an idempotent hit like its leader.
-        receipt = shared.envelope.receipt
-        if shared.stored and receipt is not None:
-            deps.executions.hits.note(
-                receipt.tenant_id,
-                receipt.id,
-                receipt.capability_id,
-                prepared.idempotency_key,
-                datetime.now(UTC),
+        async def run(tenant: AuthenticatedTenant, found: Unfinished | None) -> Outcome:
+            return await deps.executions.run(
+                tenant.tenant_id,
+                tenant.idempotency_ttl_seconds,
+                prepared,
+                trace_id,
+                submitted_at,
+                wait,
+                found,
+                scopes=tenant.scopes,
+                api_key_id=tenant.key_id,
+                policy_mode=tenant.policy_mode,
             )
 
-    send = answer_send(request.scope)
-    answering = None if send is None else _answering(request, send, applied)
-    outcome = await deps.flights.share(
-        copy_of if not req.dry_run else object(), through_postgres, trace_id, copied, answering
-    )
+        async def stored(session: AsyncSession, tenant_id: str) -> Outcome | Unfinished | None:
+            await deps.executions.admit_connection(session, tenant_id, prepared)
+            return await deps.executions.replay(session, tenant_id, prepared, trace_id)
+
+        async def through_postgres() -> Outcome:
+            async with deps.sessions.begin() as session:
+                tenant = await authenticate(session, credentials)
+                deps.rate_limits.admit(deps.settings, tenant.tenant_id)
+                found = await stored(session, tenant.tenant_id)
+            return found if isinstance(found, Outcome) else await run(tenant, found)
+
+        async def in_this_transaction() -> Outcome:
+            assert session is not None
+            deps.rate_limits.admit(deps.settings, tenant.tenant_id)
+            found = await stored(session, tenant.tenant_id)
+            await held.aclose()  # the transaction ends before the run is waited for
+            return found if isinstance(found, Outcome) else await run(tenant, found)
+
+        req = prepared.request
+        # Identical copies share one way through Postgres and Temporal, by the key presented;
+        # each copy's key is verified before it joins (above), never taken on trust from the
+        # copy that went first.
+        caller = KeyCache.digest(presented)
+        copy_of = (caller, prepared.idempotency_key, prepared.input_hash, req.connection_id, wait)
+        flight: object = copy_of if not req.dry_run else object()
+        work = through_postgres
+        if session is not None:
+            if deps.flights.flying(flight):
+                await held.aclose()  # a copy waits for the flight without a connection
+            else:
+                work = in_this_transaction
+
+        def copied(shared: Outcome) -> None:
+            # A copy answered with a stored receipt is an idempotent hit like its leader.
+            receipt = shared.envelope.receipt
+            if shared.stored and receipt is not None:
+                deps.executions.hits.note(
+                    receipt.tenant_id,
+                    receipt.id,
+                    receipt.capability_id,
+                    prepared.idempotency_key,
+                    datetime.now(UTC),
+                )
+
+        send = answer_send(request.scope)
+        answering = None if send is None else _answering(request, send, applied)
+        outcome = await deps.flights.share(flight, work, trace_id, copied, answering)
     if outcome.answered:
         return _Sent()
     return _answer(outcome, _headers(outcome, applied))
+
+
+async def _looked_up(
+    deps: Deps, session: AsyncSession, credentials: HTTPAuthorizationCredentials
+) -> AuthenticatedTenant:
+    """The key's tenant, by this request's lookup in its transaction (scoped to the tenant
+    from here on); the requests of the same key arriving meanwhile wait for it."""
+    lookup = deps.keys.looking_up(credentials.credentials)
+    outcome: AuthenticatedTenant | Unknown | None = UNKNOWN
+    try:
+        tenant = await authenticate(session, credentials)
+        outcome = tenant
+        return tenant
+    except MoatError as err:
+        if err.code == "unauthenticated":
+            outcome = None
+        raise
+    finally:
+        deps.keys.looked_up(lookup, outcome)
 
 
 def _answering(request: Request, send: Send, applied: str | None) -> Answer:
@@ -224,7 +265,7 @@ def _headers(outcome: Outcome, applied: str | None) -> dict[str, str]:
 
 
 def _render(envelope: Envelope) -> bytes:
-    return render_json(envelope.model_dump(mode="json"))
+    return answers.render(envelope)  # the bytes an answer from memory sends too
 
 
 def _rendered(envelope: Envelope, body: bytes, headers: dict[str, str]) -> Response:
