@@ -148,6 +148,7 @@ def build_worker(
             delivery.give_up_delivery,
         ],
         max_concurrent_activities=max_concurrent_activities,
+        max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach Temporal as they are made (activities/heartbeat.py beats several
         # times per timeout), not once per 80 % of the timeout, which a busy loop can miss.

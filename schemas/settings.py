@@ -234,6 +234,15 @@ class MoatSettings(BaseSettings):
         "of their own (its own activity slots and HTTP pool), so a slow endpoint never holds "
         "what executions need. Unset: `<task_queue>-deliveries`.",
     )
+    worker_max_concurrent_workflow_tasks: int = Field(
+        default=4,
+        ge=1,
+        description="Workflow tasks a worker runs at once. Tasks beyond it wait in Temporal's "
+        "task queue, where fairness takes them turn by turn across tenants, instead of in the "
+        "worker's own backlog, which is first come, first served (bench.noisy: B's slowest "
+        "call under A's flood 6.2-6.9 s at the SDK's 100, 3.0-3.1 s at 8, 1.1-2.1 s at 4; "
+        "the open loop's highest rate was 12/s at 4 and at 8).",
+    )
     delivery_max_concurrent_activities: int = Field(
         default=50,
         ge=1,
