@@ -19,8 +19,17 @@ _TEMPORAL_AWAY = frozenset(
 )
 
 
+# The SDK's own word for a connection to the frontend lost mid-call (a server killed while a
+# result was being long-polled): status UNKNOWN, but about the transport, not the call.
+_TRANSPORT_LOST = "transport error"
+
+
 def temporal_away(exc: BaseException) -> bool:
-    return isinstance(exc, RPCError) and exc.status in _TEMPORAL_AWAY
+    if not isinstance(exc, RPCError):
+        return False
+    if exc.status in _TEMPORAL_AWAY:
+        return True
+    return exc.status == RPCStatusCode.UNKNOWN and exc.message.startswith(_TRANSPORT_LOST)
 
 
 def away(exc: BaseException) -> str | None:
