@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import redact
+from schemas.capabilities import CapabilitySpec
 from schemas.connections import ConnectionCreate, ConnectionInfo
 from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
@@ -126,3 +127,29 @@ async def revoke(
 async def reencrypt(session: AsyncSession, cipher: ConnectionCipher, tenant_id: str) -> int:
     """Re-seal the tenant's live connections under the active key; how many were."""
     return await connections.reencrypt_connections(session, cipher, tenant_id)
+
+
+async def admit(
+    session: AsyncSession, tenant_id: str, spec: CapabilitySpec, connection_id: str | None
+) -> None:
+    """The connection a call names must be the tenant's (another tenant's is as absent:
+    ``connection_not_found``) and of a type the capability takes
+    (``connection_type_mismatch``). A revoked one passes: the run's adapter step refuses it,
+    leaving a failed receipt, as it does when a revocation comes after ingest."""
+    if connection_id is None:
+        return
+    row = await connections.get_connection(session, tenant_id, connection_id)
+    if row is None:
+        raise MoatError(
+            "connection_not_found",
+            f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
+            {"connection_id": connection_id[:80]},
+        )
+    accepted = [t.value for t in spec.connection_types]
+    if row.type not in accepted:
+        takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
+        raise MoatError(
+            "connection_type_mismatch",
+            f"{spec.id} {takes}; connection {row.id} is {row.type}.",
+            {"connection_type": row.type, "accepted_types": accepted},
+        )

@@ -63,13 +63,14 @@ from schemas.settings import MoatSettings
 from schemas.start import START_NOT_SIGNED
 from starter.runtime.availability import temporal_away
 from starter.service import approvals as approvals_service
+from starter.service import connections as connections_service
 from starter.service import json_body
 from starter.service import policy as policy_service
 from starter.service.answers import Answer, AnswerCache, render
 from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
 from starter.service.scopes import require_scope
-from store import connections, db, idempotency, outputs, receipts, tenancy
+from store import db, idempotency, outputs, receipts, tenancy
 from store.keys.codec import OutputSealer
 from store.keys.start import StartKeyring
 from workflows.fairness import tenant_priority
@@ -280,28 +281,10 @@ class Executions:
     async def admit_connection(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared
     ) -> None:
-        """The request's connection must be the tenant's (another tenant's is as absent:
-        ``connection_not_found``) and of a type the capability takes
-        (``connection_type_mismatch``). A revoked one passes: the run's adapter step refuses
-        it, leaving a failed receipt, as it does when a revocation comes after ingest."""
-        connection_id = prepared.request.connection_id
-        if connection_id is None:
-            return
-        row = await connections.get_connection(session, tenant_id, connection_id)
-        if row is None:
-            raise MoatError(
-                "connection_not_found",
-                f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
-                {"connection_id": connection_id[:80]},
-            )
-        accepted = [t.value for t in prepared.capability.connection_types]
-        if row.type not in accepted:
-            takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
-            raise MoatError(
-                "connection_type_mismatch",
-                f"{prepared.capability.id} {takes}; connection {row.id} is {row.type}.",
-                {"connection_type": row.type, "accepted_types": accepted},
-            )
+        """The request's connection, as every call's (``connections_service.admit``)."""
+        await connections_service.admit(
+            session, tenant_id, prepared.capability, prepared.request.connection_id
+        )
 
     async def replay(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str

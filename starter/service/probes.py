@@ -27,10 +27,11 @@ from schemas.quotas import Quota
 from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
+from starter.service import connections as connections_service
 from starter.service import quotas
 from starter.service.errors import MoatError, field_errors
 from starter.service.scopes import require_scope
-from store import connections, db, probes
+from store import db, probes
 from store.models import ProbeRow
 
 
@@ -94,29 +95,6 @@ def _may_lend(spec: CapabilitySpec, lender: Lender) -> None:
     require_scope(lender.scopes, *capability_scopes(spec.id, spec.required_scopes))
 
 
-async def _check_connection(
-    session: AsyncSession, tenant_id: str, spec: CapabilitySpec, connection_id: str | None
-) -> None:
-    """As at ingest: the tenant's own connection, of a type the capability takes."""
-    if connection_id is None:
-        return
-    row = await connections.get_connection(session, tenant_id, connection_id)
-    if row is None:
-        raise MoatError(
-            "connection_not_found",
-            f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
-            {"connection_id": connection_id[:80]},
-        )
-    accepted = [t.value for t in spec.connection_types]
-    if row.type not in accepted:
-        takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
-        raise MoatError(
-            "connection_type_mismatch",
-            f"{spec.id} {takes}; connection {row.id} is {row.type}.",
-            {"connection_type": row.type, "accepted_types": accepted},
-        )
-
-
 def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, object]:
     """The input the probe will send, refused unless the catalog says it is safe."""
     spec = _spec(catalog, body.capability_id, body.capability_version)
@@ -174,7 +152,7 @@ async def add_probe(
             f"interval_seconds must be at least {settings.probe_min_interval_seconds} "
             "(MOAT_PROBE_MIN_INTERVAL_SECONDS).",
         )
-    await _check_connection(
+    await connections_service.admit(
         session,
         tenant_id,
         _spec(catalog, body.capability_id, body.capability_version),
