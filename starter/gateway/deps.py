@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -68,10 +67,6 @@ def sealer_of(deps: Deps) -> OutputSealer:
 def deps_of(request: Request) -> Deps:
     deps: Deps = request.app.state.deps
     return deps
-
-
-# Receipt ids are UUIDs; anything else names no receipt (and never reaches a query).
-RECEIPT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def execution_not_found(receipt_id: str) -> MoatError:

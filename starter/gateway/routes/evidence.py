@@ -9,11 +9,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from schemas.events import Event
+from schemas.ids import is_receipt_id
 from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
 from schemas.scopes import OUTPUTS_READ
 from starter.gateway.access import needs, public
 from starter.gateway.deps import (
-    RECEIPT_ID,
     TenantKey,
     authenticate,
     deps_of,
@@ -40,7 +40,7 @@ async def get_events(request: Request, receipt_id: str, credentials: TenantKey) 
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        if not RECEIPT_ID.match(receipt_id):
+        if not is_receipt_id(receipt_id):
             raise execution_not_found(receipt_id)
         events = await evidence.events_of(session, tenant.tenant_id, receipt_id)
     if not events:
@@ -82,7 +82,7 @@ async def get_manifest(
     deps = deps_of(request)
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        if not RECEIPT_ID.match(receipt_id):
+        if not is_receipt_id(receipt_id):
             raise execution_not_found(receipt_id)
         row = await evidence.indexed_manifest(session, tenant.tenant_id, receipt_id, run_id)
     stored = await evidence.read_manifest(ManifestStore(deps.settings.manifests_dir), row)

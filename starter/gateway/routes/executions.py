@@ -13,11 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import Receive, Scope, Send
 
 from schemas.execute import Envelope, EnvelopeStatus
+from schemas.ids import is_receipt_id
 from schemas.names import REPLAYED_HEADER, TRACE_HEADER
 from schemas.scopes import OUTPUTS_READ
 from starter.gateway.access import needs
 from starter.gateway.deps import (
-    RECEIPT_ID,
     Deps,
     TenantKey,
     authenticate,
@@ -321,7 +321,7 @@ async def get_execution(request: Request, receipt_id: str, credentials: TenantKe
     trace_id = observability.current_trace_id()
     async with deps.sessions.begin() as session:
         tenant = await authenticate(session, credentials)
-        if not RECEIPT_ID.match(receipt_id):
+        if not is_receipt_id(receipt_id):
             raise execution_not_found(receipt_id)
         envelope = await executions.recorded(
             session, deps.executions.sealer, tenant.tenant_id, receipt_id, trace_id

@@ -11,8 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from schemas.api import ReceiptPage
+from schemas.ids import is_receipt_id
 from schemas.records import ExecutionStatus, Receipt
-from starter.gateway.deps import RECEIPT_ID, TenantKey, authenticate, deps_of
+from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors
 from starter.service import MoatError
@@ -153,7 +154,7 @@ async def get_receipt(request: Request, receipt_id: str, credentials: TenantKey)
         tenant = await authenticate(session, credentials)
         receipt = (
             await receipts.get_receipt(session, tenant.tenant_id, receipt_id)
-            if RECEIPT_ID.match(receipt_id)
+            if is_receipt_id(receipt_id)
             else None
         )
     if receipt is None:
