@@ -116,10 +116,9 @@ class DeliveryActivities:
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             row = await outbox.get(session, inp.tenant_id, inp.outbox_id)
-            if row is None or row.generation != inp.generation:
-                return AttemptResult(final=True, status="superseded")
-            if row.status != OutboxStatus.PENDING.value:
-                return AttemptResult(final=True, status=row.status)
+            if (settled := _settled(row, inp.generation)) is not None:
+                return settled
+            assert row is not None
             sub = await webhooks.get(session, inp.tenant_id, row.subscription_id)
             tenant = await tenants.get_tenant(session, inp.tenant_id)
             allow = list(tenant.http_allow_hosts) if tenant is not None else []
@@ -184,10 +183,9 @@ class DeliveryActivities:
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             row = await outbox.lock(session, inp.tenant_id, inp.outbox_id)
-            if row is None or row.generation != inp.generation:
-                return AttemptResult(final=True, status="superseded")
-            if row.status != OutboxStatus.PENDING.value:
-                return AttemptResult(final=True, status=row.status)
+            if (settled := _settled(row, inp.generation)) is not None:
+                return settled
+            assert row is not None
             if sent is None:
                 reason = "the subscription is " + (sub.status if sub is not None else "gone")
                 await _dead_letter(session, row, reason, "subscription_disabled")
@@ -237,10 +235,9 @@ class DeliveryActivities:
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)
             row = await outbox.lock(session, inp.tenant_id, inp.outbox_id)
-            if row is None or row.generation != inp.generation:
-                return AttemptResult(final=True, status="superseded")
-            if row.status != OutboxStatus.PENDING.value:
-                return AttemptResult(final=True, status=row.status)
+            if (settled := _settled(row, inp.generation)) is not None:
+                return settled
+            assert row is not None
             await outbox.record_attempt(
                 session,
                 row,
@@ -255,6 +252,16 @@ class DeliveryActivities:
             reason = f"the delivery attempt could not be completed: {inp.error}"
             await _dead_letter(session, row, reason, "attempt_failed")
             return AttemptResult(final=True, status=row.status)
+
+
+def _settled(row: OutboxRow | None, generation: int) -> AttemptResult | None:
+    """The final answer of an attempt whose row is no longer its pending delivery (a requeue
+    made a new generation, or it was delivered or dead-lettered meanwhile), else None."""
+    if row is None or row.generation != generation:
+        return AttemptResult(final=True, status="superseded")
+    if row.status != OutboxStatus.PENDING.value:
+        return AttemptResult(final=True, status=row.status)
+    return None
 
 
 async def _dead_letter(session: AsyncSession, row: OutboxRow, reason: str, code: str) -> None:
