@@ -48,7 +48,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bench.speed import cpu_seconds, load, percentile
-from bench.speed_stack import _healthy
+from bench.speed_stack import _healthy, moat_environment
 from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, free_port, serve_asgi
 from starter.devstack.processes import ChildProcess
@@ -188,20 +188,9 @@ async def noisy_stack(
     async with AsyncExitStack() as st:
         st.push_async_callback(env.shutdown)
         target = env.client.service_client.config.target_host
-        child_env = settings.child_environment(
-            home=str(settings.home),
-            database_url=pg.url,
-            temporal_address=target,
-            temporal_namespace=NAMESPACE,
-            task_queue=settings.task_queue,
-            gateway_port=str(settings.gateway_port),
-            gateway_host="127.0.0.1",
-            wait_seconds=str(wait_seconds),
-            http_allow_hosts=provider_host,
-            log_format="text",
-            **limits,
+        child_env = moat_environment(
+            settings, pg.url, target, NAMESPACE, provider_host, wait_seconds, **limits
         )
-        child_env.pop("PYTHONDONTWRITEBYTECODE", None)
         pids: dict[str, int] = {}
         server = pid_of(str(root / f"temporal-{mode.fair}-"))
         if server is not None:

@@ -82,6 +82,36 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def moat_environment(
+    settings: MoatSettings,
+    database_url: str,
+    temporal_address: str,
+    namespace: str,
+    allow_hosts: str,
+    wait_seconds: float,
+    **overrides: str,
+) -> dict[str, str]:
+    """The environment of a ``moat worker`` / ``moat gateway`` process of a bench stack:
+    ``settings``' home, task queue and gateway port, on loopback, logging text."""
+    env = settings.child_environment(
+        home=str(settings.home),
+        database_url=database_url,
+        temporal_address=temporal_address,
+        temporal_namespace=namespace,
+        task_queue=settings.task_queue,
+        gateway_port=str(settings.gateway_port),
+        gateway_host="127.0.0.1",
+        wait_seconds=str(wait_seconds),
+        http_allow_hosts=allow_hosts,
+        log_format="text",
+        **overrides,
+    )
+    # Deployed code runs from compiled bytecode; without it the workflow sandbox, which
+    # re-imports the workflow modules for every run, would compile their source each time.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 @asynccontextmanager
 async def speed_stack(logs: Path | None = None) -> AsyncIterator[SpeedStack]:
     with tempfile.TemporaryDirectory(prefix="moat-speed-") as tmp:
@@ -121,21 +151,9 @@ async def _start(st: AsyncExitStack, root: Path, logs: Path, pg: EmbeddedPostgre
     )
     target = env.client.service_client.config.target_host
     children: dict[str, ChildProcess] = {}
-    child_env = settings.child_environment(
-        home=str(settings.home),
-        database_url=pg.url,
-        temporal_address=target,
-        temporal_namespace=NAMESPACE,
-        task_queue=settings.task_queue,
-        gateway_port=str(settings.gateway_port),
-        gateway_host="127.0.0.1",
-        wait_seconds="60",
-        http_allow_hosts=f"127.0.0.1:{provider_port}",
-        log_format="text",
+    child_env = moat_environment(
+        settings, pg.url, target, NAMESPACE, f"127.0.0.1:{provider_port}", 60.0
     )
-    # Deployed code runs from compiled bytecode; without it the workflow sandbox, which
-    # re-imports the workflow modules for every run, would compile their source each time.
-    child_env.pop("PYTHONDONTWRITEBYTECODE", None)
     bare_queue = f"speed-bare-{uuid.uuid4().hex}"
     commands = {
         "worker": [sys.executable, "-m", "starter.cli", "worker"],
