@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.quotas import Quota
 from store.models import (
-    ApprovalRow,
     ConnectionRow,
     PolicyVersionRow,
     ProbeRow,
@@ -30,18 +29,25 @@ from store.models import (
 # old without one belongs to a run that died between the two steps, and holds none.
 APPROVAL_RESERVATION = timedelta(minutes=10)
 
-# Calls whose policy decision says they wait for approval, whose key they hold, and that
-# have neither an approval row nor a receipt yet. A dry run never holds its key.
-_RESERVED_APPROVALS = text(
+# What holds a pending-approvals slot: an approval waiting for its decision, and a call whose
+# policy decision says it waits for approval, whose key it holds, and that has neither an
+# approval row nor a receipt yet (a dry run never holds its key). One statement, so one
+# snapshot: counted apart, a call whose approval row commits between the two counts would
+# be in neither, and a second call could take the last slot beside it.
+_APPROVALS_HELD = text(
     """
-SELECT count(*) FROM policy_decisions d
-WHERE d.tenant_id = :tenant AND d.rule_hit = 'APPROVAL_REQUIRED' AND d.decision = 'allow'
-  AND d.created_at > :since AND d.receipt_id <> :own
-  AND EXISTS (SELECT 1 FROM idempotency_keys k
-              WHERE k.tenant_id = d.tenant_id AND k.idempotency_key = d.idempotency_key
-                AND k.receipt_id = d.receipt_id)
-  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.receipt_id = d.receipt_id)
-  AND NOT EXISTS (SELECT 1 FROM receipts r WHERE r.id = d.receipt_id)
+SELECT
+  (SELECT count(*) FROM approvals a
+   WHERE a.tenant_id = :tenant AND a.status = 'pending' AND a.expires_at > :now)
+  +
+  (SELECT count(*) FROM policy_decisions d
+   WHERE d.tenant_id = :tenant AND d.rule_hit = 'APPROVAL_REQUIRED' AND d.decision = 'allow'
+     AND d.created_at > :since AND d.receipt_id <> :own
+     AND EXISTS (SELECT 1 FROM idempotency_keys k
+                 WHERE k.tenant_id = d.tenant_id AND k.idempotency_key = d.idempotency_key
+                   AND k.receipt_id = d.receipt_id)
+     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.receipt_id = d.receipt_id)
+     AND NOT EXISTS (SELECT 1 FROM receipts r WHERE r.id = d.receipt_id))
 """
 )
 
@@ -98,19 +104,16 @@ async def usage(
     """How many the tenant holds now of what ``quota`` counts. For pending approvals,
     ``own_receipt`` is the execution asking, which does not count itself."""
     if quota == Quota.PENDING_APPROVALS:
-        pending = await _count(
-            session,
-            select(func.count()).where(
-                ApprovalRow.tenant_id == tenant_id,
-                ApprovalRow.status == "pending",
-                ApprovalRow.expires_at > now,
-            ),
+        held = await session.execute(
+            _APPROVALS_HELD,
+            {
+                "tenant": tenant_id,
+                "now": now,
+                "since": now - APPROVAL_RESERVATION,
+                "own": own_receipt,
+            },
         )
-        reserved = await session.execute(
-            _RESERVED_APPROVALS,
-            {"tenant": tenant_id, "since": now - APPROVAL_RESERVATION, "own": own_receipt},
-        )
-        return pending + int(reserved.scalar_one())
+        return int(held.scalar_one())
     counted = {
         Quota.WEBHOOKS: select(func.count()).where(
             WebhookSubscription.tenant_id == tenant_id, WebhookSubscription.status != "removed"
