@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint bench bench-modes bench-noisy chaos lock clean
+.PHONY: up test test-unit lint docs hooks bench bench-modes bench-noisy chaos lock clean
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,22 +17,34 @@ $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e ./starter/client
 	touch $(STAMP)
 
+# The repository's git hooks (.githooks/: a commit subject of at most 72 characters).
+# Outside a git checkout (an unpacked archive, an image build) there is nothing to install.
+hooks:
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \
+		[ "$$(git config core.hooksPath)" != .githooks ]; then \
+		git config core.hooksPath .githooks; fi
+
 # make up FAKE_PROVIDERS=1: also the local Slack, GitHub and webhook fakes.
-up: $(STAMP)
+up: $(STAMP) hooks
 	$(BIN)/moat up $(if $(FAKE_PROVIDERS),--fake-providers)
 
-test: $(STAMP)
+test: $(STAMP) hooks
 	$(BIN)/pytest
 
 # The tests that need no server (no Temporal, PostgreSQL or gateway): seconds.
-test-unit: $(STAMP)
+test-unit: $(STAMP) hooks
 	$(BIN)/pytest -m "not integration"
 
-lint: $(STAMP)
+lint: $(STAMP) hooks
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The generated docs: the settings reference and the route table.
+docs: $(STAMP)
+	$(BIN)/python -m starter.devstack.configuration docs/configuration.md
+	$(BIN)/python -m starter.gateway routes docs/security.md
 
 # Moat against bare Temporal baselines, each server a process of its own (~7 min).
 bench: $(STAMP)

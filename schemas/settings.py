@@ -53,12 +53,16 @@ class MoatSettings(BaseSettings):
         default=None,
         description="External Temporal frontend host:port. Unset: the dev server `moat up` starts.",
     )
-    temporal_port: int = 7233
-    temporal_ui_port: int = 8233
-    temporal_namespace: str = "moat"
-    task_queue: str = "moat-execute"
-    gateway_host: str = "127.0.0.1"
-    gateway_port: int = 8000
+    temporal_port: int = Field(default=7233, description="Port of the dev server `moat up` starts.")
+    temporal_ui_port: int = Field(default=8233, description="Port of the dev server's Web UI.")
+    temporal_namespace: str = Field(
+        default="moat",
+        description="Temporal namespace of every run; its retention must exceed the "
+        "idempotency TTL (`moat up` sets namespace_retention_hours).",
+    )
+    task_queue: str = Field(default="moat-execute", description="Task queue of executions.")
+    gateway_host: str = Field(default="127.0.0.1", description="Address the gateway listens on.")
+    gateway_port: int = Field(default=8000, description="Port the gateway listens on.")
     admin_port: int | None = Field(
         default=None,
         ge=1,

@@ -1,6 +1,7 @@
 """The client installs alone: in a fresh virtual environment, ``pip install
 ./starter/client`` brings httpx and pydantic but nothing of the server (no Temporal, no
-PostgreSQL, no web server), and the README's SDK example runs against the live gateway."""
+PostgreSQL, no web server), and the SDK example of docs/client.md runs against the live
+gateway."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ SERVER_PACKAGES = (
 
 
 def readme_example() -> str:
-    """The README's SDK example: the first Python block of its "Python client" section."""
-    readme = (repo_root() / "README.md").read_text()
+    """The SDK example: the first Python block of the "Python client" section of
+    docs/client.md."""
+    readme = (repo_root() / "docs" / "client.md").read_text()
     section = readme[readme.index("## Python client") :]
     return section[
         section.index("```python\n") + 10 : section.index("```", section.index("```python") + 9)

@@ -1,6 +1,6 @@
-"""Every route says what calling it needs (``starter.gateway.access``), the README's table
-is generated from those declarations, a key writes and reads only what its scopes say, and
-a requeued execution acts for the key that requeued it."""
+"""Every route says what calling it needs (``starter.gateway.access``), the table in
+docs/security.md is generated from those declarations, a key writes and reads only what its
+scopes say, and a requeued execution acts for the key that requeued it."""
 
 from __future__ import annotations
 
@@ -46,15 +46,15 @@ def test_every_write_names_what_it_needs(base_settings: MoatSettings) -> None:
 
 
 def test_the_readme_route_table_is_the_generated_one() -> None:
-    readme = (repo_root() / "README.md").read_text()
+    readme = (repo_root() / "docs" / "security.md").read_text()
     if ROUTES_START not in readme or ROUTES_END not in readme:
         pytest.skip(
-            f"README.md has no {ROUTES_START} / {ROUTES_END} markers yet: put the output of "
-            "`python -m starter.gateway routes` between them"
+            f"docs/security.md has no {ROUTES_START} / {ROUTES_END} markers yet: put the "
+            "output of `python -m starter.gateway routes` between them"
         )
     written = readme.split(ROUTES_START, 1)[1].split(ROUTES_END, 1)[0]
     assert written.strip() == gateway_table().strip(), (
-        "README's route table is out of date: replace it with `python -m starter.gateway routes`"
+        "docs/security.md's route table is out of date: run `make docs`"
     )
 
 
