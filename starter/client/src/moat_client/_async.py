@@ -24,9 +24,23 @@ class AsyncMoatClient(Routes):
     """Async client of the Moat gateway.
 
     ``AsyncMoatClient(url, api_key)``, or ``AsyncMoatClient()`` to read ``MOAT_URL`` and
-    ``MOAT_API_KEY``. Pass ``http_client`` to use your own ``httpx.AsyncClient`` (proxies,
-    TLS, event hooks; the client leaves it open), ``retry`` to change the backoff and the
-    total deadline, ``send_log`` to keep a local record of ``send`` calls.
+    ``MOAT_API_KEY``.
+    Use it as a context manager, or call ``aclose`` when done.
+
+    Args:
+        url: The gateway's URL; None reads ``MOAT_URL``.
+        api_key: The tenant's API key (``moat_<id>_<secret>``); None reads ``MOAT_API_KEY``.
+        timeout: Seconds each HTTP request may take (longer when ``wait_seconds`` asks the
+            gateway to wait longer).
+        retry: The backoff and total deadline of retries; None for ``RetryPolicy()``.
+        http_client: Your own ``httpx.AsyncClient`` (proxies, TLS, event hooks); the client
+            leaves it open.
+        transport: A transport for the ``httpx.AsyncClient`` the client makes (tests,
+            proxies).
+        send_log: The ``SendLog`` that ``send`` records in.
+
+    Raises:
+        ConfigurationError: Neither the arguments nor the environment give the URL or the key.
     """
 
     def __init__(
@@ -52,6 +66,7 @@ class AsyncMoatClient(Routes):
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP client the client made; one passed as ``http_client`` stays open."""
         if self._owned:
             await self._http.aclose()
 
@@ -95,12 +110,51 @@ class AsyncMoatClient(Routes):
         poll: bool = True,
         retry: RetryPolicy | None = None,
     ) -> ExecutionResult:
-        """Execute a capability once per idempotency key (without one, the gateway derives
-        it from the payload). Network errors, timeouts and 5xx are retried with the same
-        key until the deadline (then ``GatewayUnavailable``); an ``accepted`` run is polled
-        until it ends (``poll=False``: returned as it is). ``wait_seconds`` is sent as
-        ``Prefer: wait=N``. Refusals raise ``MoatError`` subclasses; a provider's failure is
-        a result whose ``status`` is ``failed``."""
+        """Execute a capability once per idempotency key.
+
+        Without a key the gateway derives one from the payload, so a retry is still the same
+        execution. Network errors, timeouts, 408, 429 and 5xx answers without a recorded outcome
+        are sent again with the same key until the retry policy's deadline. An ``accepted`` run is
+        polled at its ``Location`` until it ends. A provider's failure is not raised: it is a
+        result whose ``status`` is ``failed``, with its receipt.
+
+        Args:
+            capability_id: The capability to run, e.g. ``"slack.post_message"``.
+            input: The capability's input, as its JSON Schema describes it.
+            idempotency_key: The key (at most 256 characters); None lets the gateway derive it.
+            capability_version: A version of the capability; None for the current one.
+            connection_id: The connection (``con_…``) whose credential the adapter uses.
+            wait_seconds: How long the gateway waits for the run, sent as ``Prefer: wait=N``;
+                None for the gateway's default.
+            dry_run: Evaluate and record the policy decision only (status ``planned``).
+            poll: Poll an ``accepted`` run until it ends; False returns it as it is.
+            retry: This call's retry policy; None for the client's.
+
+        Returns:
+            The execution's result: ``executed``, ``failed`` (the provider refused), ``planned``
+            (a dry run), or ``accepted`` when ``poll`` is False. ``replayed`` is True when the
+            key's stored receipt answered.
+
+        Raises:
+            InvalidRequest: The request is malformed (``bad_json``, ``schema_validation_failed``
+                with ``details["errors"]``, ``unsupported_schema_version``,
+                ``idempotency_key_invalid``, ``payload_too_large``).
+            Unauthenticated: No API key, or an unknown or revoked one.
+            Forbidden: The key may not use this route.
+            NotFound: No such capability for this tenant.
+            IdempotencyKeyReused: The key was used before with other input
+                (``original_receipt_id``).
+            PolicyDenied: The policy refused the execution and recorded it (``receipt_id``,
+                ``envelope``); ``BudgetExceeded`` and ``HostNotAllowed`` are its common reasons.
+            ApprovalRequired: With ``poll``, the run waits for a person's approval (raised at
+                once, with the ``approval`` to decide).
+            ExecutionPending: With ``poll``, the run is still going at the deadline (ask again
+                with its ``receipt_id``).
+            GatewayUnavailable: No usable answer before the deadline; send again with the
+                error's ``idempotency_key``.
+            MoatError: Any other refusal, with the gateway's ``code`` (e.g. ``scope_missing``,
+                ``rate_limited``).
+        """
         return await self._drive(
             self._execute_flow(
                 capability_id,
@@ -125,9 +179,31 @@ class AsyncMoatClient(Routes):
         cycle: str | datetime,
         **execute_options: Any,
     ) -> SendOutcome:
-        """Execute through the send log (``send_log``): skipped when this task's action was
-        already attempted this cycle with an outcome other than a timeout; else up to the
-        log's ``max_attempts`` attempts, and a dead letter after that many timeouts."""
+        """Execute through the send log, once per task, action and cycle.
+
+        The idempotency key is ``<task_id>:<action>:<cycle_ts>``. A key already attempted this
+        cycle with an outcome other than a timeout is skipped: the logged outcome is returned and
+        nothing is sent. Otherwise up to the log's ``max_attempts`` attempts are made, backing off
+        between timeouts; the attempt that makes that many timeouts files a dead letter (the log's
+        ``on_dead_letter`` callback). Refusals are recorded as outcomes, not raised.
+
+        Args:
+            capability_id: The capability to run.
+            input: The capability's input; the log keeps only its size.
+            task_id: The agent's task (no ``:``).
+            action: The action within the task (no ``:``).
+            cycle: The cycle's timestamp, as text or a timezone-aware ``datetime``.
+            **execute_options: Further arguments of ``execute`` (not ``idempotency_key``).
+
+        Returns:
+            What was done: ``skipped``, or the last attempt's ``outcome`` (``delivered``,
+            ``timeout``, ``error``) with its ``receipt_id``, ``result`` or ``error``, and the
+            ``dead_letter_task_id`` when one was filed.
+
+        Raises:
+            ValueError: The client has no send log, or the task, action or cycle cannot make a
+                key (empty, holding ``:``, naive ``datetime``, over 256 characters).
+        """
         log = self._require_log()
         plan = log.plan(capability_id, task_id, action, cycle, payload_chars(input))
         while True:
@@ -151,18 +227,71 @@ class AsyncMoatClient(Routes):
         return self.send_log
 
     async def get_execution(self, receipt_id: str) -> ExecutionResult:
-        """The execution's current envelope (``accepted`` while it runs)."""
+        """Read an execution's current envelope, once (no polling).
+
+        Args:
+            receipt_id: The execution's receipt id, as the gateway gave it.
+
+        Returns:
+            Its result: ``accepted`` while it runs (even before a worker picked it up), then its
+            final answer.
+
+        Raises:
+            ValueError: ``receipt_id`` is empty, ``.`` or ``..``.
+            NotFound: No such execution for this tenant (``execution_not_found``).
+            Unauthenticated: No API key, or an unknown or revoked one.
+            PolicyDenied: The execution ended in a policy denial (``ApprovalRejected`` and
+                ``ApprovalExpired`` among them), with its receipt.
+            GatewayUnavailable: No usable answer before the retry policy's deadline.
+            MoatError: Any other refusal, e.g. ``scope_missing`` without ``outputs:read``.
+        """
         return await self._drive(self._get_execution_flow(receipt_id))
 
     async def wait(
         self, receipt_id: str, *, max_seconds: float | None = None, interval: float | None = None
     ) -> ExecutionResult:
-        """Poll an execution until it ends, or ``max_seconds`` (default: the retry
-        deadline) pass: then the last answer, still ``accepted``. Polls are the gateway's
-        ``Retry-After`` apart, or ``interval`` seconds."""
+        """Poll an execution until it ends, or until ``max_seconds`` pass.
+
+        A run waiting for a person's approval is polled like any other, so this returns once the
+        person decided.
+
+        Args:
+            receipt_id: The execution's receipt id, as the gateway gave it.
+            max_seconds: How long to poll; None for the retry policy's deadline.
+            interval: Seconds between polls; None for the gateway's ``Retry-After``.
+
+        Returns:
+            The execution's final result, or its last answer (still ``accepted``) when
+            ``max_seconds`` passed first.
+
+        Raises:
+            ValueError: ``receipt_id`` is empty, ``.`` or ``..``.
+            NotFound: No such execution for this tenant (``execution_not_found``).
+            Unauthenticated: No API key, or an unknown or revoked one.
+            ApprovalRejected: A person rejected the call: nothing ran.
+            ApprovalExpired: Nobody decided the call in time: nothing ran.
+            PolicyDenied: The policy refused the execution otherwise, with its receipt.
+            GatewayUnavailable: No usable answer before the deadline.
+            MoatError: Any other refusal, e.g. ``scope_missing`` without ``outputs:read``.
+        """
         return await self._drive(self._wait_flow(receipt_id, max_seconds, interval))
 
     async def get_receipt(self, receipt_id: str) -> Receipt:
+        """Read one receipt of the caller's tenant.
+
+        Args:
+            receipt_id: The receipt's id.
+
+        Returns:
+            The receipt (hashes only, never raw input or output).
+
+        Raises:
+            ValueError: ``receipt_id`` is empty, ``.`` or ``..``.
+            NotFound: No such receipt for this tenant (``receipt_not_found``).
+            Unauthenticated: No API key, or an unknown or revoked one.
+            GatewayUnavailable: No usable answer before the retry policy's deadline.
+            MoatError: Any other refusal, with the gateway's ``code``.
+        """
         return await self._drive(self._receipt_flow(receipt_id))
 
     async def list_receipts(
@@ -176,7 +305,28 @@ class AsyncMoatClient(Routes):
         limit: int = 50,
         cursor: str | None = None,
     ) -> ReceiptPage:
-        """One page of the tenant's receipts, newest first; ``page.next_cursor`` gets the next."""
+        """Read one page of the tenant's receipts, newest first.
+
+        Args:
+            capability_id: Only this capability's receipts.
+            status: Only receipts with this status (e.g. ``success``, ``failure``).
+            idempotency_key: Only this key's receipts.
+            since: Initiated at or after this time (timezone-aware).
+            until: Initiated before this time (timezone-aware).
+            limit: Receipts per page (at most 200).
+            cursor: The previous page's ``next_cursor``; None for the first page.
+
+        Returns:
+            The page: ``items``, and ``next_cursor`` (None on the last page).
+
+        Raises:
+            ValueError: ``since`` or ``until`` is a naive ``datetime``.
+            InvalidRequest: The gateway refused a parameter (``invalid_cursor``,
+                ``schema_validation_failed``).
+            Unauthenticated: No API key, or an unknown or revoked one.
+            GatewayUnavailable: No usable answer before the retry policy's deadline.
+            MoatError: Any other refusal, with the gateway's ``code``.
+        """
         return await self._drive(
             self._receipts_flow(
                 capability_id=capability_id,
@@ -190,7 +340,21 @@ class AsyncMoatClient(Routes):
         )
 
     async def iter_receipts(self, **filters: Any) -> AsyncIterator[Receipt]:
-        """Every receipt matching ``filters`` (as for ``list_receipts``), page after page."""
+        """Every receipt matching the filters, page after page, newest first.
+
+        Args:
+            **filters: The filters of ``list_receipts`` (not ``cursor``).
+
+        Yields:
+            Each receipt, fetching the next page when one is used up.
+
+        Raises:
+            ValueError: A filter is a naive ``datetime``.
+            InvalidRequest: The gateway refused a filter.
+            Unauthenticated: No API key, or an unknown or revoked one.
+            GatewayUnavailable: No usable answer for a page before the retry policy's deadline.
+            MoatError: Any other refusal, with the gateway's ``code``.
+        """
         cursor = None
         while True:
             page = await self.list_receipts(cursor=cursor, **filters)
@@ -201,5 +365,14 @@ class AsyncMoatClient(Routes):
             cursor = page.next_cursor
 
     async def capabilities(self) -> list[CapabilityInfo]:
-        """The capabilities the gateway offers, with their input schemas."""
+        """Read the capabilities the gateway offers.
+
+        Returns:
+            Each capability with its versions, input schema, retry settings, ``idempotency``,
+            ``connection_types``, ``requires_approval`` and ``probe``.
+
+        Raises:
+            GatewayUnavailable: No usable answer before the retry policy's deadline.
+            MoatError: A refusal, with the gateway's ``code``.
+        """
         return await self._drive(self._capabilities_flow())

@@ -28,8 +28,15 @@ class ConfigurationError(MoatError):
 
 
 def configured(url: str | None = None, api_key: str | None = None) -> tuple[str | None, str | None]:
-    """The gateway URL and API key from the arguments, else ``MOAT_URL``/``MOAT_API_KEY``
-    (None for what neither gives)."""
+    """The gateway URL and API key from the arguments, else the environment.
+
+    Args:
+        url: The gateway's URL; None reads ``MOAT_URL``.
+        api_key: The API key; None reads ``MOAT_API_KEY``.
+
+    Returns:
+        ``(url, api_key)``, each None when neither the argument nor the environment gives it.
+    """
     return url or os.environ.get(URL_ENV) or None, api_key or os.environ.get(API_KEY_ENV) or None
 
 
@@ -77,8 +84,16 @@ class RetryPolicy:
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def backoff(self, retry: int, retry_after: float | None = None) -> float:
-        """The wait before retry number ``retry`` (1, 2, …): the server's ``Retry-After``
-        when it sent one, else a random share of the capped exponential step."""
+        """The wait before retry number ``retry``, with full jitter.
+
+        Args:
+            retry: The retry's number: 1, 2, …
+            retry_after: The server's ``Retry-After`` in seconds, when it sent one.
+
+        Returns:
+            Seconds to wait: ``retry_after`` (at most ``max_delay``) when given, else a random
+            share (half to all) of the capped exponential step.
+        """
         if retry_after is not None:
             return min(retry_after, self.max_delay)
         step = min(self.max_delay, self.base_delay * 2 ** (retry - 1))

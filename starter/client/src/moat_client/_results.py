@@ -22,14 +22,17 @@ class ExecutionResult:
 
     @property
     def status(self) -> EnvelopeStatus:
+        """``executed``, ``failed``, ``planned`` or ``accepted``."""
         return self.envelope.status
 
     @property
     def receipt_id(self) -> str | None:
+        """The execution's receipt id (None only for an answer without one)."""
         return self.envelope.receipt_id
 
     @property
     def receipt(self) -> Receipt | None:
+        """The receipt (hashes only), once the run has recorded one."""
         return self.envelope.receipt
 
     @property
@@ -39,10 +42,12 @@ class ExecutionResult:
 
     @property
     def error(self) -> ErrorBody | None:
+        """Why the provider refused (``code``, ``message``, ``details``), for ``failed``."""
         return self.envelope.error
 
     @property
     def ok(self) -> bool:
+        """Whether the capability ran (``executed``)."""
         return self.envelope.status == EnvelopeStatus.EXECUTED
 
     @property

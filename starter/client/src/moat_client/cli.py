@@ -54,6 +54,17 @@ def _cell(value: object) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``moat-client``: show the send log, its dead letters, or apply its retention.
+
+    Args:
+        argv: The arguments; None reads the command line.
+
+    Returns:
+        The exit status: 0, or 1 when there is no send log at the path (one line on stderr).
+
+    Raises:
+        SystemExit: The arguments are not understood (argparse's usage, status 2).
+    """
     parser = argparse.ArgumentParser(
         prog="moat-client", description="The Moat client's local records."
     )

@@ -37,6 +37,7 @@ class MoatError(Exception):
 
     @property
     def receipt_id(self) -> str | None:
+        """The receipt of a refusal that left one (a policy denial), else None."""
         return self.envelope.receipt_id if self.envelope is not None else None
 
 
@@ -62,6 +63,7 @@ class IdempotencyKeyReused(MoatError):
 
     @property
     def original_receipt_id(self) -> str | None:
+        """The receipt id of the execution that first used the key, when the gateway named it."""
         value = self.details.get("original_receipt_id")
         return value if isinstance(value, str) else None
 
@@ -136,6 +138,8 @@ class ApprovalRequired(ExecutionPending):
 
     @property
     def approval(self) -> ApprovalRef | None:
+        """What the person decides on: ``id``, ``input_hash``, ``policy_version`` and
+        ``expires_at``."""
         return self.envelope.approval if self.envelope is not None else None
 
 
@@ -164,7 +168,17 @@ _BY_CODE: dict[str, type[MoatError]] = {
 def error_for(
     http_status: int, error: ErrorBody, trace_id: str, envelope: Envelope | None = None
 ) -> MoatError:
-    """The most specific ``MoatError`` for a gateway's refusal (``MoatError`` itself for a
-    code this client does not know: a newer gateway's)."""
+    """The most specific ``MoatError`` for a gateway's refusal.
+
+    Args:
+        http_status: The answer's HTTP status.
+        error: The envelope's ``error``.
+        trace_id: The envelope's ``trace_id``.
+        envelope: The whole envelope, when the refusal left a receipt.
+
+    Returns:
+        The subclass the ``code`` maps to, or ``MoatError`` itself for a code this client
+        does not know (a newer gateway's). It is returned, not raised.
+    """
     kind = _BY_CODE.get(error.code, MoatError)
     return kind(http_status, error, trace_id, envelope=envelope)

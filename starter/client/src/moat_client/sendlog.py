@@ -137,6 +137,7 @@ class SendOutcome:
 
     @property
     def delivered(self) -> bool:
+        """Whether the send (or the logged attempt it skipped to) was delivered."""
         return self.outcome == "delivered"
 
 
@@ -229,6 +230,7 @@ class SendLog:
             self._purge(db, KEPT_CYCLES)
 
     def close(self) -> None:
+        """Close the log's SQLite connection."""
         with self._lock:
             self._db.close()
 
@@ -252,11 +254,42 @@ class SendLog:
     def plan(
         self, target: str, task_id: str, action: str, cycle: str | datetime, chars: int
     ) -> SendPlan:
+        """What one ``send`` is about to do: its key, target, cycle and size.
+
+        Args:
+            target: The capability id.
+            task_id: The agent's task (non-empty, no ``:``).
+            action: The action within the task (non-empty, no ``:``).
+            cycle: The cycle's timestamp, as text or a timezone-aware ``datetime``.
+            chars: The input's size in characters (its compact JSON).
+
+        Returns:
+            The plan that ``decide`` and ``record`` take.
+
+        Raises:
+            ValueError: The task, action or cycle cannot make a key (empty, holding ``:``, naive
+                ``datetime``, over 256 characters).
+        """
         cycle_id = cycle_timestamp(cycle) if isinstance(cycle, datetime) else cycle
         return SendPlan(send_key(task_id, action, cycle_id), target, cycle_id, chars)
 
     def decide(self, plan: SendPlan) -> Decision:
-        """Skip, give up, or claim the next attempt (logged as a timeout until answered)."""
+        """Skip, give up, or claim the next attempt, in one transaction.
+
+        A claimed attempt is logged as a ``timeout`` until ``record`` corrects it, so an attempt
+        whose process dies stays on record. A new cycle purges rows older than the kept cycles.
+
+        Args:
+            plan: What ``plan`` made for this send.
+
+        Returns:
+            The decision: ``final`` is the outcome to answer without sending (a key already
+            answered this cycle, a dead letter, attempts used up), else None and the ``attempt``
+            to make.
+
+        Raises:
+            sqlite3.OperationalError: Another process held the log longer than the 30 s timeout.
+        """
         with self._transaction() as db:
             if (
                 db.execute(
@@ -313,7 +346,23 @@ class SendLog:
     def record(
         self, plan: SendPlan, decision: Decision, answer: ExecutionResult | MoatError
     ) -> SendOutcome | None:
-        """Log an attempt's answer; the outcome to return, or None to try again."""
+        """Log an attempt's answer, and file a dead letter after the last timeout.
+
+        A dead letter is filed in the log first, then handed to ``on_dead_letter`` (outside the
+        transaction); the task id the callback returns replaces the log's own ``dl_`` id.
+
+        Args:
+            plan: What ``plan`` made for this send.
+            decision: The claimed attempt, from ``decide``.
+            answer: The execution's result, or the ``MoatError`` it raised (a
+                ``GatewayUnavailable`` or ``ExecutionPending`` counts as a timeout).
+
+        Returns:
+            The outcome to answer, or None to try again (a timeout before the last attempt).
+
+        Raises:
+            sqlite3.OperationalError: Another process held the log longer than the 30 s timeout.
+        """
         outcome = _outcome_of(answer)
         receipt_id = answer.receipt_id
         dead_letter: DeadLetter | None = None
@@ -362,7 +411,15 @@ class SendLog:
         )
 
     def rows(self, *, key: str | None = None, limit: int | None = None) -> list[SendRecord]:
-        """The attempts, newest first (one key's only, with ``key``)."""
+        """The logged attempts, newest first.
+
+        Args:
+            key: Only this idempotency key's attempts; None for every key.
+            limit: At most this many rows; None for all.
+
+        Returns:
+            The attempts, as the log keeps them (metadata only).
+        """
         query = f"SELECT {', '.join(COLUMNS)} FROM sends"
         args: list[str | int] = []
         if key is not None:
@@ -376,6 +433,11 @@ class SendLog:
             return [self._record(row) for row in self._db.execute(query, args)]
 
     def dead_letters(self) -> list[SendRecord]:
+        """The attempts that filed a dead letter, newest first.
+
+        Returns:
+            Each dead letter's row, with its ``dead_letter_task_id``.
+        """
         with self._lock:
             return [
                 self._record(row)
@@ -386,7 +448,11 @@ class SendLog:
             ]
 
     def purge(self) -> int:
-        """Apply retention now; the number of rows removed."""
+        """Apply retention now: keep the current cycle, the two before it and dead letters.
+
+        Returns:
+            The number of rows removed.
+        """
         with self._transaction() as db:
             return self._purge(db, KEPT_CYCLES)
 
