@@ -123,8 +123,8 @@ class ApiKeyCreate(BaseModel):
         description="What the key may do: `execute:*` (every capability) and "
         "`outputs:read` (read what executions answered) by default; `execute:<capability "
         "id>`, `connections:write`, `webhooks:write`, … (`GET /v1/capabilities` and the "
-        "README's route table name them). A trailing `*` grants every scope starting with "
-        "what precedes it.",
+        "route table in docs/security.md name them). A trailing `*` grants every scope "
+        "starting with what precedes it.",
         examples=[["execute:*", "connections:write"]],
     )
 

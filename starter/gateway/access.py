@@ -8,7 +8,7 @@ needs beyond a fixed scope (executing a capability needs that capability's scope
 checked where the capability is known and declared here as ``also``, for the table.
 
 ``python -m starter.gateway routes`` prints the Markdown table of every route (method,
-path, what it needs), as README's route table holds it.
+path, what it needs), as docs/security.md holds it (``make docs`` writes it there).
 """
 
 from __future__ import annotations

@@ -301,7 +301,8 @@ async def test_worker_killed_while_waiting(
 async def test_cli_walkthrough(
     stack: Stack, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The README's walk-through: set a strict policy, see the call pending, approve it."""
+    """The walk-through of docs/policy-and-approvals.md: set a strict policy, see the call
+    pending, approve it."""
     monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
     monkeypatch.setenv("COLUMNS", "200")
     runner = CliRunner()

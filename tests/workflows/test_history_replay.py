@@ -3,7 +3,7 @@ replays against the current workflow code, as a production worker would replay i
 non-determinism. Runs locally: no Temporal server, no PostgreSQL.
 
 A change that fails here alters the commands of a path runs may still be on; see the
-versioning rule in the README's Development section.
+versioning rule in docs/architecture.md (Changing a workflow).
 """
 
 from __future__ import annotations
