@@ -6,16 +6,18 @@
 - ``guard``: the host guard, which addresses a call may reach.
 - ``responses``: a provider's response read and judged (the output, or the failure and
   whether it is retried).
-- ``reconcile``: what the providers without an idempotency key share (Slack, GitHub).
+- ``reconcile``: exactly once for providers without an idempotency key (Slack, GitHub):
+  the look-up window and the failures that leave an outcome unknown; the credential a
+  provider call needs (``credential_of``, which ``webhook`` uses too).
 - ``http``, ``echo``, ``webhook``, ``slack``, ``github``: the providers.
 """
 
-from activities.adapters.base import Adapter, fail, parse_input
+from activities.adapters.base import Adapter, fail
 from activities.adapters.echo import echo_adapter
 from activities.adapters.github import GithubAdapter, GithubRateLimitAdapter
 from activities.adapters.guard import HostGuard
 from activities.adapters.http import HttpAdapter
-from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
+from activities.adapters.responses import ProviderResponse, parse_retry_after
 from activities.adapters.sender import SendRequest, http_client, send
 from activities.adapters.slack import SlackAdapter, SlackAuthTestAdapter
 from activities.adapters.webhook import WebhookAdapter
@@ -34,8 +36,6 @@ __all__ = [
     "echo_adapter",
     "fail",
     "http_client",
-    "parse_input",
     "parse_retry_after",
-    "recorded",
     "send",
 ]
