@@ -1,17 +1,25 @@
 """Every side effect of a run: policy, adapters, outcome records."""
 
-from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
+from activities.adapters import (
+    Adapter,
+    GithubAdapter,
+    GithubRateLimitAdapter,
+    HostGuard,
+    HttpAdapter,
+    SlackAdapter,
+    SlackAuthTestAdapter,
+    WebhookAdapter,
+    echo_adapter,
+    http_client,
+)
 from activities.approvals import ApprovalActivities
 from activities.connections import StoreConnectionResolver
 from activities.execute import ExecuteActivities
-from activities.github import GithubAdapter, GithubRateLimitAdapter
 from activities.manifest import ManifestActivities
 from activities.partitions import PartitionActivities
 from activities.probes import ProbeActivities
 from activities.retention import RetentionActivities
-from activities.slack import SlackAdapter, SlackAuthTestAdapter
 from activities.trust import TrustActivities
-from activities.webhook import WebhookAdapter
 from activities.webhooks import DeliveryActivities
 
 __all__ = [

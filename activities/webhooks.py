@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import HostGuard, parse_retry_after, send
+from activities.adapters import HostGuard, SendRequest, parse_retry_after, send
 from activities.heartbeat import heartbeating
 from schemas.names import ATTEMPT_DELIVERY, GIVE_UP_DELIVERY
 from schemas.webhooks import (
@@ -150,13 +150,15 @@ class DeliveryActivities:
                 answer = await send(
                     self._http,
                     self._guard,
-                    "POST",
-                    sub.url,
-                    headers=headers,
-                    timeout=self._timeout,
-                    allow_hosts=allow,
-                    max_response_bytes=ANSWER_BYTES,
-                    content=body,
+                    SendRequest(
+                        "POST",
+                        sub.url,
+                        headers=headers,
+                        timeout=self._timeout,
+                        allow_hosts=allow,
+                        max_response_bytes=ANSWER_BYTES,
+                        content=body,
+                    ),
                 )
         except TimeoutError:
             late = f"no complete answer within the {self._deadline:g}s deadline"

@@ -19,11 +19,15 @@ import pytest_asyncio
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import HostGuard, HttpAdapter, http_client
+from activities.adapters import (
+    GithubAdapter,
+    HostGuard,
+    HttpAdapter,
+    SlackAdapter,
+    WebhookAdapter,
+    http_client,
+)
 from activities.connections import Scrubber
-from activities.github import GithubAdapter
-from activities.slack import SlackAdapter
-from activities.webhook import WebhookAdapter
 from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionCreate, ConnectionType, Credential

@@ -28,7 +28,7 @@ from activities import (
     WebhookAdapter,
     http_client,
 )
-from activities.github import mark
+from activities.adapters.github import mark
 from schemas.capabilities import CapabilityCatalog, RetrySettings
 from schemas.connections import ConnectionType, Credential
 from schemas.ids import uuid7

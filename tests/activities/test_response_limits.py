@@ -15,7 +15,7 @@ import pytest_asyncio
 from temporalio.exceptions import ApplicationError
 
 from activities import HostGuard, HttpAdapter, http_client
-from activities.adapters import ERROR_BODY_BYTES
+from activities.adapters.responses import ERROR_BODY_BYTES
 from schemas.records import RESPONSE_TRUNCATED
 from schemas.run import AdapterInput
 from tests.support.fakes import FakeProvider, Step

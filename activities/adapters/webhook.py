@@ -18,8 +18,11 @@ from datetime import UTC, datetime
 
 import httpx
 
-from activities.adapters import HostGuard, fail, interpret, parse_input, send
-from activities.reconcile import credential_of
+from activities.adapters.base import fail, parse_input
+from activities.adapters.guard import HostGuard
+from activities.adapters.reconcile import credential_of
+from activities.adapters.responses import interpret
+from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import WebhookPostInput
 from schemas.connections import ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
@@ -69,9 +72,7 @@ class WebhookAdapter:
             separators=(",", ":"),
         ).encode()
         msg_id = inp.idempotency_key
-        answer = await send(
-            self._client,
-            self._guard,
+        request = SendRequest(
             "POST",
             str(req.url),
             headers={
@@ -85,4 +86,5 @@ class WebhookAdapter:
             content=body,
             credential=cred,
         )
+        answer = await send(self._client, self._guard, request)
         return interpret(answer.response, answer.body, repeat=inp.repeat)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import fail
+from activities.adapters.base import fail
 from schemas.connections import ConnectionType, Credential
 from schemas.records import OUTCOME_UNKNOWN, ErrorTaxonomy
 from schemas.run import AdapterInput

@@ -14,15 +14,9 @@ from typing import Any
 import httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import (
-    HostGuard,
-    fail,
-    parse_input,
-    parse_retry_after,
-    recorded,
-    send,
-)
-from activities.reconcile import (
+from activities.adapters.base import fail, parse_input
+from activities.adapters.guard import HostGuard
+from activities.adapters.reconcile import (
     MARK_EVENT_TYPE,
     base_url,
     call_failed,
@@ -31,6 +25,8 @@ from activities.reconcile import (
     outcome_unknown,
     window_start,
 )
+from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
+from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import NoInput, SlackPostMessageInput
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
@@ -159,9 +155,7 @@ class SlackAdapter:
         reading: bool = False,
     ) -> dict[str, Any]:
         """One Web API call's JSON when ``ok``; Slack's refusals as Moat failures."""
-        answer = await send(
-            self._client,
-            self._guard,
+        request = SendRequest(
             method,
             url,
             headers={"Authorization": f"Bearer {cred.secret}"},
@@ -171,42 +165,7 @@ class SlackAdapter:
             json_body=json,
             params=params,
         )
-        data = answer.json()
-        if answer.status == 429:
-            raise fail(
-                ErrorTaxonomy.PROVIDER_RATE_LIMITED,
-                "Slack rate-limited the call (HTTP 429)",
-                http_status=429,
-                retry_after=parse_retry_after(answer.response.headers.get("retry-after")),
-                provider_response=answer.said(),
-            )
-        if answer.status >= 500:
-            raise fail(
-                ErrorTaxonomy.PROVIDER_SERVER_ERROR,
-                f"Slack answered HTTP {answer.status}",
-                http_status=answer.status,
-                provider_response=answer.said(),
-            )
-        if not isinstance(data, dict):
-            raise fail(
-                ErrorTaxonomy.UNKNOWN,
-                f"Slack answered HTTP {answer.status} without a Web API body",
-                http_status=answer.status,
-                provider_response=answer.said(),
-            )
-        if data.get("ok") is True:
-            return data
-        error = str(data.get("error") or "unknown_error")
-        said = {k: data[k] for k in ("ok", "error", "needed", "provided", "errors") if k in data}
-        if reading and error in _CANNOT_READ:
-            raise outcome_unknown(
-                f"this connection cannot read the channel's history ({error}"
-                + (f", needs {data['needed']}" if "needed" in data else "")
-                + ")",
-                http_status=answer.status,
-                provider_response=said,
-            )
-        raise _refusal(error, answer.status, said)
+        return _web_api_result(await send(self._client, self._guard, request), reading=reading)
 
 
 class SlackAuthTestAdapter(SlackAdapter):
@@ -239,6 +198,47 @@ def _marked(message: Any, key: str) -> bool:
         return False
     payload = metadata.get("event_payload")
     return isinstance(payload, dict) and payload.get("key") == key
+
+
+def _web_api_result(answer: ProviderResponse, *, reading: bool) -> dict[str, Any]:
+    """A Web API answer's JSON when ``ok``; Slack's refusals as Moat failures (a refused
+    history read, ``reading``, as an unknown outcome)."""
+    data = answer.json()
+    if answer.status == 429:
+        raise fail(
+            ErrorTaxonomy.PROVIDER_RATE_LIMITED,
+            "Slack rate-limited the call (HTTP 429)",
+            http_status=429,
+            retry_after=parse_retry_after(answer.response.headers.get("retry-after")),
+            provider_response=answer.said(),
+        )
+    if answer.status >= 500:
+        raise fail(
+            ErrorTaxonomy.PROVIDER_SERVER_ERROR,
+            f"Slack answered HTTP {answer.status}",
+            http_status=answer.status,
+            provider_response=answer.said(),
+        )
+    if not isinstance(data, dict):
+        raise fail(
+            ErrorTaxonomy.UNKNOWN,
+            f"Slack answered HTTP {answer.status} without a Web API body",
+            http_status=answer.status,
+            provider_response=answer.said(),
+        )
+    if data.get("ok") is True:
+        return data
+    error = str(data.get("error") or "unknown_error")
+    said = {k: data[k] for k in ("ok", "error", "needed", "provided", "errors") if k in data}
+    if reading and error in _CANNOT_READ:
+        raise outcome_unknown(
+            f"this connection cannot read the channel's history ({error}"
+            + (f", needs {data['needed']}" if "needed" in data else "")
+            + ")",
+            http_status=answer.status,
+            provider_response=said,
+        )
+    raise _refusal(error, answer.status, said)
 
 
 def _refusal(error: str, status: int, said: dict[str, Any]) -> ApplicationError:

@@ -17,16 +17,9 @@ from urllib.parse import quote
 import httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.adapters import (
-    Answer,
-    HostGuard,
-    fail,
-    parse_input,
-    parse_retry_after,
-    recorded,
-    send,
-)
-from activities.reconcile import (
+from activities.adapters.base import fail, parse_input
+from activities.adapters.guard import HostGuard
+from activities.adapters.reconcile import (
     base_url,
     call_failed,
     credential_of,
@@ -34,6 +27,8 @@ from activities.reconcile import (
     outcome_unknown,
     window_start,
 )
+from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
+from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import GithubCreateIssueInput, NoInput
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
@@ -129,9 +124,7 @@ class GithubAdapter:
         params: dict[str, str] | None = None,
         reading: bool = False,
     ) -> Any:
-        answer = await send(
-            self._client,
-            self._guard,
+        request = SendRequest(
             method,
             url,
             headers={
@@ -145,6 +138,7 @@ class GithubAdapter:
             json_body=json,
             params=params,
         )
+        answer = await send(self._client, self._guard, request)
         if answer.status < 300:
             return answer.json()
         refusal = _refusal(answer)
@@ -202,7 +196,7 @@ def _created_before(item: Any, start: datetime) -> bool:
     return created < start
 
 
-def _rate_limit_delay(answer: Answer) -> timedelta | None:
+def _rate_limit_delay(answer: ProviderResponse) -> timedelta | None:
     """GitHub's wait: ``Retry-After`` (secondary limits), else ``x-ratelimit-reset`` (epoch
     seconds) when the primary limit is used up; None when the answer is no rate limit."""
     headers = answer.response.headers
@@ -216,7 +210,7 @@ def _rate_limit_delay(answer: Answer) -> timedelta | None:
     return None
 
 
-def _refusal(answer: Answer) -> ApplicationError:
+def _refusal(answer: ProviderResponse) -> ApplicationError:
     status = answer.status
     said = answer.said()
     detail = said.get("message") if isinstance(said, dict) else None
