@@ -3,7 +3,9 @@
 from activities.adapters import Adapter, HostGuard, HttpAdapter, echo_adapter, http_client
 from activities.approvals import ApprovalActivities
 from activities.connections import StoreConnectionResolver
-from activities.execute import ExecuteActivities
+from activities.execute.adapter import AdapterStep
+from activities.execute.policy import PolicyStep
+from activities.execute.record import RecordStep
 from activities.github import GithubAdapter, GithubRateLimitAdapter
 from activities.manifest import ManifestActivities
 from activities.partitions import PartitionActivities
@@ -16,16 +18,18 @@ from activities.webhooks import DeliveryActivities
 
 __all__ = [
     "Adapter",
+    "AdapterStep",
     "ApprovalActivities",
     "DeliveryActivities",
-    "ExecuteActivities",
     "GithubAdapter",
     "GithubRateLimitAdapter",
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
     "PartitionActivities",
+    "PolicyStep",
     "ProbeActivities",
+    "RecordStep",
     "RetentionActivities",
     "SlackAdapter",
     "SlackAuthTestAdapter",
