@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
     from schemas.execute import EnvelopeStatus
+    from schemas.identity import ExecutionRef
     from schemas.names import (
         AWAITING_APPROVAL,
         CALL_ADAPTER,
@@ -119,7 +120,7 @@ class ExecuteCapability:
     ) -> ExecuteResult:
         """The answer of a run whose execution already has its receipt."""
         # Our own receipt: this run was reset; another's: a new run answering a stored one.
-        reason = "workflow_reset" if existing.id == req.receipt_id else "idempotent_hit"
+        reason = "workflow_reset" if existing.id == req.ref.receipt_id else "idempotent_hit"
         await self._manifest(req, existing, policy, replay_reason=reason)
         self._set_status(existing)
         return ExecuteResult(receipt=existing, replayed=True, request_id=req.request_id)
@@ -182,17 +183,12 @@ class ExecuteCapability:
         """Ask for a person's approval and wait for it, durably, until it expires. A run
         reset after the decision finds it recorded and does not ask again."""
         workflow.patched(APPROVAL_PATCH)
-        info = workflow.info()
         requested: Approval = await self._bookkeeping(
             REQUEST_APPROVAL,
             ApprovalRequestInput(
-                tenant_id=req.tenant_id,
-                receipt_id=req.receipt_id,
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
+                ref=_run_ref(req),
                 capability_id=req.capability.id,
                 capability_version=req.capability.version,
-                input_hash=req.input_hash,
                 policy_version=policy.policy_version,
                 # The policy step has checked it against the start's signature (v3 claims).
                 requested_by=key_actor(req.api_key_id),
@@ -233,8 +229,8 @@ class ExecuteCapability:
     def _record_input(self, verdict: ApprovalVerdict) -> ApprovalRecordInput:
         assert self._req is not None
         return ApprovalRecordInput(
-            tenant_id=self._req.tenant_id,
-            receipt_id=self._req.receipt_id,
+            tenant_id=self._req.ref.tenant_id,
+            receipt_id=self._req.ref.receipt_id,
             run_id=workflow.info().run_id,
             verdict=verdict,
         )
@@ -291,7 +287,7 @@ class ExecuteCapability:
         """The run's one line in the Web UI: what it executes and where it is. Metadata
         only (no command), so runs recorded before it replay unchanged."""
         workflow.set_current_details(
-            f"{req.capability.id}@{req.capability.version} · receipt {req.receipt_id} · {doing}"
+            f"{req.capability.id}@{req.capability.version} · receipt {req.ref.receipt_id} · {doing}"
         )
 
     async def _manifest(
@@ -330,7 +326,7 @@ class ExecuteCapability:
         self, req: ExecuteWorkflowInput, record: RecordInput, policy: PolicyOutcome
     ) -> tuple[RecordInput, ToolCall]:
         cap = req.capability
-        key = downstream_idempotency_key(workflow.info().workflow_id, req.receipt_id, "adapter")
+        key = downstream_idempotency_key(workflow.info().workflow_id, req.ref.receipt_id, "adapter")
         tool = ToolCall(
             tool_name=cap.id,
             invoked_at=workflow.now(),
@@ -350,7 +346,7 @@ class ExecuteCapability:
                 start_to_close_timeout=timedelta(seconds=cap.timeout_seconds)
                 + ADAPTER_TIMEOUT_SLACK,
                 retry_policy=_adapter_retry(req),
-                priority=tenant_priority(req.tenant_id),
+                priority=tenant_priority(req.ref.tenant_id),
             )
         except ActivityError as err:
             return _failed(req, record, tool, err)
@@ -367,7 +363,7 @@ class ExecuteCapability:
             return await workflow.execute_local_activity(name, arg, **options)
         assert self._req is not None
         return await workflow.execute_activity(
-            name, arg, priority=tenant_priority(self._req.tenant_id), **options
+            name, arg, priority=tenant_priority(self._req.ref.tenant_id), **options
         )
 
     def _set_status(self, receipt: Receipt) -> None:
@@ -385,20 +381,18 @@ class ExecuteCapability:
         return ExecuteResult(plan=policy)
 
 
-def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
+def _run_ref(req: ExecuteWorkflowInput) -> ExecutionRef:
+    """The execution as this run's steps name it: the start's ref, with the run's ids."""
     info = workflow.info()
+    return req.ref.model_copy(update={"workflow_id": info.workflow_id, "run_id": info.run_id})
+
+
+def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
     return PolicyInput(
-        receipt_id=req.receipt_id,
-        tenant_id=req.tenant_id,
-        idempotency_key=req.idempotency_key,
-        input_hash=req.input_hash,
+        ref=_run_ref(req),
         capability=req.capability,
-        workflow_id=info.workflow_id,
-        run_id=info.run_id,
         idempotency_ttl_seconds=req.idempotency_ttl_seconds,
-        is_synthetic=req.is_synthetic,
         dry_run=req.dry_run,
-        connection_id=req.connection_id,
         input_digest=input_digest(req.input),
         start_signature=req.start_signature,
         scopes=req.scopes,
@@ -408,21 +402,13 @@ def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
 
 def _outcome_record(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordInput:
     """The record of a run that called nothing (yet): a policy denial until told otherwise."""
-    info = workflow.info()
     return RecordInput(
-        receipt_id=req.receipt_id,
-        tenant_id=req.tenant_id,
-        idempotency_key=req.idempotency_key,
-        input_hash=req.input_hash,
+        ref=_run_ref(req),
         capability=req.capability,
-        connection_id=req.connection_id,
         request_id=req.request_id,
         trace_id=req.trace_id,
         submitted_at=req.submitted_at,
-        workflow_id=info.workflow_id,
-        run_id=info.run_id,
         policy_decision_id=policy.policy_decision_id,
-        is_synthetic=req.is_synthetic,
         success=False,
         status=ExecutionStatus.POLICY_DENIED,
         budget_held=policy.budget_held,
@@ -431,11 +417,9 @@ def _outcome_record(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordI
 
 def _adapter_input(req: ExecuteWorkflowInput, policy: PolicyOutcome, key: str) -> AdapterInput:
     return AdapterInput(
-        tenant_id=req.tenant_id,
-        receipt_id=req.receipt_id,
+        ref=_run_ref(req),
         capability=req.capability,
         input=req.input,
-        connection_id=req.connection_id,
         idempotency_key=key,
         trace_id=req.trace_id,
         resumed=policy.resumed,

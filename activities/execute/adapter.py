@@ -57,7 +57,7 @@ class AdapterStep:
         info = activity.info()
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""
-        started = attempt_started(inp.receipt_id, inp.capability, info.attempt, inp.resumed)
+        started = attempt_started(inp.ref.receipt_id, inp.capability, info.attempt, inp.resumed)
         await self._adapter_events(inp, run_id, started)
         adapter = self._adapters.get(inp.capability.adapter)
         if adapter is None:
@@ -74,7 +74,7 @@ class AdapterStep:
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
             failure = _failure(inp, err, details, info.attempt, invoked_at)
-            await self._adapter_events(inp, run_id, attempt_failed(inp.receipt_id, failure))
+            await self._adapter_events(inp, run_id, attempt_failed(inp.ref.receipt_id, failure))
             # Not chained: Temporal records a cause's text, which Moat did not write.
             raise ApplicationError(
                 err.message,
@@ -84,7 +84,7 @@ class AdapterStep:
                 next_retry_delay=err.next_retry_delay,
             ) from None
         done = attempt_completed(
-            inp.receipt_id, inp.capability, info.attempt, _ms_since(invoked_at), out
+            inp.ref.receipt_id, inp.capability, info.attempt, _ms_since(invoked_at), out
         )
         await self._adapter_events(inp, run_id, done)
         return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
@@ -92,7 +92,7 @@ class AdapterStep:
     async def _credential(self, inp: AdapterInput) -> Credential | None:
         """The request's connection, resolved afresh on every attempt (a rotation applies
         from the next attempt on)."""
-        if inp.connection_id is None:
+        if inp.ref.connection_id is None:
             return None
         if self._connections is None:
             raise ApplicationError(
@@ -101,14 +101,14 @@ class AdapterStep:
                 type=ErrorTaxonomy.GATEWAY_ERROR.value,
                 non_retryable=True,
             )
-        return await self._connections.resolve(inp.tenant_id, inp.connection_id)
+        return await self._connections.resolve(inp.ref.tenant_id, inp.ref.connection_id)
 
     async def _adapter_events(self, inp: AdapterInput, run_id: str, events: list[Draft]) -> None:
         """Events of the adapter step, in a transaction of their own (the attempt itself is
         the state they record)."""
         async with self._sessions.begin() as session:
             chain = await start_chain(
-                session, inp.tenant_id, inp.receipt_id, run_id, "moat.adapter"
+                session, inp.ref.tenant_id, inp.ref.receipt_id, run_id, "moat.adapter"
             )
             await event_log.append(session, chained(chain, events))
 

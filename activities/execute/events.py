@@ -61,13 +61,13 @@ def policy_events(inp: PolicyInput, decision_id: str, outcome: PolicyOutcome) ->
         Draft(
             EventType.RUN_STARTED,
             AggregateType.RUN,
-            inp.receipt_id,
+            inp.ref.receipt_id,
             data={
-                "workflow_id": inp.workflow_id,
+                "workflow_id": inp.ref.workflow_id,
                 "capability_id": inp.capability.id,
                 "capability_version": inp.capability.version,
-                "input_hash": inp.input_hash,
-                **synthetic(inp.is_synthetic),
+                "input_hash": inp.ref.input_hash,
+                **synthetic(inp.ref.is_synthetic),
             },
         ),
         Draft(
@@ -88,7 +88,7 @@ def policy_events(inp: PolicyInput, decision_id: str, outcome: PolicyOutcome) ->
             Draft(
                 EventType.EFFECT_REQUESTED,
                 AggregateType.EFFECT,
-                effect_id(inp.receipt_id),
+                effect_id(inp.ref.receipt_id),
                 data={
                     "effect_type": inp.capability.effect_type.value,
                     "adapter_id": inp.capability.adapter_id,
@@ -243,21 +243,23 @@ def outcome_events(inp: RecordInput) -> list[Draft]:
     """The adapter step's end (when it was called), then the run's."""
     drafts = _step_outcome(inp) if inp.adapter_called else []
     if inp.success:
-        ended = {"receipt_status": inp.status, **synthetic(inp.is_synthetic)}
-        drafts.append(Draft(EventType.RUN_COMPLETED, AggregateType.RUN, inp.receipt_id, data=ended))
+        ended = {"receipt_status": inp.status, **synthetic(inp.ref.is_synthetic)}
+        drafts.append(
+            Draft(EventType.RUN_COMPLETED, AggregateType.RUN, inp.ref.receipt_id, data=ended)
+        )
         return drafts
     failed = {
         "receipt_status": inp.status,
         "error_code": inp.error_code,
         "policy_denied": inp.status == ExecutionStatus.POLICY_DENIED,
-        **synthetic(inp.is_synthetic),
+        **synthetic(inp.ref.is_synthetic),
     }
-    drafts.append(Draft(EventType.RUN_FAILED, AggregateType.RUN, inp.receipt_id, data=failed))
+    drafts.append(Draft(EventType.RUN_FAILED, AggregateType.RUN, inp.ref.receipt_id, data=failed))
     return drafts
 
 
 def _step_outcome(inp: RecordInput) -> list[Draft]:
-    sid = effect_id(inp.receipt_id)
+    sid = effect_id(inp.ref.receipt_id)
     outcome: dict[str, Any] = {
         "status": inp.status,
         "error_code": inp.error_code,

@@ -80,24 +80,24 @@ class PolicyStep:
             )
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, inp.tenant_id)
-            tenant = await tenants.get_tenant(session, inp.tenant_id)
-            document = await policy_versions.current(session, inp.tenant_id, tenant)
+            await tenancy.set_tenant(session, inp.ref.tenant_id)
+            tenant = await tenants.get_tenant(session, inp.ref.tenant_id)
+            document = await policy_versions.current(session, inp.ref.tenant_id, tenant)
             mode = document.mode
             if inp.dry_run:
                 return await self._decide(session, inp, document, tenant, now, events=False)
             claim = await idempotency.claim_key(
                 session,
-                tenant_id=inp.tenant_id,
-                key=inp.idempotency_key,
-                receipt_id=inp.receipt_id,
-                input_hash=inp.input_hash,
-                workflow_id=inp.workflow_id,
+                tenant_id=inp.ref.tenant_id,
+                key=inp.ref.idempotency_key,
+                receipt_id=inp.ref.receipt_id,
+                input_hash=inp.ref.input_hash,
+                workflow_id=inp.ref.workflow_id,
                 now=now,
                 ttl_seconds=inp.idempotency_ttl_seconds,
             )
-            existing = await receipts.get_receipt(session, inp.tenant_id, claim.receipt_id)
-            if claim.receipt_id != inp.receipt_id and existing is None:
+            existing = await receipts.get_receipt(session, inp.ref.tenant_id, claim.receipt_id)
+            if claim.receipt_id != inp.ref.receipt_id and existing is None:
                 # Another execution holds the key and has not recorded its outcome yet.
                 raise ApplicationError(
                     f"idempotency key held by running execution {claim.receipt_id}",
@@ -131,24 +131,24 @@ class PolicyStep:
         neither join a real execution's chain nor move its projection; no receipt, policy
         decision or idempotency claim is written."""
         claimed = {
-            "workflow_id": inp.workflow_id,
-            "claimed_receipt_id": inp.receipt_id,
+            "workflow_id": inp.ref.workflow_id,
+            "claimed_receipt_id": inp.ref.receipt_id,
             "capability_id": inp.capability.id,
         }
         activity.logger.warning(
             "refused a start not signed by a gateway (%s) naming tenant %r: %s",
             reason,
-            inp.tenant_id[:64],
+            inp.ref.tenant_id[:64],
             claimed,
         )
-        if len(inp.tenant_id) > TENANT_ID_MAX or not db.storable(inp.tenant_id):
+        if len(inp.ref.tenant_id) > TENANT_ID_MAX or not db.storable(inp.ref.tenant_id):
             return
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, inp.tenant_id)
-            if await tenants.get_tenant(session, inp.tenant_id) is None:
+            await tenancy.set_tenant(session, inp.ref.tenant_id)
+            if await tenants.get_tenant(session, inp.ref.tenant_id) is None:
                 return
-            correlation = f"refused:{inp.run_id}"
-            chain = Chain(inp.tenant_id, correlation, inp.run_id, "moat.policy")
+            correlation = f"refused:{inp.ref.run_id}"
+            chain = Chain(inp.ref.tenant_id, correlation, inp.ref.run_id, "moat.policy")
             chain.add(
                 EventType.RUN_FAILED,
                 AggregateType.RUN,
@@ -173,7 +173,9 @@ class PolicyStep:
         decision, rule, reason, budget = await _evaluate(
             session, inp, document, tenant, now, self._quota_limits, denial
         )
-        row = await _record_decision(session, inp, document, inp.receipt_id, decision, rule, reason)
+        row = await _record_decision(
+            session, inp, document, inp.ref.receipt_id, decision, rule, reason
+        )
         if row.rule_hit == RuleHit.QUOTA_EXCEEDED.value:
             denial = denial or {"quota": Quota.PENDING_APPROVALS.value}
         matched = document.rule_for(inp.capability.id)
@@ -186,16 +188,16 @@ class PolicyStep:
             run = longest_run_seconds(inp.capability) + (ttl if waits else 0)
             await budgets.hold_budget(
                 session,
-                inp.tenant_id,
+                inp.ref.tenant_id,
                 inp.capability.id,
-                inp.receipt_id,
+                inp.ref.receipt_id,
                 budget,
                 now + timedelta(seconds=run),
             )
             held = True
         outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
         if events:
-            chain = Chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.policy")
+            chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
             await event_log.append(session, chained(chain, policy_events(inp, row.id, outcome)))
         return outcome
 
@@ -237,16 +239,16 @@ async def _record_decision(
     """The execution's one decision (a fixed id: a retried check gets the first one back)."""
     return await policy.insert_policy_decision(
         session,
-        id=decision_id_for(inp.receipt_id),
-        tenant_id=inp.tenant_id,
+        id=decision_id_for(inp.ref.receipt_id),
+        tenant_id=inp.ref.tenant_id,
         receipt_id=receipt_id,
         capability_id=inp.capability.id,
-        idempotency_key=inp.idempotency_key,
+        idempotency_key=inp.ref.idempotency_key,
         mode=document.mode.value,
         decision=decision.value,
         rule_hit=rule.value,
         reason=reason,
-        is_synthetic=inp.is_synthetic,
+        is_synthetic=inp.ref.is_synthetic,
         policy_version=document.version,
     )
 
@@ -279,14 +281,14 @@ async def _evaluate(
     # Synthetic probes never touch budgets.
     budget = (
         None
-        if inp.is_synthetic
+        if inp.ref.is_synthetic
         else await budgets.budget_state(
             session,
-            inp.tenant_id,
+            inp.ref.tenant_id,
             inp.capability.id,
             now,
             lock=not inp.dry_run,
-            exclude_receipt=inp.receipt_id,
+            exclude_receipt=inp.ref.receipt_id,
         )
     )
     if budget is not None and budget.exhausted:
@@ -308,7 +310,7 @@ async def _evaluate(
         return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
-    if inp.is_synthetic:
+    if inp.ref.is_synthetic:
         return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
     return Decision.ALLOW, RuleHit.ALLOWED, "", budget
 
@@ -318,7 +320,7 @@ async def _before_budget(
 ) -> Verdict | None:
     """The decisions taken before any budget is read: a synthetic run's lender refused, a
     bypass the operators allowed, a scope missing (None: none of them)."""
-    if inp.is_synthetic:
+    if inp.ref.is_synthetic:
         refused = await _lender_refusal(session, inp)
         if refused is not None:
             return Decision.DENY, RuleHit.KEY_REVOKED, refused, None
@@ -341,7 +343,7 @@ async def _lender_refusal(session: AsyncSession, inp: PolicyInput) -> str | None
     (a probe an operator made)."""
     if inp.scopes is None or not inp.start_signature.startswith(CLAIMS_VERSION + "."):
         return "the probe's run carries no key's authority: resume the probe with a key"
-    if inp.api_key_id and await api_keys.is_revoked(session, inp.tenant_id, inp.api_key_id):
+    if inp.api_key_id and await api_keys.is_revoked(session, inp.ref.tenant_id, inp.api_key_id):
         return f"the probe's key {inp.api_key_id} is revoked: resume the probe with a live key"
     return None
 
@@ -356,10 +358,12 @@ async def _approvals_full(
     calls racing for the last slot cannot both pass."""
     quota = Quota.PENDING_APPROVALS
     if not inp.dry_run:
-        await quotas.lock(session, inp.tenant_id, quota)
-    own = await quotas.override(session, inp.tenant_id, quota)
+        await quotas.lock(session, inp.ref.tenant_id, quota)
+    own = await quotas.override(session, inp.ref.tenant_id, quota)
     limit = own if own is not None else limits[quota]
-    usage = await quotas.usage(session, inp.tenant_id, quota, now, own_receipt=inp.receipt_id)
+    usage = await quotas.usage(
+        session, inp.ref.tenant_id, quota, now, own_receipt=inp.ref.receipt_id
+    )
     if usage < limit:
         return None
     return exceeded(quota, limit, usage, "tenant" if own is not None else "default")

@@ -40,10 +40,10 @@ class RecordStep:
         async with self._sessions.begin() as session:
             # The latest event is read first, with the tenant: the outcome's events follow it.
             chain = await start_chain(
-                session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.record"
+                session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
             )
             if not await receipts.insert_receipt(session, receipt):
-                stored = await receipts.get_receipt(session, inp.tenant_id, inp.receipt_id)
+                stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
                 return stored
             await receipts.insert_outcome_event(
@@ -59,16 +59,16 @@ class RecordStep:
                     error_taxonomy=inp.taxonomy,
                     http_status=inp.http_status,
                     timestamp=receipt.timestamp,
-                    is_synthetic=inp.is_synthetic,
+                    is_synthetic=inp.ref.is_synthetic,
                     adapter_id=receipt.adapter_id,
                 ),
             )
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
-            if inp.success and not inp.is_synthetic:
-                await budgets.increment_budget(session, inp.tenant_id, inp.capability.id, now)
+            if inp.success and not inp.ref.is_synthetic:
+                await budgets.increment_budget(session, inp.ref.tenant_id, inp.capability.id, now)
             if inp.budget_held:
-                await budgets.release_budget_hold(session, inp.tenant_id, inp.receipt_id)
+                await budgets.release_budget_hold(session, inp.ref.tenant_id, inp.ref.receipt_id)
             await self._keep_output(session, inp, now)
             await event_log.append(session, chained(chain, outcome_events(inp)))
         return receipt
@@ -79,31 +79,35 @@ class RecordStep:
         kept = inp.kept()
         if kept is None:
             return
-        claim = await idempotency.find_claim_by_receipt(session, inp.tenant_id, inp.receipt_id)
+        claim = await idempotency.find_claim_by_receipt(
+            session, inp.ref.tenant_id, inp.ref.receipt_id
+        )
         expires_at = claim.expires_at if claim is not None else now + DEFAULT_OUTPUT_WINDOW
-        await outputs.keep(session, self._sealer, inp.tenant_id, inp.receipt_id, kept, expires_at)
+        await outputs.keep(
+            session, self._sealer, inp.ref.tenant_id, inp.ref.receipt_id, kept, expires_at
+        )
 
 
 def _receipt(inp: RecordInput, now: datetime) -> Receipt:
     return Receipt(
-        id=inp.receipt_id,
+        id=inp.ref.receipt_id,
         capability_id=inp.capability.id,
         capability_version=inp.capability.version,
         adapter_id=inp.capability.adapter_id,
-        tenant_id=inp.tenant_id,
-        connection_id=inp.connection_id or "",
+        tenant_id=inp.ref.tenant_id,
+        connection_id=inp.ref.connection_id or "",
         request_id=inp.request_id,
         timestamp=inp.submitted_at,
         latency_ms=max(0, int((now - inp.submitted_at).total_seconds() * 1000)),
-        idempotency_key=inp.idempotency_key,
-        input_hash=inp.input_hash,
+        idempotency_key=inp.ref.idempotency_key,
+        input_hash=inp.ref.input_hash,
         output_hash=inp.output_hash,
         status=ExecutionStatus(inp.status),
         error_code=inp.error_code,
         http_status=inp.http_status,
         policy_decision_id=inp.policy_decision_id,
-        is_synthetic=inp.is_synthetic,
-        workflow_id=inp.workflow_id,
-        run_id=inp.run_id,
+        is_synthetic=inp.ref.is_synthetic,
+        workflow_id=inp.ref.workflow_id,
+        run_id=inp.ref.run_id,
         trace_id=inp.trace_id,
     )
