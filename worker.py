@@ -15,16 +15,18 @@ from temporalio.worker import Worker
 
 from activities import (
     Adapter,
+    AdapterStep,
     ApprovalActivities,
     DeliveryActivities,
-    ExecuteActivities,
     GithubAdapter,
     GithubRateLimitAdapter,
     HostGuard,
     HttpAdapter,
     ManifestActivities,
     PartitionActivities,
+    PolicyStep,
     ProbeActivities,
+    RecordStep,
     RetentionActivities,
     SlackAdapter,
     SlackAuthTestAdapter,
@@ -97,14 +99,9 @@ def build_worker(
     # Connections are opened at the call, under the tenant's row-level security.
     resolver = StoreConnectionResolver(sessions, ConnectionCipher.from_settings(settings))
     start_keys = StartKeyring.from_settings(settings)
-    acts = ExecuteActivities(
-        sessions,
-        by_name,
-        start_keys,
-        sealer,
-        connections=resolver,
-        quota_limits=settings.quota_limits,
-    )
+    policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
+    adapter_step = AdapterStep(sessions, by_name, connections=resolver)
+    record_step = RecordStep(sessions, sealer)
     store = ManifestStore(settings.manifests_dir)
     manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
     retention = RetentionActivities(sessions, store)
@@ -134,9 +131,9 @@ def build_worker(
             RunProbe,
         ],
         activities=[
-            acts.check_policy,
-            acts.call_adapter,
-            acts.record_outcome,
+            policy_step.check_policy,
+            adapter_step.call_adapter,
+            record_step.record_outcome,
             approvals.request_approval,
             approvals.record_approval,
             manifests.write_manifest,

@@ -14,7 +14,9 @@ from activities.adapters import (
 )
 from activities.approvals import ApprovalActivities
 from activities.connections import StoreConnectionResolver
-from activities.execute import ExecuteActivities
+from activities.execute.adapter import AdapterStep
+from activities.execute.policy import PolicyStep
+from activities.execute.record import RecordStep
 from activities.manifest import ManifestActivities
 from activities.partitions import PartitionActivities
 from activities.probes import ProbeActivities
@@ -24,16 +26,18 @@ from activities.webhooks import DeliveryActivities
 
 __all__ = [
     "Adapter",
+    "AdapterStep",
     "ApprovalActivities",
     "DeliveryActivities",
-    "ExecuteActivities",
     "GithubAdapter",
     "GithubRateLimitAdapter",
     "HostGuard",
     "HttpAdapter",
     "ManifestActivities",
     "PartitionActivities",
+    "PolicyStep",
     "ProbeActivities",
+    "RecordStep",
     "RetentionActivities",
     "SlackAdapter",
     "SlackAuthTestAdapter",

@@ -69,14 +69,14 @@ class ApprovalActivities:
         run): ``APPROVAL_REQUESTED`` is written with the request, once."""
         now = datetime.now(UTC)
         row = ApprovalRow(
-            id=approval_id_for(inp.receipt_id),
-            tenant_id=inp.tenant_id,
-            receipt_id=inp.receipt_id,
-            workflow_id=inp.workflow_id,
+            id=approval_id_for(inp.ref.receipt_id),
+            tenant_id=inp.ref.tenant_id,
+            receipt_id=inp.ref.receipt_id,
+            workflow_id=inp.ref.workflow_id,
             status=ApprovalStatus.PENDING.value,
             capability_id=inp.capability_id,
             capability_version=inp.capability_version,
-            input_hash=inp.input_hash,
+            input_hash=inp.ref.input_hash,
             policy_version=inp.policy_version,
             requested_by=inp.requested_by,
             allow_self_approval=inp.allow_self_approval,
@@ -85,11 +85,11 @@ class ApprovalActivities:
         )
         approvals.seal_input(self._sealer, row, inp.input)
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, inp.tenant_id)
+            await tenancy.set_tenant(session, inp.ref.tenant_id)
             stored, inserted = await approvals.request(session, row)
             if inserted:
                 chain = await continue_chain(
-                    session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.approval"
+                    session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.approval"
                 )
                 chain.add(
                     EventType.APPROVAL_REQUESTED,

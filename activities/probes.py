@@ -22,6 +22,7 @@ from temporalio import activity
 
 from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
+from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.names import PREPARE_PROBE
 from schemas.probes import ProbeStart, ProbeStartInput
@@ -78,18 +79,21 @@ class ProbeActivities:
             "connection_id": row.connection_id,
             "input": row.input,
         }
-        request = ExecuteWorkflowInput(
+        ref = ExecutionRef(
             receipt_id=str(uuid7()),
             tenant_id=inp.tenant_id,
             idempotency_key=inp.idempotency_key,
             input_hash=redacted_hash(payload),
+            connection_id=row.connection_id,
+            is_synthetic=True,
+        )
+        request = ExecuteWorkflowInput(
+            ref=ref,
             capability=spec,
             input=row.input,
-            connection_id=row.connection_id,
             request_id=str(uuid7()),
             trace_id=uuid.uuid4().hex,
             submitted_at=datetime.now(UTC),
-            is_synthetic=True,
             idempotency_ttl_seconds=tenant.idempotency_ttl_seconds,
             local_activities=self._local_activities,
             # Signed with the start: the run acts with this key's authority, no more.

@@ -55,13 +55,13 @@ class ProviderBuckets:
         the provider says so."""
 
         async def guarded(inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
-            if inp.connection_id is None:
+            if inp.ref.connection_id is None:
                 return await adapter(inp, credential)
-            await self._wait_turn(inp.tenant_id, inp.connection_id)
+            await self._wait_turn(inp.ref.tenant_id, inp.ref.connection_id)
             try:
                 return await adapter(inp, credential)
             except ApplicationError as err:
-                await self._hold_after(inp.tenant_id, inp.connection_id, err)
+                await self._hold_after(inp.ref.tenant_id, inp.ref.connection_id, err)
                 raise
 
         return guarded

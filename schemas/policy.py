@@ -14,8 +14,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    model_validator,
+)
 
+from schemas.identity import ExecutionRef, nest_ref
 from schemas.records import PolicyMode
 from schemas.scopes import missing_scopes
 
@@ -221,18 +230,21 @@ class ApprovalRecorded(BaseModel):
 class ApprovalRequestInput(BaseModel):
     """The approval activity's input: the call a person is asked about."""
 
-    tenant_id: str
-    receipt_id: str
-    workflow_id: str
-    run_id: str
+    ref: ExecutionRef
     capability_id: str
     capability_version: str
-    input_hash: str
     policy_version: int
     requested_by: str
     ttl_seconds: int
     allow_self_approval: bool = False
     input: dict[str, Any] = Field(description="The call's input, redacted.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_shape(cls, data: Any) -> Any:
+        """The flat shape (the ref's fields among the input's own), which histories
+        of open runs hold, reads into the ref."""
+        return nest_ref(data)
 
 
 def may_decide(approvers: list[str], actor: str, scopes: list[str]) -> bool:

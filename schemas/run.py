@@ -9,28 +9,25 @@ import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from schemas.capabilities import CapabilitySpec
 from schemas.execute import KeptOutput
+from schemas.identity import ExecutionRef, nest_ref
 from schemas.policy import Approval
 from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
 
 
 class ExecuteWorkflowInput(BaseModel):
-    """Everything a run needs; resolved at ingest so the run is deterministic."""
+    """Everything a run needs; resolved at ingest so the run is deterministic. Its ``ref``
+    names no workflow or run yet: the run adds its own."""
 
-    receipt_id: str
-    tenant_id: str
-    idempotency_key: str
-    input_hash: str
+    ref: ExecutionRef
     capability: CapabilitySpec
     input: dict[str, Any]
-    connection_id: str | None = None
     request_id: str
     trace_id: str
     submitted_at: datetime
-    is_synthetic: bool = False
     idempotency_ttl_seconds: int = 24 * 3600
     local_activities: bool = True
     dry_run: bool = False
@@ -51,19 +48,19 @@ class ExecuteWorkflowInput(BaseModel):
         "or by Moat itself (synthetic probes).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_shape(cls, data: Any) -> Any:
+        """The flat shape (the ref's fields among the input's own), which histories
+        of open runs hold, reads into the ref."""
+        return nest_ref(data)
+
 
 class PolicyInput(BaseModel):
-    receipt_id: str
-    tenant_id: str
-    idempotency_key: str
-    input_hash: str
+    ref: ExecutionRef
     capability: CapabilitySpec
-    workflow_id: str
-    run_id: str
     idempotency_ttl_seconds: int
-    is_synthetic: bool = False
     dry_run: bool = False
-    connection_id: str | None = None
     input_digest: str = Field(default="", description="schemas.start.input_digest of the input.")
     start_signature: str = ""
     scopes: list[str] | None = Field(
@@ -74,6 +71,13 @@ class PolicyInput(BaseModel):
         description="See ``ExecuteWorkflowInput.api_key_id``; checked against the start's "
         "signature (``v3`` claims) before the run may ask for an approval in its name.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_shape(cls, data: Any) -> Any:
+        """The flat shape (the ref's fields among the input's own), which histories
+        of open runs hold, reads into the ref."""
+        return nest_ref(data)
 
 
 class PolicyOutcome(BaseModel):
@@ -112,12 +116,13 @@ class PolicyOutcome(BaseModel):
 
 
 class AdapterInput(BaseModel):
-    tenant_id: str
-    receipt_id: str = ""
+    ref: ExecutionRef
     capability: CapabilitySpec
     input: dict[str, Any]
-    connection_id: str | None = None
-    idempotency_key: str = Field(description="Sent downstream as Idempotency-Key.")
+    idempotency_key: str = Field(
+        description="Sent downstream as Idempotency-Key (``downstream_idempotency_key``), "
+        "not the caller's key (``ref.idempotency_key``)."
+    )
     trace_id: str
     attempt: int = Field(default=1, ge=1, description="Set by the activity: 1 on the first try.")
     resumed: bool = Field(default=False, description="See ``PolicyOutcome.resumed``.")
@@ -125,6 +130,13 @@ class AdapterInput(BaseModel):
         default_factory=list,
         description="The tenant's allow-list entries, added to the worker's own.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_shape(cls, data: Any) -> Any:
+        """The flat shape, which histories of open runs hold, reads into the ref; its
+        ``idempotency_key`` is the downstream one, which stays where it is."""
+        return nest_ref(data, ("tenant_id", "receipt_id", "connection_id"))
 
     @property
     def repeat(self) -> bool:
@@ -154,19 +166,12 @@ class AdapterOutput(BaseModel):
 class RecordInput(BaseModel):
     """One attempt's outcome, to be written as receipt + outcome event (+ budget)."""
 
-    receipt_id: str
-    tenant_id: str
-    idempotency_key: str
-    input_hash: str
+    ref: ExecutionRef
     capability: CapabilitySpec
-    connection_id: str | None = None
     request_id: str
     trace_id: str
     submitted_at: datetime
-    workflow_id: str
-    run_id: str
     policy_decision_id: str
-    is_synthetic: bool = False
     success: bool
     status: str
     error_code: str | None = None
@@ -182,6 +187,13 @@ class RecordInput(BaseModel):
     # False when the policy step took no budget hold, so there is none to give back; an
     # input from before this field looks for one.
     budget_held: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_shape(cls, data: Any) -> Any:
+        """The flat shape (the ref's fields among the input's own), which histories
+        of open runs hold, reads into the ref."""
+        return nest_ref(data)
 
     def kept(self) -> KeptOutput | None:
         """What of the answer is kept with the receipt (sealed, in ``execution_outputs``): a

@@ -25,10 +25,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import to_json
 
 from schemas.capabilities import CapabilitySpec
+from schemas.identity import ExecutionRef, nest_ref
 from schemas.policy import ApprovalVerdict
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
@@ -40,6 +41,16 @@ CLAIMS_VERSION_NO_SCOPES = "v1"
 START_NOT_SIGNED = "start_not_signed"
 DECISION_VERSION = "d1"
 DECISION_NOT_SIGNED = "decision_not_signed"
+# What of an execution's ref the start claims name (no run: a reset run keeps its start).
+SIGNED_REF_FIELDS = (
+    "workflow_id",
+    "tenant_id",
+    "receipt_id",
+    "idempotency_key",
+    "input_hash",
+    "connection_id",
+    "is_synthetic",
+)
 
 
 def input_digest(value: Mapping[str, Any]) -> str:
@@ -55,24 +66,25 @@ def _capability(spec: CapabilitySpec) -> dict[str, Any]:
 
 
 class StartClaims(BaseModel):
-    """The signed content of a start."""
+    """The signed content of a start: which execution (its ``ref``, without a run id: a
+    reset run is vouched for by its start) and what decides what the run does."""
 
     model_config = ConfigDict(frozen=True)
 
-    workflow_id: str
-    tenant_id: str
-    receipt_id: str
-    idempotency_key: str
+    ref: ExecutionRef
     idempotency_ttl_seconds: int
-    input_hash: str
     input_digest: str
     capability: dict[str, Any]
-    connection_id: str | None
-    is_synthetic: bool
     dry_run: bool
     scopes: list[str] | None = None
     # The requesting key's id ("" for Moat's own runs); None only in v1/v2 claims.
     api_key_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_shape(cls, data: Any) -> Any:
+        """Claims named field by field, as they are signed, read into the ref."""
+        return nest_ref(data, SIGNED_REF_FIELDS)
 
     @property
     def version(self) -> str:
@@ -84,16 +96,10 @@ class StartClaims(BaseModel):
     def of_start(cls, req: ExecuteWorkflowInput, workflow_id: str) -> StartClaims:
         """What the gateway signs for the run it starts under ``workflow_id``."""
         return cls(
-            workflow_id=workflow_id,
-            tenant_id=req.tenant_id,
-            receipt_id=req.receipt_id,
-            idempotency_key=req.idempotency_key,
+            ref=_signed_ref(req.ref, workflow_id),
             idempotency_ttl_seconds=req.idempotency_ttl_seconds,
-            input_hash=req.input_hash,
             input_digest=input_digest(req.input),
             capability=_capability(req.capability),
-            connection_id=req.connection_id,
-            is_synthetic=req.is_synthetic,
             dry_run=req.dry_run,
             scopes=req.scopes,
             api_key_id=req.api_key_id,
@@ -106,33 +112,50 @@ class StartClaims(BaseModel):
         covered it, so the policy step checks that start as it was signed."""
         signed_as = inp.start_signature.partition(".")[0]
         return cls(
-            workflow_id=inp.workflow_id,
-            tenant_id=inp.tenant_id,
-            receipt_id=inp.receipt_id,
-            idempotency_key=inp.idempotency_key,
+            ref=_signed_ref(inp.ref, inp.ref.workflow_id),
             idempotency_ttl_seconds=inp.idempotency_ttl_seconds,
-            input_hash=inp.input_hash,
             input_digest=inp.input_digest,
             capability=_capability(inp.capability),
-            connection_id=inp.connection_id,
-            is_synthetic=inp.is_synthetic,
             dry_run=inp.dry_run,
             scopes=inp.scopes,
             api_key_id=inp.api_key_id if signed_as == CLAIMS_VERSION else None,
         )
 
+    def claims(self) -> dict[str, Any]:
+        """The claims by name, flat, as every version signs them: ``v2`` claims have no
+        ``api_key_id`` key, ``v1`` claims no ``scopes`` key either; ``v3`` claims have both,
+        ``scopes`` possibly null."""
+        ref = self.ref
+        claims: dict[str, Any] = {
+            "workflow_id": ref.workflow_id,
+            "tenant_id": ref.tenant_id,
+            "receipt_id": ref.receipt_id,
+            "idempotency_key": ref.idempotency_key,
+            "idempotency_ttl_seconds": self.idempotency_ttl_seconds,
+            "input_hash": ref.input_hash,
+            "input_digest": self.input_digest,
+            "capability": self.capability,
+            "connection_id": ref.connection_id,
+            "is_synthetic": ref.is_synthetic,
+            "dry_run": self.dry_run,
+        }
+        if self.api_key_id is not None or self.scopes is not None:
+            claims["scopes"] = self.scopes
+        if self.api_key_id is not None:
+            claims["api_key_id"] = self.api_key_id
+        return claims
+
     def message(self) -> bytes:
-        """The bytes the HMAC covers: version, then the claims as sorted compact JSON (``v2``
-        claims have no ``api_key_id`` key, ``v1`` claims no ``scopes`` key either; ``v3``
-        claims have both, ``scopes`` possibly null)."""
-        exclude: set[str] = set()
-        if self.api_key_id is None:
-            exclude.add("api_key_id")
-            if self.scopes is None:
-                exclude.add("scopes")
-        claims = self.model_dump(mode="json", exclude=exclude)
-        body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        """The bytes the HMAC covers: version, then the claims as sorted compact JSON."""
+        body = json.dumps(self.claims(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return f"moat start {self.version}\n{body}".encode()
+
+
+def _signed_ref(ref: ExecutionRef, workflow_id: str) -> ExecutionRef:
+    """The part of an execution's ref a start vouches for, under ``workflow_id``."""
+    return ExecutionRef.model_validate(
+        {**ref.model_dump(include=set(SIGNED_REF_FIELDS)), "workflow_id": workflow_id}
+    )
 
 
 class DecisionClaims(BaseModel):

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 with workflow.unsafe.imports_passed_through():
     from schemas.canonical import redact
     from schemas.execute import EnvelopeStatus
+    from schemas.identity import ExecutionRef
     from schemas.names import (
         AWAITING_APPROVAL,
         CALL_ADAPTER,
@@ -99,84 +100,64 @@ class ExecuteCapability:
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
-        info = workflow.info()
         self._req = req
         self._show(req, "checking policy")
         policy: PolicyOutcome = await self._bookkeeping(
-            CHECK_POLICY,
-            PolicyInput(
-                receipt_id=req.receipt_id,
-                tenant_id=req.tenant_id,
-                idempotency_key=req.idempotency_key,
-                input_hash=req.input_hash,
-                capability=req.capability,
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
-                idempotency_ttl_seconds=req.idempotency_ttl_seconds,
-                is_synthetic=req.is_synthetic,
-                dry_run=req.dry_run,
-                connection_id=req.connection_id,
-                input_digest=input_digest(req.input),
-                start_signature=req.start_signature,
-                scopes=req.scopes,
-                api_key_id=req.api_key_id,
-            ),
-            PolicyOutcome,
-            req.local_activities,
+            CHECK_POLICY, _policy_input(req), PolicyOutcome, req.local_activities
         )
         if req.dry_run:
             return self._planned(policy)
         if policy.existing_receipt is not None:
-            existing = policy.existing_receipt
-            # Our own receipt: this run was reset; another's: a new run answering a stored one.
-            reason = "workflow_reset" if existing.id == req.receipt_id else "idempotent_hit"
-            await self._manifest(req, existing, policy, replay_reason=reason)
-            self._set_status(existing)
-            return ExecuteResult(receipt=existing, replayed=True, request_id=req.request_id)
-
-        record = RecordInput(
-            receipt_id=req.receipt_id,
-            tenant_id=req.tenant_id,
-            idempotency_key=req.idempotency_key,
-            input_hash=req.input_hash,
-            capability=req.capability,
-            connection_id=req.connection_id,
-            request_id=req.request_id,
-            trace_id=req.trace_id,
-            submitted_at=req.submitted_at,
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            policy_decision_id=policy.policy_decision_id,
-            is_synthetic=req.is_synthetic,
-            success=False,
-            status=ExecutionStatus.POLICY_DENIED,
-            budget_held=policy.budget_held,
-        )
-        tool: ToolCall | None = None
+            return await self._replay(req, policy, policy.existing_receipt)
         approval: Approval | None = None
         if policy.approval_ttl_seconds is not None and policy.decision != Decision.DENY:
             approval = await self._await_approval(req, policy)
+        record, tool = await self._act(req, policy, approval)
+        return await self._finish(req, policy, record, tool, approval)
+
+    async def _replay(
+        self, req: ExecuteWorkflowInput, policy: PolicyOutcome, existing: Receipt
+    ) -> ExecuteResult:
+        """The answer of a run whose execution already has its receipt."""
+        # Our own receipt: this run was reset; another's: a new run answering a stored one.
+        reason = "workflow_reset" if existing.id == req.ref.receipt_id else "idempotent_hit"
+        await self._manifest(req, existing, policy, replay_reason=reason)
+        self._set_status(existing)
+        return ExecuteResult(receipt=existing, replayed=True, request_id=req.request_id)
+
+    async def _act(
+        self, req: ExecuteWorkflowInput, policy: PolicyOutcome, approval: Approval | None
+    ) -> tuple[RecordInput, ToolCall | None]:
+        """The outcome to record: a denial, a decision other than approval, or the call."""
+        record = _outcome_record(req, policy)
         if policy.decision == Decision.DENY:
             code = DENIAL_CODES.get(policy.rule_hit, "policy_denied")
-            record = record.model_copy(
-                update={
-                    "error_code": code,
-                    "taxonomy": ErrorTaxonomy.POLICY_DENIED,
-                    "error_details": policy.denial_details,
-                }
-            )
-        elif approval is not None and approval.status != ApprovalStatus.APPROVED:
+            denied = {
+                "error_code": code,
+                "taxonomy": ErrorTaxonomy.POLICY_DENIED,
+                "error_details": policy.denial_details,
+            }
+            return record.model_copy(update=denied), None
+        if approval is not None and approval.status != ApprovalStatus.APPROVED:
             # Rejected or expired: no provider call, no budget used.
-            record = record.model_copy(
-                update={
-                    "error_code": f"approval_{approval.status.value}",
-                    "taxonomy": ErrorTaxonomy.POLICY_DENIED,
-                }
-            )
-        else:
-            self._show(req, "calling the provider")
-            record, tool = await self._call_adapter(req, record, policy)
+            refused = {
+                "error_code": f"approval_{approval.status.value}",
+                "taxonomy": ErrorTaxonomy.POLICY_DENIED,
+            }
+            return record.model_copy(update=refused), None
+        self._show(req, "calling the provider")
+        return await self._call_adapter(req, record, policy)
 
+    async def _finish(
+        self,
+        req: ExecuteWorkflowInput,
+        policy: PolicyOutcome,
+        record: RecordInput,
+        tool: ToolCall | None,
+        approval: Approval | None,
+    ) -> ExecuteResult:
+        """Record the outcome, leave the manifest, and answer with the receipt."""
+        run_id = workflow.info().run_id
         receipt: Receipt = await self._bookkeeping(
             RECORD_OUTCOME, record, Receipt, req.local_activities
         )
@@ -188,31 +169,26 @@ class ExecuteCapability:
             dead_lettered=record.retry_exhausted,
             approval=approval,
         )
-        if receipt.run_id != info.run_id:
+        if receipt.run_id != run_id:
             # Reset past the record step: the effect and its manifest belong to the original
             # run; this run leaves a replayed manifest of its own beside it.
             await self._manifest(req, receipt, policy, replay_reason="workflow_reset")
         self._set_status(receipt)
         # The answer this run kept with its receipt goes back with it, so the gateway needs
         # no read of Postgres; a receipt another run recorded keeps that run's answer.
-        kept = record.kept() if receipt.run_id == info.run_id else None
+        kept = record.kept() if receipt.run_id == run_id else None
         return ExecuteResult(receipt=receipt, request_id=req.request_id, kept=kept)
 
     async def _await_approval(self, req: ExecuteWorkflowInput, policy: PolicyOutcome) -> Approval:
         """Ask for a person's approval and wait for it, durably, until it expires. A run
         reset after the decision finds it recorded and does not ask again."""
         workflow.patched(APPROVAL_PATCH)
-        info = workflow.info()
         requested: Approval = await self._bookkeeping(
             REQUEST_APPROVAL,
             ApprovalRequestInput(
-                tenant_id=req.tenant_id,
-                receipt_id=req.receipt_id,
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
+                ref=_run_ref(req),
                 capability_id=req.capability.id,
                 capability_version=req.capability.version,
-                input_hash=req.input_hash,
                 policy_version=policy.policy_version,
                 # The policy step has checked it against the start's signature (v3 claims).
                 requested_by=key_actor(req.api_key_id),
@@ -253,8 +229,8 @@ class ExecuteCapability:
     def _record_input(self, verdict: ApprovalVerdict) -> ApprovalRecordInput:
         assert self._req is not None
         return ApprovalRecordInput(
-            tenant_id=self._req.tenant_id,
-            receipt_id=self._req.receipt_id,
+            tenant_id=self._req.ref.tenant_id,
+            receipt_id=self._req.ref.receipt_id,
             run_id=workflow.info().run_id,
             verdict=verdict,
         )
@@ -311,7 +287,7 @@ class ExecuteCapability:
         """The run's one line in the Web UI: what it executes and where it is. Metadata
         only (no command), so runs recorded before it replay unchanged."""
         workflow.set_current_details(
-            f"{req.capability.id}@{req.capability.version} · receipt {req.receipt_id} · {doing}"
+            f"{req.capability.id}@{req.capability.version} · receipt {req.ref.receipt_id} · {doing}"
         )
 
     async def _manifest(
@@ -350,8 +326,7 @@ class ExecuteCapability:
         self, req: ExecuteWorkflowInput, record: RecordInput, policy: PolicyOutcome
     ) -> tuple[RecordInput, ToolCall]:
         cap = req.capability
-        retry = cap.retry_settings
-        key = downstream_idempotency_key(workflow.info().workflow_id, req.receipt_id, "adapter")
+        key = downstream_idempotency_key(workflow.info().workflow_id, req.ref.receipt_id, "adapter")
         tool = ToolCall(
             tool_name=cap.id,
             invoked_at=workflow.now(),
@@ -362,17 +337,7 @@ class ExecuteCapability:
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
-                AdapterInput(
-                    tenant_id=req.tenant_id,
-                    receipt_id=req.receipt_id,
-                    capability=cap,
-                    input=req.input,
-                    connection_id=req.connection_id,
-                    idempotency_key=key,
-                    trace_id=req.trace_id,
-                    resumed=policy.resumed,
-                    http_allow_hosts=policy.http_allow_hosts,
-                ),
+                _adapter_input(req, policy, key),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
                 # No heartbeat timeout (the activity would beat): a worker starved of CPU past
@@ -380,58 +345,12 @@ class ExecuteCapability:
                 # over an effect the provider made (the chaos campaign found 4 in 2,000).
                 start_to_close_timeout=timedelta(seconds=cap.timeout_seconds)
                 + ADAPTER_TIMEOUT_SLACK,
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=retry.base_delay_seconds),
-                    backoff_coefficient=2.0,
-                    maximum_interval=timedelta(seconds=retry.max_delay_seconds),
-                    maximum_attempts=retry.max_retries + 1,
-                ),
-                priority=tenant_priority(req.tenant_id),
+                retry_policy=_adapter_retry(req),
+                priority=tenant_priority(req.ref.tenant_id),
             )
         except ActivityError as err:
-            taxonomy, error_code, http_status = _classify(err.cause)
-            status = (
-                ExecutionStatus.TIMEOUT
-                if taxonomy == ErrorTaxonomy.TIMEOUT
-                else ExecutionStatus.FAILURE
-            )
-            exhausted = err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
-            failed = record.model_copy(
-                update={
-                    "status": status,
-                    "taxonomy": taxonomy,
-                    "http_status": http_status,
-                    "error_code": error_code,
-                    "adapter_called": True,
-                    "retry_exhausted": exhausted,
-                    "error_details": _provider_details(err.cause),
-                }
-            )
-            attempts = _attempt_of(err.cause) or (retry.max_retries + 1 if exhausted else 1)
-            return failed, tool.model_copy(
-                update={"error": _tool_error(err.cause, error_code), "attempts": attempts}
-            )
-        succeeded = record.model_copy(
-            update={
-                "success": True,
-                "status": ExecutionStatus.SUCCESS,
-                "taxonomy": ErrorTaxonomy.NONE,
-                "http_status": out.http_status,
-                "output_hash": out.output_hash,
-                "output": out.output,
-                "adapter_called": True,
-                # A success's error code is a warning the envelope passes on.
-                "error_code": RESPONSE_TRUNCATED if out.truncated else None,
-            }
-        )
-        return succeeded, tool.model_copy(
-            update={
-                "status": "success",
-                "data": out.output,
-                "attempts": out.attempt,
-                "invoked_at": out.invoked_at or tool.invoked_at,
-            }
-        )
+            return _failed(req, record, tool, err)
+        return _succeeded(record, tool, out)
 
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any], local: bool) -> Any:
         options: dict[str, Any] = {
@@ -444,7 +363,7 @@ class ExecuteCapability:
             return await workflow.execute_local_activity(name, arg, **options)
         assert self._req is not None
         return await workflow.execute_activity(
-            name, arg, priority=tenant_priority(self._req.tenant_id), **options
+            name, arg, priority=tenant_priority(self._req.ref.tenant_id), **options
         )
 
     def _set_status(self, receipt: Receipt) -> None:
@@ -460,6 +379,117 @@ class ExecuteCapability:
             planned = STATUS_ATTR.value_set(EnvelopeStatus.PLANNED.value)
             workflow.upsert_search_attributes([planned])
         return ExecuteResult(plan=policy)
+
+
+def _run_ref(req: ExecuteWorkflowInput) -> ExecutionRef:
+    """The execution as this run's steps name it: the start's ref, with the run's ids."""
+    info = workflow.info()
+    return req.ref.model_copy(update={"workflow_id": info.workflow_id, "run_id": info.run_id})
+
+
+def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
+    return PolicyInput(
+        ref=_run_ref(req),
+        capability=req.capability,
+        idempotency_ttl_seconds=req.idempotency_ttl_seconds,
+        dry_run=req.dry_run,
+        input_digest=input_digest(req.input),
+        start_signature=req.start_signature,
+        scopes=req.scopes,
+        api_key_id=req.api_key_id,
+    )
+
+
+def _outcome_record(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordInput:
+    """The record of a run that called nothing (yet): a policy denial until told otherwise."""
+    return RecordInput(
+        ref=_run_ref(req),
+        capability=req.capability,
+        request_id=req.request_id,
+        trace_id=req.trace_id,
+        submitted_at=req.submitted_at,
+        policy_decision_id=policy.policy_decision_id,
+        success=False,
+        status=ExecutionStatus.POLICY_DENIED,
+        budget_held=policy.budget_held,
+    )
+
+
+def _adapter_input(req: ExecuteWorkflowInput, policy: PolicyOutcome, key: str) -> AdapterInput:
+    return AdapterInput(
+        ref=_run_ref(req),
+        capability=req.capability,
+        input=req.input,
+        idempotency_key=key,
+        trace_id=req.trace_id,
+        resumed=policy.resumed,
+        http_allow_hosts=policy.http_allow_hosts,
+    )
+
+
+def _adapter_retry(req: ExecuteWorkflowInput) -> RetryPolicy:
+    """The capability's own retries: its backoff, doubling up to its longest wait."""
+    retry = req.capability.retry_settings
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=retry.base_delay_seconds),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=retry.max_delay_seconds),
+        maximum_attempts=retry.max_retries + 1,
+    )
+
+
+def _failed(
+    req: ExecuteWorkflowInput, record: RecordInput, tool: ToolCall, err: ActivityError
+) -> tuple[RecordInput, ToolCall]:
+    """The record and manifest entry of an adapter call that failed for good."""
+    taxonomy, error_code, http_status = _classify(err.cause)
+    status = (
+        ExecutionStatus.TIMEOUT if taxonomy == ErrorTaxonomy.TIMEOUT else ExecutionStatus.FAILURE
+    )
+    exhausted = err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+    failed = record.model_copy(
+        update={
+            "status": status,
+            "taxonomy": taxonomy,
+            "http_status": http_status,
+            "error_code": error_code,
+            "adapter_called": True,
+            "retry_exhausted": exhausted,
+            "error_details": _provider_details(err.cause),
+        }
+    )
+    max_attempts = req.capability.retry_settings.max_retries + 1
+    attempts = _attempt_of(err.cause) or (max_attempts if exhausted else 1)
+    return failed, tool.model_copy(
+        update={"error": _tool_error(err.cause, error_code), "attempts": attempts}
+    )
+
+
+def _succeeded(
+    record: RecordInput, tool: ToolCall, out: AdapterOutput
+) -> tuple[RecordInput, ToolCall]:
+    """The record and manifest entry of an adapter call that succeeded."""
+    succeeded = record.model_copy(
+        update={
+            "success": True,
+            "status": ExecutionStatus.SUCCESS,
+            "taxonomy": ErrorTaxonomy.NONE,
+            "http_status": out.http_status,
+            "output_hash": out.output_hash,
+            "output": out.output,
+            "adapter_called": True,
+            # A success's error code is a warning the envelope passes on.
+            "error_code": RESPONSE_TRUNCATED if out.truncated else None,
+        }
+    )
+    return succeeded, tool.model_copy(
+        update={
+            "status": "success",
+            "data": out.output,
+            "attempts": out.attempt,
+            "invoked_at": out.invoked_at or tool.invoked_at,
+        }
+    )
 
 
 def _details(cause: BaseException | None) -> dict[str, Any]:

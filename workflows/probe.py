@@ -58,10 +58,10 @@ class RunProbe:
             [
                 SearchAttributePair(SearchAttributeKey.for_keyword(name), value)
                 for name, value in (
-                    (TENANT_ATTRIBUTE, req.tenant_id),
+                    (TENANT_ATTRIBUTE, req.ref.tenant_id),
                     (CAPABILITY_ATTRIBUTE, req.capability.id),
                     (IDEMPOTENCY_KEY_ATTRIBUTE, key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]),
-                    (RECEIPT_ATTRIBUTE, req.receipt_id),
+                    (RECEIPT_ATTRIBUTE, req.ref.receipt_id),
                 )
             ]
         )
@@ -71,10 +71,10 @@ class RunProbe:
             id=start.workflow_id,
             result_type=ExecuteResult,
             search_attributes=attributes,
-            priority=tenant_priority(req.tenant_id),
+            priority=tenant_priority(req.ref.tenant_id),
         )
         receipt = result.receipt
         return ProbeRunResult(
-            receipt_id=receipt.id if receipt is not None else req.receipt_id,
+            receipt_id=receipt.id if receipt is not None else req.ref.receipt_id,
             status=receipt.status.value if receipt is not None else None,
         )

@@ -43,7 +43,7 @@ def window_start(inp: AdapterInput, now: datetime | None = None) -> datetime:
     """When to look from: the execution's start (its receipt id is a UUID v7, which holds
     the millisecond it was made) less ``CLOCK_SKEW``."""
     try:
-        rid = uuid.UUID(inp.receipt_id)
+        rid = uuid.UUID(inp.ref.receipt_id)
     except ValueError:
         rid = None
     if rid is not None and rid.version == 7:

@@ -41,6 +41,7 @@ from schemas.execute import (
     Plan,
     envelope_for_receipt,
 )
+from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.names import (
     CAPABILITY_ATTRIBUTE,
@@ -371,14 +372,17 @@ class Executions:
         if req.dry_run:
             # A dry run never takes the key: its own run, beside the real one's id.
             workflow_id = f"{workflow_id}/dry/{receipt_id}"
-        arg = ExecuteWorkflowInput(
+        ref = ExecutionRef(
             receipt_id=receipt_id,
             tenant_id=tenant_id,
             idempotency_key=prepared.idempotency_key,
             input_hash=prepared.input_hash,
+            connection_id=req.connection_id,
+        )
+        arg = ExecuteWorkflowInput(
+            ref=ref,
             capability=prepared.capability,
             input=req.input,
-            connection_id=req.connection_id,
             request_id=request_id,
             trace_id=trace_id,
             submitted_at=submitted_at,
@@ -534,10 +538,10 @@ class Executions:
         require_scope(scopes, *capability_scopes(cap.id, cap.required_scopes))
         receipt_id = str(uuid7())
         workflow_id = workflow_id_for(receipt.tenant_id, new_key)
+        ref = original.ref.model_copy(update={"receipt_id": receipt_id, "idempotency_key": new_key})
         arg = original.model_copy(
             update={
-                "receipt_id": receipt_id,
-                "idempotency_key": new_key,
+                "ref": ref,
                 "request_id": str(uuid7()),
                 "submitted_at": datetime.now(UTC),
                 "scopes": list(scopes),

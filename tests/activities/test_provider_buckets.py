@@ -89,7 +89,7 @@ async def test_a_hold_longer_than_an_attempt_can_wait_fails_without_calling(
     calls: list[str] = []
 
     async def adapter(inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
-        calls.append(inp.tenant_id)
+        calls.append(inp.ref.tenant_id)
         if len(calls) == 1:
             raise fail(
                 ErrorTaxonomy.PROVIDER_RATE_LIMITED,

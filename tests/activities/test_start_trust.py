@@ -77,7 +77,7 @@ async def start(
     return await client.start_workflow(
         EXECUTE_WORKFLOW,
         arg,
-        id=workflow_id_for(arg.tenant_id, arg.idempotency_key),
+        id=workflow_id_for(arg.ref.tenant_id, arg.ref.idempotency_key),
         task_queue=stack.settings.task_queue,
         result_type=ExecuteResult,
     )
@@ -119,7 +119,7 @@ async def test_a_plaintext_start_is_refused_by_the_worker(
     url = provider.script("/plaintext")
     arg = forged_input(stack.tenant_id, url, "forged-plaintext")
     # Even validly signed: what did not come through the codec is not read at all.
-    arg = keyring(stack).signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
+    arg = keyring(stack).signed(arg, workflow_id_for(arg.ref.tenant_id, arg.ref.idempotency_key))
     # Someone with access to the namespace but not to Moat's codec keyring.
     plain = Client(
         stack.client.service_client,
@@ -137,7 +137,7 @@ async def test_a_plaintext_start_is_refused_by_the_worker(
     assert HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in types
     assert HistoryEventType.EVENT_TYPE_MARKER_RECORDED not in types  # no local activity ran
     await assert_nothing_happened(
-        stack, provider, "/plaintext", stack.tenant_id, arg.idempotency_key
+        stack, provider, "/plaintext", stack.tenant_id, arg.ref.idempotency_key
     )
 
 
@@ -158,7 +158,7 @@ async def test_an_unsigned_start_through_the_codec_is_refused(
     assert types[-1] == HistoryEventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
     assert HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in types  # no adapter
     await assert_nothing_happened(
-        stack, provider, "/unsigned", stack.tenant_id, arg.idempotency_key
+        stack, provider, "/unsigned", stack.tenant_id, arg.ref.idempotency_key
     )
     # The attempt is on record for the tenant it named, apart from any real execution.
     events = await refused_events(stack, stack.tenant_id)
@@ -166,23 +166,23 @@ async def test_an_unsigned_start_through_the_codec_is_refused(
         ("RUN_FAILED", f"refused:{handle.result_run_id}")
     ]
     assert events[0].event_data["error_code"] == START_NOT_SIGNED
-    assert events[0].event_data["claimed_receipt_id"] == arg.receipt_id
+    assert events[0].event_data["claimed_receipt_id"] == arg.ref.receipt_id
 
 
 def _swap_tenant(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
-    return arg.model_copy(update={"tenant_id": victim})
+    return arg.model_copy(update={"ref": arg.ref.model_copy(update={"tenant_id": victim})})
 
 
 def _made_synthetic(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
     # Synthetic probes skip budgets.
-    return arg.model_copy(update={"is_synthetic": True})
+    return arg.model_copy(update={"ref": arg.ref.model_copy(update={"is_synthetic": True})})
 
 
 def _swap_a_secret(arg: ExecuteWorkflowInput, victim: str) -> ExecuteWorkflowInput:
     headers = {"Authorization": "Bearer attacker-chosen-token-1234567890"}
     forged = arg.model_copy(update={"input": {**arg.input, "headers": headers}})
     # The redacted input hash cannot tell the two apart; the signature can.
-    assert redacted_hash(_hashed(forged.input)) == arg.input_hash
+    assert redacted_hash(_hashed(forged.input)) == arg.ref.input_hash
     return forged
 
 
@@ -203,7 +203,7 @@ async def test_a_signed_start_altered_is_refused(
     victim, _ = await stack.new_tenant()
     # Signed for the caller's own tenant, as the gateway would, then altered.
     own = forged_input(stack.tenant_id, url, "altered")
-    signed = keyring(stack).signed(own, workflow_id_for(own.tenant_id, own.idempotency_key))
+    signed = keyring(stack).signed(own, workflow_id_for(own.ref.tenant_id, own.ref.idempotency_key))
     forged = tamper(signed, victim)
     handle = await start(stack.client, stack, forged)
     with pytest.raises(WorkflowFailureError) as failed:
@@ -212,8 +212,10 @@ async def test_a_signed_start_altered_is_refused(
     assert cause.type == START_NOT_SIGNED
     assert cause.details == ({"reason": "mismatch"},)
     for tenant in (victim, stack.tenant_id):
-        await assert_nothing_happened(stack, provider, "/altered", tenant, own.idempotency_key)
-    assert [e.event_type for e in await refused_events(stack, forged.tenant_id)] == ["RUN_FAILED"]
+        await assert_nothing_happened(stack, provider, "/altered", tenant, own.ref.idempotency_key)
+    assert [e.event_type for e in await refused_events(stack, forged.ref.tenant_id)] == [
+        "RUN_FAILED"
+    ]
 
 
 async def test_a_start_signed_with_a_key_outside_the_ring_is_refused(
@@ -222,7 +224,7 @@ async def test_a_start_signed_with_a_key_outside_the_ring_is_refused(
     url = provider.script("/other-key")
     other = StartKeyring.from_settings(stack.settings.model_copy(update={"home": tmp_path}))
     arg = forged_input(stack.tenant_id, url, "other-key")
-    arg = other.signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
+    arg = other.signed(arg, workflow_id_for(arg.ref.tenant_id, arg.ref.idempotency_key))
     handle = await start(stack.client, stack, arg)
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(handle.result(), RESULT_WAIT)
@@ -235,7 +237,7 @@ async def test_a_signed_start_runs(stack: Stack, provider: FakeProvider) -> None
     # The control: the same forged-looking input, signed as the gateway signs, executes.
     url = provider.script("/signed")
     arg = forged_input(stack.tenant_id, url, "signed")
-    arg = keyring(stack).signed(arg, workflow_id_for(arg.tenant_id, arg.idempotency_key))
+    arg = keyring(stack).signed(arg, workflow_id_for(arg.ref.tenant_id, arg.ref.idempotency_key))
     handle = await start(stack.client, stack, arg)
     result = await asyncio.wait_for(handle.result(), RESULT_WAIT)
     assert result.receipt is not None and result.receipt.status.value == "success"

@@ -120,9 +120,9 @@ async def _run_synthetic(
     assert spec is not None
     key = f"probe:test-{uuid.uuid4().hex}"
     workflow_id = workflow_id_for(stack.tenant_id, key)
-    request = direct_start(stack.tenant_id, key, spec, {"n": 1}).model_copy(
-        update={"is_synthetic": True, "scopes": scopes, "api_key_id": api_key_id}
-    )
+    request = direct_start(stack.tenant_id, key, spec, {"n": 1})
+    ref = request.ref.model_copy(update={"is_synthetic": True})
+    request = request.model_copy(update={"ref": ref, "scopes": scopes, "api_key_id": api_key_id})
     signed = StartKeyring.from_settings(stack.settings).signed(request, workflow_id)
     if not wait:
         await stack.client.start_workflow(

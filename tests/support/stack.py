@@ -31,6 +31,7 @@ from schemas.capabilities import (
     CapabilitySpec,
     RetrySettings,
 )
+from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
 from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyInput, workflow_id_for
@@ -207,7 +208,8 @@ class Stack:
         key = f"direct-{uuid.uuid4().hex}"
         workflow_id = workflow_id_for(self.tenant_id, key)
         request = direct_start(self.tenant_id, key, capability, input)
-        request = request.model_copy(update={"connection_id": connection_id})
+        ref = request.ref.model_copy(update={"connection_id": connection_id})
+        request = request.model_copy(update={"ref": ref})
         result: ExecuteResult = await self.client.execute_workflow(
             EXECUTE_WORKFLOW,
             StartKeyring.from_settings(self.settings).signed(request, workflow_id),
@@ -220,14 +222,17 @@ class Stack:
 
 def policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
     """What the run's policy step is given for ``req`` started as ``wf``."""
-    return PolicyInput(
-        receipt_id=req.receipt_id,
-        tenant_id=req.tenant_id,
-        idempotency_key=req.idempotency_key,
-        input_hash=req.input_hash,
-        capability=req.capability,
+    ref = ExecutionRef(
+        receipt_id=req.ref.receipt_id,
+        tenant_id=req.ref.tenant_id,
+        idempotency_key=req.ref.idempotency_key,
+        input_hash=req.ref.input_hash,
         workflow_id="wf",
         run_id="r",
+    )
+    return PolicyInput(
+        ref=ref,
+        capability=req.capability,
         idempotency_ttl_seconds=req.idempotency_ttl_seconds,
         input_digest=input_digest(req.input),
         start_signature=req.start_signature,

@@ -1,0 +1,176 @@
+"""The adapter step of ``ExecuteCapability``: one attempt at the provider call.
+
+Each attempt records its events in transactions of its own (the attempt itself is the state
+they record): the call before the provider is asked, then its failure or completion.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters import Adapter, fail
+from activities.evidence import start_chain
+from activities.execute.events import (
+    AttemptFailure,
+    Draft,
+    attempt_completed,
+    attempt_failed,
+    attempt_started,
+    chained,
+)
+from activities.heartbeat import heartbeating
+from schemas.connections import ConnectionResolver, Credential
+from schemas.names import CALL_ADAPTER
+from schemas.records import ErrorTaxonomy
+from schemas.run import AdapterInput, AdapterOutput
+from store import events as event_log
+
+
+class AdapterStep:
+    """The ``call_adapter`` activity, built once in ``worker.py`` with its dependencies."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        adapters: Mapping[str, Adapter],
+        connections: ConnectionResolver | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._adapters = adapters
+        self._connections = connections
+
+    @activity.defn(name=CALL_ADAPTER)
+    async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
+        # The whole attempt, not only the provider call: its event writes wait on
+        # PostgreSQL, which may be slow or restarting, and a live attempt must not time out.
+        async with heartbeating():
+            return await self._attempt(inp)
+
+    async def _attempt(self, inp: AdapterInput) -> AdapterOutput:
+        info = activity.info()
+        invoked_at = datetime.now(UTC)
+        run_id = info.workflow_run_id or ""
+        started = attempt_started(inp.ref.receipt_id, inp.capability, info.attempt, inp.resumed)
+        await self._adapter_events(inp, run_id, started)
+        adapter = self._adapters.get(inp.capability.adapter)
+        if adapter is None:
+            raise ApplicationError(
+                f"no adapter {inp.capability.adapter!r} on this worker",
+                type=ErrorTaxonomy.GATEWAY_ERROR.value,
+                non_retryable=True,
+            )
+        try:
+            credential = await self._credential(inp)
+            out = await _guarded(
+                adapter, inp.model_copy(update={"attempt": info.attempt}), credential
+            )
+        except ApplicationError as err:
+            details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+            failure = _failure(inp, err, details, info.attempt, invoked_at)
+            await self._adapter_events(inp, run_id, attempt_failed(inp.ref.receipt_id, failure))
+            # Not chained: Temporal records a cause's text, which Moat did not write.
+            raise ApplicationError(
+                err.message,
+                {**details, "attempt": info.attempt},
+                type=err.type,
+                non_retryable=err.non_retryable,
+                next_retry_delay=err.next_retry_delay,
+            ) from None
+        done = attempt_completed(
+            inp.ref.receipt_id, inp.capability, info.attempt, _ms_since(invoked_at), out
+        )
+        await self._adapter_events(inp, run_id, done)
+        return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
+
+    async def _credential(self, inp: AdapterInput) -> Credential | None:
+        """The request's connection, resolved afresh on every attempt (a rotation applies
+        from the next attempt on)."""
+        if inp.ref.connection_id is None:
+            return None
+        if self._connections is None:
+            raise ApplicationError(
+                "this worker cannot resolve connections",
+                {"error_code": "connection_not_found"},
+                type=ErrorTaxonomy.GATEWAY_ERROR.value,
+                non_retryable=True,
+            )
+        return await self._connections.resolve(inp.ref.tenant_id, inp.ref.connection_id)
+
+    async def _adapter_events(self, inp: AdapterInput, run_id: str, events: list[Draft]) -> None:
+        """Events of the adapter step, in a transaction of their own (the attempt itself is
+        the state they record)."""
+        async with self._sessions.begin() as session:
+            chain = await start_chain(
+                session, inp.ref.tenant_id, inp.ref.receipt_id, run_id, "moat.adapter"
+            )
+            await event_log.append(session, chained(chain, events))
+
+
+def _failure(
+    inp: AdapterInput,
+    err: ApplicationError,
+    details: dict[str, Any],
+    attempt: int,
+    invoked_at: datetime,
+) -> AttemptFailure:
+    """What a failed attempt's events say: Temporal retries it unless the failure is final
+    or the capability's retries are used up, after the provider's wait or the backoff."""
+    retries_left = attempt <= inp.capability.retry_settings.max_retries
+    will_retry = not err.non_retryable and retries_left
+    delay = err.next_retry_delay or (_backoff(inp, attempt) if will_retry else None)
+    return AttemptFailure(
+        attempt=attempt,
+        duration_ms=_ms_since(invoked_at),
+        error_type=err.type,
+        error_code=details.get("error_code") or err.type,
+        http_status=details.get("http_status"),
+        retry_after=err.next_retry_delay,
+        next_retry_at=(datetime.now(UTC) + delay if will_retry and delay is not None else None),
+    )
+
+
+def _ms_since(start: datetime) -> int:
+    return max(0, int((datetime.now(UTC) - start).total_seconds() * 1000))
+
+
+def _backoff(inp: AdapterInput, attempt: int) -> timedelta:
+    """The wait Temporal's retry policy puts before the next attempt (the workflow's)."""
+    retry = inp.capability.retry_settings
+    return timedelta(
+        seconds=min(retry.base_delay_seconds * 2 ** (attempt - 1), retry.max_delay_seconds)
+    )
+
+
+async def _guarded(
+    adapter: Adapter, inp: AdapterInput, credential: Credential | None
+) -> AdapterOutput:
+    """The adapter's answer; any fault it did not classify becomes an ``unknown`` failure,
+    retried like a provider's server error (a provider oddity may pass, and the downstream
+    ``Idempotency-Key`` keeps a repeat from taking effect twice).
+
+    Only the fault's type is reported, and its stack without values in the worker log: its
+    text may repeat the input or the provider's answer, secrets included."""
+    try:
+        return await adapter(inp, credential)
+    except ApplicationError:
+        raise
+    except Exception as err:
+        name = type(err).__name__
+        activity.logger.warning(
+            "adapter %s failed with %s at\n%s",
+            inp.capability.adapter,
+            name,
+            "".join(traceback.format_tb(err.__traceback__)),
+        )
+        raise fail(
+            ErrorTaxonomy.UNKNOWN,
+            f"the {inp.capability.adapter} adapter failed unexpectedly ({name}); the trace id "
+            "identifies the fault",
+        ) from None

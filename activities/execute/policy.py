@@ -1,0 +1,376 @@
+"""The policy step of ``ExecuteCapability``: the start's signature, the decision, the key.
+
+One transaction, keyed by the execution's receipt id, so a retried check or a reset run
+gets the decision first recorded; the events it records are appended in that transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.evidence import Chain
+from activities.execute.events import chained, policy_events
+from schemas.events import AggregateType, EventType
+from schemas.names import CHECK_POLICY
+from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyRule, PolicyVersion
+from schemas.quotas import DEFAULT_QUOTAS, Quota, QuotaLimits, exceeded
+from schemas.records import Decision, PolicyMode, RuleHit
+from schemas.run import PolicyInput, PolicyOutcome, longest_run_seconds
+from schemas.scopes import capability_scopes, missing_scopes
+from schemas.start import CLAIMS_VERSION, START_NOT_SIGNED, StartClaims
+from store import (
+    api_keys,
+    budgets,
+    db,
+    idempotency,
+    policy,
+    policy_versions,
+    quotas,
+    receipts,
+    tenancy,
+    tenants,
+)
+from store import events as event_log
+from store.keys.start import StartKeyring
+from store.models import PolicyDecisionRow, Tenant
+
+_DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")
+TENANT_ID_MAX = 64  # the tenants.id column
+# A decision: what was decided, by which rule, why, and the budget it was taken against.
+Verdict = tuple[Decision, RuleHit, str, budgets.BudgetState | None]
+
+
+def decision_id_for(receipt_id: str) -> str:
+    """The policy decision of an execution has a fixed id, so a retried check reuses it."""
+    return str(uuid.uuid5(_DECISION_NAMESPACE, receipt_id))
+
+
+class PolicyStep:
+    """The ``check_policy`` activity, built once in ``worker.py`` with its dependencies."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        start_keys: StartKeyring,
+        quota_limits: QuotaLimits | None = None,
+    ) -> None:
+        self._quota_limits = quota_limits or DEFAULT_QUOTAS
+        self._sessions = sessions
+        self._start_keys = start_keys
+
+    @activity.defn(name=CHECK_POLICY)
+    async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
+        # First of all: nothing of a run the gateway did not vouch for is acted on.
+        refusal = self._start_keys.refusal(StartClaims.of_policy(inp), inp.start_signature)
+        if refusal is not None:
+            await self._record_refused_start(inp, refusal)
+            raise ApplicationError(
+                f"The run's start is not signed by a Moat gateway for what it names ({refusal}); "
+                "executions start through the gateway's API. If a gateway did start it, give "
+                "the gateways and workers the same MOAT_START_KEYRING.",
+                {"reason": refusal},
+                type=START_NOT_SIGNED,
+                non_retryable=True,
+            )
+        now = datetime.now(UTC)
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.ref.tenant_id)
+            tenant = await tenants.get_tenant(session, inp.ref.tenant_id)
+            document = await policy_versions.current(session, inp.ref.tenant_id, tenant)
+            mode = document.mode
+            if inp.dry_run:
+                return await self._decide(session, inp, document, tenant, now, events=False)
+            claim = await idempotency.claim_key(
+                session,
+                tenant_id=inp.ref.tenant_id,
+                key=inp.ref.idempotency_key,
+                receipt_id=inp.ref.receipt_id,
+                input_hash=inp.ref.input_hash,
+                workflow_id=inp.ref.workflow_id,
+                now=now,
+                ttl_seconds=inp.idempotency_ttl_seconds,
+            )
+            existing = await receipts.get_receipt(session, inp.ref.tenant_id, claim.receipt_id)
+            if claim.receipt_id != inp.ref.receipt_id and existing is None:
+                # Another execution holds the key and has not recorded its outcome yet.
+                raise ApplicationError(
+                    f"idempotency key held by running execution {claim.receipt_id}",
+                    type="idempotency_key_busy",
+                )
+            if existing is None:
+                outcome = await self._decide(session, inp, document, tenant, now, events=True)
+                return outcome.model_copy(update={"resumed": not claim.taken_now})
+            row = await _record_decision(
+                session,
+                inp,
+                document,
+                existing.id,
+                Decision.ALLOW,
+                RuleHit.IDEMPOTENT_HIT,
+                "receipt already recorded for this key",
+            )
+            return PolicyOutcome(
+                policy_decision_id=row.id,
+                decision=Decision.ALLOW,
+                rule_hit=RuleHit.IDEMPOTENT_HIT,
+                mode=mode,
+                existing_receipt=existing,
+                policy_version=row.policy_version,
+            )
+
+    async def _record_refused_start(self, inp: PolicyInput, reason: str) -> None:
+        """A ``RUN_FAILED`` event for a refused start, in the log of the tenant it names,
+        when that tenant exists: it is the one someone tried to act for. The event gets a
+        correlation id of its own, never the claimed receipt id, so an unsigned start can
+        neither join a real execution's chain nor move its projection; no receipt, policy
+        decision or idempotency claim is written."""
+        claimed = {
+            "workflow_id": inp.ref.workflow_id,
+            "claimed_receipt_id": inp.ref.receipt_id,
+            "capability_id": inp.capability.id,
+        }
+        activity.logger.warning(
+            "refused a start not signed by a gateway (%s) naming tenant %r: %s",
+            reason,
+            inp.ref.tenant_id[:64],
+            claimed,
+        )
+        if len(inp.ref.tenant_id) > TENANT_ID_MAX or not db.storable(inp.ref.tenant_id):
+            return
+        async with self._sessions.begin() as session:
+            await tenancy.set_tenant(session, inp.ref.tenant_id)
+            if await tenants.get_tenant(session, inp.ref.tenant_id) is None:
+                return
+            correlation = f"refused:{inp.ref.run_id}"
+            chain = Chain(inp.ref.tenant_id, correlation, inp.ref.run_id, "moat.policy")
+            chain.add(
+                EventType.RUN_FAILED,
+                AggregateType.RUN,
+                correlation,
+                error_code=START_NOT_SIGNED,
+                reason=reason,
+                **{k: v[:300] for k, v in claimed.items() if db.storable(v)},
+            )
+            await event_log.append(session, chain.drafts)
+
+    async def _decide(
+        self,
+        session: AsyncSession,
+        inp: PolicyInput,
+        document: PolicyVersion,
+        tenant: Tenant | None,
+        now: datetime,
+        *,
+        events: bool,
+    ) -> PolicyOutcome:
+        denial: dict[str, Any] = {}
+        decision, rule, reason, budget = await _evaluate(
+            session, inp, document, tenant, now, self._quota_limits, denial
+        )
+        row = await _record_decision(
+            session, inp, document, inp.ref.receipt_id, decision, rule, reason
+        )
+        if row.rule_hit == RuleHit.QUOTA_EXCEEDED.value:
+            denial = denial or {"quota": Quota.PENDING_APPROVALS.value}
+        matched = document.rule_for(inp.capability.id)
+        waits = row.rule_hit == RuleHit.APPROVAL_REQUIRED.value
+        ttl = matched.approval_ttl_seconds if matched else DEFAULT_APPROVAL_TTL_SECONDS
+        held = False
+        if budget is not None and not inp.dry_run and row.decision != Decision.DENY.value:
+            # The execution holds its unit until it records: concurrent checks count it,
+            # through a wait for its approval too.
+            run = longest_run_seconds(inp.capability) + (ttl if waits else 0)
+            await budgets.hold_budget(
+                session,
+                inp.ref.tenant_id,
+                inp.capability.id,
+                inp.ref.receipt_id,
+                budget,
+                now + timedelta(seconds=run),
+            )
+            held = True
+        outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
+        if events:
+            chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
+            await event_log.append(session, chained(chain, policy_events(inp, row.id, outcome)))
+        return outcome
+
+
+def _outcome(
+    row: PolicyDecisionRow,
+    tenant: Tenant | None,
+    matched: PolicyRule | None,
+    approval_ttl: int | None,
+    budget_held: bool,
+    denial: dict[str, Any],
+) -> PolicyOutcome:
+    """The decision as recorded: a retried check returns the one first recorded, not a
+    re-evaluation."""
+    return PolicyOutcome(
+        policy_decision_id=row.id,
+        decision=Decision(row.decision),
+        rule_hit=RuleHit(row.rule_hit),
+        mode=PolicyMode(row.mode),
+        reason=row.reason,
+        budget_held=budget_held,
+        http_allow_hosts=list(tenant.http_allow_hosts) if tenant is not None else [],
+        policy_version=row.policy_version,
+        approval_ttl_seconds=approval_ttl,
+        allow_self_approval=bool(matched and matched.allow_self_approval),
+        denial_details=denial or None,
+    )
+
+
+async def _record_decision(
+    session: AsyncSession,
+    inp: PolicyInput,
+    document: PolicyVersion,
+    receipt_id: str,
+    decision: Decision,
+    rule: RuleHit,
+    reason: str,
+) -> PolicyDecisionRow:
+    """The execution's one decision (a fixed id: a retried check gets the first one back)."""
+    return await policy.insert_policy_decision(
+        session,
+        id=decision_id_for(inp.ref.receipt_id),
+        tenant_id=inp.ref.tenant_id,
+        receipt_id=receipt_id,
+        capability_id=inp.capability.id,
+        idempotency_key=inp.ref.idempotency_key,
+        mode=document.mode.value,
+        decision=decision.value,
+        rule_hit=rule.value,
+        reason=reason,
+        is_synthetic=inp.ref.is_synthetic,
+        policy_version=document.version,
+    )
+
+
+async def _evaluate(
+    session: AsyncSession,
+    inp: PolicyInput,
+    document: PolicyVersion,
+    tenant: Tenant | None,
+    now: datetime,
+    limits: QuotaLimits,
+    denial: dict[str, Any],
+) -> Verdict:
+    """The decision, and the budget it was taken against (None when none applies); what a
+    denial's envelope says beside its code goes into ``denial``.
+
+    ``bypass`` skips every check, and only for a tenant the operators allowed it; otherwise
+    the tenant is held to ``standard``. ``audit`` evaluates like ``standard`` and records
+    what it would deny without denying it. ``strict`` is ``standard`` plus a person's
+    approval for the capabilities its rule (or else the catalog) marks.
+
+    A synthetic run (a probe's) is held to the same rules with its creator's scopes and
+    key, budgets aside; and since nobody presented that key just now, the key must still be
+    live: one that is revoked (or a run carrying no key's authority at all) is denied
+    whatever the mode, as an unauthenticated call would be."""
+    mode = document.mode
+    early = await _before_budget(session, inp, mode, tenant)
+    if early is not None:
+        return early
+    # Synthetic probes never touch budgets.
+    budget = (
+        None
+        if inp.ref.is_synthetic
+        else await budgets.budget_state(
+            session,
+            inp.ref.tenant_id,
+            inp.capability.id,
+            now,
+            lock=not inp.dry_run,
+            exclude_receipt=inp.ref.receipt_id,
+        )
+    )
+    if budget is not None and budget.exhausted:
+        reason = (
+            f"budget {budget.limit} per {budget.period} used up: {budget.used} used, "
+            f"{budget.held} in flight"
+        )
+        if mode == PolicyMode.AUDIT:
+            return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
+        return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
+    if mode == PolicyMode.STRICT and _requires_approval(document, inp):
+        rule = document.rule_for(inp.capability.id)
+        why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
+        full = await _approvals_full(session, inp, now, limits)
+        if full is not None:
+            reason, details = full
+            denial.update(details)
+            return Decision.DENY, RuleHit.QUOTA_EXCEEDED, reason, budget
+        return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
+    if mode == PolicyMode.BYPASS:
+        return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
+    if inp.ref.is_synthetic:
+        return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
+    return Decision.ALLOW, RuleHit.ALLOWED, "", budget
+
+
+async def _before_budget(
+    session: AsyncSession, inp: PolicyInput, mode: PolicyMode, tenant: Tenant | None
+) -> Verdict | None:
+    """The decisions taken before any budget is read: a synthetic run's lender refused, a
+    bypass the operators allowed, a scope missing (None: none of them)."""
+    if inp.ref.is_synthetic:
+        refused = await _lender_refusal(session, inp)
+        if refused is not None:
+            return Decision.DENY, RuleHit.KEY_REVOKED, refused, None
+    if mode == PolicyMode.BYPASS and tenant is not None and tenant.allow_bypass:
+        return Decision.ALLOW, RuleHit.BYPASSED, "bypass mode", None
+    if inp.scopes is not None:
+        needed = capability_scopes(inp.capability.id, inp.capability.required_scopes)
+        missing = missing_scopes(inp.scopes, needed)
+        if missing:
+            reason = f"the API key lacks the scope {' and '.join(missing)}"
+            if mode == PolicyMode.AUDIT:
+                return Decision.WOULD_DENY, RuleHit.SCOPE_MISSING, reason, None
+            return Decision.DENY, RuleHit.SCOPE_MISSING, reason, None
+    return None
+
+
+async def _lender_refusal(session: AsyncSession, inp: PolicyInput) -> str | None:
+    """Why a synthetic run may not act for the key it names (None: it may). Its start is
+    signed (``v3`` claims name the key and its scopes); ``api_key_id`` "" is Moat's own
+    (a probe an operator made)."""
+    if inp.scopes is None or not inp.start_signature.startswith(CLAIMS_VERSION + "."):
+        return "the probe's run carries no key's authority: resume the probe with a key"
+    if inp.api_key_id and await api_keys.is_revoked(session, inp.ref.tenant_id, inp.api_key_id):
+        return f"the probe's key {inp.api_key_id} is revoked: resume the probe with a live key"
+    return None
+
+
+async def _approvals_full(
+    session: AsyncSession, inp: PolicyInput, now: datetime, limits: QuotaLimits
+) -> tuple[str, dict[str, Any]] | None:
+    """The refusal of a call that would wait for approval while the tenant already has its
+    quota of calls waiting, else None. Decided here, not at ingest: only this step knows
+    whether the call waits (its policy version, its rules), and it holds the quota's lock
+    through its decision, which counts as waiting until the approval row replaces it; so two
+    calls racing for the last slot cannot both pass."""
+    quota = Quota.PENDING_APPROVALS
+    if not inp.dry_run:
+        await quotas.lock(session, inp.ref.tenant_id, quota)
+    own = await quotas.override(session, inp.ref.tenant_id, quota)
+    limit = own if own is not None else limits[quota]
+    usage = await quotas.usage(
+        session, inp.ref.tenant_id, quota, now, own_receipt=inp.ref.receipt_id
+    )
+    if usage < limit:
+        return None
+    return exceeded(quota, limit, usage, "tenant" if own is not None else "default")
+
+
+def _requires_approval(document: PolicyVersion, inp: PolicyInput) -> bool:
+    rule = document.rule_for(inp.capability.id)
+    if rule is not None and rule.requires_approval is not None:
+        return rule.requires_approval
+    return inp.capability.requires_approval
