@@ -36,14 +36,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.connections import Scrubber, check_origin
-from schemas.canonical import (
-    MAX_JSON_DEPTH,
-    canonical_bytes,
-    json_depth,
-    redact,
-    redact_text,
-    sha256_digest,
-)
+from schemas.canonical import MAX_JSON_DEPTH, canonical_bytes, json_depth, sha256_digest
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
 from schemas.connections import ConnectionType, Credential, origin_of
 from schemas.hosts import (
@@ -56,6 +49,7 @@ from schemas.hosts import (
 )
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
+from schemas.redaction import redact, redact_text
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
 # An adapter is called with the run's input and, when the request named a connection, its

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.approvals import Approval
 from schemas.capabilities import CapabilitySpec
 from schemas.execute import KeptOutput
-from schemas.policy import Approval
 from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
 
 

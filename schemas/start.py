@@ -28,8 +28,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_json
 
+from schemas.approvals import ApprovalVerdict
 from schemas.capabilities import CapabilitySpec
-from schemas.policy import ApprovalVerdict
+from schemas.errors import ErrorCode
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
 CLAIMS_VERSION = "v3"
@@ -37,9 +38,9 @@ CLAIMS_VERSION = "v3"
 CLAIMS_VERSION_NO_REQUESTER = "v2"
 # Claims without scopes either (runs started before keys had them).
 CLAIMS_VERSION_NO_SCOPES = "v1"
-START_NOT_SIGNED = "start_not_signed"
+START_NOT_SIGNED = ErrorCode.START_NOT_SIGNED
 DECISION_VERSION = "d1"
-DECISION_NOT_SIGNED = "decision_not_signed"
+DECISION_NOT_SIGNED = ErrorCode.DECISION_NOT_SIGNED
 
 
 def input_digest(value: Mapping[str, Any]) -> str:

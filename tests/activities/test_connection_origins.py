@@ -24,9 +24,9 @@ from activities.connections import Scrubber
 from activities.github import GithubAdapter
 from activities.slack import SlackAdapter
 from activities.webhook import WebhookAdapter
-from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionCreate, ConnectionType, Credential
+from schemas.redaction import REDACTED
 from schemas.run import AdapterInput
 from starter.devstack.processes import serve_asgi
 from tests.support.fakes import FakeProvider, Step
