@@ -40,10 +40,10 @@ from activities.provider_buckets import ProviderBuckets
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from store import make_engine, make_sessionmaker
-from store.keys.codec import OutputSealer
-from store.keys.connections import ConnectionCipher
-from store.keys.signing import Keyring
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.connections import ConnectionCipher
+from store.keyrings.signing import Keyring
+from store.keyrings.start import StartKeyring
 from store.manifests import ManifestStore
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability

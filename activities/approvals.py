@@ -21,11 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.evidence import continue_chain
-from schemas.events import AggregateType, EventType
-from schemas.names import RECORD_APPROVAL, REQUEST_APPROVAL
-from schemas.policy import (
+from schemas.approvals import (
     ADMIN_ACTOR,
-    APPROVALS_WRITE,
     Approval,
     ApprovalRecorded,
     ApprovalRecordInput,
@@ -35,12 +32,15 @@ from schemas.policy import (
     approval_id_for,
     may_decide,
 )
-from schemas.scopes import missing_scopes
+from schemas.errors import ErrorCode
+from schemas.events import AggregateType, EventType
+from schemas.names import RECORD_APPROVAL, REQUEST_APPROVAL
+from schemas.scopes import APPROVALS_WRITE, missing_scopes
 from schemas.start import DECISION_NOT_SIGNED, DecisionClaims
 from store import approvals, policy_versions, tenancy
 from store import events as event_log
-from store.keys.codec import OutputSealer
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow
 
 _OUTCOME = {
@@ -133,7 +133,7 @@ class ApprovalActivities:
                 verdict.input_hash != row.input_hash or verdict.policy_version != row.policy_version
             ):
                 return ApprovalRecorded(
-                    approval=approvals.to_approval(row), refusal="approval_mismatch"
+                    approval=approvals.to_approval(row), refusal=ErrorCode.APPROVAL_MISMATCH
                 )
             refused = (
                 await self._approver_refusal(session, inp.tenant_id, row, verdict)
@@ -145,11 +145,11 @@ class ApprovalActivities:
             if verdict.action == "approve":
                 refusal = None
                 if now >= row.expires_at:
-                    refusal = "approval_expired"
+                    refusal = ErrorCode.APPROVAL_EXPIRED
                 elif await policy_versions.latest_version(session, inp.tenant_id) != (
                     row.policy_version
                 ):
-                    refusal = "approval_stale"
+                    refusal = ErrorCode.APPROVAL_STALE
                 if refusal is not None:
                     return ApprovalRecorded(approval=approvals.to_approval(row), refusal=refusal)
             status, event = _OUTCOME[verdict.action]
@@ -196,18 +196,18 @@ class ApprovalActivities:
             if not actor.startswith("key:") or missing_scopes(
                 verdict.decider_scopes, [APPROVALS_WRITE]
             ):
-                return "forbidden"
+                return ErrorCode.FORBIDDEN
             under = await policy_versions.get(session, tenant_id, row.policy_version)
             if under is not None:
                 rule = policy_versions.to_version(under).rule_for(row.capability_id)
                 if rule is not None and not may_decide(
                     rule.approvers, actor, verdict.decider_scopes
                 ):
-                    return "forbidden"
+                    return ErrorCode.FORBIDDEN
         if (
             verdict.action == "approve"
             and actor == row.requested_by
             and not row.allow_self_approval
         ):
-            return "self_approval_forbidden"
+            return ErrorCode.SELF_APPROVAL_FORBIDDEN
         return None

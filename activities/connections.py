@@ -15,15 +15,13 @@ from urllib.parse import quote, quote_plus
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from schemas.canonical import REDACTED
 from schemas.connections import ConnectionType, Credential, Origin
+from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
+from schemas.redaction import REDACTED
 from store import connections, tenancy
-from store.keys.connections import ConnectionCipher
+from store.keyrings.connections import ConnectionCipher
 
-CONNECTION_NOT_FOUND = "connection_not_found"
-CONNECTION_REVOKED = "connection_revoked"
-CONNECTION_ORIGIN_MISMATCH = "connection_origin_mismatch"
 # Shorter forms of a secret are not looked for: they would match ordinary text.
 MIN_SCRUBBED = 6
 # The shortest head of a secret a cut answer may end with that is still cut off.
@@ -66,13 +64,13 @@ class StoreConnectionResolver:
                 await connections.rekey_legacy_fingerprint(session, self._cipher, row, secret)
         if row is None:
             raise refused(
-                CONNECTION_NOT_FOUND,
+                ErrorCode.CONNECTION_NOT_FOUND,
                 f"the tenant has no connection {connection_id[:80]!r}",
                 connection_id,
             )
         if row.revoked_at is not None:
             raise refused(
-                CONNECTION_REVOKED,
+                ErrorCode.CONNECTION_REVOKED,
                 f"connection {row.id} was revoked at {row.revoked_at.isoformat()}: "
                 "add a new connection and use its id",
                 connection_id,
@@ -98,13 +96,13 @@ def check_origin(credential: Credential, target: Origin) -> None:
         "use a connection bound to that origin, or have an admin add one that is (a "
         "connection's origins are fixed when it is created)",
         {
-            "error_code": CONNECTION_ORIGIN_MISMATCH,
+            "error_code": ErrorCode.CONNECTION_ORIGIN_MISMATCH,
             "taxonomy": ErrorTaxonomy.POLICY_DENIED.value,
             "connection_id": credential.connection_id,
             "origin": str(target),
             "allowed_origins": [str(o) for o in allowed],
         },
-        type=CONNECTION_ORIGIN_MISMATCH,
+        type=ErrorCode.CONNECTION_ORIGIN_MISMATCH,
         non_retryable=True,
     )
 

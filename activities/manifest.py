@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.evidence import Chain, start_chain
+from schemas.approvals import ApprovalStatus
 from schemas.canonical import sha256_digest
 from schemas.events import AggregateType, EventType
 from schemas.manifest import (
@@ -31,13 +32,12 @@ from schemas.manifest import (
     redacted_tool,
 )
 from schemas.names import WRITE_MANIFEST
-from schemas.policy import ApprovalStatus
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
 from store import events as event_log
 from store import manifests, tenancy
-from store.keys.signing import Keyring, sign_manifest
+from store.keyrings.signing import Keyring, sign_manifest
 from store.manifests import ManifestStore
 from store.models import ManifestRow
 

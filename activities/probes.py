@@ -20,15 +20,15 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.names import PREPARE_PROBE
 from schemas.probes import ProbeStart, ProbeStartInput
+from schemas.redaction import redacted_hash
 from schemas.run import ExecuteWorkflowInput, workflow_id_for
 from store import connections, probes, tenancy, tenants
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 
 
 class ProbeActivities:

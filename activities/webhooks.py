@@ -44,7 +44,7 @@ from schemas.webhooks import (
     webhook_id_for,
 )
 from store import dead_letters, outbox, tenancy, tenants, webhooks
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 from store.models import OutboxRow, WebhookSubscription
 
 JITTER = 0.2  # each wait is drawn from ±20 % of the schedule's, so retries spread out

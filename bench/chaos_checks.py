@@ -25,7 +25,7 @@ from temporalio.client import Client
 from schemas.names import EXECUTE_WORKFLOW
 from starter.cli.manifests import VALID, check_manifest
 from starter.runtime.database import owner_transaction
-from store.keys.signing import Keyring
+from store.keyrings.signing import Keyring
 from store.models import ManifestRow, ReceiptRow, RunRow
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from starter.runtime.codec import data_converter
 from starter.runtime.codec_door import current_token
 from starter.runtime.database import owner_transaction
 from store import api_keys, tenants, upgrade
-from store.keys.codec import OutputSealer
-from store.keys.signing import Keyring
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.signing import Keyring
+from store.keyrings.start import StartKeyring
 
 NAMESPACE = "moat"
 GATEWAYS, WORKERS = 2, 3

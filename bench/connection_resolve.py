@@ -36,7 +36,7 @@ from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, free_port
 from starter.service import connections
 from store import make_engine, make_sessionmaker, tenancy, tenants, upgrade
-from store.keys.connections import ConnectionCipher, Sealed, context
+from store.keyrings.connections import ConnectionCipher, Sealed, context
 
 SECRET = "xoxb-" + "0123456789" * 5
 

@@ -60,9 +60,9 @@ from starter.devstack.temporal import (
 from starter.runtime import loop
 from starter.runtime.codec import data_converter
 from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
-from store.keys.codec import OutputSealer
-from store.keys.signing import Keyring
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.signing import Keyring
+from store.keyrings.start import StartKeyring
 
 RESULTS = Path(__file__).resolve().parent / "results" / "noisy.json"
 NAMESPACE = "moat"

@@ -55,7 +55,7 @@ from store import (
 )
 from store import events as event_log
 from store import webhooks as subscriptions
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 
 NAMESPACE = "moat"
 RESULTS = Path(__file__).resolve().parent / "results" / "outbox_lag.json"

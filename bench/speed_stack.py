@@ -27,9 +27,9 @@ from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_
 from starter.devstack.processes import ChildProcess
 from starter.runtime.codec import data_converter
 from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
-from store.keys.codec import OutputSealer
-from store.keys.signing import Keyring
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.signing import Keyring
+from store.keyrings.start import StartKeyring
 
 NAMESPACE = "moat"
 

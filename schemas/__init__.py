@@ -3,7 +3,7 @@
 Pure and free of I/O, so the workflow sandbox can import it.
 """
 
-from schemas.canonical import canonical_bytes, redact, redacted_hash, sha256_digest
+from schemas.canonical import canonical_bytes, sha256_digest
 from schemas.capabilities import (
     BUILTIN_CAPABILITIES,
     CapabilityCatalog,
@@ -28,6 +28,7 @@ from schemas.records import (
     RuleHit,
     taxonomy_for_http_status,
 )
+from schemas.redaction import redact, redacted_hash
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
 
 __all__ = [

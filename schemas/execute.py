@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.policy import ApprovalRef
+from schemas.approvals import ApprovalRef
 from schemas.records import RESPONSE_TRUNCATED, ExecutionStatus, Receipt
 
 SUPPORTED_SCHEMA_VERSIONS = ("1",)

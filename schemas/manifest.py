@@ -1,7 +1,7 @@
 """The run manifest: the write-once, signed evidence of one run, and the bytes it signs.
 
 Pure and free of I/O (the workflow sandbox imports it); keys and JWS live in
-``store.keys.signing``. A signature covers the RFC 8785 bytes of the manifest without its
+``store.keyrings.signing``. A signature covers the RFC 8785 bytes of the manifest without its
 ``signatures`` member, so signatures can be added without changing what others signed,
 and anyone can recompute the payload from the file with any JCS implementation.
 """
@@ -22,8 +22,9 @@ from pydantic import (
     model_serializer,
 )
 
-from schemas.canonical import canonical_bytes, redact, sha256_digest
+from schemas.canonical import canonical_bytes, sha256_digest
 from schemas.records import PolicyMode
+from schemas.redaction import redact
 
 Algorithm = Literal["ES256", "RS256"]
 MANIFEST_SCOPE = ["manifest"]

@@ -16,8 +16,9 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel, Field
 
 from schemas.api import ApiKeyInfo, TenantInfo
+from schemas.approvals import Approval
 from schemas.connections import ConnectionInfo
-from schemas.policy import Approval, PolicyVersion
+from schemas.policy import PolicyVersion
 from schemas.probes import ProbeInfo
 
 T = TypeVar("T")

@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.errors import ErrorCode
+
 
 class ExecutionStatus(StrEnum):
     SUCCESS = "success"
@@ -35,10 +37,10 @@ class ErrorTaxonomy(StrEnum):
 
 # The error code a *success* receipt carries when the provider's answer was larger than the
 # adapter reads: the call took effect, its output keeps only the size read and a hash.
-RESPONSE_TRUNCATED = "provider_response_truncated"
+RESPONSE_TRUNCATED = ErrorCode.PROVIDER_RESPONSE_TRUNCATED
 # The error code of an execution whose effect may or may not have happened and could not be
 # looked up (taxonomy ``timeout``): never retried blindly, dead-lettered for a person.
-OUTCOME_UNKNOWN = "outcome_unknown"
+OUTCOME_UNKNOWN = ErrorCode.OUTCOME_UNKNOWN
 
 
 def taxonomy_for_http_status(status: int) -> ErrorTaxonomy:

@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from schemas.approvals import Approval
 from schemas.capabilities import CapabilitySpec
 from schemas.execute import KeptOutput
 from schemas.identity import ExecutionRef, nest_ref
-from schemas.policy import Approval
 from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
 
 

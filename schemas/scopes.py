@@ -15,6 +15,8 @@ SCOPE_PATTERN = r"^(?:\*|[a-z][a-z0-9_-]*:(?:\*|[A-Za-z0-9_.-]+\*?))$"
 MAX_SCOPE_LENGTH = 200
 EXECUTE_ALL = "execute:*"
 CONNECTIONS_WRITE = "connections:write"
+POLICY_WRITE = "policy:write"
+APPROVALS_WRITE = "approvals:write"
 # Writes that set something in motion or change what the tenant receives.
 WEBHOOKS_WRITE = "webhooks:write"
 DEAD_LETTERS_WRITE = "dead_letters:write"

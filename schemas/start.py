@@ -28,9 +28,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import to_json
 
+from schemas.approvals import ApprovalVerdict
 from schemas.capabilities import CapabilitySpec
+from schemas.errors import ErrorCode
 from schemas.identity import ExecutionRef, nest_ref
-from schemas.policy import ApprovalVerdict
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
 CLAIMS_VERSION = "v3"
@@ -38,9 +39,9 @@ CLAIMS_VERSION = "v3"
 CLAIMS_VERSION_NO_REQUESTER = "v2"
 # Claims without scopes either (runs started before keys had them).
 CLAIMS_VERSION_NO_SCOPES = "v1"
-START_NOT_SIGNED = "start_not_signed"
+START_NOT_SIGNED = ErrorCode.START_NOT_SIGNED
 DECISION_VERSION = "d1"
-DECISION_NOT_SIGNED = "decision_not_signed"
+DECISION_NOT_SIGNED = ErrorCode.DECISION_NOT_SIGNED
 # What of an execution's ref the start claims name (no run: a reset run keeps its start).
 SIGNED_REF_FIELDS = (
     "workflow_id",

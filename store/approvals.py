@@ -15,8 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.policy import Approval, ApprovalStatus
-from store.keys.codec import OutputSealer
+from schemas.approvals import Approval, ApprovalStatus
+from store.keyrings.codec import OutputSealer
 from store.models import ApprovalRow
 from store.pages import keyset
 

@@ -1,4 +1,4 @@
-"""Connections: a tenant's credentials, stored sealed (``store.keys.connections``).
+"""Connections: a tenant's credentials, stored sealed (``store.keyrings.connections``).
 
 Every function takes the caller's session, scoped to the tenant (row-level security), and
 only flushes. A secret is opened only by ``open_secret``, for the adapter activity."""
@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.connections import ConnectionInfo, ConnectionType
 from store.db import storable
-from store.keys.connections import (
+from store.keyrings.connections import (
     LEGACY_FINGERPRINT_PREFIX,
     ConnectionCipher,
     Sealed,

@@ -16,8 +16,8 @@ from sqlalchemy import any_, delete, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.canonical import redact
 from schemas.ids import uuid7
+from schemas.redaction import redact
 from schemas.webhooks import OutboxStatus, SubscriptionStatus, WebhookEventType
 from store.models import OutboxRow, WebhookDeliveryRow, WebhookSubscription
 from store.pages import keyset

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.execute import KeptOutput
 from store.db import table_of
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 from store.models import ExecutionOutputRow
 
 _OUTPUTS = table_of(ExecutionOutputRow)

@@ -20,7 +20,7 @@ from schemas.webhooks import (
     SubscriptionStatus,
     Webhook,
 )
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 from store.models import WebhookSubscription
 from store.pages import keyset
 

@@ -16,7 +16,15 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.canonical import redact
+    from schemas.approvals import (
+        Approval,
+        ApprovalRecorded,
+        ApprovalRecordInput,
+        ApprovalRequestInput,
+        ApprovalStatus,
+        ApprovalVerdict,
+        key_actor,
+    )
     from schemas.execute import EnvelopeStatus
     from schemas.identity import ExecutionRef
     from schemas.names import (
@@ -32,15 +40,6 @@ with workflow.unsafe.imports_passed_through():
         STATUS_ATTRIBUTE,
         WRITE_MANIFEST,
     )
-    from schemas.policy import (
-        Approval,
-        ApprovalRecorded,
-        ApprovalRecordInput,
-        ApprovalRequestInput,
-        ApprovalStatus,
-        ApprovalVerdict,
-        key_actor,
-    )
     from schemas.records import (
         RESPONSE_TRUNCATED,
         Decision,
@@ -49,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         Receipt,
         RuleHit,
     )
+    from schemas.redaction import redact
     from schemas.run import (
         ADAPTER_TIMEOUT_SLACK,
         BOOKKEEPING_DEADLINE,

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail
 from schemas.connections import ConnectionType, Credential
+from schemas.errors import ErrorCode
 from schemas.records import OUTCOME_UNKNOWN, ErrorTaxonomy
 from schemas.run import AdapterInput
 
@@ -61,14 +62,14 @@ def credential_of(
             ErrorTaxonomy.GATEWAY_ERROR,
             f"{inp.capability.id} needs a connection of type {kind.value}: create one "
             "(moat connection add) and name it in the request's connection_id",
-            code="connection_required",
+            code=ErrorCode.CONNECTION_REQUIRED,
             retryable=False,
         )
     if credential.type != kind:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
             f"{inp.capability.id} takes a {kind.value} connection, not {credential.type.value}",
-            code="connection_type_mismatch",
+            code=ErrorCode.CONNECTION_TYPE_MISMATCH,
             retryable=False,
         )
     return credential

@@ -24,15 +24,9 @@ import rfc8785
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail
-from schemas.canonical import (
-    MAX_JSON_DEPTH,
-    canonical_bytes,
-    json_depth,
-    redact,
-    redact_text,
-    sha256_digest,
-)
+from schemas.canonical import MAX_JSON_DEPTH, canonical_bytes, json_depth, sha256_digest
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
+from schemas.redaction import redact, redact_text
 from schemas.run import MAX_RETRY_AFTER, AdapterOutput
 
 RETRYABLE_STATUSES = frozenset({408, 429})

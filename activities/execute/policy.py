@@ -37,7 +37,7 @@ from store import (
     tenants,
 )
 from store import events as event_log
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from store.models import PolicyDecisionRow, Tenant
 
 _DECISION_NAMESPACE = uuid.UUID("6f1c7e9a-3b1d-4f7e-9a55-0d8f3c2b1a00")

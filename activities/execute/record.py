@@ -20,7 +20,7 @@ from schemas.records import ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import RecordInput
 from store import budgets, idempotency, outputs, receipts
 from store import events as event_log
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 
 # An execution always claims its key first; this only covers a claim that is gone.
 DEFAULT_OUTPUT_WINDOW = timedelta(hours=24)

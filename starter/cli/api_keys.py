@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from schemas.api import ApiKeyInfo, NewApiKey
+from schemas.errors import ErrorCode
 from schemas.scopes import DEFAULT_SCOPES
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json, run
@@ -86,7 +87,7 @@ async def _revoke(settings: MoatSettings, key: str) -> ApiKeyInfo:
     async with owner_transaction(settings) as session:
         revoked = await tenants.revoke_key(session, key_id, datetime.now(UTC))
     if revoked is None:
-        raise MoatError("key_not_found", f"no API key {key_id!r}")
+        raise MoatError(ErrorCode.KEY_NOT_FOUND, f"no API key {key_id!r}")
     return revoked
 
 

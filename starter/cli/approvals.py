@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schemas.policy import ApprovalStatus
+from schemas.approvals import ApprovalStatus
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json
 from starter.cli.tenant_api import ApiKeyOption, call

@@ -23,7 +23,7 @@ from starter.runtime.database import owner_transaction
 from starter.service import connections, tenants
 from starter.service.errors import field_errors
 from store import tenancy
-from store.keys.connections import ConnectionCipher
+from store.keyrings.connections import ConnectionCipher
 
 connection_app = typer.Typer(
     no_args_is_help=True, help="Connections: credentials stored once, sealed, named by id."

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
 from starter.devstack.ports import local_settings
-from store.keys.signing import (
+from store.keyrings.signing import (
     Keyring,
     MalformedError,
     UnknownKeyError,

@@ -60,7 +60,7 @@ def main() -> None:
     """The console script: the app, with the services it cannot reach named plainly."""
     from sqlalchemy.exc import InterfaceError, OperationalError
 
-    from store.keys.signing import KeyringMissingError
+    from store.keyrings.signing import KeyringMissingError
 
     try:
         app()

@@ -12,7 +12,7 @@ from rich.table import Table
 from starter.cli.manifests import UNREADABLE, keyring_path, stop
 from starter.cli.output import out
 from starter.devstack.ports import local_settings
-from store.keys.signing import Keyring
+from store.keyrings.signing import Keyring
 
 signing_key_app = typer.Typer(no_args_is_help=True, help="Manifest signing keys.")
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import NewTenant, TenantInfo
+from schemas.errors import ErrorCode
 from schemas.quotas import Quota, QuotaUpdate, TenantQuotas
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, fail, out, print_json, run
@@ -28,7 +29,7 @@ async def tenant_of(session: AsyncSession, tenant: str) -> Tenant:
     """The tenant an operator named (id or name); the transaction is scoped to it."""
     row = await tenants.find_tenant(session, tenant)
     if row is None:
-        raise MoatError("tenant_not_found", f"no tenant {tenant!r}")
+        raise MoatError(ErrorCode.TENANT_NOT_FOUND, f"no tenant {tenant!r}")
     return row
 
 

@@ -54,10 +54,10 @@ from starter.service.executions import Executions
 from starter.service.hits import HitLedger
 from starter.service.keycache import KeyCache
 from store import make_engine, make_sessionmaker
-from store.keys.codec import OutputSealer
-from store.keys.connections import ConnectionCipher
-from store.keys.signing import PublishedJwks
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.connections import ConnectionCipher
+from store.keyrings.signing import PublishedJwks
+from store.keyrings.start import StartKeyring
 
 log = logging.getLogger("moat.gateway")
 

@@ -29,8 +29,8 @@ from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
 from starter.service.ratelimit import RateLimits
 from starter.service.scopes import require_scope
 from store import api_keys
-from store.keys.codec import OutputSealer
-from store.keys.connections import ConnectionCipher
+from store.keyrings.codec import OutputSealer
+from store.keyrings.connections import ConnectionCipher
 
 
 @dataclass

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from schemas.api import ErrorEnvelope
+from schemas.errors import ErrorCode
 from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
 from schemas.records import ExecutionStatus
 from starter.runtime.observability import current_trace_id
@@ -30,81 +31,81 @@ log = logging.getLogger("moat.gateway")
 
 # The HTTP status of every refusal code. A code missing here is a fault: 500.
 STATUS: dict[str, int] = {
-    "bad_json": 400,
-    "bad_request": 400,
-    "schema_validation_failed": 400,
-    "unsupported_schema_version": 400,
-    "idempotency_key_invalid": 400,
-    "invalid_cursor": 400,
-    "connection_type_mismatch": 400,
-    "webhook_url_invalid": 400,
-    "webhook_url_not_allowed": 400,
-    "effect_statement_required": 400,
-    "capability_not_probeable": 400,
-    "unauthenticated": 401,
-    "forbidden": 403,
-    "scope_missing": 403,
-    "key_revoked": 403,
-    "connection_revoked": 403,
-    "connection_origin_mismatch": 403,
-    "bypass_not_allowed": 403,
-    "self_approval_forbidden": 403,
-    "decision_not_signed": 403,
-    "approval_expired": 403,
-    "approval_rejected": 403,
-    "approval_not_found": 404,
-    "policy_version_not_found": 404,
-    "approval_mismatch": 409,
-    "approval_stale": 409,
-    "approval_not_pending": 409,
-    "capability_not_found": 404,
-    "execution_not_found": 404,
-    "receipt_not_found": 404,
-    "manifest_not_found": 404,
-    "tenant_not_found": 404,
-    "key_not_found": 404,
-    "connection_not_found": 404,
-    "probe_not_found": 404,
-    "not_found": 404,
-    "webhook_not_found": 404,
-    "dead_letter_not_found": 404,
-    "compensating_action_not_found": 404,
-    "method_not_allowed": 405,
-    "connection_gone": 410,
-    "not_acceptable": 406,
-    "conflict": 409,
-    "dead_letter_closed": 409,
-    "payload_too_large": 413,
-    "unsupported_media_type": 415,
-    "idempotency_key_reused": 422,
-    "payload_not_decodable": 422,
-    "rate_limited": 429,
-    "quota_exceeded": 429,
-    "gateway_error": 500,
-    "jwks_unavailable": 503,
-    "unavailable": 503,
+    ErrorCode.BAD_JSON: 400,
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.SCHEMA_VALIDATION_FAILED: 400,
+    ErrorCode.UNSUPPORTED_SCHEMA_VERSION: 400,
+    ErrorCode.IDEMPOTENCY_KEY_INVALID: 400,
+    ErrorCode.INVALID_CURSOR: 400,
+    ErrorCode.CONNECTION_TYPE_MISMATCH: 400,
+    ErrorCode.WEBHOOK_URL_INVALID: 400,
+    ErrorCode.WEBHOOK_URL_NOT_ALLOWED: 400,
+    ErrorCode.EFFECT_STATEMENT_REQUIRED: 400,
+    ErrorCode.CAPABILITY_NOT_PROBEABLE: 400,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.SCOPE_MISSING: 403,
+    ErrorCode.KEY_REVOKED: 403,
+    ErrorCode.CONNECTION_REVOKED: 403,
+    ErrorCode.CONNECTION_ORIGIN_MISMATCH: 403,
+    ErrorCode.BYPASS_NOT_ALLOWED: 403,
+    ErrorCode.SELF_APPROVAL_FORBIDDEN: 403,
+    ErrorCode.DECISION_NOT_SIGNED: 403,
+    ErrorCode.APPROVAL_EXPIRED: 403,
+    ErrorCode.APPROVAL_REJECTED: 403,
+    ErrorCode.APPROVAL_NOT_FOUND: 404,
+    ErrorCode.POLICY_VERSION_NOT_FOUND: 404,
+    ErrorCode.APPROVAL_MISMATCH: 409,
+    ErrorCode.APPROVAL_STALE: 409,
+    ErrorCode.APPROVAL_NOT_PENDING: 409,
+    ErrorCode.CAPABILITY_NOT_FOUND: 404,
+    ErrorCode.EXECUTION_NOT_FOUND: 404,
+    ErrorCode.RECEIPT_NOT_FOUND: 404,
+    ErrorCode.MANIFEST_NOT_FOUND: 404,
+    ErrorCode.TENANT_NOT_FOUND: 404,
+    ErrorCode.KEY_NOT_FOUND: 404,
+    ErrorCode.CONNECTION_NOT_FOUND: 404,
+    ErrorCode.PROBE_NOT_FOUND: 404,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.WEBHOOK_NOT_FOUND: 404,
+    ErrorCode.DEAD_LETTER_NOT_FOUND: 404,
+    ErrorCode.COMPENSATING_ACTION_NOT_FOUND: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.CONNECTION_GONE: 410,
+    ErrorCode.NOT_ACCEPTABLE: 406,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.DEAD_LETTER_CLOSED: 409,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.PAYLOAD_NOT_DECODABLE: 422,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.QUOTA_EXCEEDED: 429,
+    ErrorCode.GATEWAY_ERROR: 500,
+    ErrorCode.JWKS_UNAVAILABLE: 503,
+    ErrorCode.UNAVAILABLE: 503,
 }
 # Starlette's own refusals (routing, methods), by status.
 _CODE_OF_STATUS = {
-    400: "bad_request",
-    401: "unauthenticated",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "schema_validation_failed",
+    400: ErrorCode.BAD_REQUEST,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    406: ErrorCode.NOT_ACCEPTABLE,
+    409: ErrorCode.CONFLICT,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    422: ErrorCode.SCHEMA_VALIDATION_FAILED,
 }
 # An execution that ran and failed: a refusal by policy or by the host guard is the
 # caller's to fix (403), Moat's own fault is 500, anything else the provider's (502).
-_FAILED_EXECUTION_STATUS = {
-    "host_not_allowed": 403,
-    "connection_revoked": 403,
-    "connection_origin_mismatch": 403,
-    "connection_not_found": 404,
-    "gateway_error": 500,
+_FAILED_EXECUTION_STATUS: dict[str, int] = {
+    ErrorCode.HOST_NOT_ALLOWED: 403,
+    ErrorCode.CONNECTION_REVOKED: 403,
+    ErrorCode.CONNECTION_ORIGIN_MISMATCH: 403,
+    ErrorCode.CONNECTION_NOT_FOUND: 404,
+    ErrorCode.GATEWAY_ERROR: 500,
 }
 PROVIDER_FAILED = 502
 # Every ``unauthenticated`` answer names the scheme to authenticate with.
@@ -123,7 +124,9 @@ def execution_status(envelope: Envelope) -> int:
     if envelope.status != EnvelopeStatus.FAILED:
         return 200
     code = envelope.error.code if envelope.error is not None else ""
-    if code == "quota_exceeded":  # refused by policy, yet the tenant's to free: as elsewhere
+    if (
+        code == ErrorCode.QUOTA_EXCEEDED
+    ):  # refused by policy, yet the tenant's to free: as elsewhere
         return STATUS[code]
     if envelope.receipt is not None and envelope.receipt.status == ExecutionStatus.POLICY_DENIED:
         return 403
@@ -158,7 +161,7 @@ def error_response(
         status=EnvelopeStatus.FAILED,
         error=ErrorBody(code=code, message=message, details=details or {}),
     )
-    if code == "unauthenticated":
+    if code == ErrorCode.UNAUTHENTICATED:
         headers = {**_CHALLENGE, **(headers or {})}
     return EnvelopeJSONResponse(
         body.model_dump(mode="json"),
@@ -169,7 +172,7 @@ def error_response(
 
 def gateway_error(trace_id: str | None = None) -> JSONResponse:
     return error_response(
-        "gateway_error",
+        ErrorCode.GATEWAY_ERROR,
         "Moat failed internally; quote the trace id when reporting it.",
         trace_id=trace_id,
     )
@@ -185,7 +188,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _CODE_OF_STATUS.get(exc.status_code, "http_error")
+        code = _CODE_OF_STATUS.get(exc.status_code, ErrorCode.HTTP_ERROR)
         headers = dict(exc.headers) if exc.headers else None
         if exc.status_code == 405:
             headers = {**(headers or {}), "Allow": _allowed_methods(request)}
@@ -194,7 +197,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             "The request is not valid.",
             {"errors": field_errors(exc.errors())},
         )

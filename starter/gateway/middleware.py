@@ -10,6 +10,7 @@ from opentelemetry.propagators.textmap import Getter
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from schemas.errors import ErrorCode
 from schemas.names import TRACE_HEADER
 from starter.gateway.errors import error_response, gateway_error
 from starter.runtime import observability
@@ -104,7 +105,7 @@ class Boundary:
                 replay = await self._read_body(scope, receive)
                 if replay is None:
                     too_large = error_response(
-                        "payload_too_large",
+                        ErrorCode.PAYLOAD_TOO_LARGE,
                         f"The body is over {self.max_body_bytes} bytes.",
                         {"max_body_bytes": self.max_body_bytes},
                         trace_id=trace_id,
@@ -179,7 +180,7 @@ def unavailable(dependency: str, trace_id: str) -> ASGIApp:
     """The answer while ``dependency`` is away: retry after ``Retry-After`` seconds, with
     the same idempotency key (nothing runs twice)."""
     return error_response(
-        "unavailable",
+        ErrorCode.UNAVAILABLE,
         f"Moat's {dependency} is briefly unavailable; retry in {RETRY_AFTER_SECONDS} s with "
         "the same idempotency key (the request is never run twice).",
         {"dependency": dependency, "retry_after_seconds": RETRY_AFTER_SECONDS},

@@ -30,12 +30,13 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 
+from schemas.errors import ErrorCode
 from schemas.settings import MoatSettings
-from store.keys.codec import load_codec_keys
+from store.keyrings.codec import load_codec_keys
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
-PLAINTEXT_REFUSED = "payload_not_encrypted"
+PLAINTEXT_REFUSED = ErrorCode.PAYLOAD_NOT_ENCRYPTED
 
 
 def plaintext_refused() -> ApplicationError:
@@ -95,7 +96,7 @@ class EncryptionCodec(PayloadCodec):
 
 
 def load_codec(settings: MoatSettings) -> EncryptionCodec:
-    """The codec with the keyring ``store.keys.codec`` loads (and creates in development)."""
+    """The codec with the keyring ``store.keyrings.codec`` loads (and creates in development)."""
     return EncryptionCodec(*load_codec_keys(settings))
 
 

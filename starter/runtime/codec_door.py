@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.settings import MoatSettings
-from store.keys.files import locked, replace_json
+from store.keyrings.files import locked, replace_json
 
 DOOR_FILE = "codec-door.json"
 DEFAULT_GRACE = timedelta(hours=1)

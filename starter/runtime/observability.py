@@ -30,7 +30,7 @@ from temporalio.common import MetricMeter
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from schemas.canonical import redact_text
+from schemas.redaction import redact_text
 from schemas.trust import TrustReport
 
 OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")

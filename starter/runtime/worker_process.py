@@ -27,7 +27,7 @@ from starter.runtime.schedules import (
 )
 from starter.runtime.temporal import connect
 from store import receipts, trust
-from store.keys.signing import Keyring
+from store.keyrings.signing import Keyring
 
 log = logging.getLogger("moat.worker")
 

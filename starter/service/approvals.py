@@ -21,9 +21,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas.names import DECIDE_APPROVAL_UPDATE
-from schemas.pages import Key
-from schemas.policy import (
+from schemas.approvals import (
     ADMIN_ACTOR,
     Approval,
     ApprovalAction,
@@ -32,26 +30,29 @@ from schemas.policy import (
     ApprovalVerdict,
     may_decide,
 )
+from schemas.errors import ErrorCode
+from schemas.names import DECIDE_APPROVAL_UPDATE
+from schemas.pages import Key
 from schemas.start import DECISION_NOT_SIGNED
 from starter.service.errors import MoatError
 from store import approvals, policy_versions, tenancy
-from store.keys.codec import OutputSealer
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow
 
 LIST_LIMIT = 200
 Action = Literal["approve", "reject"]
-_MESSAGES = {
-    "approval_mismatch": "The decision names another call or policy version than the one "
+_MESSAGES: dict[str, str] = {
+    ErrorCode.APPROVAL_MISMATCH: "The decision names another call or policy version than the one "
     "waiting: read the approval again (GET /v1/approvals/{id}) and decide on what it shows.",
-    "approval_stale": "The tenant's policy changed since this call asked for approval: the "
+    ErrorCode.APPROVAL_STALE: "The tenant's policy changed since this call asked for approval: the "
     "agent must make the call again under the current policy.",
-    "approval_expired": "The approval's time is up; the run ends with approval_expired.",
-    "approval_not_pending": "The approval is no longer pending.",
-    "self_approval_forbidden": "The key that made this call cannot approve it (separation "
+    ErrorCode.APPROVAL_EXPIRED: "The approval's time is up; the run ends with approval_expired.",
+    ErrorCode.APPROVAL_NOT_PENDING: "The approval is no longer pending.",
+    ErrorCode.SELF_APPROVAL_FORBIDDEN: "The key that made this call cannot approve it (separation "
     "of duties): another person's key with scope approvals:write, or the admin key, must "
     "decide.",
-    "forbidden": "The deciding key may not decide this approval: it needs approvals:write "
+    ErrorCode.FORBIDDEN: "The deciding key may not decide this approval: it needs approvals:write "
     "and to be among the approvers the policy's rule names.",
     DECISION_NOT_SIGNED: "The run refused the decision's signature: gateways and workers "
     "must share the same MOAT_START_KEYRING.",
@@ -59,7 +60,7 @@ _MESSAGES = {
 
 
 def not_found(approval_id: str) -> MoatError:
-    return MoatError("approval_not_found", f"No approval {approval_id[:80]!r}.")
+    return MoatError(ErrorCode.APPROVAL_NOT_FOUND, f"No approval {approval_id[:80]!r}.")
 
 
 async def list_approvals(
@@ -127,7 +128,7 @@ async def decide(
         rule = policy_versions.to_version(under).rule_for(row.capability_id)
         if rule is not None and not may_decide(rule.approvers, actor, list(actor_scopes)):
             raise MoatError(
-                "forbidden",
+                ErrorCode.FORBIDDEN,
                 "The policy's rule for this capability names other approvers: "
                 + ", ".join(rule.approvers),
                 {"approval_id": row.id, "approvers": rule.approvers},
@@ -150,11 +151,11 @@ async def decide(
         raise _refusal(err.cause, row) from err
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise _refused("approval_not_pending", row) from err
+            raise _refused(ErrorCode.APPROVAL_NOT_PENDING, row) from err
         raise
     if decided.status.value != _STATUS[action] or decided.decided_by != actor:
         # Another decision (or the expiry) came first.
-        raise _refused("approval_not_pending", row, status=decided.status.value)
+        raise _refused(ErrorCode.APPROVAL_NOT_PENDING, row, status=decided.status.value)
     async with tenancy.tenant_transaction(sessions, tenant_id) as session:
         return await get(session, sealer, tenant_id, approval_id)
 
@@ -171,16 +172,16 @@ def _check(
     now: datetime,
 ) -> None:
     if row.status != ApprovalStatus.PENDING.value:
-        raise _refused("approval_not_pending", row, status=row.status)
+        raise _refused(ErrorCode.APPROVAL_NOT_PENDING, row, status=row.status)
     if (decision.input_hash, decision.policy_version) != (row.input_hash, row.policy_version):
-        raise _refused("approval_mismatch", row)
+        raise _refused(ErrorCode.APPROVAL_MISMATCH, row)
     if now >= row.expires_at:
-        raise _refused("approval_expired", row)
+        raise _refused(ErrorCode.APPROVAL_EXPIRED, row)
     if action == "approve" and current_version != row.policy_version:
-        raise _refused("approval_stale", row, current_policy_version=current_version)
+        raise _refused(ErrorCode.APPROVAL_STALE, row, current_policy_version=current_version)
     if action == "approve" and actor == row.requested_by and not row.allow_self_approval:
         raise MoatError(
-            "self_approval_forbidden",
+            ErrorCode.SELF_APPROVAL_FORBIDDEN,
             "The key that made this call cannot approve it (separation of duties): another "
             "person's key with scope approvals:write, or the admin key, must decide.",
             {"approval_id": row.id},
@@ -197,4 +198,4 @@ def _refusal(cause: BaseException | None, row: ApprovalRow) -> MoatError:
         if isinstance(cause, ApplicationError) and cause.type in _MESSAGES:
             return _refused(cause.type, row)
         cause = cause.__cause__
-    return _refused("approval_not_pending", row)
+    return _refused(ErrorCode.APPROVAL_NOT_PENDING, row)

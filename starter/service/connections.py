@@ -11,21 +11,22 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.canonical import redact
 from schemas.capabilities import CapabilitySpec
 from schemas.connections import ConnectionCreate, ConnectionInfo
+from schemas.errors import ErrorCode
 from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
+from schemas.redaction import redact
 from starter.service import quotas
 from starter.service.errors import MoatError
 from store import connections
-from store.keys.connections import ConnectionCipher
+from store.keyrings.connections import ConnectionCipher
 from store.models import ConnectionRow
 
 
 def not_found(connection_id: str) -> MoatError:
     return MoatError(
-        "connection_not_found",
+        ErrorCode.CONNECTION_NOT_FOUND,
         f"No connection {connection_id[:80]!r}; `moat connection list` shows the tenant's.",
         {"connection_id": connection_id[:80]},
     )
@@ -34,7 +35,7 @@ def not_found(connection_id: str) -> MoatError:
 def revoked(row: ConnectionRow) -> MoatError:
     assert row.revoked_at is not None
     return MoatError(
-        "connection_revoked",
+        ErrorCode.CONNECTION_REVOKED,
         f"Connection {row.id} was revoked at {row.revoked_at.isoformat()}; a revocation is "
         "final: add a new connection.",
         {"connection_id": row.id},
@@ -50,7 +51,7 @@ async def add(
 ) -> ConnectionInfo:
     if redact(body.config) != body.config:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             "config holds what looks like a secret (a key such as token, secret or password, "
             "or a credential-shaped value): config is shown to everyone who lists "
             "connections; put the credential in `secret`.",
@@ -91,7 +92,7 @@ async def show(
     row = await _row(session, tenant_id, connection_id)
     if row.revoked_at is not None and not revoked_too:
         raise MoatError(
-            "connection_gone",
+            ErrorCode.CONNECTION_GONE,
             f"Connection {row.id} was revoked at {row.revoked_at.isoformat()}; it is kept "
             "for the record (the list of connections shows it) and can no longer be used.",
             {"connection_id": row.id, "revoked_at": row.revoked_at.isoformat()},
@@ -141,7 +142,7 @@ async def admit(
     row = await connections.get_connection(session, tenant_id, connection_id)
     if row is None:
         raise MoatError(
-            "connection_not_found",
+            ErrorCode.CONNECTION_NOT_FOUND,
             f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
             {"connection_id": connection_id[:80]},
         )
@@ -149,7 +150,7 @@ async def admit(
     if row.type not in accepted:
         takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
         raise MoatError(
-            "connection_type_mismatch",
+            ErrorCode.CONNECTION_TYPE_MISMATCH,
             f"{spec.id} {takes}; connection {row.id} is {row.type}.",
             {"connection_type": row.type, "accepted_types": accepted},
         )

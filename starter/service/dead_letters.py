@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.errors import ErrorCode
 from schemas.events import AggregateType, EventDraft, EventType, event_id
 from schemas.pages import Key
 from schemas.records import Receipt
@@ -42,7 +43,7 @@ Restart = Callable[[Receipt, str, Sequence[str], str], Awaitable[str]]
 
 
 def _not_found(dl_id: str) -> MoatError:
-    return MoatError("dead_letter_not_found", f"No dead letter {dl_id[:80]!r}.")
+    return MoatError(ErrorCode.DEAD_LETTER_NOT_FOUND, f"No dead letter {dl_id[:80]!r}.")
 
 
 async def list_open(
@@ -71,7 +72,7 @@ async def _get(session: AsyncSession, tenant_id: str, dl_id: str, *, lock: bool)
 def _open(row: DeadLetterRow) -> None:
     if row.status != DeadLetterStatus.OPEN.value:
         raise MoatError(
-            "dead_letter_closed",
+            ErrorCode.DEAD_LETTER_CLOSED,
             f"Dead letter {row.id} is already {row.status}; nothing to do.",
             {"status": row.status, "requeued_as": row.requeued_as},
         )
@@ -95,7 +96,7 @@ async def requeue(
         item = await outbox.lock(session, tenant_id, row.subject_id)
         if item is None:
             raise MoatError(
-                "dead_letter_closed",
+                ErrorCode.DEAD_LETTER_CLOSED,
                 "The delivery's subscription was removed; resolve this dead letter instead.",
             )
         await outbox.requeue(session, item)
@@ -103,14 +104,16 @@ async def requeue(
     else:
         if not body.effect_did_not_happen:
             raise MoatError(
-                "effect_statement_required",
+                ErrorCode.EFFECT_STATEMENT_REQUIRED,
                 "Requeueing an execution starts its effect again. Check with the provider "
                 'that it did not happen, then send {"effect_did_not_happen": true}; '
                 "otherwise resolve the dead letter with a note.",
             )
         receipt = await receipts.get_receipt(session, tenant_id, row.subject_id)
         if receipt is None or restart is None:
-            raise MoatError("dead_letter_closed", "This execution cannot be started again here.")
+            raise MoatError(
+                ErrorCode.DEAD_LETTER_CLOSED, "This execution cannot be started again here."
+            )
         new_key = f"{receipt.idempotency_key}#requeue-{row.id[:8]}"
         requeued_as = await restart(receipt, new_key, scopes, key_id)
         await _note(
@@ -205,5 +208,7 @@ async def compensating_action(
         else None
     )
     if row is None:
-        raise MoatError("compensating_action_not_found", f"No compensating action {ca_id[:80]!r}.")
+        raise MoatError(
+            ErrorCode.COMPENSATING_ACTION_NOT_FOUND, f"No compensating action {ca_id[:80]!r}."
+        )
     return dead_letters.to_compensating_action(row)

@@ -10,12 +10,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.errors import ErrorCode
 from schemas.events import Event
 from schemas.settings import MoatSettings
 from starter.service.errors import MoatError
 from store import events as event_log
 from store import manifests
-from store.keys.signing import MalformedError, PublishedJwks
+from store.keyrings.signing import MalformedError, PublishedJwks
 from store.manifests import ManifestStore
 from store.models import ManifestRow
 
@@ -43,7 +44,7 @@ async def indexed_manifest(
     ``MoatError("manifest_not_found")`` when none is indexed."""
     rows = await manifests.of_execution(session, tenant_id, receipt_id, run_id)
     if not rows:
-        raise MoatError("manifest_not_found", f"No manifest for execution {receipt_id}.")
+        raise MoatError(ErrorCode.MANIFEST_NOT_FOUND, f"No manifest for execution {receipt_id}.")
     return rows[0]
 
 
@@ -53,7 +54,9 @@ async def read_manifest(store: ManifestStore, row: ManifestRow) -> StoredManifes
     try:
         data = await asyncio.to_thread(store.read, row.tenant_id, row.run_id)
     except FileNotFoundError:
-        raise MoatError("manifest_not_found", "The manifest file is gone (retention).") from None
+        raise MoatError(
+            ErrorCode.MANIFEST_NOT_FOUND, "The manifest file is gone (retention)."
+        ) from None
     return StoredManifest(data=data, sha256=row.sha256, run_id=row.run_id)
 
 
@@ -75,7 +78,7 @@ async def public_jwks(settings: MoatSettings, published: PublishedJwks) -> dict[
 
 def _jwks_unavailable() -> MoatError:
     return MoatError(
-        "jwks_unavailable",
+        ErrorCode.JWKS_UNAVAILABLE,
         "The gateway has no readable public key set; an operator publishes it with "
         "`moat signing-key publish` (or its old name, `moat keys publish`) at MOAT_JWKS_PATH.",
     )

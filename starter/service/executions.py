@@ -29,7 +29,8 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from schemas.canonical import MAX_JSON_DEPTH, json_depth, redact, redacted_hash
+from schemas.approvals import Approval, ApprovalRef
+from schemas.canonical import MAX_JSON_DEPTH, json_depth
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
 from schemas.execute import (
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -51,8 +52,8 @@ from schemas.names import (
     RECEIPT_ATTRIBUTE,
     TENANT_ATTRIBUTE,
 )
-from schemas.policy import Approval, ApprovalRef
 from schemas.records import Receipt
+from schemas.redaction import redact, redacted_hash
 from schemas.run import (
     ExecuteResult,
     ExecuteWorkflowInput,
@@ -72,8 +73,8 @@ from starter.service.errors import MoatError, field_errors
 from starter.service.hits import HitLedger
 from starter.service.scopes import require_scope
 from store import db, idempotency, outputs, receipts, tenancy
-from store.keys.codec import OutputSealer
-from store.keys.start import StartKeyring
+from store.keyrings.codec import OutputSealer
+from store.keyrings.start import StartKeyring
 from workflows.fairness import tenant_priority
 
 TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)

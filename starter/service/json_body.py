@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from schemas.errors import ErrorCode
 from starter.service.errors import MoatError
 
 
@@ -50,7 +51,7 @@ def parse(body: bytes | str) -> Any:
     except DuplicateMember as dup:
         raise duplicate_member(body, dup.member) from dup
     except (ValueError, RecursionError) as err:
-        raise MoatError("bad_json", f"The body is not valid JSON: {err}") from err
+        raise MoatError(ErrorCode.BAD_JSON, f"The body is not valid JSON: {err}") from err
 
 
 def duplicate_member(body: bytes | str, member: str) -> MoatError:
@@ -60,7 +61,7 @@ def duplicate_member(body: bytes | str, member: str) -> MoatError:
     name, pointer = found if found is not None else (member, "")
     shown = name if len(name) <= 80 else name[:80] + "…"
     return MoatError(
-        "bad_json",
+        ErrorCode.BAD_JSON,
         f"The body names the member {shown!r} twice"
         + (f" (at {pointer[:200]!r})" if pointer else " (at the top level)")
         + ": JSON objects must have unique member names (I-JSON, RFC 7493); send it once.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from schemas.errors import ErrorCode
 from schemas.pages import KeyPart, decode_cursor, encode_cursor
 from starter.service.errors import MoatError
 
@@ -20,7 +21,7 @@ def after(cursor: str | None, kinds: tuple[type, ...]) -> tuple[KeyPart, ...] | 
         return decode_cursor(cursor, kinds)
     except ValueError as err:
         raise MoatError(
-            "invalid_cursor",
+            ErrorCode.INVALID_CURSOR,
             "The cursor is not one this API returned: pass the `next_cursor` of the previous "
             "page unchanged, or leave it out to start from the first page.",
             {"cursor": cursor[:100]},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.errors import ErrorCode
 from schemas.pages import Key
 from schemas.policy import PolicyDocument, PolicyVersion
 from schemas.quotas import Quota, QuotaLimits
@@ -41,7 +42,7 @@ async def version(session: AsyncSession, tenant: Tenant, number: int) -> PolicyV
     row = await policy_versions.get(session, tenant.id, number)
     if row is None:
         raise MoatError(
-            "policy_version_not_found",
+            ErrorCode.POLICY_VERSION_NOT_FOUND,
             f"The tenant has no policy version {number}; see GET /v1/policy/versions.",
         )
     return policy_versions.to_version(row)
@@ -66,14 +67,14 @@ async def replace(
     from now on, and makes approvals still pending under an older version stale."""
     if document.mode == PolicyMode.BYPASS and not tenant.allow_bypass:
         raise MoatError(
-            "bypass_not_allowed",
+            ErrorCode.BYPASS_NOT_ALLOWED,
             "This tenant may not use mode 'bypass': an operator must allow it first "
             '(PATCH /v1/admin/tenants/{id} with {"allow_bypass": true}).',
         )
     for index, rule in enumerate(document.rules):
         if rule.budget is not None and _PATTERN_CHARS & set(rule.capability):
             raise MoatError(
-                "schema_validation_failed",
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
                 "A rule with a budget must name one capability, not a pattern.",
                 {
                     "errors": [

@@ -19,11 +19,12 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
-from schemas.canonical import redact
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
+from schemas.errors import ErrorCode
 from schemas.pages import Key
 from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.quotas import Quota
+from schemas.redaction import redact
 from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
@@ -71,7 +72,7 @@ def _storable(value: object) -> bool:
 
 def _not_probeable(capability_id: str, why: str) -> MoatError:
     return MoatError(
-        "capability_not_probeable",
+        ErrorCode.CAPABILITY_NOT_PROBEABLE,
         f"{capability_id} cannot be probed: {why}. Only capabilities whose catalog entry "
         "declares a safe probe can be (`GET /v1/capabilities`: `probe`).",
         {"capability_id": capability_id},
@@ -82,7 +83,7 @@ def _spec(catalog: CapabilityCatalog, capability_id: str, version: str | None) -
     spec = catalog.get(capability_id, version)
     if spec is None:
         raise MoatError(
-            "capability_not_found",
+            ErrorCode.CAPABILITY_NOT_FOUND,
             f"No capability {capability_id!r}.",
             {"capability_id": capability_id},
         )
@@ -107,7 +108,7 @@ def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, ob
         catalog.input_model(spec).model_validate(value)
     except ValidationError as err:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             f"The probe's input does not match {spec.id}'s input schema.",
             {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
         ) from err
@@ -118,14 +119,14 @@ def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, ob
         body.connection_id is not None and not db.storable(body.connection_id)
     ):
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             "Text in a probe may not hold NUL characters or lone surrogates.",
         )
     # The input is kept in Postgres and Temporal in clear: a credential belongs in a
     # connection (`connection_id`), never in it.
     if redact(value) != value:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             "The probe's input holds a secret (a credential-like key or value): put the "
             "credential in a connection and give `connection_id`.",
         )
@@ -148,7 +149,7 @@ async def add_probe(
     value = checked_input(catalog, body)
     if body.interval_seconds < settings.probe_min_interval_seconds:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             f"interval_seconds must be at least {settings.probe_min_interval_seconds} "
             "(MOAT_PROBE_MIN_INTERVAL_SECONDS).",
         )
@@ -179,7 +180,9 @@ async def add_probe(
 async def _probe(session: AsyncSession, tenant_id: str, probe_id: str) -> ProbeRow:
     row = await probes.get_probe(session, tenant_id, probe_id)
     if row is None:
-        raise MoatError("probe_not_found", f"No probe {probe_id!r}: `moat probe list` names them.")
+        raise MoatError(
+            ErrorCode.PROBE_NOT_FOUND, f"No probe {probe_id!r}: `moat probe list` names them."
+        )
     return row
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.errors import ErrorCode
 from schemas.quotas import (
     COUNTS,
     DEFAULT_QUOTAS,
@@ -41,7 +42,7 @@ async def guard(
     usage = await quotas.usage(session, tenant_id, quota, datetime.now(UTC))
     if usage >= limit:
         message, details = exceeded(quota, limit, usage, TENANT if own is not None else DEFAULT)
-        raise MoatError("quota_exceeded", message, details)
+        raise MoatError(ErrorCode.QUOTA_EXCEEDED, message, details)
 
 
 async def report(session: AsyncSession, defaults: QuotaLimits, tenant_id: str) -> TenantQuotas:

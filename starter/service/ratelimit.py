@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable
 
+from schemas.errors import ErrorCode
 from schemas.settings import MoatSettings
 from starter.service.errors import MoatError
 
@@ -52,7 +53,7 @@ class RateLimits:
         self._keep(tenant_id, tokens, now)
         retry_after = max(1, math.ceil((1 - tokens) / rate))
         raise MoatError(
-            "rate_limited",
+            ErrorCode.RATE_LIMITED,
             f"This tenant sends more than {rate:g} execute requests per second; retry after "
             f"{retry_after} s (Retry-After), with the same Idempotency-Key.",
             {"retry_after_seconds": retry_after, "limit_per_second": rate},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from schemas.errors import ErrorCode
 from schemas.scopes import missing_scopes
 from starter.service.errors import MoatError
 
@@ -15,7 +16,7 @@ def require_scope(granted: Iterable[str], *required: str) -> None:
     missing = missing_scopes(held, required)
     if missing:
         raise MoatError(
-            "scope_missing",
+            ErrorCode.SCOPE_MISSING,
             f"This API key lacks the scope {' and '.join(missing)}: create a key with it "
             f"(`moat api-key create <tenant> --scope {missing[0]}`).",
             {"missing_scopes": missing, "key_scopes": held},

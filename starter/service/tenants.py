@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.api import ApiKeyInfo, NewApiKey, NewTenant, TenantInfo
+from schemas.errors import ErrorCode
 from schemas.hosts import normalize_allow_list
 from schemas.pages import Key
 from schemas.scopes import DEFAULT_SCOPES, valid_scope
@@ -46,7 +47,7 @@ async def create_tenant(
     except IntegrityError as err:
         if not _violates(err, UNIQUE_NAME):
             raise
-        raise MoatError("conflict", f"A tenant named {name!r} already exists.") from err
+        raise MoatError(ErrorCode.CONFLICT, f"A tenant named {name!r} already exists.") from err
     key, secret = await api_keys.issue_api_key(session, tenant.id, name=key_name)
     await session.refresh(tenant)
     return NewTenant(
@@ -91,7 +92,7 @@ def allow_list(hosts: list[str]) -> list[str]:
     try:
         return normalize_allow_list(hosts)
     except ValueError as err:
-        raise MoatError("schema_validation_failed", str(err)) from err
+        raise MoatError(ErrorCode.SCHEMA_VALIDATION_FAILED, str(err)) from err
 
 
 async def set_allow_hosts(session: AsyncSession, tenant: Tenant, hosts: list[str]) -> TenantInfo:
@@ -119,7 +120,7 @@ async def create_key(
     bad = [s for s in scopes if not valid_scope(s)]
     if bad or not scopes:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             f"Not scopes: {bad!r}. A scope is `<area>:<name>` such as `execute:*`, "
             "`execute:http.request` or `connections:write`."
             if bad

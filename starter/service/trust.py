@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.capabilities import CapabilityCatalog
+from schemas.errors import ErrorCode
 from schemas.trust import TrustReport, TrustWindow, report
 from starter.service.errors import MoatError
 from store import trust
@@ -16,7 +17,7 @@ from store import trust
 def check_capability(catalog: CapabilityCatalog, capability_id: str) -> None:
     if catalog.get(capability_id) is None:
         raise MoatError(
-            "capability_not_found",
+            ErrorCode.CAPABILITY_NOT_FOUND,
             f"No capability {capability_id!r}: `GET /v1/capabilities` lists them.",
             {"capability_id": capability_id},
         )

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.errors import ErrorCode
 from schemas.hosts import admits_address, canonical_host, literal_address, parse_allow_entry
 from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
@@ -28,12 +29,12 @@ from schemas.webhooks import (
 from starter.service import quotas
 from starter.service.errors import MoatError
 from store import db, outbox, tenants, webhooks
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 from store.models import WebhookSubscription
 
 
 def webhook_not_found(subscription_id: str) -> MoatError:
-    return MoatError("webhook_not_found", f"No webhook {subscription_id[:80]!r}.")
+    return MoatError(ErrorCode.WEBHOOK_NOT_FOUND, f"No webhook {subscription_id[:80]!r}.")
 
 
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -42,14 +43,16 @@ _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 def check_url(url: str, allow: Iterable[str]) -> None:
     """Refuse a URL no delivery could be sent to, with what to do about it."""
     if not db.storable(url):
-        raise MoatError("webhook_url_invalid", "The webhook URL holds characters no URL has.")
+        raise MoatError(
+            ErrorCode.WEBHOOK_URL_INVALID, "The webhook URL holds characters no URL has."
+        )
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError) as err:
-        raise MoatError("webhook_url_invalid", "The webhook URL does not parse.") from err
+        raise MoatError(ErrorCode.WEBHOOK_URL_INVALID, "The webhook URL does not parse.") from err
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise MoatError(
-            "webhook_url_invalid", "A webhook URL is http:// or https:// with a host name."
+            ErrorCode.WEBHOOK_URL_INVALID, "A webhook URL is http:// or https:// with a host name."
         )
     host = canonical_host(parsed.host)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -59,7 +62,7 @@ def check_url(url: str, allow: Iterable[str]) -> None:
     if admits_address(address, port, [parse_allow_entry(a) for a in allow]):
         return
     raise MoatError(
-        "webhook_url_not_allowed",
+        ErrorCode.WEBHOOK_URL_NOT_ALLOWED,
         f"{host} is not a public address; an operator can allow-list it "
         "(MOAT_HTTP_ALLOW_HOSTS, or the tenant's list) to send webhooks there.",
         {"host": host, "port": port},

@@ -28,9 +28,9 @@ from activities.adapters import (
     http_client,
 )
 from activities.connections import Scrubber
-from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionCreate, ConnectionType, Credential
+from schemas.redaction import REDACTED
 from schemas.run import AdapterInput
 from starter.devstack.processes import serve_asgi
 from tests.support.fakes import FakeProvider, Step

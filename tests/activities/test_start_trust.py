@@ -17,14 +17,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 import worker as worker_module
-from schemas.canonical import redacted_hash
 from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.names import EXECUTE_WORKFLOW
+from schemas.redaction import redacted_hash
 from schemas.run import ExecuteResult, ExecuteWorkflowInput, workflow_id_for
 from schemas.start import START_NOT_SIGNED, StartClaims
 from starter.runtime.codec import PLAINTEXT_REFUSED
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from store.models import IdempotencyClaim, OrchestrationEvent, PolicyDecisionRow, ReceiptRow
 from tests.support.fakes import FakeProvider
 from tests.support.stack import Stack, StackFactory, policy_input

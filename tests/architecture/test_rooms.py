@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from schemas.errors import ErrorCode
 from starter.gateway.errors import STATUS
 from tests.support.stack import repo_root
 
@@ -41,9 +42,12 @@ def test_every_refusal_code_has_its_status() -> None:
                 and isinstance(node.func, ast.Name)
                 and node.func.id == "MoatError"
                 and node.args
-                and isinstance(node.args[0], ast.Constant)
             ):
-                codes.add(node.args[0].value)
+                code = node.args[0]
+                if isinstance(code, ast.Constant):
+                    codes.add(code.value)
+                elif isinstance(code, ast.Attribute) and code.attr.isupper():
+                    codes.add(ErrorCode[code.attr].value)
     assert codes, "no MoatError found: the scan is broken"
     assert sorted(codes - STATUS.keys()) == []
 

@@ -20,7 +20,7 @@ from schemas.settings import MoatSettings
 from starter.cli.manifests import manifest_app
 from starter.cli.signing_keys import signing_key_app
 from starter.devstack import free_port
-from store.keys.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
+from store.keyrings.signing import Keyring, PublishedJwks, sign_manifest, verify_manifest
 from store.manifests import ManifestStore
 from tests.store.test_manifest_signing import make_manifest
 from tests.support.stack import StackFactory, repo_root

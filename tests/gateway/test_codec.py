@@ -241,7 +241,7 @@ async def test_the_ui_token_stays_out_of_traces_and_logs(stack: Stack) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from schemas.canonical import redact_text
+    from schemas.redaction import redact_text
 
     token = door_token(stack)
     provider = trace.get_tracer_provider()

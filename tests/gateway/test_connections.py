@@ -22,7 +22,7 @@ from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 from starter.cli import app as cli
 from store import tenancy
-from store.keys.connections import ConnectionCipher
+from store.keyrings.connections import ConnectionCipher
 from store.models import ConnectionRow
 from tests.support.fakes import FakeProvider
 from tests.support.stack import ADMIN_KEY, Stack, StackFactory

@@ -24,7 +24,7 @@ from starter.devstack import free_port, serve_asgi
 from starter.gateway.app import create_app
 from starter.runtime.codec import data_converter
 from store import outputs, tenancy
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 from store.models import ExecutionOutputRow
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import CATALOG, Stack, StackFactory

@@ -16,7 +16,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.names import EXECUTE_WORKFLOW
 from schemas.run import ExecuteResult, workflow_id_for
 from store import api_keys, tenancy
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow, PolicyDecisionRow, ReceiptRow
 from tests.gateway.test_policy import ADMIN, bearer, new_key, put_policy
 from tests.support.fakes import FakeProvider, Step

@@ -24,7 +24,7 @@ from schemas.start import StartClaims
 from starter.cli import app as cli
 from starter.gateway.deps import requires_scope
 from starter.gateway.errors import install
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from store.models import PolicyDecisionRow
 from tests.support.stack import ADMIN_KEY, Stack, direct_start, policy_input
 

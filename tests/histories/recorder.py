@@ -38,7 +38,7 @@ from starter.gateway.app import create_app
 from starter.runtime import observability
 from starter.runtime.codec import data_converter
 from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from tests.histories.corpus import KEYRING
 from tests.support.fakes import FakeProvider
 from tests.support.stack import direct_start

@@ -12,17 +12,16 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.canonical import (
+from schemas.canonical import canonical_bytes, sha256_digest
+from schemas.redaction import (
     REDACTED,
     REDACTED_KEY_PATTERNS,
     URL_SECRET_PARAMS,
-    canonical_bytes,
     is_secret_key,
     is_secret_param,
     redact,
     redact_text,
     redacted_hash,
-    sha256_digest,
 )
 
 SAFE_INT = 2**53 - 1

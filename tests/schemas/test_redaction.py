@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.canonical import (
+from schemas.redaction import (
     MAX_REDACTED_CHARS,
     MAX_REDACTED_MATCHES,
     MAX_REDACTED_TEXT_CHARS,

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from activities.connections import StoreConnectionResolver
 from schemas.connections import ConnectionType
 from store import connections, tenancy, tenants
-from store.keys.connections import ConnectionCipher
+from store.keyrings.connections import ConnectionCipher
 from store.models import ConnectionRow
 
 SECRET = "xoxb-" + "f1ngerpr1nt" * 4

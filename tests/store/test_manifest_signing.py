@@ -36,7 +36,7 @@ from schemas.manifest import (
 )
 from starter.cli.manifests import check_manifest, manifest_app
 from starter.cli.signing_keys import signing_key_app
-from store.keys.signing import (
+from store.keyrings.signing import (
     BadSignatureError,
     Keyring,
     MalformedError,

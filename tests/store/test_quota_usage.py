@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from schemas.policy import approval_id_for
+from schemas.approvals import approval_id_for
 from schemas.quotas import Quota
 from store import quotas, tenancy, tenants
 

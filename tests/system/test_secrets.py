@@ -33,8 +33,8 @@ from sqlalchemy import text
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.testing import WorkflowEnvironment
 
-from schemas.canonical import REDACTED
 from schemas.capabilities import CapabilityCatalog
+from schemas.redaction import REDACTED
 from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, local_temporal
 from starter.devstack.providers import FakeGithub, FakeSlack

@@ -52,7 +52,7 @@ from starter.runtime.schedules import (
 )
 from store import events as event_log
 from store import outbox, receipts, tenancy
-from store.keys.codec import OutputSealer
+from store.keyrings.codec import OutputSealer
 from store.models import OutboxRow, ReceiptRow
 from tests.activities.test_outcomes import post
 from tests.gateway.test_approvals import decide, pending, strict

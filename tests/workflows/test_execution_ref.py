@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from schemas.approvals import ApprovalRequestInput
 from schemas.capabilities import CapabilityCatalog
 from schemas.identity import REF_FIELDS, ExecutionRef
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME, REQUEST_APPROVAL
-from schemas.policy import ApprovalRequestInput
 from schemas.run import AdapterInput, ExecuteWorkflowInput, PolicyInput, RecordInput
 from schemas.settings import MoatSettings
 from schemas.start import StartClaims
 from starter.runtime.codec import data_converter
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from tests.histories.corpus import KEYRING, Recorded, corpus
 from tests.support.stack import policy_input
 

@@ -29,8 +29,8 @@ from starter.devstack import temporal_binary
 from starter.service.answers import AnswerCache
 from starter.service.executions import Executions, Unfinished
 from store import budgets
-from store.keys.signing import Keyring, verify_manifest
-from store.keys.start import StartKeyring
+from store.keyrings.signing import Keyring, verify_manifest
+from store.keyrings.start import StartKeyring
 from store.models import IdempotencyClaim, ManifestRow, ReceiptRow
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack, StackFactory

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from schemas.approvals import Approval, ApprovalVerdict
 from schemas.names import DECIDE_APPROVAL_UPDATE
-from schemas.policy import Approval, ApprovalVerdict
-from store.keys.start import StartKeyring
+from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow
 from tests.gateway.test_approvals import decide, pending, setup
 from tests.gateway.test_policy import new_key

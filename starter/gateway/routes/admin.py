@@ -21,8 +21,9 @@ from schemas.api import (
     TenantInfo,
     TenantUpdate,
 )
+from schemas.approvals import ADMIN_ACTOR, Approval, ApprovalDecision
 from schemas.pages import ApiKeyPage, TenantPage
-from schemas.policy import ADMIN_ACTOR, Approval, ApprovalDecision, PolicyDocument, PolicyVersion
+from schemas.policy import PolicyDocument, PolicyVersion
 from starter.gateway.deps import deps_of, require_admin
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation

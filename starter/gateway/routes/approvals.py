@@ -11,9 +11,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
+from schemas.approvals import Approval, ApprovalDecision, ApprovalStatus, key_actor
 from schemas.pages import ApprovalPage
-from schemas.policy import APPROVALS_WRITE, Approval, ApprovalDecision, ApprovalStatus, key_actor
-from schemas.scopes import APPROVALS_READ
+from schemas.scopes import APPROVALS_READ, APPROVALS_WRITE
 from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors

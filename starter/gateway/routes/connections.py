@@ -26,7 +26,7 @@ from starter.gateway.deps import Deps, TenantKey, authenticate, deps_of, require
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
 from starter.service import MoatError, connections, pages, tenants
-from store.keys.connections import ConnectionCipher
+from store.keyrings.connections import ConnectionCipher
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
 admin_router = APIRouter(

@@ -21,7 +21,7 @@ from starter.gateway.deps import (
 )
 from starter.gateway.errors import documented_errors
 from starter.service import evidence
-from store.keys.signing import PublishedJwks
+from store.keyrings.signing import PublishedJwks
 from store.manifests import ManifestStore
 
 router = APIRouter()

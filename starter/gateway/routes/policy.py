@@ -8,8 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.approvals import key_actor
 from schemas.pages import PolicyVersionPage
-from schemas.policy import POLICY_WRITE, PolicyDocument, PolicyVersion, key_actor
+from schemas.policy import PolicyDocument, PolicyVersion
+from schemas.scopes import POLICY_WRITE
 from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of
 from starter.gateway.errors import documented_errors

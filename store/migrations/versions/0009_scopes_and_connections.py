@@ -4,7 +4,7 @@
   default). ``moat_lookup_api_key`` returns them with the key's tenant; the app role reads
   them and sets them when it creates a key, never later.
 - ``connections``: one credential of a tenant. The secret is stored only as AES-256-GCM
-  ciphertext with its nonce and the id of the key that sealed it (``store.keys.connections``),
+  ciphertext with its nonce and the id of the key that sealed it (``store.keyrings.connections``),
   beside a fingerprint and at most its last 4 characters. Under row-level security like
   every tenant table; the application role inserts and reads rows and updates only what a
   rotation, a re-encryption or a revocation changes, never deletes one (a revoked

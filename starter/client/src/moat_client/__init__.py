@@ -20,6 +20,7 @@ from moat_client._async import AsyncMoatClient
 from moat_client._config import ConfigurationError, RetryPolicy, configured
 from moat_client._results import REPLAYED_HEADER, ExecutionResult
 from moat_client._sync import MoatClient
+from moat_client.codes import ClientErrorCode, ErrorCode
 from moat_client.errors import (
     ApprovalExpired,
     ApprovalRejected,
@@ -63,11 +64,13 @@ __all__ = [
     "AsyncMoatClient",
     "BudgetExceeded",
     "CapabilityInfo",
+    "ClientErrorCode",
     "ConfigurationError",
     "DeadLetter",
     "Envelope",
     "EnvelopeStatus",
     "ErrorBody",
+    "ErrorCode",
     "ExecutionPending",
     "ExecutionResult",
     "Forbidden",

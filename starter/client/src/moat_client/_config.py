@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moat_client.codes import ClientErrorCode
 from moat_client.errors import MoatError
 from moat_client.models import ErrorBody
 
@@ -24,7 +25,9 @@ class ConfigurationError(MoatError):
     """The client lacks its gateway URL or API key."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(0, ErrorBody(code="client_not_configured", message=message), "")
+        super().__init__(
+            0, ErrorBody(code=ClientErrorCode.CLIENT_NOT_CONFIGURED, message=message), ""
+        )
 
 
 def configured(url: str | None = None, api_key: str | None = None) -> tuple[str | None, str | None]:

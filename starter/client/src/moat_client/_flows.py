@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from moat_client._config import RetryPolicy
 from moat_client._results import REPLAYED_HEADER, ExecutionResult
+from moat_client.codes import ErrorCode
 from moat_client.errors import (
     ApprovalRequired,
     ExecutionPending,
@@ -96,7 +97,9 @@ def refusal(response: httpx.Response, envelope: Envelope | None = None) -> MoatE
         refused = ErrorEnvelope.model_validate(body)
     except ValidationError:
         text = response.text[:200]
-        return MoatError(response.status_code, ErrorBody(code="http_error", message=text), "")
+        return MoatError(
+            response.status_code, ErrorBody(code=ErrorCode.HTTP_ERROR, message=text), ""
+        )
     return error_for(response.status_code, refused.error, refused.trace_id, envelope)
 
 
@@ -146,7 +149,9 @@ def execution_result(response: httpx.Response) -> ExecutionResult:
         raise refusal(response)
     if response.status_code == 403:
         # Moat's policy refused it and recorded the refusal: raised, with its receipt.
-        error = envelope.error or ErrorBody(code="policy_denied", message="denied by policy")
+        error = envelope.error or ErrorBody(
+            code=ErrorCode.POLICY_DENIED, message="denied by policy"
+        )
         raise error_for(403, error, envelope.trace_id, envelope)
     return ExecutionResult(
         response.status_code, envelope, response.headers.get(REPLAYED_HEADER) == "true"

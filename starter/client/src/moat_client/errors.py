@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moat_client.codes import ClientErrorCode, ErrorCode
 from moat_client.models import ApprovalRef, Envelope, ErrorBody
 
 
@@ -98,7 +99,7 @@ class GatewayUnavailable(MoatError):
         super().__init__(
             http_status,
             ErrorBody(
-                code="gateway_unavailable",
+                code=ClientErrorCode.GATEWAY_UNAVAILABLE,
                 message=message,
                 details={"idempotency_key": idempotency_key},
             ),
@@ -111,7 +112,9 @@ class ExecutionPending(MoatError):
     """The run was accepted and is still going when the deadline passed: nothing is lost
     (Moat holds it). Ask later with ``client.wait(receipt_id)`` or ``get_execution``."""
 
-    def __init__(self, envelope: Envelope, message: str, code: str = "execution_pending") -> None:
+    def __init__(
+        self, envelope: Envelope, message: str, code: str = ClientErrorCode.EXECUTION_PENDING
+    ) -> None:
         super().__init__(
             202,
             ErrorBody(code=code, message=message, details={"receipt_id": envelope.receipt_id}),
@@ -131,7 +134,7 @@ class ApprovalRequired(ExecutionPending):
         super().__init__(
             envelope,
             "the execution waits for a person's approval: ask again later with its receipt_id",
-            code="approval_required",
+            code=ClientErrorCode.APPROVAL_REQUIRED,
         )
         if envelope.approval is not None:
             self.details["approval_id"] = envelope.approval.id
@@ -144,24 +147,24 @@ class ApprovalRequired(ExecutionPending):
 
 
 _BY_CODE: dict[str, type[MoatError]] = {
-    "bad_json": InvalidRequest,
-    "schema_validation_failed": InvalidRequest,
-    "unsupported_schema_version": InvalidRequest,
-    "idempotency_key_invalid": InvalidRequest,
-    "invalid_cursor": InvalidRequest,
-    "payload_too_large": InvalidRequest,
-    "unauthenticated": Unauthenticated,
-    "forbidden": Forbidden,
-    "capability_not_found": NotFound,
-    "execution_not_found": NotFound,
-    "receipt_not_found": NotFound,
-    "not_found": NotFound,
-    "idempotency_key_reused": IdempotencyKeyReused,
-    "policy_denied": PolicyDenied,
-    "budget_exceeded": BudgetExceeded,
-    "host_not_allowed": HostNotAllowed,
-    "approval_rejected": ApprovalRejected,
-    "approval_expired": ApprovalExpired,
+    ErrorCode.BAD_JSON: InvalidRequest,
+    ErrorCode.SCHEMA_VALIDATION_FAILED: InvalidRequest,
+    ErrorCode.UNSUPPORTED_SCHEMA_VERSION: InvalidRequest,
+    ErrorCode.IDEMPOTENCY_KEY_INVALID: InvalidRequest,
+    ErrorCode.INVALID_CURSOR: InvalidRequest,
+    ErrorCode.PAYLOAD_TOO_LARGE: InvalidRequest,
+    ErrorCode.UNAUTHENTICATED: Unauthenticated,
+    ErrorCode.FORBIDDEN: Forbidden,
+    ErrorCode.CAPABILITY_NOT_FOUND: NotFound,
+    ErrorCode.EXECUTION_NOT_FOUND: NotFound,
+    ErrorCode.RECEIPT_NOT_FOUND: NotFound,
+    ErrorCode.NOT_FOUND: NotFound,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReused,
+    ErrorCode.POLICY_DENIED: PolicyDenied,
+    ErrorCode.BUDGET_EXCEEDED: BudgetExceeded,
+    ErrorCode.HOST_NOT_ALLOWED: HostNotAllowed,
+    ErrorCode.APPROVAL_REJECTED: ApprovalRejected,
+    ErrorCode.APPROVAL_EXPIRED: ApprovalExpired,
 }
 
 

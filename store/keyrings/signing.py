@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from schemas.manifest import MANIFEST_SCOPE, Algorithm, RunManifest, Signature, signing_input
 from schemas.settings import MoatSettings
-from store.keys.files import locked, replace_json
+from store.keyrings.files import locked, replace_json
 
 _KEY_TYPES: dict[str, tuple[type[ECKey] | type[RSAKey], str]] = {
     "ES256": (ECKey, "EC"),

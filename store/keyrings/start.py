@@ -16,11 +16,11 @@ import secrets
 from collections.abc import Mapping
 from typing import Protocol
 
-from schemas.policy import ApprovalVerdict
+from schemas.approvals import ApprovalVerdict
 from schemas.run import ExecuteWorkflowInput
 from schemas.settings import MoatSettings
 from schemas.start import DecisionClaims, StartClaims
-from store.keys.files import symmetric_keyring
+from store.keyrings.files import symmetric_keyring
 
 MIN_KEY_BYTES = 32
 

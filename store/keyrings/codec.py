@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from schemas.settings import MoatSettings
-from store.keys.files import symmetric_keyring
+from store.keyrings.files import symmetric_keyring
 
 NONCE_BYTES = 12
 

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from schemas.settings import MoatSettings
-from store.keys.files import locked, replace_json, symmetric_keyring
+from store.keyrings.files import locked, replace_json, symmetric_keyring
 
 NONCE_BYTES = 12
 KEY_BYTES = 32
