@@ -251,10 +251,14 @@ AdminSession = Annotated[AsyncSession, Depends(_admin_transaction, scope="functi
 TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
+def tenant_not_found(tenant_id: str) -> MoatError:
+    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+
+
 async def _named_tenant(session: AdminSession, tenant_id: TenantId) -> Tenant:
     tenant = await tenants.get_tenant(session, tenant_id)
     if tenant is None:
-        raise MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+        raise tenant_not_found(tenant_id)
     return tenant
 
 

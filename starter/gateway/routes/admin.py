@@ -23,7 +23,14 @@ from schemas.api import (
 )
 from schemas.pages import ApiKeyPage, TenantPage
 from schemas.policy import ADMIN_ACTOR, Approval, ApprovalDecision, PolicyDocument, PolicyVersion
-from starter.gateway.deps import AdminSession, AdminTenant, TenantId, deps_of, require_admin
+from starter.gateway.deps import (
+    AdminSession,
+    AdminTenant,
+    TenantId,
+    deps_of,
+    require_admin,
+    tenant_not_found,
+)
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
 from starter.service import MoatError, approvals, pages, policy, tenants
@@ -36,10 +43,6 @@ router = APIRouter(
 )
 
 KeyId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9]+$")]
-
-
-def _no_tenant(tenant_id: str) -> MoatError:
-    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
 
 
 @router.post(
@@ -102,7 +105,7 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     async with owner.begin() as session:
         tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
-            raise _no_tenant(tenant_id)
+            raise tenant_not_found(tenant_id)
         if body.allow_bypass is not None:
             await tenants.set_allow_bypass(session, tenant, body.allow_bypass)
         if body.http_allow_hosts is None:
