@@ -8,7 +8,7 @@ from temporalio import activity
 
 from schemas.names import REFRESH_TRUST
 from schemas.probes import TrustRefreshInput, TrustRefreshReport
-from store import tenancy, trust
+from store import tenancy, tenants, trust
 
 
 class TrustActivities:
@@ -17,9 +17,11 @@ class TrustActivities:
 
     @activity.defn(name=REFRESH_TRUST)
     async def refresh_trust(self, inp: TrustRefreshInput) -> TrustRefreshReport:
-        everyone = (
-            [inp.tenant_id] if inp.tenant_id is not None else await trust.tenant_ids(self._sessions)
-        )
+        if inp.tenant_id is not None:
+            everyone = [inp.tenant_id]
+        else:
+            async with self._sessions.begin() as session:
+                everyone = await tenants.tenant_ids(session)
         for tenant_id in everyone:
             activity.heartbeat(tenant_id)
             async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:

@@ -59,6 +59,11 @@ async def set_http_allow_hosts(
     return tenant
 
 
+async def tenant_ids(session: AsyncSession) -> list[str]:
+    """Every tenant's id, oldest first (through the operators' directory)."""
+    return [t.id for t in await list_tenants(session)]
+
+
 async def list_tenants(
     session: AsyncSession, after: tuple[Any, ...] | None = None, limit: int | None = None
 ) -> Sequence[Tenant]:

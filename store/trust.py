@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.trust import (
     EXCLUDED_TAXONOMIES,
@@ -25,7 +25,6 @@ from schemas.trust import (
     LATENCY_BUCKET_RATIO,
     TrustCounts,
 )
-from store import tenancy, tenants
 
 # A transaction that wrote an outcome event may commit this long after its
 # ``recorded_at`` (its start) and still be read by the next refresh.
@@ -339,29 +338,37 @@ FROM outcome_events o WHERE {where} GROUP BY 1, 2, 3
     return list(counts.values())
 
 
-async def tenant_ids(sessions: async_sessionmaker[AsyncSession]) -> list[str]:
-    async with sessions.begin() as session:
-        return [t.id for t in await tenants.list_tenants(session)]
-
-
-async def platform_counts(
-    sessions: async_sessionmaker[AsyncSession],
+async def windows_counts(
+    session: AsyncSession,
+    tenant_id: str,
     windows: list[tuple[datetime, datetime]],
     capability_id: str | None = None,
     span_minutes: int = 1,
+) -> tuple[list[list[TrustCounts]], datetime] | None:
+    """One tenant's rollup counts for each window, with its refresh mark; None when its
+    rollup was never refreshed. The session's transaction must be scoped to the tenant."""
+    mark = await refreshed_at(session, tenant_id)
+    if mark is None:
+        return None
+    counts = [
+        await rollup_counts(session, tenant_id, since, until, capability_id, span_minutes)
+        for since, until in windows
+    ]
+    return counts, mark
+
+
+def platform_counts(
+    per_tenant: list[tuple[list[list[TrustCounts]], datetime] | None], windows: int
 ) -> tuple[list[list[TrustCounts]], datetime | None]:
-    """Every tenant's rollup counts for each window (one transaction per tenant, so
-    row-level security holds), and the oldest refresh mark among them."""
-    per_window: list[list[TrustCounts]] = [[] for _ in windows]
+    """Every tenant's counts (``windows_counts`` of each) for each of ``windows`` windows
+    together, and the oldest refresh mark among them."""
+    per_window: list[list[TrustCounts]] = [[] for _ in range(windows)]
     oldest: datetime | None = None
-    for tenant_id in await tenant_ids(sessions):
-        async with tenancy.tenant_transaction(sessions, tenant_id) as session:
-            mark = await refreshed_at(session, tenant_id)
-            if mark is None:
-                continue
-            oldest = mark if oldest is None else min(oldest, mark)
-            for i, (since, until) in enumerate(windows):
-                per_window[i] += await rollup_counts(
-                    session, tenant_id, since, until, capability_id
-                )
+    for found in per_tenant:
+        if found is None:
+            continue
+        counts, mark = found
+        oldest = mark if oldest is None else min(oldest, mark)
+        for i, window in enumerate(counts):
+            per_window[i] += window
     return per_window, oldest

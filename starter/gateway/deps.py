@@ -1,19 +1,24 @@
 """What the gateway's routes share: their dependencies, and who is calling.
 
-Tenant routes authenticate the ``Authorization: Bearer moat_<id>_<secret>`` key inside the
-route's own transaction and scope that transaction to the key's tenant (row-level
-security). Admin routes take the admin key from the settings instead.
+The boundary owns the transaction. A tenant route takes ``session: TenantSession`` and
+``caller: Caller``: one dependency opens the request's transaction, authenticates the
+``Authorization: Bearer moat_<id>_<secret>`` key in it with the scopes the route declares
+(``access.needs``), scopes it to the key's tenant (row-level security), and commits it once
+the handler has returned, before the answer goes out (rolled back when the handler
+raises). Admin routes take the admin key from the settings instead (``require_admin``), and
+``AdminSession`` / ``AdminTenant`` for their transaction. A route that waits (on Temporal)
+holds no transaction across the wait: it takes ``CallerOnly`` and opens its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Request, Security
+from fastapi import Depends, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import HTTPConnection
@@ -22,7 +27,7 @@ from temporalio.client import Client
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.gateway.access import route_needs
-from starter.service import MoatError
+from starter.service import MoatError, tenants
 from starter.service.executions import Executions
 from starter.service.flights import Flights
 from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
@@ -31,6 +36,7 @@ from starter.service.scopes import require_scope
 from store import api_keys
 from store.keyrings.codec import OutputSealer
 from store.keyrings.connections import ConnectionCipher
+from store.models import Tenant
 
 
 @dataclass
@@ -128,6 +134,51 @@ async def authenticate(
     return tenant
 
 
+@dataclass(frozen=True)
+class _Tenancy:
+    session: AsyncSession
+    caller: api_keys.AuthenticatedTenant
+
+
+async def _tenant_transaction(request: Request, credentials: TenantKey) -> AsyncIterator[_Tenancy]:
+    """The boundary of a tenant route: its one transaction, in which the key is
+    authenticated (401, 403 ``scope_missing``: the handler does not run) and which is scoped
+    to the key's tenant. Function-scoped, so it commits when the handler returns, before the
+    answer is sent (the caller's next request sees the write), and rolls back when it
+    raises."""
+    async with deps_of(request).sessions.begin() as session:
+        yield _Tenancy(session, await authenticate(session, credentials))
+
+
+_InTransaction = Annotated[_Tenancy, Depends(_tenant_transaction, scope="function")]
+
+
+async def _session_of(tenancy: _InTransaction) -> AsyncSession:
+    return tenancy.session
+
+
+async def _caller_of(tenancy: _InTransaction) -> api_keys.AuthenticatedTenant:
+    return tenancy.caller
+
+
+# The request's transaction, scoped to the caller's tenant (one per request, however many
+# parameters name it).
+TenantSession = Annotated[AsyncSession, Depends(_session_of)]
+# Who is calling, authenticated in that transaction with the scopes the route declares.
+Caller = Annotated[api_keys.AuthenticatedTenant, Depends(_caller_of)]
+
+
+async def _authenticated(request: Request, credentials: TenantKey) -> api_keys.AuthenticatedTenant:
+    async with deps_of(request).sessions.begin() as session:
+        return await authenticate(session, credentials)
+
+
+# Who is calling, authenticated as ``Caller`` is but in a transaction that has ended when
+# the handler runs: for the routes that wait on Temporal, which must not hold a Postgres
+# connection across the wait (they open their own short transactions).
+CallerOnly = Annotated[api_keys.AuthenticatedTenant, Depends(_authenticated)]
+
+
 async def verified_key(deps: Deps, credentials: HTTPAuthorizationCredentials | None) -> None:
     """401 unless the presented key is a valid one: verified moments ago (``deps.keys``),
     else by Postgres (then remembered like any key it verifies). For the check that comes
@@ -147,9 +198,10 @@ async def verified_key(deps: Deps, credentials: HTTPAuthorizationCredentials | N
 
 
 def requires_scope(*scopes: str) -> Callable[[Request, TenantKey], Awaitable[None]]:
-    """A route dependency refusing a key without ``scopes`` before the route runs
-    (``dependencies=[Depends(requires_scope("policy:write"))]``). Routes that authenticate
-    in their own transaction pass the scopes to ``authenticate`` instead."""
+    """A route dependency refusing a key without ``scopes`` before the route runs, in a
+    transaction of its own (``dependencies=[Depends(requires_scope("policy:write"))]``).
+    The gateway's own routes declare their scopes with ``access.needs`` instead, which
+    ``Caller`` enforces in the request's transaction."""
 
     async def check(request: Request, credentials: TenantKey) -> None:
         async with deps_of(request).sessions.begin() as session:
@@ -185,3 +237,31 @@ async def require_admin(request: Request, credentials: AdminKey) -> None:
             "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
         )
     raise unauthenticated("The admin key is wrong.")
+
+
+async def _admin_transaction(request: Request) -> AsyncIterator[AsyncSession]:
+    """The boundary of an admin route (behind ``require_admin``): its one transaction, not
+    scoped to a tenant until the route names one. Commits when the handler returns, rolls
+    back when it raises."""
+    async with deps_of(request).sessions.begin() as session:
+        yield session
+
+
+AdminSession = Annotated[AsyncSession, Depends(_admin_transaction, scope="function")]
+TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def tenant_not_found(tenant_id: str) -> MoatError:
+    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+
+
+async def _named_tenant(session: AdminSession, tenant_id: TenantId) -> Tenant:
+    tenant = await tenants.get_tenant(session, tenant_id)
+    if tenant is None:
+        raise tenant_not_found(tenant_id)
+    return tenant
+
+
+# The tenant an admin route's path names (``{tenant_id}``), which must exist (404
+# ``tenant_not_found``); the route's ``AdminSession`` is scoped to it from then on.
+AdminTenant = Annotated[Tenant, Depends(_named_tenant)]

@@ -1,18 +1,21 @@
 """Database sessions for the processes that are not long-running (an operator command gets
-one transaction as the owner role, on an engine of its own), and how to tell a database
-that is briefly away from a fault."""
+one transaction as the owner role, on an engine of its own), reads across every tenant (one
+transaction each), and how to tell a database that is briefly away from a fault."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.settings import MoatSettings
-from store import make_engine, make_sessionmaker
+from store import make_engine, make_sessionmaker, tenancy, tenants
+
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -31,6 +34,22 @@ async def owner_transaction(settings: MoatSettings) -> AsyncIterator[AsyncSessio
     """One transaction as the owner role, committed on success."""
     async with owner_sessions(settings) as sessions, sessions.begin() as session:
         yield session
+
+
+async def every_tenant(
+    sessions: async_sessionmaker[AsyncSession],
+    read: Callable[[AsyncSession, str], Awaitable[T]],
+) -> list[T]:
+    """``read(session, tenant_id)`` of every tenant, each in a transaction of its own scoped
+    to it, so row-level security holds throughout (the tenants' ids are read in one before
+    them)."""
+    async with sessions.begin() as session:
+        everyone = await tenants.tenant_ids(session)
+    found = []
+    for tenant_id in everyone:
+        async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+            found.append(await read(session, tenant_id))
+    return found
 
 
 def connection_trouble(exc: BaseException) -> bool:

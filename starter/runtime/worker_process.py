@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -17,6 +18,7 @@ import worker
 from schemas.settings import MoatSettings
 from schemas.trust import TrustWindow, report
 from starter.runtime import observability
+from starter.runtime.database import every_tenant
 from starter.runtime.loop import settle_heap
 from starter.runtime.outbox_relay import OutboxRelay
 from starter.runtime.schedules import (
@@ -83,10 +85,12 @@ async def publish_trust(
             now = datetime.now(UTC)
             for window in GAUGE_WINDOWS:
                 bounds = window.bounds(now)
-                before = (bounds[0] - window.length, bounds[0])
-                (current, previous), _ = await trust.platform_counts(
-                    sessions, [bounds, before], span_minutes=window.span_minutes
+                windows = [bounds, (bounds[0] - window.length, bounds[0])]
+                read = partial(
+                    trust.windows_counts, windows=windows, span_minutes=window.span_minutes
                 )
+                found = await every_tenant(sessions, read)
+                (current, previous), _ = trust.platform_counts(found, len(windows))
                 gauges.publish(
                     report(window, bounds, current, previous, settings.trust_min_samples)
                 )

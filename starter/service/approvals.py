@@ -117,7 +117,8 @@ async def decide(
 ) -> Approval:
     """Approve or reject for ``actor`` (``key:<id>`` with ``actor_scopes``, or ``admin``):
     checked here, then sent to the waiting run, which records it. The approval as
-    recorded."""
+    recorded. Its reads are short transactions of their own, before and after the wait
+    for the run's answer: no connection is held across it."""
     async with tenancy.tenant_transaction(sessions, tenant_id) as session:
         row = await approvals.get(session, tenant_id, approval_id)
         if row is None:

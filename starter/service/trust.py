@@ -4,12 +4,14 @@ tenant (its own traffic) or the whole platform (the admin), read from the rollup
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
 from schemas.trust import TrustReport, TrustWindow, report
+from starter.runtime.database import every_tenant
 from starter.service.errors import MoatError
 from store import trust
 
@@ -50,8 +52,13 @@ async def platform_report(
 ) -> TrustReport:
     """Every tenant's traffic together (each tenant read in its own scoped transaction)."""
     bounds = window.bounds(as_of)
-    before = (bounds[0] - window.length, bounds[0])
-    (current, previous), mark = await trust.platform_counts(
-        sessions, [bounds, before], capability_id, window.span_minutes
+    windows = [bounds, (bounds[0] - window.length, bounds[0])]
+    read = partial(
+        trust.windows_counts,
+        windows=windows,
+        capability_id=capability_id,
+        span_minutes=window.span_minutes,
     )
+    found = await every_tenant(sessions, read)
+    (current, previous), mark = trust.platform_counts(found, len(windows))
     return report(window, bounds, current, previous, min_samples, mark)

@@ -24,7 +24,14 @@ from schemas.api import (
 from schemas.approvals import ADMIN_ACTOR, Approval, ApprovalDecision
 from schemas.pages import ApiKeyPage, TenantPage
 from schemas.policy import PolicyDocument, PolicyVersion
-from starter.gateway.deps import deps_of, require_admin
+from starter.gateway.deps import (
+    AdminSession,
+    AdminTenant,
+    TenantId,
+    deps_of,
+    require_admin,
+    tenant_not_found,
+)
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
 from starter.service import MoatError, approvals, pages, policy, tenants
@@ -36,12 +43,7 @@ router = APIRouter(
     responses=documented_errors(400, 401, 403, 500),
 )
 
-TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 KeyId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9]+$")]
-
-
-def _no_tenant(tenant_id: str) -> MoatError:
-    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
 
 
 @router.post(
@@ -51,23 +53,20 @@ def _no_tenant(tenant_id: str) -> MoatError:
     response_model=NewTenant,
     responses=documented_errors(400, 409),
 )
-async def create_tenant(request: Request, body: TenantCreate) -> NewTenant:
+async def create_tenant(request: Request, session: AdminSession, body: TenantCreate) -> NewTenant:
     """The key's secret (`api_key.api_key`) is in this answer only; store it now."""
-    deps = deps_of(request)
-    ttl = body.idempotency_ttl_seconds or deps.settings.idempotency_ttl_seconds
-    async with deps.sessions.begin() as session:
-        return await tenants.create_tenant(
-            session, body.name, idempotency_ttl_seconds=ttl, policy_mode=body.policy_mode.value
-        )
+    ttl = body.idempotency_ttl_seconds or deps_of(request).settings.idempotency_ttl_seconds
+    return await tenants.create_tenant(
+        session, body.name, idempotency_ttl_seconds=ttl, policy_mode=body.policy_mode.value
+    )
 
 
 @router.get("/tenants", summary="List tenants, oldest first", response_model=TenantPage)
 async def list_tenants(
-    request: Request, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    session: AdminSession, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> TenantPage:
     after = pages.after(cursor, (datetime, str))  # the admin key is checked before
-    async with deps_of(request).sessions.begin() as session:
-        rows = await tenants.list_tenants(session, after, limit + 1)
+    rows = await tenants.list_tenants(session, after, limit + 1)
     return TenantPage(**pages.cut(rows, limit, by_creation))
 
 
@@ -77,12 +76,8 @@ async def list_tenants(
     response_model=TenantInfo,
     responses=documented_errors(404),
 )
-async def get_tenant(request: Request, tenant_id: TenantId) -> TenantInfo:
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await tenants.get_tenant(session, tenant_id)
-        if tenant is None:
-            raise _no_tenant(tenant_id)
-        return tenants.tenant_info(tenant)
+async def get_tenant(tenant: AdminTenant) -> TenantInfo:
+    return tenants.tenant_info(tenant)
 
 
 @router.patch(
@@ -99,6 +94,7 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     bypassed execution is recorded as such); false takes it back, and a tenant whose policy
     says `bypass` is then held to `standard`. Written as the database owner role, so this
     gateway needs the owner's URL (`MOAT_DATABASE_URL`)."""
+    # Its own transaction, as the owner role: the application role may not write these.
     owner = deps_of(request).owner_sessions
     if owner is None:
         raise MoatError(
@@ -110,7 +106,7 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     async with owner.begin() as session:
         tenant = await tenants.get_tenant(session, tenant_id)
         if tenant is None:
-            raise _no_tenant(tenant_id)
+            raise tenant_not_found(tenant_id)
         if body.allow_bypass is not None:
             await tenants.set_allow_bypass(session, tenant, body.allow_bypass)
         if body.http_allow_hosts is None:
@@ -125,13 +121,10 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     response_model=NewApiKey,
     responses=documented_errors(400, 404),
 )
-async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) -> NewApiKey:
+async def create_key(tenant: AdminTenant, session: AdminSession, body: ApiKeyCreate) -> NewApiKey:
     """The secret (`api_key`) is in this answer only; store it now. `scopes` default to
     `["execute:*", "outputs:read"]`."""
-    async with deps_of(request).sessions.begin() as session:
-        if await tenants.get_tenant(session, tenant_id) is None:
-            raise _no_tenant(tenant_id)
-        return await tenants.create_key(session, tenant_id, body.name, body.scopes)
+    return await tenants.create_key(session, tenant.id, body.name, body.scopes)
 
 
 @router.get(
@@ -141,13 +134,10 @@ async def create_key(request: Request, tenant_id: TenantId, body: ApiKeyCreate) 
     responses=documented_errors(404),
 )
 async def list_keys(
-    request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    tenant: AdminTenant, session: AdminSession, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ApiKeyPage:
-    async with deps_of(request).sessions.begin() as session:
-        if await tenants.get_tenant(session, tenant_id) is None:
-            raise _no_tenant(tenant_id)
-        after = pages.after(cursor, (datetime, str))
-        rows = await tenants.list_keys(session, tenant_id, after, limit + 1)
+    after = pages.after(cursor, (datetime, str))
+    rows = await tenants.list_keys(session, tenant.id, after, limit + 1)
     return ApiKeyPage(**pages.cut(rows, limit, by_creation))
 
 
@@ -162,6 +152,8 @@ async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
     memory: within `MOAT_AUTH_CACHE_SECONDS`). Revoking twice keeps the first revocation
     time."""
     deps = deps_of(request)
+    # Its own transaction, committed before this gateway forgets the key: forgotten first,
+    # a request in between would verify the key again and remember it for the TTL.
     async with deps.sessions.begin() as session:
         key = await tenants.revoke_key(session, key_id, datetime.now(UTC))
     if key is None:
@@ -176,12 +168,8 @@ async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
     response_model=PolicyVersion,
     responses=documented_errors(404),
 )
-async def get_tenant_policy(request: Request, tenant_id: TenantId) -> PolicyVersion:
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await tenants.get_tenant(session, tenant_id)
-        if tenant is None:
-            raise _no_tenant(tenant_id)
-        return await policy.current(session, tenant)
+async def get_tenant_policy(tenant: AdminTenant, session: AdminSession) -> PolicyVersion:
+    return await policy.current(session, tenant)
 
 
 @router.put(
@@ -191,16 +179,11 @@ async def get_tenant_policy(request: Request, tenant_id: TenantId) -> PolicyVers
     responses=documented_errors(404, 429),
 )
 async def put_tenant_policy(
-    request: Request, tenant_id: TenantId, body: PolicyDocument
+    request: Request, tenant: AdminTenant, session: AdminSession, body: PolicyDocument
 ) -> PolicyVersion:
     """As `PUT /v1/policy`, recorded as made by `admin`."""
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await tenants.get_tenant(session, tenant_id)
-        if tenant is None:
-            raise _no_tenant(tenant_id)
-        return await policy.replace(
-            session, tenant, body, ADMIN_ACTOR, deps_of(request).settings.quota_limits
-        )
+    limits = deps_of(request).settings.quota_limits
+    return await policy.replace(session, tenant, body, ADMIN_ACTOR, limits)
 
 
 @router.post(
@@ -218,6 +201,8 @@ async def decide_approval(
 ) -> Approval:
     """The same binding and checks as `/v1/approvals/{id}/approve|reject`; the decider on
     the record is `admin`."""
+    # No request-long transaction: the decision waits for the run's answer (a Temporal
+    # update), and the service reads and re-reads the approval in short ones around it.
     deps = deps_of(request)
     return await approvals.decide(
         deps.sessions,

@@ -15,10 +15,11 @@ from schemas.approvals import Approval, ApprovalDecision, ApprovalStatus, key_ac
 from schemas.pages import ApprovalPage
 from schemas.scopes import APPROVALS_READ, APPROVALS_WRITE
 from starter.gateway.access import needs
-from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.deps import Caller, CallerOnly, TenantSession, deps_of
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import Cursor
 from starter.service import approvals, pages
+from store.api_keys import AuthenticatedTenant
 
 router = APIRouter(
     prefix="/v1/approvals", tags=["approvals"], responses=documented_errors(401, 403, 500)
@@ -36,16 +37,14 @@ DECISION_ERRORS = documented_errors(400, 404, 409)
     dependencies=[needs(APPROVALS_READ)],
 )
 async def list_approvals(
-    request: Request,
-    credentials: TenantKey,
+    session: TenantSession,
+    caller: Caller,
     status: Annotated[ApprovalStatus | None, Query(description="Only these.")] = None,
     limit: Annotated[int, Query(ge=1, le=approvals.LIST_LIMIT)] = 50,
     cursor: Cursor = None,
 ) -> ApprovalPage:
-    async with deps_of(request).sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        after = pages.after(cursor, (datetime, str))
-        rows = await approvals.list_approvals(session, key.tenant_id, status, limit + 1, after)
+    after = pages.after(cursor, (datetime, str))
+    rows = await approvals.list_approvals(session, caller.tenant_id, status, limit + 1, after)
     return ApprovalPage(**pages.cut(rows, limit, lambda a: (a.requested_at, a.id)))
 
 
@@ -57,12 +56,10 @@ async def list_approvals(
     dependencies=[needs(APPROVALS_READ)],
 )
 async def get_approval(
-    request: Request, credentials: TenantKey, approval_id: ApprovalId
+    request: Request, session: TenantSession, caller: Caller, approval_id: ApprovalId
 ) -> Approval:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        return await approvals.get(session, deps.executions.sealer, key.tenant_id, approval_id)
+    sealer = deps_of(request).executions.sealer
+    return await approvals.get(session, sealer, caller.tenant_id, approval_id)
 
 
 @router.post(
@@ -73,13 +70,13 @@ async def get_approval(
     dependencies=[needs(APPROVALS_WRITE)],
 )
 async def approve(
-    request: Request, credentials: TenantKey, approval_id: ApprovalId, body: ApprovalDecision
+    request: Request, caller: CallerOnly, approval_id: ApprovalId, body: ApprovalDecision
 ) -> Approval:
     """`input_hash` and `policy_version` must be the approval's (`409 approval_mismatch`
     otherwise, and nothing changes). `409 approval_stale`: the policy changed since the
     call was made; `403 approval_expired`; `403 self_approval_forbidden`: the key that
     made the call cannot approve it unless its rule allows. The run then executes once."""
-    return await _decide(request, credentials, approval_id, body, "approve")
+    return await _decide(request, caller, approval_id, body, "approve")
 
 
 @router.post(
@@ -90,32 +87,32 @@ async def approve(
     dependencies=[needs(APPROVALS_WRITE)],
 )
 async def reject(
-    request: Request, credentials: TenantKey, approval_id: ApprovalId, body: ApprovalDecision
+    request: Request, caller: CallerOnly, approval_id: ApprovalId, body: ApprovalDecision
 ) -> Approval:
     """The same binding as approving; the run ends `failed` with `403 approval_rejected`,
     without calling the provider or using budget."""
-    return await _decide(request, credentials, approval_id, body, "reject")
+    return await _decide(request, caller, approval_id, body, "reject")
 
 
 async def _decide(
     request: Request,
-    credentials: TenantKey,
+    caller: AuthenticatedTenant,
     approval_id: str,
     body: ApprovalDecision,
     action: approvals.Action,
 ) -> Approval:
+    # No request-long transaction: the decision waits for the run's answer (a Temporal
+    # update), and the service reads and re-reads the approval in short ones around it.
     deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        key = await authenticate(session, credentials)
     return await approvals.decide(
         deps.sessions,
         deps.client,
         deps.executions.sealer,
         deps.executions.start_keys,
-        tenant_id=key.tenant_id,
+        tenant_id=caller.tenant_id,
         approval_id=approval_id,
         action=action,
         decision=body,
-        actor=key_actor(key.key_id),
-        actor_scopes=key.scopes,
+        actor=key_actor(caller.key_id),
+        actor_scopes=caller.scopes,
     )

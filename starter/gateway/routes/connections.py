@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.connections import (
     CONNECTION_ID_PATTERN,
@@ -22,10 +21,18 @@ from schemas.connections import (
 from schemas.pages import ConnectionPage
 from schemas.scopes import CONNECTIONS_WRITE
 from starter.gateway.access import needs
-from starter.gateway.deps import Deps, TenantKey, authenticate, deps_of, require_admin
+from starter.gateway.deps import (
+    AdminSession,
+    AdminTenant,
+    Caller,
+    Deps,
+    TenantSession,
+    deps_of,
+    require_admin,
+)
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
-from starter.service import MoatError, connections, pages, tenants
+from starter.service import MoatError, connections, pages
 from store.keyrings.connections import ConnectionCipher
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
@@ -37,7 +44,6 @@ admin_router = APIRouter(
 )
 
 ConnectionId = Annotated[str, Path(max_length=64, pattern=CONNECTION_ID_PATTERN)]
-TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
 def _cipher(deps: Deps) -> ConnectionCipher:
@@ -55,17 +61,15 @@ def _cipher(deps: Deps) -> ConnectionCipher:
     dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def create_connection(
-    request: Request, credentials: TenantKey, body: ConnectionCreate
+    request: Request, session: TenantSession, caller: Caller, body: ConnectionCreate
 ) -> ConnectionInfo:
     """The secret is sealed (AES-256-GCM) and opened only by the worker, at the call; it
     is never answered (`fingerprint` and `last4` tell secrets apart). Needs the
     `connections:write` scope."""
     deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await connections.add(
-            session, _cipher(deps), tenant.tenant_id, body, deps.settings.quota_limits
-        )
+    return await connections.add(
+        session, _cipher(deps), caller.tenant_id, body, deps.settings.quota_limits
+    )
 
 
 @router.get(
@@ -75,12 +79,10 @@ async def create_connection(
     responses=documented_errors(400, 401, 500),
 )
 async def list_connections(
-    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    session: TenantSession, caller: Caller, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ConnectionPage:
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        after = pages.after(cursor, (datetime, str))
-        rows = await connections.list_all(session, tenant.tenant_id, after, limit + 1)
+    after = pages.after(cursor, (datetime, str))
+    rows = await connections.list_all(session, caller.tenant_id, after, limit + 1)
     return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
 
@@ -91,13 +93,11 @@ async def list_connections(
     responses=documented_errors(400, 401, 404, 410, 500),
 )
 async def show_connection(
-    request: Request, credentials: TenantKey, connection_id: ConnectionId
+    session: TenantSession, caller: Caller, connection_id: ConnectionId
 ) -> ConnectionInfo:
     """Another tenant's connection is `404 connection_not_found`; a revoked one is
     `410 connection_gone` (the list still shows it)."""
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await connections.show(session, tenant.tenant_id, connection_id, revoked_too=False)
+    return await connections.show(session, caller.tenant_id, connection_id, revoked_too=False)
 
 
 @router.post(
@@ -108,16 +108,19 @@ async def show_connection(
     dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def rotate_connection(
-    request: Request, credentials: TenantKey, connection_id: ConnectionId, body: ConnectionRotate
+    request: Request,
+    session: TenantSession,
+    caller: Caller,
+    connection_id: ConnectionId,
+    body: ConnectionRotate,
 ) -> ConnectionInfo:
     """Runs use the new secret from their next attempt on. A revoked connection cannot be
     rotated (`403 connection_revoked`). Needs `connections:write`."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await connections.rotate(
-            session, _cipher(deps), tenant.tenant_id, connection_id, body.secret, datetime.now(UTC)
-        )
+    cipher = _cipher(deps_of(request))
+    now = datetime.now(UTC)
+    return await connections.rotate(
+        session, cipher, caller.tenant_id, connection_id, body.secret, now
+    )
 
 
 @router.delete(
@@ -128,19 +131,11 @@ async def rotate_connection(
     dependencies=[needs(CONNECTIONS_WRITE)],
 )
 async def revoke_connection(
-    request: Request, credentials: TenantKey, connection_id: ConnectionId
+    session: TenantSession, caller: Caller, connection_id: ConnectionId
 ) -> ConnectionInfo:
     """Executions naming it fail from their next attempt on with `403 connection_revoked`.
     Revoking twice keeps the first time. Needs `connections:write`."""
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await connections.revoke(session, tenant.tenant_id, connection_id, datetime.now(UTC))
-
-
-async def _admin_tenant(session: AsyncSession, tenant_id: str) -> None:
-    """The transaction is scoped to the tenant the admin names, which must exist."""
-    if await tenants.get_tenant(session, tenant_id) is None:
-        raise MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+    return await connections.revoke(session, caller.tenant_id, connection_id, datetime.now(UTC))
 
 
 @admin_router.post(
@@ -151,14 +146,12 @@ async def _admin_tenant(session: AsyncSession, tenant_id: str) -> None:
     responses=documented_errors(429),
 )
 async def admin_create_connection(
-    request: Request, tenant_id: TenantId, body: ConnectionCreate
+    request: Request, tenant: AdminTenant, session: AdminSession, body: ConnectionCreate
 ) -> ConnectionInfo:
     deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        await _admin_tenant(session, tenant_id)
-        return await connections.add(
-            session, _cipher(deps), tenant_id, body, deps.settings.quota_limits
-        )
+    return await connections.add(
+        session, _cipher(deps), tenant.id, body, deps.settings.quota_limits
+    )
 
 
 @admin_router.get(
@@ -168,12 +161,13 @@ async def admin_create_connection(
     responses=documented_errors(400),
 )
 async def admin_list_connections(
-    request: Request, tenant_id: TenantId, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    tenant: AdminTenant,
+    session: AdminSession,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
 ) -> ConnectionPage:
-    async with deps_of(request).sessions.begin() as session:
-        await _admin_tenant(session, tenant_id)
-        after = pages.after(cursor, (datetime, str))
-        rows = await connections.list_all(session, tenant_id, after, limit + 1)
+    after = pages.after(cursor, (datetime, str))
+    rows = await connections.list_all(session, tenant.id, after, limit + 1)
     return ConnectionPage(**pages.cut(rows, limit, by_creation))
 
 
@@ -184,12 +178,10 @@ async def admin_list_connections(
     responses=documented_errors(410),
 )
 async def admin_show_connection(
-    request: Request, tenant_id: TenantId, connection_id: ConnectionId
+    tenant: AdminTenant, session: AdminSession, connection_id: ConnectionId
 ) -> ConnectionInfo:
     """A revoked connection is `410 connection_gone` (the list still shows it)."""
-    async with deps_of(request).sessions.begin() as session:
-        await _admin_tenant(session, tenant_id)
-        return await connections.show(session, tenant_id, connection_id, revoked_too=False)
+    return await connections.show(session, tenant.id, connection_id, revoked_too=False)
 
 
 @admin_router.post(
@@ -198,22 +190,21 @@ async def admin_show_connection(
     response_model=ConnectionInfo,
 )
 async def admin_rotate_connection(
-    request: Request, tenant_id: TenantId, connection_id: ConnectionId, body: ConnectionRotate
+    request: Request,
+    tenant: AdminTenant,
+    session: AdminSession,
+    connection_id: ConnectionId,
+    body: ConnectionRotate,
 ) -> ConnectionInfo:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        await _admin_tenant(session, tenant_id)
-        return await connections.rotate(
-            session, _cipher(deps), tenant_id, connection_id, body.secret, datetime.now(UTC)
-        )
+    cipher = _cipher(deps_of(request))
+    now = datetime.now(UTC)
+    return await connections.rotate(session, cipher, tenant.id, connection_id, body.secret, now)
 
 
 @admin_router.delete(
     "/{connection_id}", summary="Revoke a tenant's connection", response_model=ConnectionInfo
 )
 async def admin_revoke_connection(
-    request: Request, tenant_id: TenantId, connection_id: ConnectionId
+    tenant: AdminTenant, session: AdminSession, connection_id: ConnectionId
 ) -> ConnectionInfo:
-    async with deps_of(request).sessions.begin() as session:
-        await _admin_tenant(session, tenant_id)
-        return await connections.revoke(session, tenant_id, connection_id, datetime.now(UTC))
+    return await connections.revoke(session, tenant.id, connection_id, datetime.now(UTC))

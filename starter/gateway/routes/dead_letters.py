@@ -19,7 +19,7 @@ from schemas.webhooks import (
     ResolveRequest,
 )
 from starter.gateway.access import needs
-from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.deps import Caller, TenantSession, deps_of
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import Cursor, by_creation
 from starter.service import dead_letters, pages
@@ -35,17 +35,14 @@ router = APIRouter()
     responses=documented_errors(400, 401, 500),
 )
 async def list_dead_letters(
-    request: Request,
-    credentials: TenantKey,
+    session: TenantSession,
+    caller: Caller,
     status: DeadLetterStatus | None = DeadLetterStatus.OPEN,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     cursor: Cursor = None,
 ) -> DeadLetterList:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        after = pages.after(cursor, (datetime, str))
-        rows = await dead_letters.list_open(session, tenant.tenant_id, status, limit + 1, after)
+    after = pages.after(cursor, (datetime, str))
+    rows = await dead_letters.list_open(session, caller.tenant_id, status, limit + 1, after)
     return DeadLetterList(**pages.cut(rows, limit, by_creation))
 
 
@@ -57,12 +54,9 @@ async def list_dead_letters(
     responses=documented_errors(401, 404, 500),
 )
 async def get_dead_letter(
-    request: Request, dead_letter_id: str, credentials: TenantKey
+    dead_letter_id: str, session: TenantSession, caller: Caller
 ) -> DeadLetter:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await dead_letters.show(session, tenant.tenant_id, dead_letter_id)
+    return await dead_letters.show(session, caller.tenant_id, dead_letter_id)
 
 
 @router.post(
@@ -76,24 +70,28 @@ async def get_dead_letter(
     ],
 )
 async def requeue_dead_letter(
-    request: Request, dead_letter_id: str, body: RequeueRequest, credentials: TenantKey
+    request: Request,
+    dead_letter_id: str,
+    body: RequeueRequest,
+    session: TenantSession,
+    caller: Caller,
 ) -> DeadLetter:
     """A delivery goes again with its attempts reset and the same `webhook-id`. An
     execution only with `effect_did_not_happen: true`: a new execution under a new key,
     made for this API key (its scopes must cover the capability's, and an approval it
     waits for is this key's request, so another key must decide it)."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await dead_letters.requeue(
-            session,
-            tenant.tenant_id,
-            dead_letter_id,
-            body,
-            key_id=tenant.key_id,
-            restart=deps.executions.restart,
-            scopes=tenant.scopes,
-        )
+    # The letter stays locked in the request's transaction while its run is started again
+    # (Temporal calls answered at once, no wait for the run): a second requeue waits for
+    # the lock and finds the letter closed.
+    return await dead_letters.requeue(
+        session,
+        caller.tenant_id,
+        dead_letter_id,
+        body,
+        key_id=caller.key_id,
+        restart=deps_of(request).executions.restart,
+        scopes=caller.scopes,
+    )
 
 
 @router.post(
@@ -105,14 +103,11 @@ async def requeue_dead_letter(
     dependencies=[needs(DEAD_LETTERS_WRITE)],
 )
 async def resolve_dead_letter(
-    request: Request, dead_letter_id: str, body: ResolveRequest, credentials: TenantKey
+    dead_letter_id: str, body: ResolveRequest, session: TenantSession, caller: Caller
 ) -> DeadLetter:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await dead_letters.resolve(
-            session, tenant.tenant_id, dead_letter_id, body.note, key_id=tenant.key_id
-        )
+    return await dead_letters.resolve(
+        session, caller.tenant_id, dead_letter_id, body.note, key_id=caller.key_id
+    )
 
 
 @router.get(
@@ -123,10 +118,7 @@ async def resolve_dead_letter(
     responses=documented_errors(401, 404, 500),
 )
 async def get_compensating_action(
-    request: Request, action_id: str, credentials: TenantKey
+    action_id: str, session: TenantSession, caller: Caller
 ) -> CompensatingAction:
     """What was attempted, what is known of the effect, what operators did."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await dead_letters.compensating_action(session, tenant.tenant_id, action_id)
+    return await dead_letters.compensating_action(session, caller.tenant_id, action_id)

@@ -13,12 +13,7 @@ from schemas.ids import is_receipt_id
 from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
 from schemas.scopes import OUTPUTS_READ
 from starter.gateway.access import needs, public
-from starter.gateway.deps import (
-    TenantKey,
-    authenticate,
-    deps_of,
-    execution_not_found,
-)
+from starter.gateway.deps import Caller, TenantSession, deps_of, execution_not_found
 from starter.gateway.errors import documented_errors
 from starter.service import evidence
 from store.keyrings.signing import PublishedJwks
@@ -34,15 +29,12 @@ router = APIRouter()
     response_model=list[Event],
     responses=documented_errors(401, 404, 500),
 )
-async def get_events(request: Request, receipt_id: str, credentials: TenantKey) -> list[Event]:
+async def get_events(receipt_id: str, session: TenantSession, caller: Caller) -> list[Event]:
     """Every event of the execution: type, aggregate, `causation_id` (the event
     that caused it), `sequence_number`, actor and data. Another tenant's is not found."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        if not is_receipt_id(receipt_id):
-            raise execution_not_found(receipt_id)
-        events = await evidence.events_of(session, tenant.tenant_id, receipt_id)
+    if not is_receipt_id(receipt_id):
+        raise execution_not_found(receipt_id)
+    events = await evidence.events_of(session, caller.tenant_id, receipt_id)
     if not events:
         raise execution_not_found(receipt_id)
     return events
@@ -67,7 +59,8 @@ async def get_events(request: Request, receipt_id: str, credentials: TenantKey) 
 async def get_manifest(
     request: Request,
     receipt_id: str,
-    credentials: TenantKey,
+    session: TenantSession,
+    caller: Caller,
     run_id: Annotated[
         str | None,
         Query(
@@ -79,13 +72,11 @@ async def get_manifest(
     ] = None,
 ) -> Response:
     """The manifest as stored (byte for byte, so its digest matches the index)."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        if not is_receipt_id(receipt_id):
-            raise execution_not_found(receipt_id)
-        row = await evidence.indexed_manifest(session, tenant.tenant_id, receipt_id, run_id)
-    stored = await evidence.read_manifest(ManifestStore(deps.settings.manifests_dir), row)
+    if not is_receipt_id(receipt_id):
+        raise execution_not_found(receipt_id)
+    row = await evidence.indexed_manifest(session, caller.tenant_id, receipt_id, run_id)
+    manifests = ManifestStore(deps_of(request).settings.manifests_dir)
+    stored = await evidence.read_manifest(manifests, row)
     return Response(
         stored.data,
         media_type="application/json",

@@ -13,7 +13,7 @@ from schemas.pages import PolicyVersionPage
 from schemas.policy import PolicyDocument, PolicyVersion
 from schemas.scopes import POLICY_WRITE
 from starter.gateway.access import needs
-from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.deps import Caller, TenantSession, deps_of
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit
 from starter.service import MoatError, pages, policy, tenants
@@ -25,11 +25,9 @@ Version = Annotated[int, Path(ge=0, le=2**31 - 1)]
 
 
 @router.get("", summary="The policy in force", response_model=PolicyVersion)
-async def get_policy(request: Request, credentials: TenantKey) -> PolicyVersion:
+async def get_policy(session: TenantSession, caller: Caller) -> PolicyVersion:
     """Mode, rules and `version` (0: the tenant's mode before its first document)."""
-    async with deps_of(request).sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        return await policy.current(session, await _tenant(session, key.tenant_id))
+    return await policy.current(session, await _tenant(session, caller.tenant_id))
 
 
 @router.put(
@@ -40,18 +38,14 @@ async def get_policy(request: Request, credentials: TenantKey) -> PolicyVersion:
     dependencies=[needs(POLICY_WRITE)],
 )
 async def put_policy(
-    request: Request, credentials: TenantKey, body: PolicyDocument
+    request: Request, session: TenantSession, caller: Caller, body: PolicyDocument
 ) -> PolicyVersion:
     """Stores the document as the next version and answers it with its `version`. It
     applies to executions checked from now on; approvals pending under an older version
     become stale. `bypass` needs an operator's consent (`bypass_not_allowed`)."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        tenant = await _tenant(session, key.tenant_id)
-        return await policy.replace(
-            session, tenant, body, key_actor(key.key_id), deps.settings.quota_limits
-        )
+    tenant = await _tenant(session, caller.tenant_id)
+    limits = deps_of(request).settings.quota_limits
+    return await policy.replace(session, tenant, body, key_actor(caller.key_id), limits)
 
 
 @router.get(
@@ -61,13 +55,11 @@ async def put_policy(
     responses=documented_errors(400),
 )
 async def list_versions(
-    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    session: TenantSession, caller: Caller, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> PolicyVersionPage:
-    async with deps_of(request).sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        after = pages.after(cursor, (int,))
-        tenant = await _tenant(session, key.tenant_id)
-        rows = await policy.history(session, tenant, after, limit + 1)
+    after = pages.after(cursor, (int,))
+    tenant = await _tenant(session, caller.tenant_id)
+    rows = await policy.history(session, tenant, after, limit + 1)
     return PolicyVersionPage(**pages.cut(rows, limit, lambda v: (v.version,)))
 
 
@@ -77,10 +69,8 @@ async def list_versions(
     response_model=PolicyVersion,
     responses=documented_errors(404),
 )
-async def get_version(request: Request, credentials: TenantKey, version: Version) -> PolicyVersion:
-    async with deps_of(request).sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        return await policy.version(session, await _tenant(session, key.tenant_id), version)
+async def get_version(session: TenantSession, caller: Caller, version: Version) -> PolicyVersion:
+    return await policy.version(session, await _tenant(session, caller.tenant_id), version)
 
 
 async def _tenant(session: AsyncSession, tenant_id: str) -> Tenant:

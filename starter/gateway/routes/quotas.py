@@ -3,15 +3,19 @@ sets a tenant's own limits (``/v1/admin/tenants/{tenant_id}/quotas``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Path, Request
-from sqlalchemy.ext.asyncio import AsyncSession
+from fastapi import APIRouter, Depends, Request
 
 from schemas.quotas import QuotaUpdate, TenantQuotas
-from starter.gateway.deps import TenantKey, authenticate, deps_of, require_admin
+from starter.gateway.deps import (
+    AdminSession,
+    AdminTenant,
+    Caller,
+    TenantSession,
+    deps_of,
+    require_admin,
+)
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError, quotas, tenants
+from starter.service import quotas
 
 router = APIRouter(tags=["quotas"])
 admin_router = APIRouter(
@@ -20,8 +24,6 @@ admin_router = APIRouter(
     dependencies=[Depends(require_admin)],
     responses=documented_errors(400, 401, 403, 404, 500),
 )
-
-TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 QUOTAS = (
     "Each quota's `limit` (the tenant's own, set by an admin, else the `MOAT_QUOTA_<NAME>` "
@@ -38,34 +40,24 @@ QUOTAS = (
     responses=documented_errors(401, 500),
     description=QUOTAS,
 )
-async def get_quotas(request: Request, credentials: TenantKey) -> TenantQuotas:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        key = await authenticate(session, credentials)
-        return await quotas.report(session, deps.settings.quota_limits, key.tenant_id)
+async def get_quotas(request: Request, session: TenantSession, caller: Caller) -> TenantQuotas:
+    limits = deps_of(request).settings.quota_limits
+    return await quotas.report(session, limits, caller.tenant_id)
 
 
 @admin_router.get("", summary="A tenant's quotas and usage", response_model=TenantQuotas)
-async def admin_get_quotas(request: Request, tenant_id: TenantId) -> TenantQuotas:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        await _tenant(session, tenant_id)
-        return await quotas.report(session, deps.settings.quota_limits, tenant_id)
+async def admin_get_quotas(
+    request: Request, tenant: AdminTenant, session: AdminSession
+) -> TenantQuotas:
+    return await quotas.report(session, deps_of(request).settings.quota_limits, tenant.id)
 
 
 @admin_router.patch("", summary="Set a tenant's own limits", response_model=TenantQuotas)
 async def admin_set_quotas(
-    request: Request, tenant_id: TenantId, body: QuotaUpdate
+    request: Request, tenant: AdminTenant, session: AdminSession, body: QuotaUpdate
 ) -> TenantQuotas:
     """A number sets the tenant's own limit, `null` returns the quota to its default, a
     quota left out keeps its limit. A limit below the usage refuses new creates only:
     nothing the tenant holds is removed."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        await _tenant(session, tenant_id)
-        return await quotas.update(session, deps.settings.quota_limits, tenant_id, body)
-
-
-async def _tenant(session: AsyncSession, tenant_id: str) -> None:
-    if await tenants.get_tenant(session, tenant_id) is None:
-        raise MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+    limits = deps_of(request).settings.quota_limits
+    return await quotas.update(session, limits, tenant.id, body)

@@ -8,12 +8,12 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
 from schemas.api import ReceiptPage
 from schemas.ids import is_receipt_id
 from schemas.records import ExecutionStatus, Receipt
-from starter.gateway.deps import TenantKey, authenticate, deps_of
+from starter.gateway.deps import Caller, TenantSession
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors
 from starter.service import MoatError
@@ -30,8 +30,8 @@ router = APIRouter()
     responses=documented_errors(400, 401, 500),
 )
 async def list_receipts(
-    request: Request,
-    credentials: TenantKey,
+    session: TenantSession,
+    caller: Caller,
     capability_id: Annotated[str | None, Query(max_length=200)] = None,
     status: ExecutionStatus | None = None,
     idempotency_key: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
@@ -56,22 +56,19 @@ async def list_receipts(
 ) -> JSONResponse:
     """The caller's receipts, filtered by capability, status, idempotency key and time range
     of the `timestamp` (when the execution was initiated); cursor pagination."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        for value in (capability_id, idempotency_key):
-            _refuse_nul(value)
-        after = _decode_cursor(cursor) if cursor is not None else None
-        where = receipts.ReceiptFilter(
-            capability_id=capability_id,
-            status=status.value if status else None,
-            idempotency_key=idempotency_key,
-            since=_rfc3339("since", since),
-            until=_rfc3339("until", until),
-        )
-        rows = await receipts.list_receipts(
-            session, tenant.tenant_id, where, limit=limit + 1, after=after
-        )
+    for value in (capability_id, idempotency_key):
+        _refuse_nul(value)
+    after = _decode_cursor(cursor) if cursor is not None else None
+    where = receipts.ReceiptFilter(
+        capability_id=capability_id,
+        status=status.value if status else None,
+        idempotency_key=idempotency_key,
+        since=_rfc3339("since", since),
+        until=_rfc3339("until", until),
+    )
+    rows = await receipts.list_receipts(
+        session, caller.tenant_id, where, limit=limit + 1, after=after
+    )
     page = ReceiptPage(
         items=rows[:limit],
         next_cursor=_encode_cursor(rows[limit - 1]) if len(rows) > limit else None,
@@ -147,16 +144,13 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     response_model=Receipt,
     responses=documented_errors(401, 404, 500),
 )
-async def get_receipt(request: Request, receipt_id: str, credentials: TenantKey) -> Receipt:
+async def get_receipt(receipt_id: str, session: TenantSession, caller: Caller) -> Receipt:
     """A receipt of the caller's tenant; another tenant's is `receipt_not_found`."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        receipt = (
-            await receipts.get_receipt(session, tenant.tenant_id, receipt_id)
-            if is_receipt_id(receipt_id)
-            else None
-        )
+    receipt = (
+        await receipts.get_receipt(session, caller.tenant_id, receipt_id)
+        if is_receipt_id(receipt_id)
+        else None
+    )
     if receipt is None:
         raise MoatError("receipt_not_found", f"No receipt {receipt_id[:80]!r}.")
     return receipt

@@ -13,7 +13,7 @@ from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.scopes import PROBES_WRITE
 from schemas.trust import TrustReport, TrustWindow
 from starter.gateway.access import needs
-from starter.gateway.deps import TenantKey, authenticate, deps_of, require_admin
+from starter.gateway.deps import Caller, TenantSession, deps_of, require_admin
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
 from starter.service import pages, probes, trust
@@ -52,22 +52,21 @@ SCORES = (
 )
 async def capability_trust(
     request: Request,
-    credentials: TenantKey,
+    session: TenantSession,
+    caller: Caller,
     capability_id: CapabilityId,
     window: Window = TrustWindow.H24,
 ) -> TrustReport:
     deps = deps_of(request)
     trust.check_capability(deps.catalog, capability_id)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await trust.tenant_report(
-            session,
-            tenant.tenant_id,
-            window,
-            datetime.now(UTC),
-            deps.settings.trust_min_samples,
-            capability_id,
-        )
+    return await trust.tenant_report(
+        session,
+        caller.tenant_id,
+        window,
+        datetime.now(UTC),
+        deps.settings.trust_min_samples,
+        capability_id,
+    )
 
 
 @router.get(
@@ -78,14 +77,12 @@ async def capability_trust(
     description=SCORES,
 )
 async def tenant_trust(
-    request: Request, credentials: TenantKey, window: Window = TrustWindow.H24
+    request: Request, session: TenantSession, caller: Caller, window: Window = TrustWindow.H24
 ) -> TrustReport:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await trust.tenant_report(
-            session, tenant.tenant_id, window, datetime.now(UTC), deps.settings.trust_min_samples
-        )
+    min_samples = deps_of(request).settings.trust_min_samples
+    return await trust.tenant_report(
+        session, caller.tenant_id, window, datetime.now(UTC), min_samples
+    )
 
 
 @admin_router.get(
@@ -103,6 +100,7 @@ async def platform_trust(
     deps = deps_of(request)
     if capability_id is not None:
         trust.check_capability(deps.catalog, capability_id)
+    # Every tenant is read in a transaction of its own, scoped to it (row-level security).
     return await trust.platform_report(
         deps.sessions, window, datetime.now(UTC), deps.settings.trust_min_samples, capability_id
     )
@@ -116,7 +114,9 @@ async def platform_trust(
     responses=documented_errors(400, 401, 403, 404, 429, 500),
     dependencies=[needs(PROBES_WRITE, also=CAPABILITY_SCOPES)],
 )
-async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate) -> ProbeInfo:
+async def add_probe(
+    request: Request, session: TenantSession, caller: Caller, body: ProbeCreate
+) -> ProbeInfo:
     """Runs the capability through the normal execute path every `interval_seconds`, marked
     synthetic: no budget, no webhook, scored apart. Only capabilities whose catalog entry
     declares a safe probe (`GET /v1/capabilities`: `probe`), with an input its rule allows
@@ -125,17 +125,16 @@ async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate)
     this key's id and scopes, are held to the policy like the key's own calls (approvals
     included) and stop when the key is revoked."""
     deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await probes.add_probe(
-            session,
-            deps.client,
-            deps.settings,
-            deps.catalog,
-            tenant.tenant_id,
-            body,
-            lender=probes.Lender(tenant.key_id, tenant.scopes),
-        )
+    # The row commits with the request's transaction, so only once its schedule exists.
+    return await probes.add_probe(
+        session,
+        deps.client,
+        deps.settings,
+        deps.catalog,
+        caller.tenant_id,
+        body,
+        lender=probes.Lender(caller.key_id, caller.scopes),
+    )
 
 
 @router.get(
@@ -145,12 +144,10 @@ async def add_probe(request: Request, credentials: TenantKey, body: ProbeCreate)
     responses=documented_errors(400, 401, 500),
 )
 async def list_probes(
-    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    session: TenantSession, caller: Caller, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> ProbePage:
-    async with deps_of(request).sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        after = pages.after(cursor, (datetime, str))
-        rows = await probes.list_probes(session, tenant.tenant_id, after, limit + 1)
+    after = pages.after(cursor, (datetime, str))
+    rows = await probes.list_probes(session, caller.tenant_id, after, limit + 1)
     return ProbePage(**pages.cut(rows, limit, by_creation))
 
 
@@ -161,11 +158,11 @@ async def list_probes(
     responses=documented_errors(400, 401, 403, 404, 500),
     dependencies=[needs(PROBES_WRITE)],
 )
-async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await probes.pause_probe(session, deps.client, tenant.tenant_id, probe_id)
+async def pause_probe(
+    request: Request, session: TenantSession, caller: Caller, probe_id: ProbeId
+) -> ProbeInfo:
+    client = deps_of(request).client
+    return await probes.pause_probe(session, client, caller.tenant_id, probe_id)
 
 
 @router.post(
@@ -175,20 +172,20 @@ async def pause_probe(request: Request, credentials: TenantKey, probe_id: ProbeI
     responses=documented_errors(400, 401, 403, 404, 500),
     dependencies=[needs(PROBES_WRITE, also=CAPABILITY_SCOPES)],
 )
-async def resume_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> ProbeInfo:
+async def resume_probe(
+    request: Request, session: TenantSession, caller: Caller, probe_id: ProbeId
+) -> ProbeInfo:
     """From now on the probe's runs carry this key's authority (it needs what executing
     the capability needs)."""
     deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await probes.resume_probe(
-            session,
-            deps.client,
-            deps.catalog,
-            tenant.tenant_id,
-            probe_id,
-            lender=probes.Lender(tenant.key_id, tenant.scopes),
-        )
+    return await probes.resume_probe(
+        session,
+        deps.client,
+        deps.catalog,
+        caller.tenant_id,
+        probe_id,
+        lender=probes.Lender(caller.key_id, caller.scopes),
+    )
 
 
 @router.delete(
@@ -198,9 +195,8 @@ async def resume_probe(request: Request, credentials: TenantKey, probe_id: Probe
     responses=documented_errors(400, 401, 403, 404, 500),
     dependencies=[needs(PROBES_WRITE)],
 )
-async def remove_probe(request: Request, credentials: TenantKey, probe_id: ProbeId) -> Response:
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        await probes.remove_probe(session, deps.client, tenant.tenant_id, probe_id)
+async def remove_probe(
+    request: Request, session: TenantSession, caller: Caller, probe_id: ProbeId
+) -> Response:
+    await probes.remove_probe(session, deps_of(request).client, caller.tenant_id, probe_id)
     return Response(status_code=204)

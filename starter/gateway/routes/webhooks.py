@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from schemas.scopes import WEBHOOKS_WRITE
 from schemas.webhooks import DeliveryList, WebhookCreate, WebhookList, WebhookWithSecret
 from starter.gateway.access import needs
-from starter.gateway.deps import TenantKey, authenticate, deps_of, sealer_of
+from starter.gateway.deps import Caller, TenantSession, deps_of, sealer_of
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
@@ -31,21 +31,19 @@ router = APIRouter()
     dependencies=[needs(WEBHOOKS_WRITE)],
 )
 async def add_webhook(
-    request: Request, body: WebhookCreate, credentials: TenantKey
+    request: Request, body: WebhookCreate, session: TenantSession, caller: Caller
 ) -> JSONResponse:
     """Deliveries are signed Standard Webhooks (`webhook-id`, `webhook-timestamp`,
     `webhook-signature`); the signing secret (`whsec_…`) is in this answer only."""
     deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        created = await webhooks.add(
-            session,
-            sealer_of(deps),
-            tenant.tenant_id,
-            body,
-            deps.settings.http_allow_hosts,
-            deps.settings.quota_limits,
-        )
+    created = await webhooks.add(
+        session,
+        sealer_of(deps),
+        caller.tenant_id,
+        body,
+        deps.settings.http_allow_hosts,
+        deps.settings.quota_limits,
+    )
     return JSONResponse(created.model_dump(mode="json"), status_code=201)
 
 
@@ -57,14 +55,11 @@ async def add_webhook(
     responses=documented_errors(400, 401, 500),
 )
 async def list_webhooks(
-    request: Request, credentials: TenantKey, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    session: TenantSession, caller: Caller, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> WebhookList:
     """Oldest first, in pages."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        after = pages.after(cursor, (datetime, str))
-        rows = await webhooks.list_webhooks(session, tenant.tenant_id, after, limit + 1)
+    after = pages.after(cursor, (datetime, str))
+    rows = await webhooks.list_webhooks(session, caller.tenant_id, after, limit + 1)
     return WebhookList(**pages.cut(rows, limit, by_creation))
 
 
@@ -76,12 +71,9 @@ async def list_webhooks(
     responses=documented_errors(401, 403, 404, 500),
     dependencies=[needs(WEBHOOKS_WRITE)],
 )
-async def remove_webhook(request: Request, webhook_id: str, credentials: TenantKey) -> Response:
+async def remove_webhook(webhook_id: str, session: TenantSession, caller: Caller) -> Response:
     """No more deliveries; what it was still to receive is dropped."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        await webhooks.remove(session, tenant.tenant_id, webhook_id)
+    await webhooks.remove(session, caller.tenant_id, webhook_id)
     return Response(status_code=204)
 
 
@@ -94,14 +86,12 @@ async def remove_webhook(request: Request, webhook_id: str, credentials: TenantK
     dependencies=[needs(WEBHOOKS_WRITE)],
 )
 async def rotate_secret(
-    request: Request, webhook_id: str, credentials: TenantKey
+    request: Request, webhook_id: str, session: TenantSession, caller: Caller
 ) -> WebhookWithSecret:
     """Deliveries carry a signature by each secret until `previous_secret_expires_at`, so
     the receiver can switch at any time within the day."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        return await webhooks.rotate(session, sealer_of(deps), tenant.tenant_id, webhook_id)
+    sealer = sealer_of(deps_of(request))
+    return await webhooks.rotate(session, sealer, caller.tenant_id, webhook_id)
 
 
 @router.get(
@@ -112,16 +102,13 @@ async def rotate_secret(
     responses=documented_errors(400, 401, 404, 500),
 )
 async def list_deliveries(
-    request: Request,
     webhook_id: str,
-    credentials: TenantKey,
+    session: TenantSession,
+    caller: Caller,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     cursor: Cursor = None,
 ) -> DeliveryList:
     """Time, HTTP status, latency and error of each attempt, to debug an endpoint."""
-    deps = deps_of(request)
-    async with deps.sessions.begin() as session:
-        tenant = await authenticate(session, credentials)
-        after = pages.after(cursor, (datetime, str))
-        rows = await webhooks.deliveries(session, tenant.tenant_id, webhook_id, limit + 1, after)
+    after = pages.after(cursor, (datetime, str))
+    rows = await webhooks.deliveries(session, caller.tenant_id, webhook_id, limit + 1, after)
     return DeliveryList(**pages.cut(rows, limit, lambda d: (d.attempted_at, d.id)))
