@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.approvals import ApprovalRef
+from schemas.errors import ErrorCode
 from schemas.records import RESPONSE_TRUNCATED, ExecutionStatus, Receipt
 
 SUPPORTED_SCHEMA_VERSIONS = ("1",)
@@ -105,33 +106,43 @@ class Envelope(BaseModel):
 
 
 ERROR_MESSAGES: dict[str, str] = {
-    "provider_rate_limited": "The provider rate-limited the call and retries ran out.",
-    "provider_auth_failure": "The provider refused the credentials (401/403).",
-    "provider_server_error": "The provider failed with a server error and retries ran out.",
-    "provider_not_found": "The provider answered 404 Not Found.",
-    "provider_invalid_input": "The provider rejected the input (4xx).",
-    "timeout": "The provider did not answer within the capability's timeout.",
-    "network_error": "The provider could not be reached (DNS, connection or TLS failure).",
-    "gateway_error": "Moat failed internally; the trace id identifies the fault.",
-    "policy_denied": "Policy denied the execution.",
-    "budget_exceeded": "The tenant's budget for this capability is used up for the period.",
-    "quota_exceeded": "The tenant has as many calls waiting for approval as its "
-    "pending_approvals quota allows (details: limit, usage): approve or reject some, then "
-    "call again with a new key, or ask an admin to raise the quota.",
-    "host_not_allowed": "The target host is not allowed (loopback/private or not allow-listed).",
-    "provider_invalid_response": "The provider answered with a body Moat cannot record (e.g. "
-    "JSON nested too deeply); the call may have taken effect, so it was not retried.",
-    "schema_validation_failed": "The input does not match the capability's input schema.",
-    "scope_missing": "The API key lacks a scope this capability needs.",
-    "key_revoked": "The API key this run acts for (a probe's creator) is revoked: resume the "
-    "probe with a live key that holds what executing it needs.",
-    "connection_revoked": "The connection was revoked: add a new one and use its id.",
-    "connection_not_found": "The tenant has no such connection.",
-    "unknown": "The execution failed for an unknown reason.",
-    "outcome_unknown": "The provider may or may not have performed the effect, and Moat "
-    "could not look it up (e.g. the connection cannot read the channel's history): it was not "
-    "retried, so as not to do it twice. Check the provider, then run it again with a new key "
-    "if it did not happen.",
+    ErrorCode.PROVIDER_RATE_LIMITED: "The provider rate-limited the call and retries ran out.",
+    ErrorCode.PROVIDER_AUTH_FAILURE: "The provider refused the credentials (401/403).",
+    ErrorCode.PROVIDER_SERVER_ERROR: "The provider failed with a server error and retries ran out.",
+    ErrorCode.PROVIDER_NOT_FOUND: "The provider answered 404 Not Found.",
+    ErrorCode.PROVIDER_INVALID_INPUT: "The provider rejected the input (4xx).",
+    ErrorCode.TIMEOUT: "The provider did not answer within the capability's timeout.",
+    ErrorCode.NETWORK_ERROR: "The provider could not be reached (DNS, connection or TLS failure).",
+    ErrorCode.GATEWAY_ERROR: "Moat failed internally; the trace id identifies the fault.",
+    ErrorCode.POLICY_DENIED: "Policy denied the execution.",
+    ErrorCode.BUDGET_EXCEEDED: "The tenant's budget for this capability is used up for the period.",
+    ErrorCode.QUOTA_EXCEEDED: (
+        "The tenant has as many calls waiting for approval as its pending_approvals quota allows "
+        "(details: limit, usage): approve or reject some, then call again with a new key, or ask "
+        "an admin to raise the quota."
+    ),
+    ErrorCode.HOST_NOT_ALLOWED: (
+        "The target host is not allowed (loopback/private or not allow-listed)."
+    ),
+    ErrorCode.PROVIDER_INVALID_RESPONSE: (
+        "The provider answered with a body Moat cannot record (e.g. JSON nested too deeply); the "
+        "call may have taken effect, so it was not retried."
+    ),
+    ErrorCode.SCHEMA_VALIDATION_FAILED: "The input does not match the capability's input schema.",
+    ErrorCode.SCOPE_MISSING: "The API key lacks a scope this capability needs.",
+    ErrorCode.KEY_REVOKED: (
+        "The API key this run acts for (a probe's creator) is revoked: resume the probe with a "
+        "live key that holds what executing it needs."
+    ),
+    ErrorCode.CONNECTION_REVOKED: "The connection was revoked: add a new one and use its id.",
+    ErrorCode.CONNECTION_NOT_FOUND: "The tenant has no such connection.",
+    ErrorCode.UNKNOWN: "The execution failed for an unknown reason.",
+    ErrorCode.OUTCOME_UNKNOWN: (
+        "The provider may or may not have performed the effect, and Moat could not look it up "
+        "(e.g. the connection cannot read the channel's history): it was not retried, so as not "
+        "to do it twice. Check the provider, then run it again with a new key if it did not "
+        "happen."
+    ),
 }
 
 WARNING_MESSAGES: dict[str, str] = {
@@ -161,7 +172,7 @@ def envelope_for_receipt(receipt: Receipt, kept: KeptOutput | None = None) -> En
             output_expired=kept is None,
             warnings=warnings,
         )
-    code = receipt.error_code or "unknown"
+    code = receipt.error_code or ErrorCode.UNKNOWN
     details: dict[str, Any] = {"receipt_status": receipt.status.value}
     if receipt.http_status is not None:
         details["provider_status"] = receipt.http_status

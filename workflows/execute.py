@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalVerdict,
         key_actor,
     )
+    from schemas.errors import ErrorCode
     from schemas.execute import EnvelopeStatus
     from schemas.identity import ExecutionRef
     from schemas.names import (
@@ -70,10 +71,10 @@ with workflow.unsafe.imports_passed_through():
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
 DENIAL_CODES = {
-    RuleHit.BUDGET_EXCEEDED: "budget_exceeded",
-    RuleHit.SCOPE_MISSING: "scope_missing",
-    RuleHit.KEY_REVOKED: "key_revoked",
-    RuleHit.QUOTA_EXCEEDED: "quota_exceeded",
+    RuleHit.BUDGET_EXCEEDED: ErrorCode.BUDGET_EXCEEDED,
+    RuleHit.SCOPE_MISSING: ErrorCode.SCOPE_MISSING,
+    RuleHit.KEY_REVOKED: ErrorCode.KEY_REVOKED,
+    RuleHit.QUOTA_EXCEEDED: ErrorCode.QUOTA_EXCEEDED,
 }
 # Dry runs set MoatStatus too; those started before they did must replay without it.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
@@ -131,7 +132,7 @@ class ExecuteCapability:
         """The outcome to record: a denial, a decision other than approval, or the call."""
         record = _outcome_record(req, policy)
         if policy.decision == Decision.DENY:
-            code = DENIAL_CODES.get(policy.rule_hit, "policy_denied")
+            code = DENIAL_CODES.get(policy.rule_hit, ErrorCode.POLICY_DENIED)
             denied = {
                 "error_code": code,
                 "taxonomy": ErrorTaxonomy.POLICY_DENIED,
@@ -268,7 +269,9 @@ class ExecuteCapability:
             or self._closing
             or verdict.action == "expire"
         ):
-            raise ApplicationError("the approval is not pending", type="approval_not_pending")
+            raise ApplicationError(
+                "the approval is not pending", type=ErrorCode.APPROVAL_NOT_PENDING
+            )
         if not verdict.signature:
             # Checked in full (keyring, approver rules) by the activity that records it.
             raise ApplicationError(
@@ -280,7 +283,7 @@ class ExecuteCapability:
         ):
             raise ApplicationError(
                 "the decision names another call or policy version than the one waiting",
-                type="approval_mismatch",
+                type=ErrorCode.APPROVAL_MISMATCH,
             )
 
     def _show(self, req: ExecuteWorkflowInput, doing: str) -> None:

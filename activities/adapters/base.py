@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
 from schemas.connections import Credential
+from schemas.errors import ErrorCode
 from schemas.names import PROVIDER_RESPONSE
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
@@ -71,6 +72,6 @@ def parse_input(inp: AdapterInput, model: type[M]) -> M:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
             f"the input does not match {inp.capability.id}'s input schema: {where}",
-            code="schema_validation_failed",
+            code=ErrorCode.SCHEMA_VALIDATION_FAILED,
             retryable=False,
         ) from None

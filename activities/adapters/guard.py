@@ -7,6 +7,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 
 from activities.adapters.base import fail
+from schemas.errors import ErrorCode
 from schemas.hosts import (
     AllowEntry,
     admits_address,
@@ -70,7 +71,7 @@ class HostGuard:
                     f"{host} resolves to non-public address {address or text}; an operator "
                     f"can allow-list {entry_for(host, port)} (MOAT_HTTP_ALLOW_HOSTS, or the "
                     "tenant's list) to allow it",
-                    code="host_not_allowed",
+                    code=ErrorCode.HOST_NOT_ALLOWED,
                     retryable=False,
                 )
         return addresses[0]

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail
 from schemas.canonical import MAX_JSON_DEPTH, canonical_bytes, json_depth, sha256_digest
+from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.redaction import redact, redact_text
 from schemas.run import MAX_RETRY_AFTER, AdapterOutput
@@ -32,7 +33,6 @@ from schemas.run import MAX_RETRY_AFTER, AdapterOutput
 RETRYABLE_STATUSES = frozenset({408, 429})
 RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
 IN_FLIGHT_STATUS = 409
-INVALID_RESPONSE = "provider_invalid_response"
 
 # The response headers an agent gets back: what it needs to act on the answer (where the
 # created thing is, its version, when to come back, how to page, what is left of its rate);
@@ -251,7 +251,7 @@ def _too_deep(status: int) -> ApplicationError:
         ErrorTaxonomy.UNKNOWN,
         f"the provider answered HTTP {status} with JSON nested deeper than {MAX_JSON_DEPTH} "
         "levels, which Moat does not record; the call may have taken effect",
-        code=INVALID_RESPONSE,
+        code=ErrorCode.PROVIDER_INVALID_RESPONSE,
         http_status=status,
         retryable=False,
     )

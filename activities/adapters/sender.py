@@ -21,6 +21,7 @@ from activities.adapters.responses import ERROR_BODY_BYTES, ProviderResponse, re
 from activities.connections import Scrubber, check_origin
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES
 from schemas.connections import Credential, origin_of
+from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
 
 
@@ -101,7 +102,7 @@ def _target(request: SendRequest) -> httpx.URL:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
             "the target URL must be absolute http(s)",
-            code="schema_validation_failed",
+            code=ErrorCode.SCHEMA_VALIDATION_FAILED,
             retryable=False,
         )
     if request.credential is not None:

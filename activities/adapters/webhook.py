@@ -25,6 +25,7 @@ from activities.adapters.responses import interpret
 from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import WebhookPostInput
 from schemas.connections import ConnectionType, Credential
+from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 
@@ -40,7 +41,7 @@ def signing_key(secret: str) -> bytes:
             ErrorTaxonomy.GATEWAY_ERROR,
             "the webhook connection's secret is not a Standard Webhooks secret "
             "(whsec_ followed by base64): rotate it to one",
-            code="connection_invalid",
+            code=ErrorCode.CONNECTION_INVALID,
             retryable=False,
         ) from None
 

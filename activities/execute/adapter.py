@@ -27,6 +27,7 @@ from activities.execute.events import (
 )
 from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential
+from schemas.errors import ErrorCode
 from schemas.names import CALL_ADAPTER
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
@@ -97,7 +98,7 @@ class AdapterStep:
         if self._connections is None:
             raise ApplicationError(
                 "this worker cannot resolve connections",
-                {"error_code": "connection_not_found"},
+                {"error_code": ErrorCode.CONNECTION_NOT_FOUND},
                 type=ErrorTaxonomy.GATEWAY_ERROR.value,
                 non_retryable=True,
             )

@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.evidence import Chain
 from activities.execute.events import chained, policy_events
+from schemas.errors import ErrorCode
 from schemas.events import AggregateType, EventType
 from schemas.names import CHECK_POLICY
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyRule, PolicyVersion
@@ -101,7 +102,7 @@ class PolicyStep:
                 # Another execution holds the key and has not recorded its outcome yet.
                 raise ApplicationError(
                     f"idempotency key held by running execution {claim.receipt_id}",
-                    type="idempotency_key_busy",
+                    type=ErrorCode.IDEMPOTENCY_KEY_BUSY,
                 )
             if existing is None:
                 outcome = await self._decide(session, inp, document, tenant, now, events=True)

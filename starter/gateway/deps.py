@@ -25,6 +25,7 @@ from starlette.requests import HTTPConnection
 from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
+from schemas.errors import ErrorCode
 from schemas.settings import MoatSettings
 from starter.gateway.access import route_needs
 from starter.service import MoatError, tenants
@@ -77,7 +78,7 @@ def deps_of(request: Request) -> Deps:
 
 def execution_not_found(receipt_id: str) -> MoatError:
     """The 404 of every execution route (another tenant's executions included)."""
-    return MoatError("execution_not_found", f"No execution {receipt_id[:80]!r}.")
+    return MoatError(ErrorCode.EXECUTION_NOT_FOUND, f"No execution {receipt_id[:80]!r}.")
 
 
 class PresentedKey(HTTPAuthorizationCredentials):
@@ -112,7 +113,7 @@ AdminKey = Annotated[HTTPAuthorizationCredentials | None, Security(admin_bearer)
 
 
 def unauthenticated(message: str) -> MoatError:
-    return MoatError("unauthenticated", message)
+    return MoatError(ErrorCode.UNAUTHENTICATED, message)
 
 
 async def authenticate(
@@ -231,10 +232,10 @@ async def require_admin(request: Request, credentials: AdminKey) -> None:
     async with deps.sessions.begin() as session:
         tenant = await api_keys.authenticate(session, credentials.credentials)
     if tenant is not None:
-        raise MoatError("forbidden", "A tenant's API key cannot use the admin API.")
+        raise MoatError(ErrorCode.FORBIDDEN, "A tenant's API key cannot use the admin API.")
     if configured is None:
         raise MoatError(
-            "forbidden", "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
+            ErrorCode.FORBIDDEN, "The admin API is disabled: the gateway has no MOAT_ADMIN_API_KEY."
         )
     raise unauthenticated("The admin key is wrong.")
 
@@ -252,7 +253,7 @@ TenantId = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
 def tenant_not_found(tenant_id: str) -> MoatError:
-    return MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+    return MoatError(ErrorCode.TENANT_NOT_FOUND, f"No tenant {tenant_id!r}.")
 
 
 async def _named_tenant(session: AdminSession, tenant_id: TenantId) -> Tenant:

@@ -22,6 +22,7 @@ from schemas.api import (
     TenantUpdate,
 )
 from schemas.approvals import ADMIN_ACTOR, Approval, ApprovalDecision
+from schemas.errors import ErrorCode
 from schemas.pages import ApiKeyPage, TenantPage
 from schemas.policy import PolicyDocument, PolicyVersion
 from starter.gateway.deps import (
@@ -98,7 +99,7 @@ async def update_tenant(request: Request, tenant_id: TenantId, body: TenantUpdat
     owner = deps_of(request).owner_sessions
     if owner is None:
         raise MoatError(
-            "forbidden",
+            ErrorCode.FORBIDDEN,
             "This gateway has no owner database URL (MOAT_DATABASE_URL), which a tenant's "
             "allow-list is written with: set it on an internal gateway, or run "
             "`moat tenant allow-hosts`.",
@@ -157,7 +158,7 @@ async def revoke_key(request: Request, key_id: KeyId) -> ApiKeyInfo:
     async with deps.sessions.begin() as session:
         key = await tenants.revoke_key(session, key_id, datetime.now(UTC))
     if key is None:
-        raise MoatError("key_not_found", f"No API key {key_id!r}.")
+        raise MoatError(ErrorCode.KEY_NOT_FOUND, f"No API key {key_id!r}.")
     deps.keys.forget(key_id)
     return key
 

@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload, Payloads
 
+from schemas.errors import ErrorCode
 from starter.gateway.access import public
 from starter.gateway.deps import deps_of, require_admin, unauthenticated
 from starter.gateway.errors import documented_errors
@@ -73,7 +74,7 @@ async def require_ui_token(request: Request, token: Annotated[str, Path(max_leng
     door = _door_file(request).load()
     if door is None:
         raise MoatError(
-            "forbidden",
+            ErrorCode.FORBIDDEN,
             "The Web UI's codec door is not set up on this gateway: create its token file "
             "with `moat codec rotate` (MOAT_CODEC_DOOR), or use the admin key at /codec.",
         )
@@ -92,7 +93,7 @@ async def _transcode(
 ) -> CodecPayloads:
     codec = deps_of(request).client.data_converter.payload_codec
     if codec is None:
-        raise MoatError("forbidden", "This gateway's Temporal client has no payload codec.")
+        raise MoatError(ErrorCode.FORBIDDEN, "This gateway's Temporal client has no payload codec.")
     if direction == "decode" and isinstance(codec, EncryptionCodec):
         # History also holds payloads no Moat codec wrote (a run started by someone else):
         # shown as they are; only the worker and the gateway's own client refuse them.
@@ -100,13 +101,15 @@ async def _transcode(
     try:
         parsed = json_format.ParseDict(body.model_dump(), Payloads())
     except json_format.ParseError as err:
-        raise MoatError("schema_validation_failed", f"The payloads are not valid: {err}") from err
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"The payloads are not valid: {err}"
+        ) from err
     source: list[Payload] = list(parsed.payloads)
     try:
         done = await (codec.decode(source) if direction == "decode" else codec.encode(source))
     except Exception as err:  # unknown key id, tampered ciphertext, unparseable plaintext
         raise MoatError(
-            "payload_not_decodable",
+            ErrorCode.PAYLOAD_NOT_DECODABLE,
             "A payload could not be decoded with this gateway's codec keyring.",
             {"reason": type(err).__name__},
         ) from err
@@ -159,6 +162,6 @@ async def ui_decode(request: Request, body: CodecPayloads, _ns: Namespace = None
 async def ui_encode(token: Annotated[str, Path(max_length=128)]) -> None:
     """The Web UI's door decodes only, whatever the token."""
     raise MoatError(
-        "forbidden",
+        ErrorCode.FORBIDDEN,
         "The Web UI's codec door only decodes; encoding takes the admin key (POST /codec/encode).",
     )

@@ -18,6 +18,7 @@ from schemas.connections import (
     ConnectionInfo,
     ConnectionRotate,
 )
+from schemas.errors import ErrorCode
 from schemas.pages import ConnectionPage
 from schemas.scopes import CONNECTIONS_WRITE
 from starter.gateway.access import needs
@@ -48,7 +49,7 @@ ConnectionId = Annotated[str, Path(max_length=64, pattern=CONNECTION_ID_PATTERN)
 
 def _cipher(deps: Deps) -> ConnectionCipher:
     if deps.connection_cipher is None:
-        raise MoatError("gateway_error", "This gateway has no connection keyring.")
+        raise MoatError(ErrorCode.GATEWAY_ERROR, "This gateway has no connection keyring.")
     return deps.connection_cipher
 
 

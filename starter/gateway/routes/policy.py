@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.approvals import key_actor
+from schemas.errors import ErrorCode
 from schemas.pages import PolicyVersionPage
 from schemas.policy import PolicyDocument, PolicyVersion
 from schemas.scopes import POLICY_WRITE
@@ -76,5 +77,5 @@ async def get_version(session: TenantSession, caller: Caller, version: Version) 
 async def _tenant(session: AsyncSession, tenant_id: str) -> Tenant:
     tenant = await tenants.get_tenant(session, tenant_id)
     if tenant is None:
-        raise MoatError("tenant_not_found", f"No tenant {tenant_id!r}.")
+        raise MoatError(ErrorCode.TENANT_NOT_FOUND, f"No tenant {tenant_id!r}.")
     return tenant

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from schemas.api import ReceiptPage
+from schemas.errors import ErrorCode
 from schemas.ids import is_receipt_id
 from schemas.records import ExecutionStatus, Receipt
 from starter.gateway.deps import Caller, TenantSession
@@ -79,7 +80,8 @@ async def list_receipts(
 def _refuse_nul(value: str | None) -> None:
     if value is not None and not db.storable(value):
         raise MoatError(
-            "schema_validation_failed", "Text may not hold NUL characters or lone surrogates."
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "Text may not hold NUL characters or lone surrogates.",
         )
 
 
@@ -104,7 +106,7 @@ def _rfc3339(name: str, value: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError as err:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             f"{name} must be an RFC 3339 date-time with an offset, e.g. 2026-11-25T10:00:00Z.",
             {
                 "errors": [
@@ -132,7 +134,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
             raise ValueError("malformed cursor")
     except (ValueError, TypeError) as err:
         raise MoatError(
-            "invalid_cursor", "The cursor is not one this API returned.", {"cursor": cursor}
+            ErrorCode.INVALID_CURSOR, "The cursor is not one this API returned.", {"cursor": cursor}
         ) from err
     return at, receipt_id
 
@@ -152,5 +154,5 @@ async def get_receipt(receipt_id: str, session: TenantSession, caller: Caller) -
         else None
     )
     if receipt is None:
-        raise MoatError("receipt_not_found", f"No receipt {receipt_id[:80]!r}.")
+        raise MoatError(ErrorCode.RECEIPT_NOT_FOUND, f"No receipt {receipt_id[:80]!r}.")
     return receipt
