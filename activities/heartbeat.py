@@ -29,7 +29,7 @@ BEATS_PER_TIMEOUT = 5
 @contextlib.asynccontextmanager
 async def heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background while the block runs, if the schedule set a heartbeat
-    timeout (a run scheduled before there was one set none: nothing to keep alive)."""
+    timeout (none set: nothing to keep alive)."""
     timeout = activity.info().heartbeat_timeout
     if not timeout:
         yield

@@ -7,7 +7,7 @@ connection); before each call through a connection, the worker reads it. A call 
 the connection held waits out the rest inside its attempt when that fits the attempt's
 slack (``IN_ATTEMPT_WAIT``), else fails retryably without calling, as
 ``provider_rate_limited`` with the time left as its next retry delay. The retried call
-itself keeps honouring ``Retry-After`` as before (``adapters.fail``). Another tenant's
+itself honours ``Retry-After`` too (``adapters.fail``). Another tenant's
 connection to the same provider has its own row, so its calls are never held back, and
 calls without a connection are not held (they carry no shared credential to protect).
 

@@ -26,9 +26,9 @@ PROBES_WRITE = "probes:write"
 OUTPUTS_READ = "outputs:read"
 APPROVALS_READ = "approvals:read"
 # What a key gets when created without scopes: execute anything and read what it executed.
-# Every key made before read scopes existed was given ``outputs:read`` by the migration
-# that introduced them (and ``approvals:read`` when it could decide approvals), so no
-# existing caller loses a read it had; none was given a write scope it did not hold.
+# A key older than read scopes holds ``outputs:read`` (and ``approvals:read`` when it can
+# decide approvals), granted by the migration that introduced them: no caller loses a read
+# it had, and none holds a write scope it was not given.
 DEFAULT_SCOPES: tuple[str, ...] = (EXECUTE_ALL, OUTPUTS_READ)
 
 _SCOPE = re.compile(SCOPE_PATTERN)

@@ -71,8 +71,8 @@ def manifest_bytes(manifest: RunManifest) -> bytes:
 
 
 def _private_dir(path: Path) -> None:
-    """``path`` as a folder only its owner can enter, also when an earlier version made it
-    open to others."""
+    """``path`` as a folder only its owner can enter; an existing one open to others is
+    closed."""
     try:
         path.mkdir(mode=DIR_MODE)
     except FileExistsError:

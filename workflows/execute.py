@@ -76,7 +76,7 @@ DENIAL_CODES = {
     RuleHit.KEY_REVOKED: ErrorCode.KEY_REVOKED,
     RuleHit.QUOTA_EXCEEDED: ErrorCode.QUOTA_EXCEEDED,
 }
-# Dry runs set MoatStatus too; those started before they did must replay without it.
+# Dry runs set MoatStatus too, under this patch: histories recorded without it replay.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 # Runs that wait for a person's approval (only runs a strict policy holds take that path).
 APPROVAL_PATCH = "approval-wait"

@@ -1,5 +1,5 @@
 """``moat api-key``: a tenant's API keys (``moat_<id>_<secret>``, stored hashed): create,
-list, revoke. ``moat key`` is its old name, kept hidden for one release."""
+list, revoke. ``moat key`` is a hidden alias, kept for one release."""
 
 from __future__ import annotations
 

@@ -50,8 +50,8 @@ app.add_typer(signing_key_app, name="signing-key")
 app.add_typer(webhook_app, name="webhook")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(probe_app, name="probe")
-# The names before ``api-key`` and ``signing-key``, which read too much alike; hidden, and
-# kept for one release so scripts can move over.
+# Hidden aliases of ``api-key`` and ``signing-key`` (names too alike to tell apart), kept
+# for one release so scripts can move over.
 app.add_typer(api_key_app, name="key", hidden=True)
 app.add_typer(signing_key_app, name="keys", hidden=True)
 

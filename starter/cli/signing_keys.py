@@ -1,5 +1,5 @@
 """``moat signing-key``: the keyring that signs run manifests (rotate, publish the public
-JWK Set, list). ``moat keys`` is its old name, kept hidden for one release."""
+JWK Set, list). ``moat keys`` is a hidden alias, kept for one release."""
 
 from __future__ import annotations
 

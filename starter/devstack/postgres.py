@@ -40,8 +40,8 @@ class EmbeddedPostgres(Service):
     ``PostgresServer`` registers atexit hooks and listens on a unix socket only).
 
     With a ``password`` for the superuser, every connection, TCP or socket, authenticates
-    with SCRAM-SHA-256, so a local user who can reach the port cannot connect without it; a
-    cluster made earlier with trust authentication is switched over on start. Without one,
+    with SCRAM-SHA-256, so a local user who can reach the port cannot connect without it; an
+    existing cluster that trusts local connections is switched over on start. Without one,
     the cluster trusts local connections (tests that need no more)."""
 
     def __init__(

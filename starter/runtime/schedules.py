@@ -138,8 +138,8 @@ async def create_probe_schedule(
 
 
 async def move_probe_schedules(client: Client, settings: MoatSettings) -> int:
-    """Point every probe schedule made before probes had the delivery queue at it (they
-    start their runs on this deployment's execution queue); returns how many were moved.
+    """Point every probe schedule that starts its runs on this deployment's execution queue
+    at the probes' delivery queue; returns how many were moved.
     Idempotent: every worker runs it at start."""
     moved = 0
     async for listed in await client.list_schedules():
