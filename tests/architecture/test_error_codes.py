@@ -28,10 +28,8 @@ REFUSALS = {"MoatError": (0, "code"), "error_response": (0, "code")}
 FAILURES = {"ApplicationError": (None, "type"), "fail": (None, "code"), "refused": (0, "code")}
 CODES = {c.value for c in ErrorCode}
 # Being restructured on another branch; their raise sites name codes as literals until then.
-LITERALS_ALLOWED = {
-    "starter/service/executions.py",
-    "starter/gateway/routes/executions.py",
-}
+# Path prefixes: the execute service is a module or a package of them.
+LITERALS_ALLOWED = ("starter/service/executions", "starter/gateway/routes/executions.py")
 
 
 def source_files() -> Iterator[Path]:
@@ -130,7 +128,7 @@ def literal_codes() -> list[str]:
     kinds = {**REFUSALS, **FAILURES}
     for path in source_files():
         where = path.relative_to(ROOT).as_posix()
-        if where in LITERALS_ALLOWED:
+        if where.startswith(LITERALS_ALLOWED):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
