@@ -87,26 +87,26 @@ class Executions:
           the key presented; a copy joining a flight holds no connection while it waits.
         - A copy answered with a stored receipt is an idempotent hit, like its leader."""
         tenant = await auth.recently_verified(shared.keys, call.presented_key)
-        async with contextlib.AsyncExitStack() as transaction:
+        async with contextlib.AsyncExitStack() as own_transaction:
             session: AsyncSession | None = None
-            if tenant is None:
+            if tenant is None:  # looked up in the transaction the stored answer is read in
                 assert call.presented_key is not None
-                session = await transaction.enter_async_context(shared.sessions.begin())
+                session = await own_transaction.enter_async_context(shared.sessions.begin())
                 tenant = await auth.looked_up(shared.keys, session, call.presented_key)
             prepared = await ingest.prepare_aside(call.body, call.idempotency_key, self.catalog)
-            if session is None:
+            if session is None:  # verified moments ago: memory may answer
                 remembered = replay.from_memory(self.answers, self.hits, tenant.tenant_id, prepared)
                 if remembered is not None:
                     return remembered
             flight = _flight_of(call, prepared)
             if session is not None and shared.flights.flying(flight):
-                await transaction.aclose()  # a copy waits for the flight without a connection
+                await own_transaction.aclose()  # a copy waits for its flight with no connection
                 session = None
             if session is None:
                 work = functools.partial(self._through_postgres, call, shared, prepared)
             else:
                 work = functools.partial(
-                    self._in_transaction, call, shared, prepared, tenant, session, transaction
+                    self._in_transaction, call, shared, prepared, tenant, session, own_transaction
                 )
             copied = self._count_copy_hits(prepared)
             return await shared.flights.share(flight, work, call.trace_id, copied, call.answer_copy)
@@ -130,13 +130,13 @@ class Executions:
         prepared: Prepared,
         tenant: AuthenticatedTenant,
         session: AsyncSession,
-        transaction: contextlib.AsyncExitStack,
+        own_transaction: contextlib.AsyncExitStack,
     ) -> Outcome:
         """The way of a call that looked its key up itself, in the transaction it opened
         for it; that transaction ends before the run is waited for."""
         shared.rate_limits.admit(self._settings, tenant.tenant_id)
         found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id)
-        await transaction.aclose()
+        await own_transaction.aclose()
         return (
             found if isinstance(found, Outcome) else await self.run(tenant, prepared, call, found)
         )
@@ -151,9 +151,9 @@ class Executions:
         """What a copy answered by its flight adds: a hit, when the answer is a stored
         receipt (an idempotent hit like its leader)."""
 
-        def copied(shared: Outcome) -> None:
-            receipt = shared.envelope.receipt
-            if shared.stored and receipt is not None:
+        def copied(outcome: Outcome) -> None:
+            receipt = outcome.envelope.receipt
+            if outcome.stored and receipt is not None:
                 self.hits.note(
                     receipt.tenant_id,
                     receipt.id,

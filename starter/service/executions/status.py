@@ -51,7 +51,7 @@ async def started(
             return _accepted(receipt_id, trace_id, key if whole else None, wf.id)
     except RPCError as err:
         if temporal_away(err):
-            raise  # 503, not a 404 that is not known to be true
+            raise  # unavailable, not a not-found that is not known to be true
         return None
     return None
 
