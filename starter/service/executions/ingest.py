@@ -68,29 +68,7 @@ async def prepare_aside(
 
 
 def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
-    raw = json_body.parse(body)
-    try:
-        req = ExecuteRequest.model_validate(raw)
-    except ValidationError as err:
-        errors = err.errors()
-        key_only = all(tuple(e["loc"]) == ("idempotency_key",) for e in errors)
-        if key_only and isinstance(raw, dict) and isinstance(raw.get("idempotency_key"), str):
-            raise MoatError(
-                "idempotency_key_invalid",
-                f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
-                {"errors": field_errors(errors)},
-            ) from err
-        raise MoatError(
-            "schema_validation_failed",
-            "The request does not match the schema.",
-            {"errors": field_errors(errors)},
-        ) from err
-    if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise MoatError(
-            "unsupported_schema_version",
-            f"schema_version {req.schema_version!r} is not supported.",
-            {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
-        )
+    req = _request(json_body.parse(body))
     key = _caller_key(header_key, req.idempotency_key)
     spec = catalog.get(req.capability_id, req.capability_version)
     if spec is None:
@@ -124,6 +102,33 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     return Prepared(
         request=req, capability=spec, idempotency_key=key or input_hash, input_hash=input_hash
     )
+
+
+def _request(raw: object) -> ExecuteRequest:
+    """The body as an execute request, of a supported ``schema_version``."""
+    try:
+        req = ExecuteRequest.model_validate(raw)
+    except ValidationError as err:
+        errors = err.errors()
+        key_only = all(tuple(e["loc"]) == ("idempotency_key",) for e in errors)
+        if key_only and isinstance(raw, dict) and isinstance(raw.get("idempotency_key"), str):
+            raise MoatError(
+                "idempotency_key_invalid",
+                f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+                {"errors": field_errors(errors)},
+            ) from err
+        raise MoatError(
+            "schema_validation_failed",
+            "The request does not match the schema.",
+            {"errors": field_errors(errors)},
+        ) from err
+    if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise MoatError(
+            "unsupported_schema_version",
+            f"schema_version {req.schema_version!r} is not supported.",
+            {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
+        )
+    return req
 
 
 def _check_limits(prepared: Prepared) -> None:
