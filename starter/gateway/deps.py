@@ -28,9 +28,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.gateway.access import route_needs
 from starter.service import MoatError, tenants
-from starter.service.executions import Executions
-from starter.service.flights import Flights
-from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
+from starter.service.executions import DEFAULT_TTL_SECONDS, Executions, Flights, KeyCache
 from starter.service.ratelimit import RateLimits
 from starter.service.scopes import require_scope
 from store import api_keys
@@ -55,10 +53,10 @@ class Deps:
     connection_cipher: ConnectionCipher | None = None
     # Seals and opens webhook signing secrets (the codec's keys).
     sealer: OutputSealer | None = None
-    # Identical execute requests in flight share one run (``service.flights``).
+    # Identical execute requests in flight share one run (``service.executions.flights``).
     flights: Flights = field(default_factory=Flights)
-    # API keys verified moments ago (``service.keycache``): answers from memory skip the
-    # database round trip. Its TTL is the settings' ``auth_cache_seconds``.
+    # API keys verified moments ago (``service.executions.keycache``): answers from memory
+    # skip the database round trip. Its TTL is the settings' ``auth_cache_seconds``.
     keys: KeyCache = field(default_factory=lambda: KeyCache(DEFAULT_TTL_SECONDS))
     # Each tenant's execute requests per second on this gateway (``service.ratelimit``).
     rate_limits: RateLimits = field(default_factory=RateLimits)
