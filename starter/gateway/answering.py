@@ -25,7 +25,7 @@ from schemas.execute import Envelope, EnvelopeStatus
 from schemas.names import REPLAYED_HEADER
 from schemas.settings import MoatSettings
 from starter.gateway.errors import execution_status
-from starter.service.executions import AnswerCopy, Outcome, render
+from starter.service import AnswerCopy, Outcome, render
 
 POLL_AFTER_SECONDS = "1"
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d{1,9}(?:\.\d{1,6})?)(?=$|[;,\s])")

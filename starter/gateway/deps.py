@@ -27,10 +27,15 @@ from temporalio.client import Client
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.gateway.access import route_needs
-from starter.service import MoatError, tenants
-from starter.service.executions import DEFAULT_TTL_SECONDS, Executions, Flights, KeyCache
-from starter.service.ratelimit import RateLimits
-from starter.service.scopes import require_scope
+from starter.service import (
+    Executions,
+    Flights,
+    KeyCache,
+    MoatError,
+    RateLimits,
+    require_scope,
+    tenants,
+)
 from store import api_keys
 from store.keyrings.codec import OutputSealer
 from store.keyrings.connections import ConnectionCipher
@@ -57,7 +62,7 @@ class Deps:
     flights: Flights = field(default_factory=Flights)
     # API keys verified moments ago (``service.executions.keycache``): answers from memory
     # skip the database round trip. Its TTL is the settings' ``auth_cache_seconds``.
-    keys: KeyCache = field(default_factory=lambda: KeyCache(DEFAULT_TTL_SECONDS))
+    keys: KeyCache = field(default_factory=lambda: KeyCache())
     # Each tenant's execute requests per second on this gateway (``service.ratelimit``).
     rate_limits: RateLimits = field(default_factory=RateLimits)
 

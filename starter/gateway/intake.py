@@ -31,8 +31,7 @@ from starter.gateway.deps import (
     verified_key,
 )
 from starter.gateway.routes.codec import require_ui_token
-from starter.service import json_body
-from starter.service.executions import INLINE_BODY_BYTES
+from starter.service import INLINE_BODY_BYTES, json_body
 
 Check = Callable[[Request], Awaitable[None]]
 

@@ -18,7 +18,7 @@ from starter.gateway.access import needs
 from starter.gateway.deps import TenantKey, authenticate, deps_of, execution_not_found
 from starter.gateway.errors import documented_errors
 from starter.runtime import observability
-from starter.service.executions import Call, Outcome, recorded
+from starter.service import Call, Outcome, recorded
 
 router = APIRouter()
 

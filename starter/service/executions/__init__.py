@@ -22,12 +22,11 @@ from starter.service.executions.flights import Flights
 from starter.service.executions.front import Executions, Shared
 from starter.service.executions.hits import HitLedger
 from starter.service.executions.ingest import INLINE_BODY_BYTES
-from starter.service.executions.keycache import DEFAULT_TTL_SECONDS, KeyCache
+from starter.service.executions.keycache import KeyCache
 from starter.service.executions.memory import render
 from starter.service.executions.status import recorded
 
 __all__ = [
-    "DEFAULT_TTL_SECONDS",
     "INLINE_BODY_BYTES",
     "AnswerCopy",
     "Call",

@@ -58,7 +58,7 @@ class KeyCache:
 
     def __init__(
         self,
-        ttl_seconds: float,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
         max_keys: int = MAX_KEYS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
