@@ -20,8 +20,7 @@ from starter.cli.output import AsJson, fail, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
-from starter.service import connections, tenants
-from starter.service.errors import field_errors
+from starter.service import connections, field_errors, tenants
 from store import tenancy
 from store.keyrings.connections import ConnectionCipher
 

@@ -50,9 +50,7 @@ from starter.gateway.routes import quotas as quota_routes
 from starter.runtime import observability
 from starter.runtime.loop import settle_heap
 from starter.runtime.temporal import connect
-from starter.service.executions import Executions
-from starter.service.hits import HitLedger
-from starter.service.keycache import KeyCache
+from starter.service import Executions, HitLedger, KeyCache
 from store import make_engine, make_sessionmaker
 from store.keyrings.codec import OutputSealer
 from store.keyrings.connections import ConnectionCipher

@@ -28,12 +28,15 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
 from schemas.settings import MoatSettings
 from starter.gateway.access import route_needs
-from starter.service import MoatError, tenants
-from starter.service.executions import Executions
-from starter.service.flights import Flights
-from starter.service.keycache import DEFAULT_TTL_SECONDS, KeyCache
-from starter.service.ratelimit import RateLimits
-from starter.service.scopes import require_scope
+from starter.service import (
+    Executions,
+    Flights,
+    KeyCache,
+    MoatError,
+    RateLimits,
+    require_scope,
+    tenants,
+)
 from store import api_keys
 from store.keyrings.codec import OutputSealer
 from store.keyrings.connections import ConnectionCipher
@@ -56,11 +59,11 @@ class Deps:
     connection_cipher: ConnectionCipher | None = None
     # Seals and opens webhook signing secrets (the codec's keys).
     sealer: OutputSealer | None = None
-    # Identical execute requests in flight share one run (``service.flights``).
+    # Identical execute requests in flight share one run (``service.executions.flights``).
     flights: Flights = field(default_factory=Flights)
-    # API keys verified moments ago (``service.keycache``): answers from memory skip the
-    # database round trip. Its TTL is the settings' ``auth_cache_seconds``.
-    keys: KeyCache = field(default_factory=lambda: KeyCache(DEFAULT_TTL_SECONDS))
+    # API keys verified moments ago (``service.executions.keycache``): answers from memory
+    # skip the database round trip. Its TTL is the settings' ``auth_cache_seconds``.
+    keys: KeyCache = field(default_factory=lambda: KeyCache())
     # Each tenant's execute requests per second on this gateway (``service.ratelimit``).
     rate_limits: RateLimits = field(default_factory=RateLimits)
 

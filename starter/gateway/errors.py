@@ -24,8 +24,7 @@ from schemas.errors import ErrorCode
 from schemas.execute import Envelope, EnvelopeStatus, ErrorBody
 from schemas.records import ExecutionStatus
 from starter.runtime.observability import current_trace_id
-from starter.service import MoatError
-from starter.service.errors import field_errors
+from starter.service import MoatError, field_errors
 
 log = logging.getLogger("moat.gateway")
 

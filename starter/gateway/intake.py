@@ -6,7 +6,8 @@ an unauthenticated caller could make the gateway parse whatever it sends. Every 
 takes a body is wrapped here: its credential (a tenant's API key, the admin key, the codec
 door's token) is checked first, then the body is read for what FastAPI's parser lets pass
 (a member named twice: ``bad_json``, ``service.json_body``), and only then does FastAPI
-take it. ``POST /v1/executions`` reads its body itself and does the same in its route.
+take it. ``POST /v1/executions`` reads its body itself, and its service verifies the key
+before any work on it (``service.executions.auth``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ from starter.gateway.deps import (
     verified_key,
 )
 from starter.gateway.routes.codec import require_ui_token
-from starter.service import json_body
-from starter.service.executions import INLINE_BODY_BYTES
+from starter.service import INLINE_BODY_BYTES, json_body
 
 Check = Callable[[Request], Awaitable[None]]
 

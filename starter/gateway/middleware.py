@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.errors import ErrorCode
 from schemas.names import TRACE_HEADER
+from starter.gateway.answering import keep_send
 from starter.gateway.errors import error_response, gateway_error
 from starter.runtime import observability
 from starter.runtime.availability import RETRY_AFTER_SECONDS, away
@@ -39,17 +40,6 @@ _HEADERS = _HeadersGetter()
 # a client still sending reads the answer instead of a reset connection; past it the 413
 # goes out at once, and the server drops the rest as it comes (the connection stays open).
 DRAIN_BYTES = 32 * 1024 * 1024
-
-_SEND = "moat.send"
-
-
-def answer_send(scope: Scope) -> Send | None:
-    """The request's ``send`` as ``Boundary`` hands it on (its span told the status, the
-    trace header added), for an answer sent by another task than the request's own: a
-    flight answering its copies (``service.flights``). The request then returns a response
-    that sends nothing."""
-    send: Send | None = scope.get(_SEND)
-    return send
 
 
 class Boundary:
@@ -112,7 +102,7 @@ class Boundary:
                     )
                     await too_large(scope, receive, send_traced)
                     return
-                scope[_SEND] = send_traced
+                keep_send(scope, send_traced)  # a copy may be answered by another task
                 await self.app(scope, replay, send_traced)
             except Exception as err:
                 dependency = away(err)

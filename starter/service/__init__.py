@@ -1,8 +1,73 @@
-"""The domain rules of floor 3, used by the gateway and the CLI alike: executing (prepare,
-replay, run), tenants and their API keys, budgets, evidence. Services take the caller's
-session (the caller owns the transaction), return outcomes and raise ``MoatError(code)``;
-they know nothing of HTTP."""
+"""The domain rules of floor 3, used by the gateway, the CLI and the MCP server alike.
+Services take the caller's session (the caller owns the transaction), return outcomes and
+raise ``MoatError(code)``; they know nothing of HTTP.
 
-from starter.service.errors import MoatError
+This module is the face the rooms above use (an import contract holds them to it): the
+execute path's front door and what the gateway wires around it, the refusal type, and one
+module per topic (``tenants``, ``approvals``, ``webhooks``...), whose functions are the
+topic's rules. The execute path's stages (``executions/``) and the helpers below the topics
+(``errors``, ``scopes``, ``ratelimit``) are reached through this face only.
+"""
 
-__all__ = ["MoatError"]
+from starter.service import (
+    approvals,
+    budgets,
+    connections,
+    dead_letters,
+    evidence,
+    json_body,
+    pages,
+    policy,
+    probes,
+    quotas,
+    tenants,
+    trust,
+    webhooks,
+)
+from starter.service.errors import MoatError, field_errors
+from starter.service.executions import (
+    INLINE_BODY_BYTES,
+    AnswerCopy,
+    Call,
+    Executions,
+    Flights,
+    HitLedger,
+    KeyCache,
+    Outcome,
+    Shared,
+    recorded,
+    render,
+)
+from starter.service.ratelimit import RateLimits
+from starter.service.scopes import require_scope
+
+__all__ = [
+    "INLINE_BODY_BYTES",
+    "AnswerCopy",
+    "Call",
+    "Executions",
+    "Flights",
+    "HitLedger",
+    "KeyCache",
+    "MoatError",
+    "Outcome",
+    "RateLimits",
+    "Shared",
+    "approvals",
+    "budgets",
+    "connections",
+    "dead_letters",
+    "evidence",
+    "field_errors",
+    "json_body",
+    "pages",
+    "policy",
+    "probes",
+    "quotas",
+    "recorded",
+    "render",
+    "require_scope",
+    "tenants",
+    "trust",
+    "webhooks",
+]

@@ -8,18 +8,16 @@ from __future__ import annotations
 import gc
 import tracemalloc
 import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import psutil
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from schemas.execute import Envelope, EnvelopeStatus
 from schemas.names import REPLAYED_HEADER
 from starter.devstack import serve_asgi
 from starter.gateway.app import create_app
-from starter.service.answers import ENTRY_OVERHEAD, Answer, AnswerCache
+from starter.service.executions.memory import AnswerCache
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import StackFactory
 
@@ -100,35 +98,3 @@ async def test_answers_held_in_memory_are_bounded_by_bytes(
                 headers={**headers, "Idempotency-Key": keys[-1]},
             )
             assert last.status_code == 200 and len(last.content) == size
-
-
-def test_the_answer_bound_counts_bytes_and_entries() -> None:
-    until = datetime.now(UTC) + timedelta(hours=1)
-    envelope = Envelope(trace_id="t" * 32, status=EnvelopeStatus.EXECUTED, output={"x": "y" * 1000})
-
-    def answer(envelope: Envelope = envelope) -> Answer:
-        return Answer("h", "r", "demo.echo", envelope, until)
-
-    one = AnswerCache()
-    one.keep("ten_a", "a", answer())
-    cost = one.bytes
-    assert ENTRY_OVERHEAD + 1000 < cost < ENTRY_OVERHEAD + 2000  # its bytes and the overhead
-    answers = AnswerCache(max_answers=100, max_bytes=3 * cost)
-    for key in "abcd":
-        answers.keep("ten_a", key, answer())
-    assert len(answers) == 3 and answers.get("ten_a", "a", datetime.now(UTC)) is None
-    kept = answers.get("ten_a", "d", datetime.now(UTC))
-    assert kept is not None and kept.rendered is not None and b"y" * 1000 in kept.rendered
-    assert kept.envelope.output is None  # the output is held as its bytes only
-    assert answers.bytes == 3 * cost
-    # Larger than the whole bound: not kept, nothing dropped for it.
-    huge = Envelope(trace_id="t" * 32, status=EnvelopeStatus.EXECUTED, output="z" * 20_000)
-    answers.keep("ten_a", "e", answer(huge))
-    assert answers.get("ten_a", "e", datetime.now(UTC)) is None and len(answers) == 3
-    # Replacing an answer does not count it twice; expiry gives its bytes back.
-    answers.keep("ten_a", "d", answer())
-    assert len(answers) == 3 and answers.bytes == 3 * cost
-    assert answers.get("ten_a", "d", until) is None and answers.bytes == 2 * cost
-    off = AnswerCache(max_bytes=0)
-    off.keep("ten_a", "a", answer())
-    assert len(off) == 0

@@ -21,7 +21,7 @@ from starter.devstack import serve_asgi
 from starter.devstack.temporal import TEMPORAL_DYNAMIC_CONFIG, temporal_binary
 from starter.gateway.app import create_app
 from starter.runtime.codec import data_converter
-from starter.service.hits import HitLedger
+from starter.service.executions.hits import HitLedger
 from store import hits, make_engine, make_sessionmaker, tenancy
 from store.models import IdempotentHitRow, PolicyDecisionRow
 from tests.support.stack import NAMESPACE, Stack, StackFactory
@@ -123,14 +123,6 @@ async def test_a_failed_flush_keeps_its_counts(
     up.note(stack.tenant_id, receipt_id, "demo.echo", "k", now)
     assert await up.flush() == 1
     assert await _hits(app_sessions, stack.tenant_id, receipt_id) == 2
-
-
-def test_distinct_executions_past_the_bound_are_dropped_not_held() -> None:
-    ledger = HitLedger(async_sessionmaker(), max_pending=2)
-    now = datetime.now(UTC)
-    for receipt in ("a", "b", "c", "a"):
-        ledger.note("t", receipt, "demo.echo", receipt, now)
-    assert (ledger.pending, ledger.dropped) == (3, 1)
 
 
 async def test_one_flush_adds_to_many_counters_keeping_the_first_and_last_hit(

@@ -27,7 +27,8 @@ from schemas.names import REPLAYED_HEADER
 from starter.devstack import serve_asgi
 from starter.gateway.app import create_app
 from starter.gateway.deps import Deps
-from starter.service import executions, json_body, tenants
+from starter.service import json_body, tenants
+from starter.service.executions import ingest
 from tests.support.stack import ADMIN_KEY, Stack
 
 BODY: dict[str, Any] = {"schema_version": "1", "capability_id": "demo.echo", "input": {"m": 1}}
@@ -77,8 +78,8 @@ async def test_a_made_up_key_with_a_huge_adversarial_body_is_refused_before_any_
         return record
 
     # Every step of the work on a body: parse, validate, canonicalize, redact.
-    monkeypatch.setattr(executions, "prepare", never("prepare"))
-    monkeypatch.setattr(executions, "redacted_hash", never("redacted_hash"))
+    monkeypatch.setattr(ingest, "prepare", never("prepare"))
+    monkeypatch.setattr(ingest, "redacted_hash", never("redacted_hash"))
     monkeypatch.setattr(json_body, "loads", never("json_body.loads"))
     # Shaped like the redaction's worst case, just under the body limit (256 KiB).
     text = "a" * (200 * 1024) + " b://"
@@ -176,7 +177,7 @@ async def test_a_large_body_is_worked_on_off_the_event_loop(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A big valid body from a valid key: /healthz keeps answering while it is prepared."""
-    real = executions.redacted_hash
+    real = ingest.redacted_hash
 
     def slow(payload: Any) -> str:
         deadline = time.perf_counter() + 1.5
@@ -184,7 +185,7 @@ async def test_a_large_body_is_worked_on_off_the_event_loop(
             sum(range(1000))
         return real(payload)
 
-    monkeypatch.setattr(executions, "redacted_hash", slow)
+    monkeypatch.setattr(ingest, "redacted_hash", slow)
     body = {**BODY, "input": {"items": [{"n": i, "s": "x" * 20} for i in range(2000)]}}
     loop = asyncio.get_running_loop()
     done: asyncio.Future[httpx.Response] = loop.create_future()

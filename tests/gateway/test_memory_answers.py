@@ -20,10 +20,8 @@ from starter.devstack import serve_asgi
 from starter.gateway.app import create_app
 from starter.gateway.deps import Deps
 from starter.service import tenants
-from starter.service.answers import Answer, AnswerCache
-from starter.service.keycache import KeyCache
+from starter.service.executions.keycache import KeyCache
 from store import idempotency, tenancy
-from store.api_keys import AuthenticatedTenant
 from store.models import ExecutionOutputRow
 from tests.support.stack import ADMIN_KEY, Stack
 
@@ -186,35 +184,3 @@ async def test_copies_behind_the_first_cost_no_database_round_trip(
     assert len({a.json()["receipt_id"] for a in answers}) == 1
     assert sum(REPLAYED_HEADER not in a.headers for a in answers) == 1
     assert transactions == 1
-
-
-def test_verified_keys_are_kept_by_hash_for_the_ttl_and_bounded() -> None:
-    now = [10.0]
-    cache = KeyCache(1.0, max_keys=2, clock=lambda: now[0])
-    tenant = AuthenticatedTenant("ten_a", "k1", "audit", 3600)
-    cache.keep("moat_k1_secret", tenant, since=9.5)  # the lookup began half a second ago
-    assert cache.get("moat_k1_secret") == tenant
-    assert cache.get("moat_k1_other") is None
-    assert all(b"secret" not in digest for digest in cache._keys)  # never the key itself
-    now[0] = 10.5
-    assert cache.get("moat_k1_secret") is None  # 1 s after the lookup began
-    cache.keep("moat_k1_secret", tenant, since=now[0])
-    cache.forget("k1")
-    assert cache.get("moat_k1_secret") is None
-    for i in range(3):
-        cache.keep(f"moat_k{i}_s", AuthenticatedTenant("ten_a", f"k{i}", "audit", 1), now[0])
-    assert len(cache) == 2 and cache.get("moat_k0_s") is None
-    off = KeyCache(0.0)
-    off.keep("moat_k1_secret", tenant, since=0.0)
-    assert off.get("moat_k1_secret") is None and len(off) == 0
-
-
-def test_the_answers_are_bounded() -> None:
-    answers = AnswerCache(max_answers=2)
-    until = datetime.now(UTC) + timedelta(hours=1)
-    for key in ("a", "b", "c"):
-        answers.keep("ten_a", key, Answer("h", "r", "demo.echo", None, until))  # type: ignore[arg-type]
-    assert len(answers) == 2
-    assert answers.get("ten_a", "a", datetime.now(UTC)) is None
-    assert answers.get("ten_b", "b", datetime.now(UTC)) is None
-    assert answers.get("ten_a", "c", until) is None  # expired at its bound

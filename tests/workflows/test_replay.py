@@ -26,8 +26,9 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
 from starter.devstack import temporal_binary
-from starter.service.answers import AnswerCache
-from starter.service.executions import Executions, Unfinished
+from starter.service.executions.call import Unfinished
+from starter.service.executions.front import Executions
+from starter.service.executions.memory import AnswerCache
 from store import budgets
 from store.keyrings.signing import Keyring, verify_manifest
 from store.keyrings.start import StartKeyring

@@ -1,4 +1,4 @@
-"""Stored answers of finished executions, kept in memory to answer repeats without Postgres.
+"""Memory: the stored answers of finished executions, kept to answer repeats without Postgres.
 
 A finished execution's receipt never changes, and neither does the claim on its key while
 the claim is live (a key is only taken again once expired), so the first replay from
@@ -35,15 +35,15 @@ ENTRY_OVERHEAD = 6 * 1024
 
 
 def render(envelope: Envelope) -> bytes:
-    """An envelope as the gateway sends it: compact JSON, non-ASCII escaped (an echoed lone
-    surrogate still renders)."""
+    """An envelope as JSON, as it is kept here and sent: compact, non-ASCII escaped (an
+    echoed lone surrogate still renders)."""
     content = envelope.model_dump(mode="json")
     return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 @dataclass
-class Answer:
-    """What a repeat of a finished execution's key gets."""
+class RememberedAnswer:
+    """What a repeat of a finished execution's key gets from memory."""
 
     input_hash: str
     receipt_id: str
@@ -67,7 +67,7 @@ class AnswerCache:
         self._max = max_answers
         self._max_bytes = max_bytes
         # Each answer with what it cost when kept.
-        self._answers: dict[tuple[str, str], tuple[Answer, int]] = {}
+        self._answers: dict[tuple[str, str], tuple[RememberedAnswer, int]] = {}
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -78,7 +78,7 @@ class AnswerCache:
         """What the answers held cost, as counted against ``max_bytes``."""
         return self._bytes
 
-    def get(self, tenant_id: str, key: str, now: datetime) -> Answer | None:
+    def get(self, tenant_id: str, key: str, now: datetime) -> RememberedAnswer | None:
         held = self._answers.get((tenant_id, key))
         if held is None:
             return None
@@ -87,7 +87,7 @@ class AnswerCache:
             return None
         return held[0]
 
-    def keep(self, tenant_id: str, key: str, answer: Answer) -> None:
+    def keep(self, tenant_id: str, key: str, answer: RememberedAnswer) -> None:
         if self._max <= 0:
             return
         if answer.rendered is None and answer.envelope is not None:

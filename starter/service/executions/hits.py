@@ -1,9 +1,9 @@
-"""Counting idempotent hits without a write per hit.
+"""Hits: idempotent hits counted without a write per hit.
 
-A replay used to commit a permanent ``policy_decisions`` row: a synchronous write on the
-hottest path, and a write amplification any tenant could trigger by repeating a request.
-Now the gateway counts hits in memory, per execution, and adds them to one counter row per
-execution (``store.hits``) every ``MOAT_HIT_FLUSH_SECONDS``, in one transaction.
+A replay writes nothing on its way (a write there would be on the hottest path, and one
+any tenant could multiply by repeating a request): the gateway counts hits in memory, per
+execution, and adds them to one counter row per execution (``store.hits``) every
+``MOAT_HIT_FLUSH_SECONDS``, in one transaction.
 
 Loss window: the hits counted since the last flush (at most ``MOAT_HIT_FLUSH_SECONDS`` of
 them) are lost if the gateway dies without shutting down (``kill -9``, out of memory); a

@@ -1,4 +1,5 @@
-"""API keys verified recently, so a repeated request skips the database round trip.
+"""Key cache: API keys verified recently, so a repeated request skips the database round
+trip.
 
 Only the execute route's answers from memory (a stored receipt, a run already in flight)
 rely on it; every request that reaches Postgres authenticates there again, in its own
@@ -12,7 +13,7 @@ the request that verified them in its own transaction (no extra round trip); an 
 revoked key is looked up every time.
 
 Every request is verified before any work on its body and before it joins a run in flight
-(``service.flights``): by this cache, or by a lookup of its own, or by a lookup of the same
+(``flights``): by this cache, or by a lookup of its own, or by a lookup of the same
 key already under way on this gateway (``pending``: a burst of one new key costs one
 lookup), with the same bound: a lookup counts from when it began.
 """
@@ -57,7 +58,7 @@ class KeyCache:
 
     def __init__(
         self,
-        ttl_seconds: float,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
         max_keys: int = MAX_KEYS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -1,4 +1,4 @@
-"""Identical requests in flight on one gateway share one run.
+"""Flights: identical requests in flight on one gateway share one run.
 
 A burst of the same request (an agent retrying on a timeout, a fan-out sending the same
 call) would otherwise make every copy start the workflow (attaching to the first run) and
@@ -12,7 +12,7 @@ and Temporal, so the copies behind it cost no database round trip. It is keyed b
 calls (the presented key's hash) and everything that shapes the answer (idempotency key,
 input hash, connection, wait budget; dry runs never share): a copy never receives an
 answer it would not have got on its own. Every copy's key is verified before it joins
-(``service.keycache``: moments ago, or by a lookup that began at most the cache's TTL ago),
+(``keycache``: moments ago, or by a lookup that began at most the cache's TTL ago),
 never taken on trust from the first copy: a key revoked while a run is in flight is not
 let into it (revoked through this gateway: at once; elsewhere: within the cache's TTL).
 If the first copy fails, the others go their own way instead of sharing its error.
@@ -33,9 +33,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Hashable
 
 from schemas.execute import EnvelopeStatus
-from starter.service.executions import Outcome
-
-Answer = Callable[[Outcome], Awaitable[None]]
+from starter.service.executions.call import AnswerCopy, Outcome
 
 
 @dataclasses.dataclass
@@ -44,7 +42,7 @@ class _Copy:
     ``answer``, if it left one, is sent), None when it must go its own way (the first copy
     failed)."""
 
-    answer: Answer | None
+    answer: AnswerCopy | None
     trace_id: str
     on_copy: Callable[[Outcome], None] | None
     answered: asyncio.Future[Outcome | None]
@@ -72,7 +70,7 @@ class Flights:
         work: Callable[[], Awaitable[Outcome]],
         trace_id: str,
         on_copy: Callable[[Outcome], None] | None = None,
-        answer: Answer | None = None,
+        answer: AnswerCopy | None = None,
     ) -> Outcome:
         """``work()``'s outcome, done once for every copy of ``key`` that arrives meanwhile
         (``on_copy`` is told of each copy answered with the shared outcome). A copy given

@@ -1,0 +1,41 @@
+"""Executing a capability, one room per stage of the request, in the order a request meets
+them (``front.Executions.execute`` walks them):
+
+- ``auth``: who calls, the presented key verified (``keycache``: moments ago) before any
+  work on the body;
+- ``ingest``: the body parsed, validated and canonicalized, its key derived (``prepare``),
+  its connection admitted;
+- ``replay``: a repeat answered with its stored answer, from memory (``memory``) or from
+  Postgres, counted as a hit (``hits``);
+- ``flights``: identical copies in flight share one way through Postgres and Temporal;
+- ``start``: the run started in Temporal, or the running one attached to;
+- ``wait`` and ``results``: the run waited for within the budget, and what it comes to;
+- ``status``: what became of an execution, for a poll.
+
+What goes in and out is in ``call``. Persist-first: the only durable write for a new
+request is starting the workflow. Answers are envelopes; refusals are ``MoatError`` with
+the API's code. Nothing here speaks HTTP.
+"""
+
+from starter.service.executions.call import AnswerCopy, Call, Outcome
+from starter.service.executions.flights import Flights
+from starter.service.executions.front import Executions, Shared
+from starter.service.executions.hits import HitLedger
+from starter.service.executions.ingest import INLINE_BODY_BYTES
+from starter.service.executions.keycache import KeyCache
+from starter.service.executions.memory import render
+from starter.service.executions.status import recorded
+
+__all__ = [
+    "INLINE_BODY_BYTES",
+    "AnswerCopy",
+    "Call",
+    "Executions",
+    "Flights",
+    "HitLedger",
+    "KeyCache",
+    "Outcome",
+    "Shared",
+    "recorded",
+    "render",
+]

@@ -1,0 +1,68 @@
+"""Wait: the run's result within the caller's wait budget, or ``TimeoutError`` as soon as
+it is clear it will not come in time (the budget is spent, or the run waits for a person).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from schemas.approvals import Approval
+from schemas.run import ExecuteResult
+from starter.service import approvals as approvals_service
+from starter.service import policy as policy_service
+from store import tenancy
+
+# How often a run that may wait for a person is looked at while the gateway waits for it.
+APPROVAL_POLL_SECONDS = 0.2
+
+
+async def result_within(
+    handle: Any,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant_id: str,
+    workflow_id: str,
+    wait_seconds: float,
+    policy_mode: str | None,
+) -> ExecuteResult:
+    """The run's result within ``wait_seconds``; ``TimeoutError`` when it is not there,
+    or as soon as the run waits for a person (nobody answers that in a wait budget).
+    With ``policy_mode``, a run still going after each ``APPROVAL_POLL_SECONDS`` is
+    looked at for an approval it waits for, once the tenant's policy is found strict."""
+    task = asyncio.ensure_future(handle.result())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_seconds
+    strict: bool | None = None if policy_mode is not None else False
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            step = left if strict is False else min(APPROVAL_POLL_SECONDS, left)
+            done, _ = await asyncio.wait({task}, timeout=step)
+            if done:
+                return task.result()  # type: ignore[no-any-return]
+            if strict is None:
+                assert policy_mode is not None
+                strict = await _strict(sessions, tenant_id, policy_mode)
+            if strict and await awaited_approval(sessions, tenant_id, workflow_id) is not None:
+                raise TimeoutError
+    finally:
+        task.cancel()
+
+
+async def awaited_approval(
+    sessions: async_sessionmaker[AsyncSession], tenant_id: str, workflow_id: str
+) -> Approval | None:
+    """The approval the run ``workflow_id`` waits for, if it waits for one."""
+    async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+        return await approvals_service.pending_of_workflow(session, tenant_id, workflow_id)
+
+
+async def _strict(
+    sessions: async_sessionmaker[AsyncSession], tenant_id: str, policy_mode: str
+) -> bool:
+    async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+        return await policy_service.is_strict(session, tenant_id, policy_mode)
