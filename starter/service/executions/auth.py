@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas.errors import ErrorCode
 from starter.service.errors import MoatError
 from starter.service.executions.keycache import UNKNOWN, KeyCache, Unknown
 from store import api_keys
@@ -17,7 +18,7 @@ from store.api_keys import AuthenticatedTenant
 
 
 def unauthenticated(message: str) -> MoatError:
-    return MoatError("unauthenticated", message)
+    return MoatError(ErrorCode.UNAUTHENTICATED, message)
 
 
 async def recently_verified(keys: KeyCache, presented: str | None) -> AuthenticatedTenant | None:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from schemas.errors import ErrorCode
 from schemas.execute import Envelope
 from schemas.redaction import redact
 from starter.service.errors import MoatError
@@ -63,7 +64,7 @@ class Unfinished:
 def key_reused(key: str, receipt_id: str | None) -> MoatError:
     """The refusal of a key already taken by another input, wherever it is found."""
     return MoatError(
-        "idempotency_key_reused",
+        ErrorCode.IDEMPOTENCY_KEY_REUSED,
         "This idempotency key was already used with a different request.",
         {"idempotency_key": redact(key), "original_receipt_id": receipt_id},
     )

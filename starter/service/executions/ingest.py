@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import MAX_JSON_DEPTH, json_depth
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
+from schemas.errors import ErrorCode
 from schemas.execute import (
     MAX_IDEMPOTENCY_KEY_LENGTH,
     SUPPORTED_SCHEMA_VERSIONS,
@@ -50,7 +51,7 @@ def prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> 
         prepared = _prepare(body, header_key, catalog)
     except UnicodeError as err:
         raise MoatError(
-            "bad_json",
+            ErrorCode.BAD_JSON,
             "The body holds a lone UTF-16 surrogate; JSON text must be valid Unicode.",
         ) from err
     _check_limits(prepared)
@@ -74,7 +75,7 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     spec = catalog.get(req.capability_id, req.capability_version)
     if spec is None:
         raise MoatError(
-            "capability_not_found",
+            ErrorCode.CAPABILITY_NOT_FOUND,
             f"No capability {req.capability_id!r}"
             + (f" at version {req.capability_version}" if req.capability_version else "")
             + ".",
@@ -84,7 +85,7 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
         catalog.input_model(spec).model_validate(req.input)
     except ValidationError as err:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             f"The input does not match {spec.id}'s input schema.",
             {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
         ) from err
@@ -98,7 +99,8 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
         input_hash = redacted_hash(payload)
     except (rfc8785.CanonicalizationError, RecursionError) as err:
         raise MoatError(
-            "schema_validation_failed", f"The input cannot be canonicalized (RFC 8785): {err}"
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"The input cannot be canonicalized (RFC 8785): {err}",
         ) from err
     return Prepared(
         request=req, capability=spec, idempotency_key=key or input_hash, input_hash=input_hash
@@ -114,18 +116,18 @@ def _request(raw: object) -> ExecuteRequest:
         key_only = all(tuple(e["loc"]) == ("idempotency_key",) for e in errors)
         if key_only and isinstance(raw, dict) and isinstance(raw.get("idempotency_key"), str):
             raise MoatError(
-                "idempotency_key_invalid",
+                ErrorCode.IDEMPOTENCY_KEY_INVALID,
                 f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
                 {"errors": field_errors(errors)},
             ) from err
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             "The request does not match the schema.",
             {"errors": field_errors(errors)},
         ) from err
     if req.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
         raise MoatError(
-            "unsupported_schema_version",
+            ErrorCode.UNSUPPORTED_SCHEMA_VERSION,
             f"schema_version {req.schema_version!r} is not supported.",
             {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
         )
@@ -139,7 +141,7 @@ def _check_limits(prepared: Prepared) -> None:
     req = prepared.request
     if json_depth(req.input) > MAX_INPUT_DEPTH:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             f"The input is nested deeper than {MAX_INPUT_DEPTH} levels.",
             {"errors": [{"loc": ["input"], "msg": "too deep", "type": "too_deep"}]},
         )
@@ -151,7 +153,7 @@ def _check_limits(prepared: Prepared) -> None:
     bad = [name for name, value in fields.items() if value is not None and not db.storable(value)]
     if bad:
         raise MoatError(
-            "schema_validation_failed",
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             "Text fields may not hold NUL characters or lone surrogates.",
             {
                 "errors": [
@@ -165,12 +167,12 @@ def _caller_key(header: str | None, field: str | None) -> str | None:
     if header is not None:
         if not header or len(header) > MAX_IDEMPOTENCY_KEY_LENGTH:
             raise MoatError(
-                "idempotency_key_invalid",
+                ErrorCode.IDEMPOTENCY_KEY_INVALID,
                 f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
             )
         if field is not None and field != header:
             raise MoatError(
-                "idempotency_key_invalid",
+                ErrorCode.IDEMPOTENCY_KEY_INVALID,
                 "The Idempotency-Key header and the idempotency_key field differ.",
             )
         return header

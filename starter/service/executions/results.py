@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from schemas.approvals import ApprovalRef
+from schemas.errors import ErrorCode
 from schemas.execute import Envelope, EnvelopeStatus, KeptOutput, Plan, envelope_for_receipt
 from schemas.records import Receipt
 from schemas.run import ExecuteResult, PolicyOutcome
@@ -41,7 +42,9 @@ async def of_result(
         return _planned(result.plan, prepared, trace_id)
     if result.receipt is None:
         raise MoatError(
-            "gateway_error", "The run returned no receipt.", {"workflow_id": run.workflow_id}
+            ErrorCode.GATEWAY_ERROR,
+            "The run returned no receipt.",
+            {"workflow_id": run.workflow_id},
         )
     attached = result.request_id != run.request_id or result.receipt.id != run.receipt_id
     return await _finished(
@@ -88,13 +91,13 @@ def failed(err: WorkflowFailureError, workflow_id: str) -> MoatError:
     signature on it, or any other fault); the trace id identifies it."""
     if _refused_start(err):
         return MoatError(
-            "gateway_error",
+            ErrorCode.GATEWAY_ERROR,
             "A worker refused this gateway's signature on the run: gateways and "
             "workers must share the same MOAT_START_KEYRING.",
             {"workflow_id": workflow_id, "reason": START_NOT_SIGNED},
         )
     return MoatError(
-        "gateway_error",
+        ErrorCode.GATEWAY_ERROR,
         "The run failed inside Moat; the trace id identifies it.",
         {"workflow_id": workflow_id},
     )
