@@ -85,9 +85,11 @@ def code_of(expr: ast.expr, tree: ast.Module) -> str | None:
     return None
 
 
-def raised(kinds: dict[str, tuple[int | None, str]]) -> dict[str, set[str]]:
-    """Every code the calls named in ``kinds`` are given: code -> the modules raising it."""
-    found: dict[str, set[str]] = {}
+def code_arguments(
+    kinds: dict[str, tuple[int | None, str]],
+) -> Iterator[tuple[Path, ast.Module, ast.expr]]:
+    """Every argument that names a code in a call named in ``kinds`` (name -> the code's
+    position and keyword), with the module it is in."""
     for path in source_files():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -98,13 +100,18 @@ def raised(kinds: dict[str, tuple[int | None, str]]) -> dict[str, set[str]]:
             if name not in kinds:
                 continue
             position, keyword = kinds[name]
-            args = [k.value for k in node.keywords if k.arg == keyword]
+            yield from ((path, tree, k.value) for k in node.keywords if k.arg == keyword)
             if position is not None and len(node.args) > position:
-                args.append(node.args[position])
-            for arg in args:
-                code = code_of(arg, tree)
-                if code is not None:
-                    found.setdefault(code, set()).add(module_of(path))
+                yield path, tree, node.args[position]
+
+
+def raised(kinds: dict[str, tuple[int | None, str]]) -> dict[str, set[str]]:
+    """Every code the calls named in ``kinds`` are given: code -> the modules raising it."""
+    found: dict[str, set[str]] = {}
+    for path, tree, arg in code_arguments(kinds):
+        code = code_of(arg, tree)
+        if code is not None:
+            found.setdefault(code, set()).add(module_of(path))
     return found
 
 
@@ -123,27 +130,11 @@ def test_every_failure_a_run_records_is_a_code() -> None:
 
 def literal_codes() -> list[str]:
     """Raise sites that spell a code as a string literal: ``path:line 'code'``."""
-    found = []
-    kinds = {**REFUSALS, **FAILURES}
-    for path in source_files():
-        where = path.relative_to(ROOT).as_posix()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-            if name not in kinds:
-                continue
-            position, keyword = kinds[name]
-            args = [k.value for k in node.keywords if k.arg == keyword]
-            if position is not None and len(node.args) > position:
-                args.append(node.args[position])
-            found += [
-                f"{where}:{a.lineno} {a.value!r}"
-                for a in args
-                if isinstance(a, ast.Constant) and isinstance(a.value, str)
-            ]
-    return found
+    return [
+        f"{path.relative_to(ROOT).as_posix()}:{arg.lineno} {arg.value!r}"
+        for path, _, arg in code_arguments({**REFUSALS, **FAILURES})
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+    ]
 
 
 def test_raise_sites_name_codes_by_their_member() -> None:
