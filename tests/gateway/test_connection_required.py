@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from mcp import Client
 from sqlalchemy import func, select
 from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.run import workflow_id_for
 from starter.devstack.providers import FakeSlack
+from starter.mcp import MoatTools, build_server
 from store.models import IdempotencyClaim, PolicyDecisionRow, ReceiptRow
 from tests.support.fakes import FakeProvider
 from tests.support.stack import ADMIN_KEY, Stack, StackFactory
@@ -110,3 +112,26 @@ async def test_a_revoked_connection_is_refused_before_a_new_execution_claims_its
     assert held is None
     with pytest.raises(RPCError):
         await stack.client.get_workflow_handle(workflow_id_for(stack.tenant_id, key)).describe()
+
+
+async def test_an_mcp_tool_call_naming_no_connection_is_a_tool_error_saying_what_fits(
+    slack_stack: Stack,
+) -> None:
+    """The MCP server goes through the same ingest: a tool error naming the code and the
+    types, and the key stays free."""
+    stack, key = slack_stack, "mcp-post-hello"
+    tools = MoatTools(stack.url, stack.api_key)
+    try:
+        async with Client(build_server(tools)) as client:
+            refused = await client.call_tool(
+                "slack_post_message", {**MESSAGE, "idempotency_key": key}
+            )
+    finally:
+        await tools.aclose()
+    assert refused.is_error
+    assert refused.structured_content is not None
+    assert refused.structured_content["error"]["code"] == "connection_required"
+    headline = refused.content[0].text  # type: ignore[union-attr]
+    assert headline.startswith("connection_required") and "slack" in headline
+    async with stack.sessions() as s:
+        assert await s.get(IdempotencyClaim, (stack.tenant_id, key)) is None
