@@ -93,6 +93,9 @@ class CapabilitySpec(BaseModel):
     idempotency: IdempotencyStrategy = IdempotencyStrategy.NONE
     # Connection types the adapter accepts; empty: the capability takes no connection.
     connection_types: tuple[ConnectionType, ...] = ()
+    # True: the adapter cannot act without a connection, so a call naming none is refused
+    # before anything is claimed or started (``connection_required``).
+    connection_required: bool = False
     # None: the capability has no call free of side effects, and is never probed.
     probe: ProbeSpec | None = None
 
@@ -272,6 +275,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         timeout_seconds=15.0,
         idempotency=IdempotencyStrategy.PROVIDER_KEY,
         connection_types=(ConnectionType.WEBHOOK,),
+        connection_required=True,
     ),
     CapabilitySpec(
         id="slack.post_message",
@@ -287,6 +291,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         timeout_seconds=10.0,
         idempotency=IdempotencyStrategy.RECONCILE,
         connection_types=(ConnectionType.SLACK,),
+        connection_required=True,
     ),
     CapabilitySpec(
         id="github.create_issue",
@@ -302,6 +307,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         timeout_seconds=10.0,
         idempotency=IdempotencyStrategy.RECONCILE,
         connection_types=(ConnectionType.GITHUB,),
+        connection_required=True,
     ),
     # The providers' safe reads: what a probe of a Slack or GitHub connection calls.
     CapabilitySpec(
@@ -316,6 +322,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         effect_type=EffectType.NONE,
         timeout_seconds=10.0,
         connection_types=(ConnectionType.SLACK,),
+        connection_required=True,
         probe=ProbeSpec(default_input={}),
     ),
     CapabilitySpec(
@@ -331,6 +338,7 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         effect_type=EffectType.NONE,
         timeout_seconds=10.0,
         connection_types=(ConnectionType.GITHUB,),
+        connection_required=True,
         probe=ProbeSpec(default_input={}),
     ),
 )

@@ -132,13 +132,16 @@ async def reencrypt(session: AsyncSession, cipher: ConnectionCipher, tenant_id: 
 
 async def admit(
     session: AsyncSession, tenant_id: str, spec: CapabilitySpec, connection_id: str | None
-) -> None:
-    """The connection a call names must be the tenant's (another tenant's is as absent:
-    ``connection_not_found``) and of a type the capability takes
-    (``connection_type_mismatch``). A revoked one passes: the run's adapter step refuses it,
-    leaving a failed receipt, as it does when a revocation comes after ingest."""
+) -> ConnectionRow | None:
+    """The connection a call names (None: it names none, and the capability can do
+    without: else ``connection_required``) must be the tenant's (another tenant's is as
+    absent: ``connection_not_found``) and of a type the capability takes
+    (``connection_type_mismatch``). A revoked one passes here, so that a stored answer can
+    still be replayed: ``refuse_revoked`` refuses it for a new execution."""
     if connection_id is None:
-        return
+        if spec.connection_required:
+            raise required(spec)
+        return None
     row = await connections.get_connection(session, tenant_id, connection_id)
     if row is None:
         raise MoatError(
@@ -154,3 +157,25 @@ async def admit(
             f"{spec.id} {takes}; connection {row.id} is {row.type}.",
             {"connection_type": row.type, "accepted_types": accepted},
         )
+    return row
+
+
+def required(spec: CapabilitySpec) -> MoatError:
+    """The refusal of a call to ``spec`` that names no connection, saying which types fit
+    and how to add one."""
+    accepted = [t.value for t in spec.connection_types]
+    kind = accepted[0] if accepted else "TYPE"
+    return MoatError(
+        ErrorCode.CONNECTION_REQUIRED,
+        f"{spec.id} needs a connection of type {' or '.join(accepted) or 'none known'}: add "
+        f"one (`POST /v1/connections` with type {kind!r}, or `moat connection add TENANT "
+        f"--type {kind} --name NAME`) and name its id in the request's connection_id.",
+        {"capability_id": spec.id, "accepted_types": accepted},
+    )
+
+
+def refuse_revoked(row: ConnectionRow | None) -> None:
+    """A new execution may not name a revoked connection (``connection_revoked``): refused
+    before anything is claimed, as the run's adapter step refuses it too."""
+    if row is not None and row.revoked_at is not None:
+        raise revoked(row)

@@ -144,8 +144,11 @@ class Executions:
     async def _stored(
         self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
-        await ingest.admit_connection(session, tenant_id, prepared)
-        return await self.replay(session, tenant_id, prepared, trace_id)
+        connection = await ingest.admit_connection(session, tenant_id, prepared)
+        found = await self.replay(session, tenant_id, prepared, trace_id)
+        if found is None:
+            ingest.admit_new(connection)
+        return found
 
     def _count_copy_hits(self, prepared: Prepared) -> Callable[[Outcome], None]:
         """What a copy answered by its flight adds: a hit, when the answer is a stored

@@ -1,5 +1,6 @@
 """Ingest: an execute request's body made into a validated request (``prepare``) before
-anything looks for its answer, and its connection admitted (``admit_connection``).
+anything looks for its answer, and its connection admitted (``admit_connection``; for a
+new execution, ``admit_new`` too) before any key is claimed or run started.
 
 Parse → validate → check ``schema_version`` → canonicalize → derive the idempotency key →
 check what the schema does not state. Refusals are ``MoatError`` with the API's code.
@@ -27,6 +28,7 @@ from starter.service import connections as connections_service
 from starter.service import json_body
 from starter.service.errors import MoatError, field_errors
 from store import db
+from store.models import ConnectionRow
 
 MAX_INPUT_DEPTH = MAX_JSON_DEPTH
 # Bodies up to this size are prepared on the event loop (a thread's hand-off costs more
@@ -179,8 +181,18 @@ def _caller_key(header: str | None, field: str | None) -> str | None:
     return field
 
 
-async def admit_connection(session: AsyncSession, tenant_id: str, prepared: Prepared) -> None:
-    """The request's connection, as every call's (``connections_service.admit``)."""
-    await connections_service.admit(
+async def admit_connection(
+    session: AsyncSession, tenant_id: str, prepared: Prepared
+) -> ConnectionRow | None:
+    """The request's connection, as every call's (``connections_service.admit``): one the
+    capability needs is named, is the tenant's, and is of a type it takes."""
+    return await connections_service.admit(
         session, tenant_id, prepared.capability, prepared.request.connection_id
     )
+
+
+def admit_new(connection: ConnectionRow | None) -> None:
+    """What a new execution's connection must be beyond ``admit_connection``, decided
+    before its key is claimed or its run started: not revoked. A stored answer for the key
+    is replayed whatever became of its connection since."""
+    connections_service.refuse_revoked(connection)
