@@ -22,10 +22,18 @@ from sqlalchemy.ext.asyncio import (
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
-    """An async engine (psycopg 3) for ``postgresql+psycopg://`` URLs."""
+def make_engine(
+    url: str, *, pool_size: int = 10, connect_timeout: int | None = None
+) -> AsyncEngine:
+    """An async engine (psycopg 3) for ``postgresql+psycopg://`` URLs; ``connect_timeout``
+    (seconds, at least 2) bounds each new connection."""
+    connect_args = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
     return create_async_engine(
-        url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=False
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size * 2,
+        pool_pre_ping=False,
+        connect_args=connect_args,
     )
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from schemas.settings import MoatSettings
-from starter.cli.output import fail, out
+from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable, out
 from starter.devstack.home import demo_api_key
 
 if TYPE_CHECKING:
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 
 def agent_client(settings: MoatSettings) -> MoatClient:
-    from moat_client import MoatClient
+    """The agents' client for a person at a terminal: one try per request (they run the
+    command again, with the same key), and a short connect timeout."""
+    from moat_client import MoatClient, RetryPolicy
 
     api_key = settings.api_key or demo_api_key(settings)
     if not api_key:
@@ -29,17 +31,27 @@ def agent_client(settings: MoatSettings) -> MoatClient:
             "set MOAT_API_KEY, or run `moat up` to create the demo tenant's key",
             code=2,
         )
-    return MoatClient(settings.local_gateway_url, api_key)
+    return MoatClient(
+        settings.local_gateway_url,
+        api_key,
+        retry=RetryPolicy(max_attempts=1),
+        connect_timeout=CONNECT_TIMEOUT,
+    )
 
 
 @contextmanager
 def gateway_answers(settings: MoatSettings) -> Iterator[None]:
-    """A refusal prints the gateway's error as JSON (exit 1); an unreachable gateway is
-    the one error line."""
-    from moat_client import MoatError
+    """A refusal prints the gateway's error as JSON (exit 1); a gateway that is not there
+    is the one error line (exit 3)."""
+    import httpx
+    from moat_client import GatewayUnavailable, MoatError
 
     try:
         yield
+    except GatewayUnavailable as exc:
+        if isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout):
+            raise gateway_unavailable(settings.local_gateway_url) from None
+        raise fail(f"{exc.code}: {exc.message}") from None
     except MoatError as exc:
         out.print_json(
             json.dumps(
@@ -51,8 +63,5 @@ def gateway_answers(settings: MoatSettings) -> Iterator[None]:
             )
         )
         raise typer.Exit(1) from None
-    except OSError as exc:
-        raise fail(
-            f"cannot reach the gateway at {settings.local_gateway_url}: {exc}",
-            "start it with `make up` (or set MOAT_GATEWAY_URL)",
-        ) from None
+    except OSError:
+        raise gateway_unavailable(settings.local_gateway_url) from None

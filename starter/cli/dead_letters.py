@@ -19,11 +19,13 @@ dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, requ
 @dlq_app.command("list")
 def list_dead_letters(
     status: Annotated[str, typer.Option(help="open, requeued or resolved.")] = "open",
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Dead letters, newest first."""
-    page = call(local_settings(), "GET", f"/v1/dead-letters?status={status}&limit={limit}")
+    """Dead letters, newest first, a page at a time."""
+    params = {"status": status, "limit": limit, "cursor": cursor}
+    page = call(local_settings(), "GET", "/v1/dead-letters", params=params)
     if as_json:
         print_json(page)
         return
@@ -39,7 +41,8 @@ def list_dead_letters(
             escape(d["reason"]),
         )
     out.print(table)
-    out.print(f"{len(page['items'])} {status} dead letters")
+    more = f" (more: --cursor {page['next_cursor']})" if page.get("next_cursor") else ""
+    out.print(f"{len(page['items'])} {status} dead letters{more}")
 
 
 @dlq_app.command("show")

@@ -22,6 +22,11 @@ T = TypeVar("T")
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
+# The exit code of a command whose gateway, PostgreSQL or Temporal is not there.
+UNAVAILABLE = 3
+# Seconds a command waits for a connection: nothing answering is said at once.
+CONNECT_TIMEOUT = 2.0
+
 # What to do next, for refusals an operator can act on.
 HINTS = {
     "tenant_not_found": "give a tenant's id or name; see `moat tenant list`",
@@ -45,6 +50,20 @@ def fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
     """Say what went wrong in one line; raise the returned exit."""
     error_line(message, hint)
     return typer.Exit(code)
+
+
+def unavailable(code: str, message: str, remedy: str) -> typer.Exit:
+    """A service the command needs is not there: one line with what to run, exit 3."""
+    err.print(f"[bold red]error:[/] {escape(f'{code}: {message} — {remedy}')}", soft_wrap=True)
+    return typer.Exit(UNAVAILABLE)
+
+
+def gateway_unavailable(url: str) -> typer.Exit:
+    return unavailable(
+        "gateway_unavailable",
+        f"no Moat gateway at {url}",
+        "start one with `make up` (or `moat up`), or set MOAT_GATEWAY_URL",
+    )
 
 
 @contextmanager

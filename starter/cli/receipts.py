@@ -25,13 +25,15 @@ def list_receipts(
     ] = None,
     capability: Annotated[str | None, typer.Option(help="Capability id, e.g. demo.echo.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """The newest receipts first (``--json``: the gateway's page as it is)."""
+    """The newest receipts first, a page at a time (``--json``: the gateway's page as it
+    is)."""
     settings = local_settings()
     with gateway_answers(settings):
         page = agent_client(settings).list_receipts(
-            status=status, capability_id=capability, limit=limit
+            status=status, capability_id=capability, limit=limit, cursor=cursor
         )
     if as_json:
         out.print_json(page.model_dump_json())
@@ -49,7 +51,7 @@ def list_receipts(
             receipt.idempotency_key,
         )
     out.print(table)
-    more = " (there are more: raise --limit)" if page.next_cursor else ""
+    more = f" (more: --cursor {page.next_cursor})" if page.next_cursor else ""
     out.print(f"{len(page.items)} receipts{more}")
 
 

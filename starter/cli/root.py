@@ -12,7 +12,7 @@ from starter.cli.budgets import budget_app
 from starter.cli.connections import connection_app
 from starter.cli.dead_letters import dlq_app
 from starter.cli.manifests import manifest_app
-from starter.cli.output import error_line
+from starter.cli.output import error_line, unavailable
 from starter.cli.policy import policy_app
 from starter.cli.receipts import receipts_app
 from starter.cli.runs import runs_app
@@ -69,16 +69,23 @@ def main() -> None:
         raise SystemExit(1) from None
     except (OperationalError, InterfaceError) as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
-        error_line(
-            f"cannot reach PostgreSQL: {reason}",
-            "start the stack with `make up`, or point MOAT_DATABASE_URL at a running PostgreSQL",
-        )
-        raise SystemExit(1) from None
+        raise SystemExit(
+            unavailable(
+                "database_unavailable",
+                f"cannot reach PostgreSQL: {reason}",
+                "start the stack with `make up` (or `moat up`), or point MOAT_DATABASE_URL "
+                "at a running PostgreSQL",
+            ).exit_code
+        ) from None
     except RuntimeError as exc:
         if not str(exc).startswith("Failed client connect"):
             raise
-        error_line(
-            f"cannot reach Temporal: {exc}",
-            "start the stack with `make up`, or point MOAT_TEMPORAL_ADDRESS at a running Temporal",
-        )
-        raise SystemExit(1) from None
+        reason = str(exc).strip().splitlines()[0]
+        raise SystemExit(
+            unavailable(
+                "temporal_unavailable",
+                f"cannot reach Temporal: {reason}",
+                "start the stack with `make up` (or `moat up`), or point MOAT_TEMPORAL_ADDRESS "
+                "at a running Temporal",
+            ).exit_code
+        ) from None

@@ -10,7 +10,7 @@ import httpx
 import typer
 
 from schemas.settings import MoatSettings
-from starter.cli.output import fail
+from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable
 from starter.devstack.home import demo_api_key
 
 HINTS = {
@@ -35,7 +35,11 @@ def call(
     body: Any = None,
     params: dict[str, Any] | None = None,
 ) -> Any:
-    """The gateway's JSON answer; a refusal or an unreachable gateway ends the command."""
+    """The gateway's JSON answer; a refusal or an unreachable gateway ends the command.
+    The query is ``params`` alone: httpx drops a query written into ``path`` when it is
+    given params."""
+    if "?" in path:
+        raise ValueError(f"pass the query of {path!r} as params")
     key = api_key or settings.api_key or demo_api_key(settings)
     if not key:
         raise fail(
@@ -50,8 +54,10 @@ def call(
             json=body,
             params={k: v for k, v in (params or {}).items() if v is not None},
             headers={"Authorization": f"Bearer {key}"},
-            timeout=60,
+            timeout=httpx.Timeout(60, connect=CONNECT_TIMEOUT),
         )
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        raise gateway_unavailable(settings.local_gateway_url) from None
     except httpx.HTTPError as exc:
         raise fail(
             f"cannot reach the gateway at {settings.local_gateway_url}: {exc}",

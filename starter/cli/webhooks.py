@@ -101,11 +101,13 @@ def remove(webhook_id: str) -> None:
 @webhook_app.command("deliveries")
 def deliveries(
     webhook_id: str,
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """A subscription's delivery attempts, newest first."""
-    page = call(local_settings(), "GET", f"/v1/webhooks/{webhook_id}/deliveries?limit={limit}")
+    """A subscription's delivery attempts, newest first, a page at a time."""
+    params = {"limit": limit, "cursor": cursor}
+    page = call(local_settings(), "GET", f"/v1/webhooks/{webhook_id}/deliveries", params=params)
     if as_json:
         print_json(page)
         return
@@ -122,3 +124,5 @@ def deliveries(
             escape(d["error"] or ""),
         )
     out.print(table)
+    if page.get("next_cursor"):
+        out.print(f"more: --cursor {page['next_cursor']}")

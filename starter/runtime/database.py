@@ -21,8 +21,8 @@ T = TypeVar("T")
 @asynccontextmanager
 async def owner_sessions(settings: MoatSettings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     """Sessions as the owner role (``MOAT_DATABASE_URL``), on a one-connection engine that
-    is disposed of on exit."""
-    engine = make_engine(settings.sqlalchemy_url, pool_size=1)
+    is disposed of on exit; a database that does not answer within 2 s is not there."""
+    engine = make_engine(settings.sqlalchemy_url, pool_size=1, connect_timeout=2)
     try:
         yield make_sessionmaker(engine)
     finally:

@@ -82,3 +82,42 @@ async def test_accepted_is_polled_at_its_location_on_an_injected_client(stack: S
     assert sent[0].method == "POST" and sent[0].headers["prefer"] == "wait=0"
     assert sent[1].method == "GET" and sent[1].url.path == f"/v1/executions/{receipt_id}"
     assert all(r.headers["authorization"] == f"Bearer {stack.api_key}" for r in sent)
+
+
+@pytest.mark.parametrize("client_type", [MoatClient, AsyncMoatClient])
+async def test_a_connection_that_hangs_gives_up_after_the_connect_timeout(
+    client_type: type[MoatClient] | type[AsyncMoatClient],
+) -> None:
+    """A listener with a full backlog never completes a handshake: with
+    ``connect_timeout`` the client stops waiting for it then, whatever the read timeout,
+    and says why (the transport error is the cause)."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = [socket.socket() for _ in range(4)]
+    for waiting in queued:
+        waiting.setblocking(False)
+        waiting.connect_ex(("127.0.0.1", port))
+    await asyncio.sleep(0.2)
+    once = RetryPolicy(max_attempts=1)
+    url, key = f"http://127.0.0.1:{port}", "moat_k_" + "s" * 32
+    started = time.monotonic()
+    try:
+        with pytest.raises(GatewayUnavailable) as caught:
+            if client_type is MoatClient:
+                with MoatClient(url, key, timeout=60, retry=once, connect_timeout=0.5) as moat:
+                    await asyncio.to_thread(moat.list_receipts)
+            else:
+                async with AsyncMoatClient(
+                    url, key, timeout=60, retry=once, connect_timeout=0.5
+                ) as amoat:
+                    await amoat.list_receipts()
+    finally:
+        for each in (*queued, listener):
+            each.close()
+    assert time.monotonic() - started < 5
+    assert isinstance(caught.value.__cause__, httpx.ConnectTimeout)

@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+import httpx
+
 from moat_client import _flows
 from moat_client._config import RetryPolicy, resolve
 from moat_client._flows import Call, Flow
@@ -41,11 +43,19 @@ class Routes:
         *,
         timeout: float,
         retry: RetryPolicy | None,
+        connect_timeout: float | None = None,
     ) -> None:
         self.url, api_key = resolve(url, api_key)
         self._auth = {"Authorization": f"Bearer {api_key}"}
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.retry = retry or RetryPolicy()
+
+    def _timeout(self, call: Call) -> httpx.Timeout:
+        """The call's timeout; a connection gets at most ``connect_timeout`` of it."""
+        seconds = call.timeout or self.timeout
+        connect = seconds if self.connect_timeout is None else min(seconds, self.connect_timeout)
+        return httpx.Timeout(seconds, connect=connect)
 
     def _execute_flow(
         self,

@@ -122,7 +122,7 @@ def exchange(call: Call, policy: RetryPolicy, key: str | None = None) -> Flow[ht
                 _unavailable(reply, tries, policy.deadline),
                 idempotency_key=key,
                 http_status=response.status_code if response is not None else 0,
-            )
+            ) from (reply if isinstance(reply, httpx.TransportError) else None)
         yield Sleep(delay)
 
 

@@ -34,6 +34,9 @@ class MoatClient(Routes):
         timeout: Seconds each HTTP request may take (longer when ``wait_seconds`` asks the
             gateway to wait longer).
         retry: The backoff and total deadline of retries; None for ``RetryPolicy()``.
+        connect_timeout: Seconds a connection to the gateway may take (at most ``timeout``);
+            None: ``timeout``. Interactive tools set a short one, so an absent gateway is
+            said at once.
         http_client: Your own ``httpx.Client`` (proxies, TLS, event hooks); the client
             leaves it open.
         transport: A transport for the ``httpx.Client`` the client makes (tests,
@@ -51,11 +54,14 @@ class MoatClient(Routes):
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        connect_timeout: float | None = None,
         http_client: httpx.Client | None = None,
         transport: httpx.BaseTransport | None = None,
         send_log: SendLog | None = None,
     ) -> None:
-        super().__init__(url, api_key, timeout=timeout, retry=retry)
+        super().__init__(
+            url, api_key, timeout=timeout, retry=retry, connect_timeout=connect_timeout
+        )
         self._owned = http_client is None
         self._http = http_client or httpx.Client(timeout=timeout, transport=transport)
         self.send_log = send_log
@@ -93,7 +99,7 @@ class MoatClient(Routes):
                 json=call.json,
                 params=call.params,
                 headers={**self._auth, **call.headers},
-                timeout=call.timeout or self.timeout,
+                timeout=self._timeout(call),
             )
         except httpx.TransportError as exc:
             return exc
