@@ -6,6 +6,7 @@ One pydantic model per workflow and activity, so fields can be added compatibly.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,14 @@ from schemas.approvals import Approval
 from schemas.capabilities import CapabilitySpec
 from schemas.execute import KeptOutput
 from schemas.identity import ExecutionRef, nest_ref
-from schemas.records import Decision, ErrorTaxonomy, PolicyMode, Receipt, RuleHit
+from schemas.records import (
+    Decision,
+    ErrorTaxonomy,
+    ExecutionStatus,
+    PolicyMode,
+    Receipt,
+    RuleHit,
+)
 
 
 class ExecuteWorkflowInput(BaseModel):
@@ -222,11 +230,36 @@ class ExecuteResult(BaseModel):
         "the gateway answers without reading it back (None: read it from Postgres).",
     )
 
+    @classmethod
+    def of_failure(cls, error_type: str | None, details: Sequence[Any]) -> ExecuteResult | None:
+        """The answer a run that ended failed carries (its failure's type is the receipt's
+        error code, its first detail this ``ExecuteResult``); None for any other failure."""
+        if not details or not isinstance(details[0], dict):
+            return None
+        try:
+            result = cls.model_validate(details[0])
+        except ValueError:
+            return None
+        code = result.failed_code()
+        return result if code is not None and code == error_type else None
+
+    def failed_code(self) -> str | None:
+        """The error code of a run whose execution failed (its receipt's); None when it
+        succeeded, planned, or has no receipt."""
+        receipt = self.receipt
+        if receipt is None or receipt.status not in FAILED_STATUSES:
+            return None
+        return receipt.error_code or receipt.status.value
+
 
 # How long the workflow gives its steps (workflows/execute.py uses these).
 ADAPTER_TIMEOUT_SLACK = timedelta(seconds=5)  # beyond the capability's own HTTP timeout
 BOOKKEEPING_DEADLINE = timedelta(minutes=10)  # each bookkeeping step, retries included
 MAX_RETRY_AFTER = timedelta(minutes=10)  # the longest provider Retry-After honoured
+# The receipt statuses of an execution that failed: its run ends failed.
+FAILED_STATUSES = frozenset(
+    {ExecutionStatus.FAILURE, ExecutionStatus.TIMEOUT, ExecutionStatus.POLICY_DENIED}
+)
 
 
 def longest_run_seconds(capability: CapabilitySpec) -> float:

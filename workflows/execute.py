@@ -80,6 +80,9 @@ DENIAL_CODES = {
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 # Runs that wait for a person's approval (only runs a strict policy holds take that path).
 APPROVAL_PATCH = "approval-wait"
+# A run whose execution failed ends failed (after its receipt and manifest), under this patch:
+# histories recorded when every run completed replay.
+FAILED_RUN_PATCH = "failed-run"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -124,7 +127,8 @@ class ExecuteCapability:
         reason = "workflow_reset" if existing.id == req.ref.receipt_id else "idempotent_hit"
         await self._manifest(req, existing, policy, replay_reason=reason)
         self._set_status(existing)
-        return ExecuteResult(receipt=existing, replayed=True, request_id=req.request_id)
+        replayed = ExecuteResult(receipt=existing, replayed=True, request_id=req.request_id)
+        return self._ended(replayed)
 
     async def _act(
         self, req: ExecuteWorkflowInput, policy: PolicyOutcome, approval: Approval | None
@@ -178,7 +182,7 @@ class ExecuteCapability:
         # The answer this run kept with its receipt goes back with it, so the gateway needs
         # no read of Postgres; a receipt another run recorded keeps that run's answer.
         kept = record.kept() if receipt.run_id == run_id else None
-        return ExecuteResult(receipt=receipt, request_id=req.request_id, kept=kept)
+        return self._ended(ExecuteResult(receipt=receipt, request_id=req.request_id, kept=kept))
 
     async def _await_approval(self, req: ExecuteWorkflowInput, policy: PolicyOutcome) -> Approval:
         """Ask for a person's approval and wait for it, durably, until it expires. A run
@@ -374,6 +378,23 @@ class ExecuteCapability:
         if self._req is not None:
             code = f" · {receipt.error_code}" if receipt.error_code else ""
             self._show(self._req, f"{receipt.status.value}{code}")
+
+    def _ended(self, result: ExecuteResult) -> ExecuteResult:
+        """The run's answer: returned when its execution succeeded; when it failed (refused
+        by the provider or by policy, timed out, dead-lettered), raised as a non-retryable
+        ``ApplicationError`` of the receipt's error code carrying the same ``ExecuteResult``
+        in its details: the run ends failed in the Web UI, the gateway answers the same."""
+        code = result.failed_code()
+        if code is None or not workflow.patched(FAILED_RUN_PATCH):
+            return result
+        receipt = result.receipt
+        assert receipt is not None
+        raise ApplicationError(
+            f"execution failed: {code} ({receipt.status.value}); receipt {receipt.id}",
+            result,
+            type=code,
+            non_retryable=True,
+        )
 
     def _planned(self, policy: PolicyOutcome) -> ExecuteResult:
         """A dry run's answer. Its ``MoatStatus = "planned"`` tells a finished dry run apart

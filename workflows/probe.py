@@ -21,6 +21,7 @@ from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
 )
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from schemas.names import (
@@ -65,16 +66,31 @@ class RunProbe:
                 )
             ]
         )
-        result: ExecuteResult = await workflow.execute_child_workflow(
-            EXECUTE_WORKFLOW,
-            req,
-            id=start.workflow_id,
-            result_type=ExecuteResult,
-            search_attributes=attributes,
-            priority=tenant_priority(req.ref.tenant_id),
-        )
+        try:
+            result: ExecuteResult = await workflow.execute_child_workflow(
+                EXECUTE_WORKFLOW,
+                req,
+                id=start.workflow_id,
+                result_type=ExecuteResult,
+                search_attributes=attributes,
+                priority=tenant_priority(req.ref.tenant_id),
+            )
+        except ChildWorkflowError as err:
+            # An execution that failed ends its run failed, its receipt in the failure.
+            failed = _failed_answer(err)
+            if failed is None:
+                raise
+            result = failed
         receipt = result.receipt
         return ProbeRunResult(
             receipt_id=receipt.id if receipt is not None else req.ref.receipt_id,
             status=receipt.status.value if receipt is not None else None,
         )
+
+
+def _failed_answer(err: ChildWorkflowError) -> ExecuteResult | None:
+    """The answer a child execution that failed carries; None when it failed inside Moat."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return ExecuteResult.of_failure(cause.type, cause.details)
+    return None

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributeKey
 from typer.testing import CliRunner
 
@@ -26,7 +26,7 @@ from store import budgets, tenancy
 from store.models import ApprovalRow, OrchestrationEvent, PolicyDecisionRow
 from tests.gateway.test_policy import ADMIN, bearer, new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
-from tests.support.stack import Stack, StackFactory, worker_env
+from tests.support.stack import Stack, StackFactory, run_answer, worker_env
 from tests.workflows.test_crash import spawn_worker
 from tests.workflows.test_replay import reset
 
@@ -84,7 +84,7 @@ async def finished(stack: Stack, envelope: dict[str, Any]) -> ExecuteResult:
     handle: WorkflowHandle[Any, ExecuteResult] = stack.client.get_workflow_handle(
         envelope["workflow_id"], result_type=ExecuteResult
     )
-    return await handle.result()
+    return await run_answer(handle.result())
 
 
 async def used(stack: Stack) -> int:
@@ -208,6 +208,8 @@ async def test_refusals_never_call_the_provider(stack: Stack, provider: FakeProv
     assert answer.status_code == 200 and answer.json()["status"] == "rejected"
     result = await finished(stack, rejected)
     assert result.receipt is not None and result.receipt.error_code == "approval_rejected"
+    run = await stack.client.get_workflow_handle(rejected["workflow_id"]).describe()
+    assert run.status == WorkflowExecutionStatus.FAILED  # a refused approval ends it failed
     replay = await stack.execute("http.request", call(url), key="rej")
     assert replay.status_code == 403 and replay.json()["error"]["code"] == "approval_rejected"
     assert "APPROVAL_REJECTED" in await event_types(stack, rejected["receipt_id"])

@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.exceptions import ApplicationError
 
 from store import budgets
 from store.models import BudgetUsage, OutcomeEventRow, ReceiptRow
@@ -96,3 +103,60 @@ async def test_a_dry_run_is_marked_planned(stack: Stack) -> None:
     (run,) = runs
     described = await stack.client.get_workflow_handle(run.id, run_id=run.run_id).describe()
     assert described.typed_search_attributes.get(STATUS_ATTR) == "planned"
+    assert described.status == WorkflowExecutionStatus.COMPLETED
+
+
+async def run_of(stack: Stack, envelope: dict[str, Any]) -> WorkflowExecutionDescription:
+    handle = stack.client.get_workflow_handle(
+        envelope["workflow_id"], run_id=envelope.get("run_id")
+    )
+    return await handle.describe()
+
+
+async def test_a_failed_execution_ends_its_run_failed(stack: Stack, provider: FakeProvider) -> None:
+    # An operator finds failed executions in the Web UI's list: the run ends failed, after
+    # recording its receipt, and the caller's answer is the one a completed run gave.
+    url = provider.script("/refused", Step(422, body={"error": "invalid_title"}))
+    payload = {"method": "POST", "url": url}
+    response = await stack.execute("http.request", payload, key="ends-failed")
+    assert response.status_code == 502, response.text
+    assert "x-moat-idempotent-replayed" not in response.headers
+    envelope = response.json()
+    receipt = envelope["receipt"]
+    assert envelope["status"] == "failed" and envelope["output"] is None
+    assert envelope["receipt_id"] == receipt["id"] and envelope["workflow_id"]
+    assert receipt["status"] == "failure" and receipt["http_status"] == 422
+    assert envelope["error"]["code"] == receipt["error_code"]
+    assert envelope["error"]["details"]["provider_response"] == {"error": "invalid_title"}
+    assert await count(stack, ReceiptRow, id=receipt["id"]) == 1
+
+    described = await run_of(stack, envelope)
+    assert described.status == WorkflowExecutionStatus.FAILED
+    assert described.typed_search_attributes.get(STATUS_ATTR) == "failure"
+    with pytest.raises(WorkflowFailureError) as failed:
+        await stack.client.get_workflow_handle(envelope["workflow_id"]).result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.non_retryable
+    assert cause.type == receipt["error_code"] and receipt["id"] in cause.message
+
+    # The stored answer is the same bytes but for the request's own trace id.
+    again = await stack.execute("http.request", payload, key="ends-failed")
+    assert again.status_code == 502 and again.headers["x-moat-idempotent-replayed"] == "true"
+    first_body = {k: v for k, v in envelope.items() if k != "trace_id"}
+    assert {k: v for k, v in again.json().items() if k != "trace_id"} == first_body
+    assert len(provider.calls_to("/refused")) == 1
+
+
+async def test_an_executed_or_planned_run_completes(stack: Stack) -> None:
+    executed = await stack.execute("demo.echo", {"ends": "completed"})
+    assert executed.status_code == 200, executed.text
+    assert (await run_of(stack, executed.json())).status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_a_denied_execution_ends_its_run_failed(stack: Stack) -> None:
+    async with stack.sessions.begin() as s:
+        await budgets.set_budget(s, stack.tenant_id, "demo.echo", 0, "day")
+    denied = await stack.execute("demo.echo", {"denied": 1})
+    assert denied.status_code == 403, denied.text
+    assert denied.json()["error"]["code"] == "budget_exceeded"
+    assert (await run_of(stack, denied.json())).status == WorkflowExecutionStatus.FAILED

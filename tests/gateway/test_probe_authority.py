@@ -11,16 +11,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
+from temporalio.client import WorkflowExecutionStatus
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.names import EXECUTE_WORKFLOW
+from schemas.names import EXECUTE_WORKFLOW, PROBE_WORKFLOW
 from schemas.run import ExecuteResult, workflow_id_for
 from store import api_keys, tenancy
 from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow, PolicyDecisionRow, ReceiptRow
 from tests.gateway.test_policy import ADMIN, bearer, new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
-from tests.support.stack import Stack, StackFactory, direct_start
+from tests.support.stack import Stack, StackFactory, direct_start, run_answer
 
 
 def key_id(key: str) -> str:
@@ -104,6 +105,16 @@ async def test_a_narrow_key_cannot_point_a_probe_with_the_tenants_token(
         await asyncio.sleep(2.5)
         assert len(provider.calls_to("/collect")) == sent
         assert len(await receipts_of(stack, error_code="key_revoked")) >= 2
+        # A denied execution's run ends failed; the probe's own runs complete all the same.
+        failed = f'MoatTenant = "{stack.tenant_id}" AND ExecutionStatus = "Failed"'
+        assert (await stack.client.count_workflows(failed)).count >= 2
+        probe_runs = [
+            run.status
+            async for run in stack.client.list_workflows(f'WorkflowType = "{PROBE_WORKFLOW}"')
+            if run.id.startswith(f"{probe['schedule_id']}-run")
+        ]
+        assert WorkflowExecutionStatus.COMPLETED in probe_runs, probe_runs
+        assert WorkflowExecutionStatus.FAILED not in probe_runs, probe_runs
 
         # Resuming needs a live key with the capability's scopes, which it then lends.
         path = f"{stack.url}/v1/probes/{probe['id']}"
@@ -129,12 +140,14 @@ async def _run_synthetic(
             EXECUTE_WORKFLOW, signed, id=workflow_id, task_queue=stack.settings.task_queue
         )
         return workflow_id
-    result: ExecuteResult = await stack.client.execute_workflow(
-        EXECUTE_WORKFLOW,
-        signed,
-        id=workflow_id,
-        task_queue=stack.settings.task_queue,
-        result_type=ExecuteResult,
+    result = await run_answer(
+        stack.client.execute_workflow(
+            EXECUTE_WORKFLOW,
+            signed,
+            id=workflow_id,
+            task_queue=stack.settings.task_queue,
+            result_type=ExecuteResult,
+        )
     )
     return result
 

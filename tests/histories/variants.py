@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from schemas.execute import EnvelopeStatus
@@ -57,3 +58,18 @@ class DryRunStatusUnguarded(ExecuteCapability):
         planned = STATUS_ATTR.value_set(EnvelopeStatus.PLANNED.value)
         workflow.upsert_search_attributes([planned])
         return ExecuteResult(plan=policy)
+
+
+@workflow.defn(name=EXECUTE_WORKFLOW)
+class FailedRunUnguarded(ExecuteCapability):
+    """A failed execution's run ending failed without the ``workflow.patched`` guard."""
+
+    @workflow.run
+    async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
+        return await super().run(req)
+
+    def _ended(self, result: ExecuteResult) -> ExecuteResult:
+        code = result.failed_code()
+        if code is None:
+            return result
+        raise ApplicationError("execution failed", result, type=code, non_retryable=True)

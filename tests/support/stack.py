@@ -8,7 +8,7 @@ fakes (``tests.support.fakes.FakeProvider``, served over real HTTP on loopback).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 import worker as worker_module
@@ -43,6 +43,7 @@ from starter.devstack.providers import FakeGithub, FakeSlack
 from starter.gateway.app import create_app
 from starter.runtime import observability
 from starter.runtime.codec import data_converter
+from starter.service.executions.wait import failed_answer
 from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
 from store.keyrings.start import StartKeyring
 from tests.support.fakes import FakeProvider
@@ -210,14 +211,27 @@ class Stack:
         request = direct_start(self.tenant_id, key, capability, input)
         ref = request.ref.model_copy(update={"connection_id": connection_id})
         request = request.model_copy(update={"ref": ref})
-        result: ExecuteResult = await self.client.execute_workflow(
-            EXECUTE_WORKFLOW,
-            StartKeyring.from_settings(self.settings).signed(request, workflow_id),
-            id=workflow_id,
-            task_queue=self.settings.task_queue,
-            result_type=ExecuteResult,
+        return await run_answer(
+            self.client.execute_workflow(
+                EXECUTE_WORKFLOW,
+                StartKeyring.from_settings(self.settings).signed(request, workflow_id),
+                id=workflow_id,
+                task_queue=self.settings.task_queue,
+                result_type=ExecuteResult,
+            )
         )
-        return result
+
+
+async def run_answer(result: Awaitable[ExecuteResult]) -> ExecuteResult:
+    """An ``ExecuteCapability`` run's answer: its result, or the ``ExecuteResult`` a run
+    whose execution failed carries in its failure."""
+    try:
+        return await result
+    except WorkflowFailureError as err:
+        answer = failed_answer(err)
+        if answer is None:
+            raise
+        return answer
 
 
 def policy_input(req: ExecuteWorkflowInput) -> PolicyInput:

@@ -16,10 +16,11 @@ from tests.histories.corpus import Recorded, corpus, failures, replay
 from tests.histories.paths import PATHS
 from tests.histories.variants import (
     DryRunStatusUnguarded,
+    FailedRunUnguarded,
     StatusBeforeManifest,
     TimerBeforePolicy,
 )
-from workflows.execute import DRY_RUN_STATUS_PATCH
+from workflows.execute import DRY_RUN_STATUS_PATCH, FAILED_RUN_PATCH
 from workflows.partitions import OutcomePartitions
 from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
@@ -74,3 +75,20 @@ async def test_a_change_behind_its_patch_replays_the_runs_before_it() -> None:
     # The same change without the guard: the dry runs started before it would fail.
     unguarded = await failures(dry_runs, [DryRunStatusUnguarded, *OTHERS])
     assert isinstance(unguarded.get(before), NondeterminismError)
+
+
+# The paths whose execution fails: since the patch their runs end failed.
+FAILED_PATHS = ("provider_refused", "dead_letter", "timeout", "budget_denied", "approval_expired")
+
+
+async def test_failed_runs_end_failed_behind_their_patch() -> None:
+    # A failed execution's run ends failed since the patch; the runs before it completed.
+    runs = [r for r in CORPUS if r.file.name.split(".")[0] in FAILED_PATHS]
+    after = {r.name for r in runs if f".{FAILED_RUN_PATCH}." in r.file.name}
+    before = {r.name for r in runs} - after
+    assert {name.split("/")[1].split(".")[0] for name in after} == set(FAILED_PATHS)
+    assert await failures(runs) == {}
+    # The same change without the guard: every run recorded before it would fail.
+    unguarded = await failures(runs, [FailedRunUnguarded, *OTHERS])
+    assert before <= set(unguarded)
+    assert all(isinstance(err, NondeterminismError) for err in unguarded.values())

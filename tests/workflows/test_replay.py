@@ -34,7 +34,7 @@ from store.keyrings.signing import Keyring, verify_manifest
 from store.keyrings.start import StartKeyring
 from store.models import IdempotencyClaim, ManifestRow, ReceiptRow
 from tests.support.fakes import FakeProvider, Step
-from tests.support.stack import Stack, StackFactory
+from tests.support.stack import Stack, StackFactory, run_answer
 
 
 def manifest_path(stack: Stack, tenant_id: str, run_id: str) -> Path:
@@ -76,9 +76,11 @@ async def reset(stack: Stack, workflow_id: str, run_id: str, kind: str) -> str:
         await asyncio.sleep(0.05)
     new_run = description.run_id
     assert new_run and new_run != run_id
-    await stack.client.get_workflow_handle(
-        workflow_id, run_id=new_run, result_type=ExecuteResult
-    ).result()
+    await run_answer(
+        stack.client.get_workflow_handle(
+            workflow_id, run_id=new_run, result_type=ExecuteResult
+        ).result()
+    )
     return new_run
 
 

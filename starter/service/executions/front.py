@@ -200,7 +200,8 @@ class Executions:
         # Not after a completed run: that run recorded a receipt, which answers this request
         # (a look-up that raced the run's end, e.g. a start slowed by a Temporal restart,
         # would otherwise start a run that only replays the receipt). A run that ended
-        # without recording (terminated, failed) is resumed by a new one.
+        # without recording (terminated, failed inside Moat) is resumed by a new one; after
+        # a run that ended failed with its execution's receipt, the new run replays it.
         try:
             handle = await starting(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
         except WorkflowAlreadyStartedError:

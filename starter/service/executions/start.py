@@ -170,6 +170,7 @@ async def restart(
         task_queue=settings.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         priority=tenant_priority(receipt.tenant_id, settings.fairness_weight_of(receipt.tenant_id)),
+        static_summary=f"{cap.id}@{cap.version} · receipt {receipt_id} · requeue of {receipt.id}",
         memo={"receipt_id": receipt_id, "requeue_of": receipt.id},
         search_attributes=_attributes(
             receipt.tenant_id, original.capability.id, new_key, receipt_id

@@ -8,6 +8,8 @@ import asyncio
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from schemas.approvals import Approval
 from schemas.run import ExecuteResult
@@ -43,7 +45,7 @@ async def result_within(
             step = left if strict is False else min(APPROVAL_POLL_SECONDS, left)
             done, _ = await asyncio.wait({task}, timeout=step)
             if done:
-                return task.result()  # type: ignore[no-any-return]
+                return answer_of(task)
             if strict is None:
                 assert policy_mode is not None
                 strict = await _strict(sessions, tenant_id, policy_mode)
@@ -51,6 +53,28 @@ async def result_within(
                 raise TimeoutError
     finally:
         task.cancel()
+
+
+def answer_of(task: asyncio.Future[Any]) -> ExecuteResult:
+    """The result of a run that ended: what it returned, or the answer a run whose
+    execution failed carries in its failure; any other failure of the run is raised."""
+    try:
+        return task.result()  # type: ignore[no-any-return]
+    except WorkflowFailureError as err:
+        result = failed_answer(err)
+        if result is None:
+            raise
+        return result
+
+
+def failed_answer(err: WorkflowFailureError) -> ExecuteResult | None:
+    """The ``ExecuteResult`` of a run that ended failed because its execution failed (the
+    same answer a completed run returns, receipt recorded); None for a run that failed
+    inside Moat."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return ExecuteResult.of_failure(cause.type, cause.details)
+    return None
 
 
 async def awaited_approval(
