@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.approvals import ApprovalRef
 from schemas.errors import ErrorCode
+from schemas.names import REFUSED_TARGET
 from schemas.records import RESPONSE_TRUNCATED, ExecutionStatus, Receipt
 
 SUPPORTED_SCHEMA_VERSIONS = ("1",)
@@ -122,7 +123,9 @@ ERROR_MESSAGES: dict[str, str] = {
         "an admin to raise the quota."
     ),
     ErrorCode.HOST_NOT_ALLOWED: (
-        "The target host is not allowed (loopback/private or not allow-listed)."
+        "The target host is not allowed (loopback/private or not allow-listed): an operator can "
+        "add it to the tenant's allow-list (`moat tenant allow-hosts`, or PATCH "
+        "/v1/admin/tenants/{id}) or to the worker's (MOAT_HTTP_ALLOW_HOSTS)."
     ),
     ErrorCode.PROVIDER_INVALID_RESPONSE: (
         "The provider answered with a body Moat cannot record (e.g. JSON nested too deeply); the "
@@ -186,5 +189,22 @@ def envelope_for_receipt(receipt: Receipt, kept: KeptOutput | None = None) -> En
         workflow_id=receipt.workflow_id,
         run_id=receipt.run_id,
         receipt=receipt,
-        error=ErrorBody(code=code, message=ERROR_MESSAGES.get(code, code), details=details),
+        error=ErrorBody(
+            code=code, message=_error_message(code, details, receipt.tenant_id), details=details
+        ),
+    )
+
+
+def _error_message(code: str, details: dict[str, Any], tenant_id: str) -> str:
+    """The code's message; a refused host's names the host and port, and the entry that
+    would admit them on the tenant's list."""
+    refused = details.get(REFUSED_TARGET)
+    if code != ErrorCode.HOST_NOT_ALLOWED or not isinstance(refused, dict):
+        return ERROR_MESSAGES.get(code, code)
+    host, port, entry = refused.get("host"), refused.get("port"), refused.get("allow_entry")
+    return (
+        f"The target host {host} (port {port}) is not allowed (loopback/private or not "
+        f"allow-listed): an operator can add {entry} to tenant {tenant_id}'s allow-list "
+        f"(`moat tenant allow-hosts {tenant_id} ENTRY…`, which sets the whole list, or PATCH "
+        f"/v1/admin/tenants/{tenant_id}) or to the worker's (MOAT_HTTP_ALLOW_HOSTS)."
     )

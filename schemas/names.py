@@ -70,6 +70,9 @@ RUN_ID_HEADER = "X-Moat-Run-Id"
 # The key of a failure's details (adapter → workflow → envelope's ``error.details``) that
 # holds what the provider answered, redacted and bounded.
 PROVIDER_RESPONSE = "provider_response"
+# The key of a ``host_not_allowed`` failure's details (adapter → workflow → envelope) that
+# names the refused target: its ``host``, ``port`` and the ``allow_entry`` that admits it.
+REFUSED_TARGET = "refused_target"
 
 # The outbox: one delivery workflow per row, its attempt activity, the relay's channel.
 DELIVER_WEBHOOK_WORKFLOW = "DeliverWebhook"

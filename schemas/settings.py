@@ -73,6 +73,23 @@ class MoatSettings(BaseSettings):
             "are served on the gateway port."
         ),
     )
+    fake_slack_port: int = Field(
+        default=8701,
+        ge=1,
+        le=65535,
+        description="Port of the fake Slack `moat up --fake-providers` starts. The port a "
+        "fake used is kept in home/run/ and used again by the next `moat up`, so the "
+        "connections made to it keep working.",
+    )
+    fake_github_port: int = Field(
+        default=8702, ge=1, le=65535, description="Port of the fake GitHub (as the fake Slack's)."
+    )
+    fake_webhook_port: int = Field(
+        default=8703,
+        ge=1,
+        le=65535,
+        description="Port of the fake webhook receiver (as the fake Slack's).",
+    )
     gateway_url: str | None = Field(
         default=None, description="Where `moat execute` sends requests. Unset: the local gateway."
     )

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         PROVIDER_RESPONSE,
         RECORD_APPROVAL,
         RECORD_OUTCOME,
+        REFUSED_TARGET,
         REQUEST_APPROVAL,
         STATUS_ATTRIBUTE,
         WRITE_MANIFEST,
@@ -525,9 +526,13 @@ def _details(cause: BaseException | None) -> dict[str, Any]:
 
 
 def _provider_details(cause: BaseException | None) -> dict[str, Any] | None:
-    """What the provider said when it refused (already redacted and bounded by the adapter)."""
-    said = _details(cause).get(PROVIDER_RESPONSE)
-    return {PROVIDER_RESPONSE: said} if said is not None else None
+    """What the provider said when it refused (already redacted and bounded by the adapter),
+    or which host and port the host guard refused."""
+    details = _details(cause)
+    kept = {
+        k: details[k] for k in (PROVIDER_RESPONSE, REFUSED_TARGET) if details.get(k) is not None
+    }
+    return kept or None
 
 
 def _attempt_of(cause: BaseException | None) -> int | None:

@@ -40,11 +40,14 @@ def fail(
     retryable: bool = True,
     retry_after: timedelta | None = None,
     provider_response: Any = None,
+    more: dict[str, Any] | None = None,
 ) -> ApplicationError:
     """An adapter failure: ``type`` is its stable error code (the taxonomy value unless a more
-    precise ``code`` is given); the details carry the taxonomy and the provider's status."""
+    precise ``code`` is given); the details carry the taxonomy and the provider's status,
+    and ``more`` (nothing secret: the details reach the caller's envelope)."""
     code = code or taxonomy.value
     details: dict[str, Any] = {
+        **(more or {}),
         "http_status": http_status,
         "taxonomy": taxonomy.value,
         "error_code": code,

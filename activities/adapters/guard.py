@@ -6,6 +6,8 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 
+from temporalio.exceptions import ApplicationError
+
 from activities.adapters.base import fail
 from schemas.errors import ErrorCode
 from schemas.hosts import (
@@ -16,6 +18,7 @@ from schemas.hosts import (
     literal_address,
     parse_allow_entry,
 )
+from schemas.names import REFUSED_TARGET
 from schemas.records import ErrorTaxonomy
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -66,15 +69,23 @@ class HostGuard:
             # Drop an IPv6 zone id; an IPv4-mapped address is judged as the IPv4 it reaches.
             address = literal_address(text)
             if address is None or not admits_address(address, port, allow):
-                raise fail(
-                    ErrorTaxonomy.GATEWAY_ERROR,
-                    f"{host} resolves to non-public address {address or text}; an operator "
-                    f"can allow-list {entry_for(host, port)} (MOAT_HTTP_ALLOW_HOSTS, or the "
-                    "tenant's list) to allow it",
-                    code=ErrorCode.HOST_NOT_ALLOWED,
-                    retryable=False,
-                )
+                raise _refused(host, port, str(address or text))
         return addresses[0]
+
+
+def _refused(host: str, port: int, address: str) -> ApplicationError:
+    """The refusal of ``host`` on ``port``: it names both, and the entry an operator adds
+    to allow them (the URL's path and query, which may hold secrets, stay out of it)."""
+    entry = entry_for(host, port)
+    return fail(
+        ErrorTaxonomy.GATEWAY_ERROR,
+        f"{host} (port {port}) resolves to non-public address {address}; an operator can "
+        f"allow-list {entry} (MOAT_HTTP_ALLOW_HOSTS, or the tenant's list: `moat tenant "
+        "allow-hosts`, PATCH /v1/admin/tenants/{id}) to allow it",
+        code=ErrorCode.HOST_NOT_ALLOWED,
+        retryable=False,
+        more={REFUSED_TARGET: {"host": host, "port": port, "allow_entry": entry}},
+    )
 
 
 def _entries(texts: Iterable[str]) -> tuple[AllowEntry, ...]:

@@ -1,10 +1,14 @@
 """The ports of ``moat up``, so two stacks can run on one machine: a default that is taken
 is replaced by a free port; a port the user set is theirs, and a taken one is refused with
 the ``MOAT_*`` variable to change. The choice is remembered in ``$MOAT_HOME/run/`` for the
-commands run in that home (``moat execute``, ``moat codec url``, ``moat status``…)."""
+commands run in that home (``moat execute``, ``moat codec url``, ``moat status``…).
+
+The provider fakes' ports are also kept after the stack stops (``fake-providers.json``):
+connections made to a fake name its address, so the next ``moat up`` listens there again."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -16,6 +20,15 @@ from schemas.settings import MoatSettings
 from starter.devstack.processes import pid_alive
 
 STACK_FILE = "stack.json"
+FAKES_FILE = "fake-providers.json"
+# The provider fakes of ``moat up --fake-providers``: name -> the settings field of its port.
+FAKE_PROVIDERS = {
+    "slack": "fake_slack_port",
+    "github": "fake_github_port",
+    "webhook": "fake_webhook_port",
+}
+# Where a fake's API lives under its root, for a connection's ``base_url``.
+FAKE_API_PATHS = {"slack": "/api"}
 # How far above a taken default to look for a free port, before asking the system for one:
 # nearby ports are easier to read and to remember.
 NEARBY = 20
@@ -81,10 +94,44 @@ def stack_ports(settings: MoatSettings) -> dict[str, int]:
     return ports
 
 
-def choose_ports(settings: MoatSettings) -> dict[str, int]:
+def fake_api_url(name: str, port: int) -> str:
+    """The address a connection to the fake ``name`` on ``port`` uses as its base URL."""
+    return f"http://127.0.0.1:{port}{FAKE_API_PATHS.get(name, '')}"
+
+
+def _fakes_file(settings: MoatSettings) -> Path:
+    return settings.run_dir / FAKES_FILE
+
+
+def _kept_fake_ports(settings: MoatSettings) -> dict[str, int]:
+    try:
+        kept = json.loads(_fakes_file(settings).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(kept, dict):
+        return {}
+    fields = FAKE_PROVIDERS.values()
+    return {f: p for f, p in kept.items() if f in fields and isinstance(p, int) and 0 < p < 65536}
+
+
+def wanted_ports(settings: MoatSettings, *, fake_providers: bool = False) -> dict[str, int]:
+    """The port ``moat up`` asks for each server, by field: ``stack_ports``, and with the
+    fakes each fake's port as set, else as the last ``moat up`` in this home chose it."""
+    ports = stack_ports(settings)
+    if fake_providers:
+        kept = _kept_fake_ports(settings)
+        for field in FAKE_PROVIDERS.values():
+            setting = getattr(settings, field)
+            ports[field] = (
+                setting if field in settings.model_fields_set else kept.get(field, setting)
+            )
+    return ports
+
+
+def choose_ports(settings: MoatSettings, *, fake_providers: bool = False) -> dict[str, int]:
     """The ports for ``moat up``: each one free, the ones the user set unchanged."""
     chosen: dict[str, int] = {}
-    for field, port in stack_ports(settings).items():
+    for field, port in wanted_ports(settings, fake_providers=fake_providers).items():
         explicit = field in settings.model_fields_set
         chosen[field] = free_or_next(field, port, explicit=explicit, taken=set(chosen.values()))
     return chosen
@@ -99,9 +146,13 @@ def remember(settings: MoatSettings, ports: dict[str, int]) -> None:
     path = _stack_file(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(RunningStack(pid=os.getpid(), ports=ports).model_dump_json() + "\n")
+    fakes = {f: p for f, p in ports.items() if f in FAKE_PROVIDERS.values()}
+    if fakes:
+        _fakes_file(settings).write_text(json.dumps(fakes) + "\n")
 
 
 def forget(settings: MoatSettings) -> None:
+    """The stack stopped: its ports are free again (the fakes' stay kept for the next)."""
     _stack_file(settings).unlink(missing_ok=True)
 
 

@@ -1,12 +1,18 @@
 """What ``moat up`` runs in a home, for ``moat status``: each process (from the pid files in
-``$MOAT_HOME/run/``, alive or not), where it answers and on which port."""
+``$MOAT_HOME/run/``, alive or not), where it answers and on which port, the provider fakes
+of ``moat up --fake-providers`` included."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
 from schemas.settings import MoatSettings
-from starter.devstack.ports import running_stack, with_running_stack
+from starter.devstack.ports import (
+    FAKE_PROVIDERS,
+    fake_api_url,
+    running_stack,
+    with_running_stack,
+)
 from starter.devstack.processes import pid_alive
 
 
@@ -63,6 +69,10 @@ def stack_status(settings: MoatSettings) -> StackStatus:
         )  # fmt: skip
     if s.admin_port is not None:
         addresses.append(("admin API", "gateway", f"http://127.0.0.1:{s.admin_port}", s.admin_port))
+    for name, field in FAKE_PROVIDERS.items():
+        if field in ports:
+            api = fake_api_url(name, ports[field])
+            addresses.append((f"fake {name}", "providers", api, ports[field]))
     members = []
     for name, process, url, port in addresses:
         pid = _pid(settings, process)

@@ -4,7 +4,8 @@ Embedded PostgreSQL and Temporal dev server (unless external ones are configured
 migrations, the demo tenant, one worker and the gateway; a worker or gateway that crashes is
 restarted with a backoff. State stays under ``$MOAT_HOME``
 (data, ``logs/<name>.log``, ``run/<name>.pid``, ``run/stack.json``: the ports), so a second
-``moat up`` keeps the data. Taken default ports are replaced by free ones (``ports``).
+``moat up`` keeps the data; the provider fakes' ports stay in ``run/fake-providers.json``.
+Taken default ports are replaced by free ones (``ports``).
 """
 
 from __future__ import annotations
@@ -31,12 +32,19 @@ from starter.devstack.home import (
     ensure_database_passwords,
     ensure_demo_tenant,
 )
-from starter.devstack.ports import choose_ports, forget, remember, variable
+from starter.devstack.ports import (
+    FAKE_PROVIDERS,
+    choose_ports,
+    fake_api_url,
+    forget,
+    remember,
+    variable,
+    wanted_ports,
+)
 from starter.devstack.postgres import EmbeddedPostgres
 from starter.devstack.processes import (
     ChildProcess,
     Service,
-    free_port,
     pid_alive,
     require_free,
 )
@@ -93,13 +101,13 @@ def run_up(settings: MoatSettings, *, fake_providers: bool = False) -> int:
     stack = _Stack(run_dir)
     restore = _sigterm_as_interrupt()
     try:
-        ports = choose_ports(settings)
-        moved = {f: p for f, p in ports.items() if p != getattr(settings, f)}
-        for field, port in moved.items():
-            console.print(
-                f"port {getattr(settings, field)} is taken: using {port} "
-                f"(set {variable(field)} to choose)"
-            )
+        wanted = wanted_ports(settings, fake_providers=fake_providers)
+        ports = choose_ports(settings, fake_providers=fake_providers)
+        for field, port in ports.items():
+            if port != wanted[field]:
+                console.print(
+                    f"port {wanted[field]} is taken: using {port} (set {variable(field)} to choose)"
+                )
         settings = settings.model_copy(update=ports)
         remember(settings, ports)
         _start(settings, home, stack, console, ports, fake_providers=fake_providers)
@@ -164,12 +172,12 @@ def _start(
         if pg is not None:  # the migration creates the application role
             pg.set_password(APP_DATABASE_ROLE, passwords[APP_DATABASE_ROLE])
         api_key = ensure_demo_tenant(settings)
-    fakes: dict[str, str] = {}
+    fakes: dict[str, int] = {}
     if fake_providers:
         fakes = _start_fakes(settings, stack, console, logs)
         # The fakes listen on loopback, which the host guard refuses unless allow-listed.
         env["http_allow_hosts"] = ",".join(
-            [*settings.http_allow_hosts, *(url.removeprefix("http://") for url in fakes.values())]
+            [*settings.http_allow_hosts, *(f"127.0.0.1:{port}" for port in fakes.values())]
         )
     children = {}
     for name in ("worker", "gateway"):
@@ -189,9 +197,10 @@ def _start(
 
 def _start_fakes(
     settings: MoatSettings, stack: _Stack, console: Console, logs: Path
-) -> dict[str, str]:
-    """The provider fakes in a child process of their own; their base URLs by name."""
-    ports = {name: free_port() for name in ("slack", "github", "webhook")}
+) -> dict[str, int]:
+    """The provider fakes in a child process of their own, on the ports chosen for them;
+    their ports by name."""
+    ports = {name: getattr(settings, field) for name, field in FAKE_PROVIDERS.items()}
     args = [f"--{name}={port}" for name, port in ports.items()]
     child = ChildProcess([sys.executable, "-m", "starter.devstack.providers", *args],
                          logs / "providers.log", env=settings.child_environment())  # fmt: skip
@@ -201,7 +210,7 @@ def _start_fakes(
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     with _step(console, "starting the provider fakes"):
         child.wait_ready("provider fakes", lambda: all(map(_answers, urls.values())), timeout=30)
-    return urls
+    return ports
 
 
 def _answers(url: str) -> bool:
@@ -285,7 +294,7 @@ def _banner(
     admin: str,
     codec: str,
     logs: Path,
-    fakes: dict[str, str] | None = None,
+    fakes: dict[str, int] | None = None,
 ) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_row("gateway", gateway_url)
@@ -296,9 +305,8 @@ def _banner(
     grid.add_row("demo API key", api_key)
     grid.add_row("admin key", admin)
     grid.add_row("try", 'moat execute demo.echo --input \'{"hello":"world"}\'')
-    for name, url in (fakes or {}).items():
-        # Slack's Web API lives under /api; the others at the root.
-        grid.add_row(f"fake {name}", f"{url}/api" if name == "slack" else url)
+    for name, port in (fakes or {}).items():
+        grid.add_row(f"fake {name}", fake_api_url(name, port))
     grid.add_row("logs", str(logs))
     return Panel(grid, title="Moat is up", subtitle="Ctrl-C to stop", expand=False)
 

@@ -384,3 +384,22 @@ async def test_hop_by_hop_and_framing_headers_from_the_agent_are_dropped(
     assert [v for n, v in received if n == "host"] == [f"127.0.0.1:{port}"]
     assert ("x-kept", "yes") in received
     assert call.body == {"n": 1}  # the body arrived whole, framed once
+
+
+async def test_a_refusal_names_the_host_and_port_and_how_to_allow_them() -> None:
+    async with httpx.AsyncClient() as client:
+        adapter = HttpAdapter(client, HostGuard([], Fixed("10.0.0.7")))
+        with pytest.raises(ApplicationError) as info:
+            await adapter(_input(f"http://user:pw-s3cr3t@{NAME}:8443/in?token=s3cr3t"))
+    refused = info.value
+    assert refused.type == "host_not_allowed"
+    assert f"{NAME} (port 8443) resolves to non-public address 10.0.0.7" in refused.message
+    assert "moat tenant allow-hosts" in refused.message
+    assert "PATCH /v1/admin/tenants/" in refused.message
+    assert refused.details[0]["refused_target"] == {
+        "host": NAME,
+        "port": 8443,
+        "allow_entry": f"{NAME}:8443",
+    }
+    # The URL's userinfo, path and query stay out of it.
+    assert "s3cr3t" not in refused.message + repr(refused.details)

@@ -5,6 +5,7 @@ its home; ``moat status`` shows them."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -14,13 +15,17 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from schemas.settings import MoatSettings
+from starter.cli import app as cli
 from starter.devstack.ports import (
     PortTaken,
     choose_ports,
+    forget,
     free_or_next,
     remember,
+    variable,
     with_running_stack,
 )
 from starter.devstack.processes import free_port
@@ -140,3 +145,52 @@ def _wait_up(env: dict[str, str], proc: subprocess.Popen[str]) -> dict:  # type:
             if gateway["url"] and healthy(gateway["url"]):
                 return report  # type: ignore[no-any-return]
         time.sleep(0.5)
+
+
+FAKES = ("fake_slack_port", "fake_github_port", "fake_webhook_port")
+
+
+def test_the_fakes_listen_on_the_same_ports_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connections name a fake's address: a second ``moat up`` in the home listens there
+    again, even one the first start moved to because its default was taken."""
+    monkeypatch.setenv("MOAT_HOME", str(tmp_path))
+    for field in ("database_port", "temporal_port", "temporal_ui_port", "gateway_port"):
+        monkeypatch.setenv(variable(field), str(free_port()))
+    default = MoatSettings().fake_slack_port
+    with ExitStack() as held:
+        if _bindable(default):
+            held.enter_context(listening(default))  # another stack's fake holds it
+        first = choose_ports(MoatSettings(), fake_providers=True)
+        assert first["fake_slack_port"] != default
+        remember(MoatSettings(), first)
+        forget(MoatSettings())  # the first stack stopped
+    second = choose_ports(MoatSettings(), fake_providers=True)
+    assert {f: second[f] for f in FAKES} == {f: first[f] for f in FAKES}
+    assert len(set(second.values())) == len(second)
+    # A port set by the user is theirs.
+    chosen = free_port()
+    monkeypatch.setenv("MOAT_FAKE_GITHUB_PORT", str(chosen))
+    assert choose_ports(MoatSettings(), fake_providers=True)["fake_github_port"] == chosen
+
+
+def test_moat_status_lists_the_fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOAT_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    ports = {"gateway_port": 18001, "fake_slack_port": 18701, "fake_github_port": 18702,
+             "fake_webhook_port": 18703}  # fmt: skip
+    remember(MoatSettings(), ports)  # this process plays `moat up`, its fakes alive
+    (tmp_path / "run" / "providers.pid").write_text(f"{os.getpid()}\n")
+    shown = CliRunner().invoke(cli, ["status"])
+    assert shown.exit_code == 0, shown.output
+    for name, url in (
+        ("fake slack", "http://127.0.0.1:18701/api"),
+        ("fake github", "http://127.0.0.1:18702"),
+        ("fake webhook", "http://127.0.0.1:18703"),
+    ):
+        row = next(line for line in shown.output.splitlines() if name in line)
+        assert url in row and "running" in row, shown.output
+    report = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)
+    fakes = {m["name"]: (m["url"], m["port"], m["alive"]) for m in report["members"]}
+    assert fakes["fake slack"] == ("http://127.0.0.1:18701/api", 18701, True)

@@ -178,3 +178,22 @@ def test_cli_tenant_allow_hosts(
     assert both.exit_code == 2
     missing = runner.invoke(cli, ["tenant", "allow-hosts", "no-such-tenant", "a.example"])
     assert missing.exit_code == 1 and "no tenant" in missing.output
+
+
+async def test_a_refused_answer_names_the_host_and_port(stack: Stack) -> None:
+    """A port the lists do not admit (the stack's lists name the fake provider's only): the
+    answer names the host and port and how an operator allows them, and nothing of the URL
+    past its host."""
+    refused = await stack.execute("http.request", call("http://127.0.0.1:9/x?token=s3cr3t"))
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "host_not_allowed"
+    assert "127.0.0.1 (port 9)" in error["message"], error
+    assert f"add 127.0.0.1:9 to tenant {stack.tenant_id}'s allow-list" in error["message"]
+    assert f"PATCH /v1/admin/tenants/{stack.tenant_id}" in error["message"]
+    assert error["details"]["refused_target"] == {
+        "host": "127.0.0.1",
+        "port": 9,
+        "allow_entry": "127.0.0.1:9",
+    }
+    assert "s3cr3t" not in refused.text
