@@ -16,6 +16,7 @@ from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out, print_json
 from starter.cli.tenant_api import ApiKeyOption, call
 from starter.devstack.ports import local_settings
+from starter.runtime import links
 
 approvals_app = typer.Typer(no_args_is_help=True, help="Approvals of calls held by policy.")
 
@@ -85,7 +86,9 @@ def _table(a: dict[str, Any]) -> Table:
 
 
 def _get(settings: MoatSettings, approval_id: str, api_key: str | None) -> dict[str, Any]:
-    answer: dict[str, Any] = call(settings, "GET", f"/v1/approvals/{approval_id}", api_key)
+    answer: dict[str, Any] = call(
+        settings, "GET", links.path("v1", "approvals", approval_id), api_key
+    )
     return answer
 
 
@@ -112,7 +115,9 @@ def _decide(
         "policy_version": shown["policy_version"],
         "comment": comment,
     }
-    decided = call(settings, "POST", f"/v1/approvals/{approval_id}/{action}", api_key, body)
+    decided = call(
+        settings, "POST", links.path("v1", "approvals", approval_id, action), api_key, body
+    )
     out.print(f"{approval_id} {decided['status']} by {decided['decided_by']}")
 
 

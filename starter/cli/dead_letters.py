@@ -12,6 +12,7 @@ from rich.table import Table
 from starter.cli.output import AsJson, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
+from starter.runtime import links
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, requeue, resolve.")
 
@@ -46,11 +47,13 @@ def list_dead_letters(
 def show(dead_letter_id: str, as_json: AsJson = False) -> None:
     """One dead letter (and, for an execution, its compensating-action record)."""
     settings = local_settings()
-    letter = call(settings, "GET", f"/v1/dead-letters/{dead_letter_id}")
+    letter = call(settings, "GET", links.path("v1", "dead-letters", dead_letter_id))
     action = None
     if letter.get("compensating_action_id"):
         action = call(
-            settings, "GET", f"/v1/compensating-actions/{letter['compensating_action_id']}"
+            settings,
+            "GET",
+            links.path("v1", "compensating-actions", letter["compensating_action_id"]),
         )
     if as_json:
         print_json({"dead_letter": letter, "compensating_action": action})
@@ -85,7 +88,7 @@ def requeue(
     letter = call(
         local_settings(),
         "POST",
-        f"/v1/dead-letters/{dead_letter_id}/requeue",
+        links.path("v1", "dead-letters", dead_letter_id, "requeue"),
         body={"effect_did_not_happen": effect_did_not_happen, "note": note},
     )
     out.print(f"requeued as {letter['requeued_as']}")
@@ -98,6 +101,9 @@ def resolve(
 ) -> None:
     """Close by hand, with a note."""
     call(
-        local_settings(), "POST", f"/v1/dead-letters/{dead_letter_id}/resolve", body={"note": note}
+        local_settings(),
+        "POST",
+        links.path("v1", "dead-letters", dead_letter_id, "resolve"),
+        body={"note": note},
     )
     out.print(f"dead letter {dead_letter_id} resolved")

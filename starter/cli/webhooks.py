@@ -11,6 +11,7 @@ from rich.table import Table
 from starter.cli.output import AsJson, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
+from starter.runtime import links
 
 webhook_app = typer.Typer(no_args_is_help=True, help="Webhook subscriptions (signed deliveries).")
 
@@ -83,7 +84,9 @@ def list_webhooks(as_json: AsJson = False) -> None:
 @webhook_app.command("rotate")
 def rotate(webhook_id: str, as_json: AsJson = False) -> None:
     """A new signing secret; the old one keeps signing beside it for 24 h."""
-    rotated = call(local_settings(), "POST", f"/v1/webhooks/{webhook_id}/rotate-secret")
+    rotated = call(
+        local_settings(), "POST", links.path("v1", "webhooks", webhook_id, "rotate-secret")
+    )
     if as_json:
         print_json(rotated)
         return
@@ -94,7 +97,7 @@ def rotate(webhook_id: str, as_json: AsJson = False) -> None:
 @webhook_app.command("remove")
 def remove(webhook_id: str) -> None:
     """No more deliveries to this subscription."""
-    call(local_settings(), "DELETE", f"/v1/webhooks/{webhook_id}")
+    call(local_settings(), "DELETE", links.path("v1", "webhooks", webhook_id))
     out.print(f"webhook {webhook_id} removed")
 
 
