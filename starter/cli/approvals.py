@@ -13,7 +13,7 @@ from rich.table import Table
 
 from schemas.approvals import ApprovalStatus
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_column, out, print_json
 from starter.cli.tenant_api import ApiKeyOption, call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
@@ -41,27 +41,35 @@ def list_(
         print_json(page)
         return
     answer = page["items"]
-    table = Table()
-    table.add_column("approval", no_wrap=True)
-    for name in ("status", "capability", "requested by", "expires (UTC)", "receipt"):
-        table.add_column(name)
-    for a in answer:
-        colour = STATUS_COLOURS.get(a["status"], "white")
-        table.add_row(
-            a["id"],
-            f"[{colour}]{a['status']}[/]",
-            f"{a['capability_id']}@{a['capability_version']}",
-            a["requested_by"],
-            a["expires_at"][:19].replace("T", " "),
-            a["receipt_id"],
-        )
-    out.print(table)
+    out.print(approvals_table(answer))
     more = f" (more: --cursor {page['next_cursor']})" if page.get("next_cursor") else ""
     out.print(f"{len(answer)} approvals{more}")
 
 
+def approvals_table(items: list[dict[str, Any]]) -> Table:
+    """One approval a row: its id whole, its receipt's id whole below it (the commands that
+    take them need them whole; two id columns side by side do not fit 80 columns)."""
+    table = Table()
+    ids = [value for a in items for value in (a["id"], a["receipt_id"])]
+    id_column(table, "approval / receipt", ids)
+    for name in ("status", "capability", "requested by", "expires (UTC)"):
+        table.add_column(name)
+    for a in items:
+        colour = STATUS_COLOURS.get(a["status"], "white")
+        table.add_row(
+            f"{a['id']}\n[dim]{a['receipt_id']}[/]",
+            f"[{colour}]{a['status']}[/]",
+            escape(f"{a['capability_id']}@{a['capability_version']}"),
+            escape(a["requested_by"]),
+            a["expires_at"][:19].replace("T", " "),
+        )
+    return table
+
+
 def _table(a: dict[str, Any]) -> Table:
     table = Table(show_header=False, title=f"approval {a['id']}")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
     rows = [
         ("status", a["status"]),
         ("capability", f"{a['capability_id']}@{a['capability_version']}"),

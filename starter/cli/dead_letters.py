@@ -3,13 +3,13 @@ dead-lettered), through the gateway."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
@@ -28,19 +28,27 @@ def list_dead_letters(
     if as_json:
         print_json(page)
         return
-    table = Table("id", "time (UTC)", "kind", "subject", "code", "status", "reason")
-    for d in page["items"]:
+    out.print(dead_letters_table(page["items"]))
+    out.print(f"{len(page['items'])} {status} dead letters")
+
+
+def dead_letters_table(items: list[dict[str, Any]]) -> Table:
+    """One dead letter a row: its id whole, the id of what dead-lettered (a receipt or a
+    delivery) whole below it."""
+    table = Table()
+    id_column(table, "id / subject", [value for d in items for value in (d["id"], d["subject_id"])])
+    for name in ("time (UTC)", "kind", "code", "status", "reason"):
+        table.add_column(name)
+    for d in items:
         table.add_row(
-            d["id"],
+            f"{d['id']}\n[dim]{d['subject_id']}[/]",
             d["created_at"][:19].replace("T", " "),
             d["kind"],
-            d["subject_id"],
             d["error_code"] or "",
             d["status"],
             escape(d["reason"]),
         )
-    out.print(table)
-    out.print(f"{len(page['items'])} {status} dead letters")
+    return table
 
 
 @dlq_app.command("show")
@@ -58,7 +66,9 @@ def show(dead_letter_id: str, as_json: AsJson = False) -> None:
     if as_json:
         print_json({"dead_letter": letter, "compensating_action": action})
         return
-    table = Table("field", "value", show_header=False, title=f"dead letter {letter['id']}")
+    table = Table(show_header=False, title=f"dead letter {letter['id']}")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
     for name, value in letter.items():
         table.add_row(name, escape("" if value is None else str(value)))
     if action is not None:

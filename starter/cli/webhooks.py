@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
@@ -63,7 +63,10 @@ def list_webhooks(as_json: AsJson = False) -> None:
     if as_json:
         print_json(page)
         return
-    table = Table("id", "url", "events", "status", "retries", "first wait", "old secret until")
+    table = Table()
+    id_column(table, "id", [hook["id"] for hook in page["items"]])
+    for name in ("url", "events", "status", "retries", "first wait", "old secret until"):
+        table.add_column(name)
     for hook in page["items"]:
         colour = "green" if hook["status"] == "active" else "red"
         status = hook["status"] + (
@@ -112,7 +115,10 @@ def deliveries(
     if as_json:
         print_json(page)
         return
-    table = Table("time (UTC)", "event", "webhook-id", "attempt", "status", "ms", "error")
+    table = Table("time (UTC)", "event")
+    id_column(table, "webhook-id", [d["webhook_id"] for d in page["items"]])
+    for name in ("attempt", "status", "ms", "error"):
+        table.add_column(name)
     for d in page["items"]:
         ok = d["outcome"] == "delivered"
         table.add_row(
