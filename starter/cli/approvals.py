@@ -13,7 +13,7 @@ from rich.table import Table
 
 from schemas.approvals import ApprovalStatus
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, id_column, out, print_json
+from starter.cli.output import AsJson, id_argument, id_column, out, print_json
 from starter.cli.tenant_api import ApiKeyOption, call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
@@ -24,6 +24,7 @@ ApiKey = Annotated[str | None, ApiKeyOption]
 STATUS_COLOURS = {"pending": "yellow", "approved": "green", "rejected": "red", "expired": "dim"}
 Comment = Annotated[str | None, typer.Option(help="Why, for the record.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+ApprovalArg = Annotated[str, id_argument("approval")]
 
 
 @approvals_app.command("list")
@@ -101,7 +102,7 @@ def _get(settings: MoatSettings, approval_id: str, api_key: str | None) -> dict[
 
 
 @approvals_app.command("show")
-def show(approval_id: str, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+def show(approval_id: ApprovalArg, api_key: ApiKey = None, as_json: AsJson = False) -> None:
     """One approval with the redacted input it is about."""
     answer = _get(local_settings(), approval_id, api_key)
     if as_json:
@@ -123,15 +124,16 @@ def _decide(
         "policy_version": shown["policy_version"],
         "comment": comment,
     }
+    # A prefix was resolved by the read: the decision names the approval shown, whole.
     decided = call(
-        settings, "POST", links.path("v1", "approvals", approval_id, action), api_key, body
+        settings, "POST", links.path("v1", "approvals", shown["id"], action), api_key, body
     )
-    out.print(f"{approval_id} {decided['status']} by {decided['decided_by']}")
+    out.print(f"{shown['id']} {decided['status']} by {decided['decided_by']}")
 
 
 @approvals_app.command("approve")
 def approve(
-    approval_id: str, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
+    approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
 ) -> None:
     """Approve the call shown (needs scope approvals:write; not the key that made it)."""
     _decide("approve", approval_id, comment, yes, api_key)
@@ -139,7 +141,7 @@ def approve(
 
 @approvals_app.command("reject")
 def reject(
-    approval_id: str, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
+    approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
 ) -> None:
     """Reject the call shown: its run ends approval_rejected, the provider is not called."""
     _decide("reject", approval_id, comment, yes, api_key)

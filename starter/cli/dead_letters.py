@@ -9,10 +9,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli.output import AsJson, id_column, out, print_json
+from starter.cli.output import AsJson, id_argument, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
+
+DeadLetterArg = Annotated[str, id_argument("dead letter")]
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, requeue, resolve.")
 
@@ -52,7 +54,7 @@ def dead_letters_table(items: list[dict[str, Any]]) -> Table:
 
 
 @dlq_app.command("show")
-def show(dead_letter_id: str, as_json: AsJson = False) -> None:
+def show(dead_letter_id: DeadLetterArg, as_json: AsJson = False) -> None:
     """One dead letter (and, for an execution, its compensating-action record)."""
     settings = local_settings()
     letter = call(settings, "GET", links.path("v1", "dead-letters", dead_letter_id))
@@ -82,7 +84,7 @@ def show(dead_letter_id: str, as_json: AsJson = False) -> None:
 
 @dlq_app.command("requeue")
 def requeue(
-    dead_letter_id: str,
+    dead_letter_id: DeadLetterArg,
     effect_did_not_happen: Annotated[
         bool,
         typer.Option(
@@ -106,14 +108,14 @@ def requeue(
 
 @dlq_app.command("resolve")
 def resolve(
-    dead_letter_id: str,
+    dead_letter_id: DeadLetterArg,
     note: Annotated[str, typer.Option(help="What was done about it (required).")],
 ) -> None:
     """Close by hand, with a note."""
-    call(
+    letter = call(
         local_settings(),
         "POST",
         links.path("v1", "dead-letters", dead_letter_id, "resolve"),
         body={"note": note},
     )
-    out.print(f"dead letter {dead_letter_id} resolved")
+    out.print(f"dead letter {letter['id']} resolved")

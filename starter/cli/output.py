@@ -25,6 +25,13 @@ T = TypeVar("T")
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
+
+def id_argument(kind: str) -> Any:
+    """An argument naming one of the tenant's ``kind`` by id, or by a prefix (6 characters
+    or more) that starts no other id, as git takes commits."""
+    return typer.Argument(help=f"The {kind}'s id, or its first characters (6 or more).")
+
+
 # What to do next, for refusals an operator can act on.
 HINTS = {
     "tenant_not_found": "give a tenant's id or name; see `moat tenant list`",

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from starter.cli.agent import agent_client, gateway_answers
-from starter.cli.output import AsJson, id_column, out
+from starter.cli.output import AsJson, id_argument, id_column, out
 from starter.devstack.ports import local_settings
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def receipts_table(items: list[Receipt]) -> Table:
 
 
 @receipts_app.command("show")
-def show(receipt_id: str, as_json: AsJson = False) -> None:
+def show(receipt_id: Annotated[str, id_argument("receipt")], as_json: AsJson = False) -> None:
     """One receipt, field by field (``--json``: as the gateway returns it)."""
     settings = local_settings()
     with gateway_answers(settings):

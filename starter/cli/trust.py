@@ -221,7 +221,9 @@ async def _change(
         )
 
 
-ProbeArg = Annotated[str, typer.Argument(help="Probe id (prb_…), from `moat probe list`.")]
+ProbeArg = Annotated[
+    str, typer.Argument(help="Probe id (prb_…, or its first 6 or more characters).")
+]
 
 
 @probe_app.command("pause")
