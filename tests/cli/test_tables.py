@@ -15,8 +15,9 @@ import pytest
 from moat_client.models import Receipt, ReceiptPage
 from rich.console import Console
 
+from schemas.connections import ConnectionInfo
 from schemas.probes import ProbeInfo
-from starter.cli import approvals, dead_letters, receipts, trust
+from starter.cli import approvals, connections, dead_letters, receipts, trust, webhooks
 
 RECEIPT = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 OTHER_RECEIPT = "0193a1b2-c3d4-7e5f-8a9b-ffffffffffff"
@@ -114,11 +115,52 @@ def list_probes(monkeypatch: pytest.MonkeyPatch) -> None:
     trust.list_(tenant="demo", as_json=False)
 
 
+WEBHOOK = "0193a1b2-ffff-7e5f-8a9b-0c1d2e3f4a5b"
+
+
+def list_webhooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = {
+        "id": WEBHOOK,
+        "url": "https://hooks.example.com/moat/" + "x" * 60,
+        "events": ["execution.succeeded", "execution.failed", "approval.requested"],
+        "status": "disabled",
+        "disabled_reason": "too many failed deliveries in a row",
+        "max_retries": 8,
+        "retry_base_seconds": 30.0,
+        "previous_secret_expires_at": "2026-11-27T23:00:00Z",
+    }
+    gateway_page(monkeypatch, webhooks, hook)
+    webhooks.list_webhooks(as_json=False)
+
+
+def list_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    connection = ConnectionInfo(
+        id=CONNECTION,
+        tenant_id="ten_0123456789abcdef",
+        type="github",
+        name="the organisation's GitHub app for the triage agent",
+        config={},
+        fingerprint="hmac:0123456789abcdef",
+        last4="abcd",
+        key_id="c-01234567",
+        created_at=NOW,
+        revoked_at=NOW,
+    )
+
+    async def rows(*_: Any) -> list[ConnectionInfo]:
+        return [connection]
+
+    monkeypatch.setattr(connections, "_list", rows)
+    connections.list_(tenant="demo", as_json=False)
+
+
 COMMANDS: dict[str, tuple[ModuleType, Callable[[pytest.MonkeyPatch], None], list[str]]] = {
     "receipts list": (receipts, list_receipts, [RECEIPT, OTHER_RECEIPT]),
     "approvals list": (approvals, list_approvals, [APPROVAL, RECEIPT]),
     "dlq list": (dead_letters, list_dead_letters, [DEAD_LETTER, DELIVERY]),
     "probe list": (trust, list_probes, [PROBE, CONNECTION]),
+    "webhook list": (webhooks, list_webhooks, [WEBHOOK]),
+    "connection list": (connections, list_connections, [CONNECTION]),
 }
 
 
