@@ -13,9 +13,10 @@ from rich.table import Table
 
 from schemas.approvals import ApprovalStatus
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_argument, id_column, out, print_json
 from starter.cli.tenant_api import ApiKeyOption, call
 from starter.devstack.ports import local_settings
+from starter.runtime import links
 
 approvals_app = typer.Typer(no_args_is_help=True, help="Approvals of calls held by policy.")
 
@@ -23,6 +24,7 @@ ApiKey = Annotated[str | None, ApiKeyOption]
 STATUS_COLOURS = {"pending": "yellow", "approved": "green", "rejected": "red", "expired": "dim"}
 Comment = Annotated[str | None, typer.Option(help="Why, for the record.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+ApprovalArg = Annotated[str, id_argument("approval")]
 
 
 @approvals_app.command("list")
@@ -40,27 +42,35 @@ def list_(
         print_json(page)
         return
     answer = page["items"]
-    table = Table()
-    table.add_column("approval", no_wrap=True)
-    for name in ("status", "capability", "requested by", "expires (UTC)", "receipt"):
-        table.add_column(name)
-    for a in answer:
-        colour = STATUS_COLOURS.get(a["status"], "white")
-        table.add_row(
-            a["id"],
-            f"[{colour}]{a['status']}[/]",
-            f"{a['capability_id']}@{a['capability_version']}",
-            a["requested_by"],
-            a["expires_at"][:19].replace("T", " "),
-            a["receipt_id"],
-        )
-    out.print(table)
+    out.print(approvals_table(answer))
     more = f" (more: --cursor {page['next_cursor']})" if page.get("next_cursor") else ""
     out.print(f"{len(answer)} approvals{more}")
 
 
+def approvals_table(items: list[dict[str, Any]]) -> Table:
+    """One approval a row: its id whole, its receipt's id whole below it (the commands that
+    take them need them whole; two id columns side by side do not fit 80 columns)."""
+    table = Table()
+    ids = [value for a in items for value in (a["id"], a["receipt_id"])]
+    id_column(table, "approval / receipt", ids)
+    for name in ("status", "capability", "requested by", "expires (UTC)"):
+        table.add_column(name)
+    for a in items:
+        colour = STATUS_COLOURS.get(a["status"], "white")
+        table.add_row(
+            f"{a['id']}\n[dim]{a['receipt_id']}[/]",
+            f"[{colour}]{a['status']}[/]",
+            escape(f"{a['capability_id']}@{a['capability_version']}"),
+            escape(a["requested_by"]),
+            a["expires_at"][:19].replace("T", " "),
+        )
+    return table
+
+
 def _table(a: dict[str, Any]) -> Table:
     table = Table(show_header=False, title=f"approval {a['id']}")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
     rows = [
         ("status", a["status"]),
         ("capability", f"{a['capability_id']}@{a['capability_version']}"),
@@ -85,12 +95,14 @@ def _table(a: dict[str, Any]) -> Table:
 
 
 def _get(settings: MoatSettings, approval_id: str, api_key: str | None) -> dict[str, Any]:
-    answer: dict[str, Any] = call(settings, "GET", f"/v1/approvals/{approval_id}", api_key)
+    answer: dict[str, Any] = call(
+        settings, "GET", links.path("v1", "approvals", approval_id), api_key
+    )
     return answer
 
 
 @approvals_app.command("show")
-def show(approval_id: str, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+def show(approval_id: ApprovalArg, api_key: ApiKey = None, as_json: AsJson = False) -> None:
     """One approval with the redacted input it is about."""
     answer = _get(local_settings(), approval_id, api_key)
     if as_json:
@@ -112,13 +124,16 @@ def _decide(
         "policy_version": shown["policy_version"],
         "comment": comment,
     }
-    decided = call(settings, "POST", f"/v1/approvals/{approval_id}/{action}", api_key, body)
-    out.print(f"{approval_id} {decided['status']} by {decided['decided_by']}")
+    # A prefix was resolved by the read: the decision names the approval shown, whole.
+    decided = call(
+        settings, "POST", links.path("v1", "approvals", shown["id"], action), api_key, body
+    )
+    out.print(f"{shown['id']} {decided['status']} by {decided['decided_by']}")
 
 
 @approvals_app.command("approve")
 def approve(
-    approval_id: str, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
+    approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
 ) -> None:
     """Approve the call shown (needs scope approvals:write; not the key that made it)."""
     _decide("approve", approval_id, comment, yes, api_key)
@@ -126,7 +141,7 @@ def approve(
 
 @approvals_app.command("reject")
 def reject(
-    approval_id: str, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
+    approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
 ) -> None:
     """Reject the call shown: its run ends approval_rejected, the provider is not called."""
     _decide("reject", approval_id, comment, yes, api_key)

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from schemas.connections import ConnectionCreate, ConnectionInfo, ConnectionRotate, ConnectionType
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, fail, out, print_json, run
+from starter.cli.output import AsJson, fail, id_column, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
@@ -135,7 +135,7 @@ def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
         out.print("no connections; add one with `moat connection add`")
         return
     table = Table("name", "type", "fingerprint", "last4", "created", "revoked")
-    table.add_column("id", no_wrap=True)
+    id_column(table, "id", [c.id for c in found])
     for c in found:
         revoked = f"{c.revoked_at:%F %T}" if c.revoked_at else ""
         table.add_row(

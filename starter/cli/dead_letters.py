@@ -3,15 +3,18 @@ dead-lettered), through the gateway."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_argument, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
+from starter.runtime import links
+
+DeadLetterArg = Annotated[str, id_argument("dead letter")]
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, requeue, resolve.")
 
@@ -29,36 +32,48 @@ def list_dead_letters(
     if as_json:
         print_json(page)
         return
-    table = Table("id", "time (UTC)", "kind", "subject", "code", "status", "reason")
-    for d in page["items"]:
-        table.add_row(
-            d["id"],
-            d["created_at"][:19].replace("T", " "),
-            d["kind"],
-            d["subject_id"],
-            d["error_code"] or "",
-            d["status"],
-            escape(d["reason"]),
-        )
-    out.print(table)
+    out.print(dead_letters_table(page["items"]))
     more = f" (more: --cursor {page['next_cursor']})" if page.get("next_cursor") else ""
     out.print(f"{len(page['items'])} {status} dead letters{more}")
 
 
+def dead_letters_table(items: list[dict[str, Any]]) -> Table:
+    """One dead letter a row: its id whole, the id of what dead-lettered (a receipt or a
+    delivery) whole below it."""
+    table = Table()
+    id_column(table, "id / subject", [value for d in items for value in (d["id"], d["subject_id"])])
+    for name in ("time (UTC)", "kind", "code", "status", "reason"):
+        table.add_column(name)
+    for d in items:
+        table.add_row(
+            f"{d['id']}\n[dim]{d['subject_id']}[/]",
+            d["created_at"][:19].replace("T", " "),
+            d["kind"],
+            d["error_code"] or "",
+            d["status"],
+            escape(d["reason"]),
+        )
+    return table
+
+
 @dlq_app.command("show")
-def show(dead_letter_id: str, as_json: AsJson = False) -> None:
+def show(dead_letter_id: DeadLetterArg, as_json: AsJson = False) -> None:
     """One dead letter (and, for an execution, its compensating-action record)."""
     settings = local_settings()
-    letter = call(settings, "GET", f"/v1/dead-letters/{dead_letter_id}")
+    letter = call(settings, "GET", links.path("v1", "dead-letters", dead_letter_id))
     action = None
     if letter.get("compensating_action_id"):
         action = call(
-            settings, "GET", f"/v1/compensating-actions/{letter['compensating_action_id']}"
+            settings,
+            "GET",
+            links.path("v1", "compensating-actions", letter["compensating_action_id"]),
         )
     if as_json:
         print_json({"dead_letter": letter, "compensating_action": action})
         return
-    table = Table("field", "value", show_header=False, title=f"dead letter {letter['id']}")
+    table = Table(show_header=False, title=f"dead letter {letter['id']}")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
     for name, value in letter.items():
         table.add_row(name, escape("" if value is None else str(value)))
     if action is not None:
@@ -72,7 +87,7 @@ def show(dead_letter_id: str, as_json: AsJson = False) -> None:
 
 @dlq_app.command("requeue")
 def requeue(
-    dead_letter_id: str,
+    dead_letter_id: DeadLetterArg,
     effect_did_not_happen: Annotated[
         bool,
         typer.Option(
@@ -88,7 +103,7 @@ def requeue(
     letter = call(
         local_settings(),
         "POST",
-        f"/v1/dead-letters/{dead_letter_id}/requeue",
+        links.path("v1", "dead-letters", dead_letter_id, "requeue"),
         body={"effect_did_not_happen": effect_did_not_happen, "note": note},
     )
     out.print(f"requeued as {letter['requeued_as']}")
@@ -96,11 +111,14 @@ def requeue(
 
 @dlq_app.command("resolve")
 def resolve(
-    dead_letter_id: str,
+    dead_letter_id: DeadLetterArg,
     note: Annotated[str, typer.Option(help="What was done about it (required).")],
 ) -> None:
     """Close by hand, with a note."""
-    call(
-        local_settings(), "POST", f"/v1/dead-letters/{dead_letter_id}/resolve", body={"note": note}
+    letter = call(
+        local_settings(),
+        "POST",
+        links.path("v1", "dead-letters", dead_letter_id, "resolve"),
+        body={"note": note},
     )
-    out.print(f"dead letter {dead_letter_id} resolved")
+    out.print(f"dead letter {letter['id']} resolved")

@@ -15,6 +15,7 @@ from schemas.settings import MoatSettings
 from starter.cli.agent import agent_client, gateway_answers
 from starter.cli.output import AsJson, err, fail, out
 from starter.devstack.ports import local_settings
+from starter.runtime import links
 
 if TYPE_CHECKING:
     from moat_client import ExecutionResult, MoatClient
@@ -124,12 +125,12 @@ def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) ->
         out.print("output:")
         out.print(escape(_trimmed(envelope.output)), highlight=True)
     if envelope.workflow_id:
-        url = (
-            f"http://127.0.0.1:{settings.temporal_ui_port}/namespaces/"
-            f"{settings.temporal_namespace}/workflows/{envelope.workflow_id}"
+        url = links.temporal_run(
+            f"http://127.0.0.1:{settings.temporal_ui_port}",
+            settings.temporal_namespace,
+            envelope.workflow_id,
+            envelope.run_id,
         )
-        if envelope.run_id:
-            url += f"/{envelope.run_id}"
         out.print(f"run: {escape(url)}", soft_wrap=True)
 
 

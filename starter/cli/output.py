@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from starter.service import MoatError
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 out = Console()
 err = Console(stderr=True)
@@ -27,12 +30,27 @@ UNAVAILABLE = 3
 # Seconds a command waits for a connection: nothing answering is said at once.
 CONNECT_TIMEOUT = 2.0
 
+
+def id_argument(kind: str) -> Any:
+    """An argument naming one of the tenant's ``kind`` by id, or by a prefix (6 characters
+    or more) that starts no other id, as git takes commits."""
+    return typer.Argument(help=f"The {kind}'s id, or its first characters (6 or more).")
+
+
 # What to do next, for refusals an operator can act on.
 HINTS = {
     "tenant_not_found": "give a tenant's id or name; see `moat tenant list`",
     "key_not_found": "see `moat api-key list TENANT`",
     "connection_not_found": "see `moat connection list TENANT`",
 }
+
+
+def id_column(table: Table, header: str, ids: Iterable[str | None]) -> None:
+    """A column of ids a next command takes: each printed whole on one line, however narrow
+    the terminal: the column is as wide as the longest of ``ids`` (a cell may stack two ids,
+    one a line) and the table's other columns wrap or shorten to make room."""
+    width = max((len(value) for value in ids if value), default=len(header))
+    table.add_column(header, no_wrap=True, min_width=width, overflow="ignore")
 
 
 def print_json(value: Any) -> None:

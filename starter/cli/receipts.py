@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from starter.cli.agent import agent_client, gateway_answers
-from starter.cli.output import AsJson, out
+from starter.cli.output import AsJson, id_argument, id_column, out
 from starter.devstack.ports import local_settings
+
+if TYPE_CHECKING:
+    from moat_client.models import Receipt
 
 receipts_app = typer.Typer(no_args_is_help=True, help="Receipts, read through the gateway.")
 
@@ -38,25 +41,33 @@ def list_receipts(
     if as_json:
         out.print_json(page.model_dump_json())
         return
-    table = Table("receipt", "time (UTC)", "capability", "status", "error", "ms", "key")
-    for receipt in page.items:
-        colour = STATUS_COLOURS.get(receipt.status, "red")
-        table.add_row(
-            receipt.id,
-            f"{receipt.timestamp:%Y-%m-%d %H:%M:%S}",
-            f"{receipt.capability_id}@{receipt.capability_version}",
-            f"[{colour}]{escape(receipt.status)}[/]",
-            receipt.error_code or "",
-            str(receipt.latency_ms),
-            receipt.idempotency_key,
-        )
-    out.print(table)
+    out.print(receipts_table(page.items))
     more = f" (more: --cursor {page.next_cursor})" if page.next_cursor else ""
     out.print(f"{len(page.items)} receipts{more}")
 
 
+def receipts_table(items: list[Receipt]) -> Table:
+    """One receipt a row, its id whole (``moat receipts show`` takes it)."""
+    table = Table()
+    id_column(table, "receipt", [receipt.id for receipt in items])
+    for name in ("time (UTC)", "capability", "status", "error", "ms", "key"):
+        table.add_column(name)
+    for receipt in items:
+        colour = STATUS_COLOURS.get(receipt.status, "red")
+        table.add_row(
+            receipt.id,
+            f"{receipt.timestamp:%Y-%m-%d %H:%M:%S}",
+            escape(f"{receipt.capability_id}@{receipt.capability_version}"),
+            f"[{colour}]{escape(receipt.status)}[/]",
+            receipt.error_code or "",
+            str(receipt.latency_ms),
+            escape(receipt.idempotency_key),
+        )
+    return table
+
+
 @receipts_app.command("show")
-def show(receipt_id: str, as_json: AsJson = False) -> None:
+def show(receipt_id: Annotated[str, id_argument("receipt")], as_json: AsJson = False) -> None:
     """One receipt, field by field (``--json``: as the gateway returns it)."""
     settings = local_settings()
     with gateway_answers(settings):
@@ -64,7 +75,9 @@ def show(receipt_id: str, as_json: AsJson = False) -> None:
     if as_json:
         out.print_json(receipt.model_dump_json())
         return
-    table = Table("field", "value", show_header=False, title=f"receipt {receipt.id}")
+    table = Table(show_header=False, title=f"receipt {receipt.id}")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
     for name, value in receipt.model_dump(mode="json").items():
         table.add_row(name, escape("" if value is None else str(value)))
     out.print(table)

@@ -15,11 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import EffectOrigin, Event, effect_origin
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_argument, out, print_json, refusals
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
+from starter.service import prefixes
 from store import events as event_log
-from store import tenancy, tenants
+from store import receipts, tenancy, tenants
+from store.models import ReceiptRow
 
 runs_app = typer.Typer(no_args_is_help=True, help="Executions and their event log.")
 
@@ -88,6 +90,13 @@ def rebuild(
     raise typer.Exit(asyncio.run(_rebuild(local_settings(), tenant, verify)))
 
 
+async def _whole_id(session: AsyncSession, tenant_id: str, given: str) -> str:
+    """``given``, or the one receipt id of the tenant that it is a prefix of."""
+    if await receipts.get_receipt(session, tenant_id, given) is not None:
+        return given
+    return await prefixes.unique_id(session, ReceiptRow, tenant_id, given, "receipt") or given
+
+
 async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, view: str) -> int:
     async with owner_sessions(settings) as sessions:
         async with sessions() as session:
@@ -97,9 +106,11 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, vie
         for tenant_id in candidates:  # the execution's tenant is not known up front
             async with sessions.begin() as session:
                 await tenancy.set_tenant(session, tenant_id)
-                events = await event_log.events_of(session, tenant_id, receipt_id)
+                whole = await _whole_id(session, tenant_id, receipt_id)
+                events = await event_log.events_of(session, tenant_id, whole)
                 if events:
-                    run = await event_log.get_run(session, tenant_id, receipt_id)
+                    run = await event_log.get_run(session, tenant_id, whole)
+                    receipt_id = whole
                     break
     if not events:
         out.print(f"[red]no events for execution {receipt_id}[/]")
@@ -168,7 +179,7 @@ def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
 
 @runs_app.command("show")
 def show(
-    receipt_id: str,
+    receipt_id: Annotated[str, id_argument("receipt")],
     tenant: Annotated[str | None, typer.Option(help="The execution's tenant (id or name).")] = None,
     tree: Annotated[
         bool, typer.Option("--tree", help="Each event under the event that caused it.")
@@ -178,4 +189,6 @@ def show(
     """Print an execution's event log as a table (``--tree``: as a causal tree; ``--json``:
     the events and the run's projected state)."""
     view = "json" if as_json else "tree" if tree else "table"
-    raise typer.Exit(asyncio.run(_show(local_settings(), receipt_id, tenant, view)))
+    with refusals():  # a prefix that starts several receipts' ids
+        code = asyncio.run(_show(local_settings(), receipt_id, tenant, view))
+    raise typer.Exit(code)

@@ -16,7 +16,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.settings import MoatSettings
 from schemas.trust import TrustReport, TrustScore, TrustWindow
-from starter.cli.output import AsJson, fail, out, print_json, run
+from starter.cli.output import AsJson, fail, id_column, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions, owner_transaction
@@ -122,7 +122,11 @@ def trust_command(
 
 
 def _probe_table(rows: list[ProbeInfo]) -> Table:
-    table = Table("probe", "capability", "every", "state", "input", "connection")
+    table = Table()
+    id_column(table, "probe", [p.id for p in rows])
+    for name in ("capability", "every", "state", "input"):
+        table.add_column(name)
+    id_column(table, "connection", [p.connection_id for p in rows])
     for p in rows:
         table.add_row(
             p.id,
@@ -217,7 +221,9 @@ async def _change(
         )
 
 
-ProbeArg = Annotated[str, typer.Argument(help="Probe id (prb_…), from `moat probe list`.")]
+ProbeArg = Annotated[
+    str, typer.Argument(help="Probe id (prb_…, or its first 6 or more characters).")
+]
 
 
 @probe_app.command("pause")

@@ -8,9 +8,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli.output import AsJson, out, print_json
+from starter.cli.output import AsJson, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
+from starter.runtime import links
 
 webhook_app = typer.Typer(no_args_is_help=True, help="Webhook subscriptions (signed deliveries).")
 
@@ -62,7 +63,10 @@ def list_webhooks(as_json: AsJson = False) -> None:
     if as_json:
         print_json(page)
         return
-    table = Table("id", "url", "events", "status", "retries", "first wait", "old secret until")
+    table = Table()
+    id_column(table, "id", [hook["id"] for hook in page["items"]])
+    for name in ("url", "events", "status", "retries", "first wait", "old secret until"):
+        table.add_column(name)
     for hook in page["items"]:
         colour = "green" if hook["status"] == "active" else "red"
         status = hook["status"] + (
@@ -83,7 +87,9 @@ def list_webhooks(as_json: AsJson = False) -> None:
 @webhook_app.command("rotate")
 def rotate(webhook_id: str, as_json: AsJson = False) -> None:
     """A new signing secret; the old one keeps signing beside it for 24 h."""
-    rotated = call(local_settings(), "POST", f"/v1/webhooks/{webhook_id}/rotate-secret")
+    rotated = call(
+        local_settings(), "POST", links.path("v1", "webhooks", webhook_id, "rotate-secret")
+    )
     if as_json:
         print_json(rotated)
         return
@@ -94,7 +100,7 @@ def rotate(webhook_id: str, as_json: AsJson = False) -> None:
 @webhook_app.command("remove")
 def remove(webhook_id: str) -> None:
     """No more deliveries to this subscription."""
-    call(local_settings(), "DELETE", f"/v1/webhooks/{webhook_id}")
+    call(local_settings(), "DELETE", links.path("v1", "webhooks", webhook_id))
     out.print(f"webhook {webhook_id} removed")
 
 
@@ -111,7 +117,10 @@ def deliveries(
     if as_json:
         print_json(page)
         return
-    table = Table("time (UTC)", "event", "webhook-id", "attempt", "status", "ms", "error")
+    table = Table("time (UTC)", "event")
+    id_column(table, "webhook-id", [d["webhook_id"] for d in page["items"]])
+    for name in ("attempt", "status", "ms", "error"):
+        table.add_column(name)
     for d in page["items"]:
         ok = d["outcome"] == "delivered"
         table.add_row(

@@ -25,6 +25,7 @@ from schemas.execute import Envelope, EnvelopeStatus
 from schemas.names import REPLAYED_HEADER
 from schemas.settings import MoatSettings
 from starter.gateway.errors import execution_status
+from starter.runtime import links
 from starter.service import AnswerCopy, Outcome, render
 
 POLL_AFTER_SECONDS = "1"
@@ -100,6 +101,6 @@ def _body(outcome: Outcome) -> bytes:
 def _response(envelope: Envelope, body: bytes, headers: dict[str, str]) -> Response:
     status = execution_status(envelope)
     if status == 202:
-        headers["Location"] = f"/v1/executions/{envelope.receipt_id}"
+        headers["Location"] = links.path("v1", "executions", str(envelope.receipt_id))
         headers["Retry-After"] = POLL_AFTER_SECONDS
     return Response(body, status_code=status, headers=headers, media_type="application/json")

@@ -42,6 +42,7 @@ STATUS: dict[str, int] = {
     ErrorCode.WEBHOOK_URL_NOT_ALLOWED: 400,
     ErrorCode.EFFECT_STATEMENT_REQUIRED: 400,
     ErrorCode.CAPABILITY_NOT_PROBEABLE: 400,
+    ErrorCode.ID_AMBIGUOUS: 400,
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.SCOPE_MISSING: 403,
@@ -233,7 +234,8 @@ def documented_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 ERROR_DESCRIPTIONS = {
     400: "Refused request: `bad_json`, `schema_validation_failed` (with the failing fields in "
     "`details.errors`), `unsupported_schema_version`, `idempotency_key_invalid`, "
-    "`invalid_cursor`, `capability_not_probeable`.",
+    "`invalid_cursor`, `capability_not_probeable`, `id_ambiguous` (an id given by a prefix "
+    "that starts several: `details.candidates`).",
     401: "`unauthenticated`: no API key, or an unknown or revoked one.",
     403: "`forbidden`: the key may not use this route; `scope_missing`: it lacks the "
     "route's scope; `bypass_not_allowed`, `self_approval_forbidden`, `approval_expired`.",

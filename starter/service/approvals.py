@@ -34,6 +34,7 @@ from schemas.errors import ErrorCode
 from schemas.names import DECIDE_APPROVAL_UPDATE
 from schemas.pages import Key
 from schemas.start import DECISION_NOT_SIGNED
+from starter.service import prefixes
 from starter.service.errors import MoatError
 from store import approvals, policy_versions, tenancy
 from store.keyrings.codec import OutputSealer
@@ -81,6 +82,9 @@ async def get(
 ) -> Approval:
     """One approval with the redacted input it is about."""
     row = await approvals.get(session, tenant_id, approval_id)
+    if row is None:
+        whole = await prefixes.unique_id(session, ApprovalRow, tenant_id, approval_id, "approval")
+        row = await approvals.get(session, tenant_id, whole) if whole else None
     if row is None:
         raise not_found(approval_id)
     return approvals.to_approval(row, sealer)

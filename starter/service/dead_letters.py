@@ -30,6 +30,7 @@ from schemas.webhooks import (
     RequeueRequest,
     compensating_action_id,
 )
+from starter.service import prefixes
 from starter.service.errors import MoatError
 from store import dead_letters, outbox, receipts
 from store import events as event_log
@@ -63,6 +64,9 @@ async def show(session: AsyncSession, tenant_id: str, dl_id: str) -> DeadLetter:
 
 
 async def _get(session: AsyncSession, tenant_id: str, dl_id: str, *, lock: bool) -> DeadLetterRow:
+    if not _ID.match(dl_id):
+        whole = await prefixes.unique_id(session, DeadLetterRow, tenant_id, dl_id, "dead letter")
+        dl_id = whole or dl_id
     row = await dead_letters.get(session, tenant_id, dl_id, lock=lock) if _ID.match(dl_id) else None
     if row is None:
         raise _not_found(dl_id)

@@ -29,7 +29,7 @@ from schemas.scopes import capability_scopes
 from schemas.settings import MoatSettings
 from starter.runtime import schedules
 from starter.service import connections as connections_service
-from starter.service import quotas
+from starter.service import prefixes, quotas
 from starter.service.errors import MoatError, field_errors
 from starter.service.scopes import require_scope
 from store import db, probes
@@ -179,6 +179,9 @@ async def add_probe(
 
 async def _probe(session: AsyncSession, tenant_id: str, probe_id: str) -> ProbeRow:
     row = await probes.get_probe(session, tenant_id, probe_id)
+    if row is None:
+        whole = await prefixes.unique_id(session, ProbeRow, tenant_id, probe_id, "probe")
+        row = await probes.get_probe(session, tenant_id, whole) if whole else None
     if row is None:
         raise MoatError(
             ErrorCode.PROBE_NOT_FOUND, f"No probe {probe_id!r}: `moat probe list` names them."

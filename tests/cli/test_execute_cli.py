@@ -11,8 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from schemas.settings import MoatSettings
 from starter.cli import app as cli
 from starter.cli import execute as execute_command
+from starter.runtime import links
 from tests.gateway.test_policy import new_key, put_policy
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
@@ -30,7 +32,7 @@ async def test_summary_and_json(stack: Stack, monkeypatch: pytest.MonkeyPatch) -
     lines = summary.output.splitlines()
     assert lines[0].startswith("executed  ")
     assert '"hello": "cli"' in summary.output
-    assert "/namespaces/moat/workflows/exec/" in summary.output
+    assert "/namespaces/moat/workflows/exec%2F" in summary.output
     assert "idempotent replay" not in summary.output
 
     as_json = await asyncio.to_thread(runner.invoke, cli, [*args, "--json"])
@@ -38,7 +40,13 @@ async def test_summary_and_json(stack: Stack, monkeypatch: pytest.MonkeyPatch) -
     envelope = json.loads(as_json.stdout)
     assert envelope["output"] == {"hello": "cli"}
     assert lines[0].split()[1] == envelope["receipt_id"]
-    assert f"{envelope['workflow_id']}/{envelope['run_id']}" in summary.output
+    run_link = links.temporal_run(
+        f"http://127.0.0.1:{MoatSettings().temporal_ui_port}",
+        "moat",
+        envelope["workflow_id"],
+        envelope["run_id"],
+    )
+    assert f"run: {run_link}" in summary.output
 
     again = await asyncio.to_thread(runner.invoke, cli, args)
     assert "idempotent replay" in again.output and '"hello": "cli"' in again.output

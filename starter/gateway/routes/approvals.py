@@ -52,7 +52,7 @@ async def list_approvals(
     "/{approval_id}",
     summary="One approval, with the redacted input it is about",
     response_model=Approval,
-    responses=documented_errors(404),
+    responses=documented_errors(400, 404),
     dependencies=[needs(APPROVALS_READ)],
 )
 async def get_approval(

@@ -51,7 +51,7 @@ async def list_dead_letters(
     tags=["dead-letters"],
     summary="One dead letter",
     response_model=DeadLetter,
-    responses=documented_errors(401, 404, 500),
+    responses=documented_errors(400, 401, 404, 500),
 )
 async def get_dead_letter(
     dead_letter_id: str, session: TenantSession, caller: Caller

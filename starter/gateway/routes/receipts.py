@@ -17,8 +17,9 @@ from schemas.records import ExecutionStatus, Receipt
 from starter.gateway.deps import Caller, TenantSession
 from starter.gateway.errors import EnvelopeJSONResponse as JSONResponse
 from starter.gateway.errors import documented_errors
-from starter.service import MoatError
+from starter.service import MoatError, prefixes
 from store import db, receipts
+from store.models import ReceiptRow
 
 router = APIRouter()
 
@@ -144,10 +145,16 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     tags=["receipts"],
     summary="One receipt",
     response_model=Receipt,
-    responses=documented_errors(401, 404, 500),
+    responses=documented_errors(400, 401, 404, 500),
 )
 async def get_receipt(receipt_id: str, session: TenantSession, caller: Caller) -> Receipt:
-    """A receipt of the caller's tenant; another tenant's is `receipt_not_found`."""
+    """A receipt of the caller's tenant, by its id or a prefix of it (6 characters or more)
+    that starts no other; another tenant's is `receipt_not_found`."""
+    if not is_receipt_id(receipt_id):
+        whole = await prefixes.unique_id(
+            session, ReceiptRow, caller.tenant_id, receipt_id, "receipt"
+        )
+        receipt_id = whole or receipt_id
     receipt = (
         await receipts.get_receipt(session, caller.tenant_id, receipt_id)
         if is_receipt_id(receipt_id)

@@ -59,6 +59,8 @@ class ErrorCode(StrEnum):
     WEBHOOK_NOT_FOUND = "webhook_not_found"
     DEAD_LETTER_NOT_FOUND = "dead_letter_not_found"
     COMPENSATING_ACTION_NOT_FOUND = "compensating_action_not_found"
+    # An id given by a prefix that starts more than one.
+    ID_AMBIGUOUS = "id_ambiguous"
     # HTTP itself, and the state of what the request names.
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONNECTION_GONE = "connection_gone"
