@@ -11,14 +11,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from schemas.errors import ErrorCode
 from schemas.events import EffectOrigin, Event, effect_origin
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, id_argument, out, print_json, refusals
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
-from starter.service import prefixes
+from starter.service import MoatError, prefixes
 from store import events as event_log
 from store import receipts, tenancy, tenants
 from store.models import ReceiptRow
@@ -90,11 +91,30 @@ def rebuild(
     raise typer.Exit(asyncio.run(_rebuild(local_settings(), tenant, verify)))
 
 
-async def _whole_id(session: AsyncSession, tenant_id: str, given: str) -> str:
-    """``given``, or the one receipt id of the tenant that it is a prefix of."""
-    if await receipts.get_receipt(session, tenant_id, given) is not None:
-        return given
-    return await prefixes.unique_id(session, ReceiptRow, tenant_id, given, "receipt") or given
+async def _named(
+    sessions: async_sessionmaker[AsyncSession], candidates: list[str], given: str
+) -> dict[str, str]:
+    """What ``given`` names in each of the ``candidates`` tenants: a receipt with that id
+    (then only its tenant), else the one receipt id it starts, else ``given`` itself (a run
+    still going has events before its receipt). A prefix that starts receipts in more than
+    one tenant is ``id_ambiguous``: the tenant is not picked by the order of a loop."""
+    prefixed: dict[str, str] = {}
+    for tenant_id in candidates:
+        async with sessions.begin() as session:
+            await tenancy.set_tenant(session, tenant_id)
+            if await receipts.get_receipt(session, tenant_id, given) is not None:
+                return {tenant_id: given}
+            whole = await prefixes.unique_id(session, ReceiptRow, tenant_id, given, "receipt")
+            if whole is not None:
+                prefixed[tenant_id] = whole
+    if len(prefixed) > 1:
+        raise MoatError(
+            ErrorCode.ID_AMBIGUOUS,
+            f"{given[:80]!r} starts receipt ids of {len(prefixed)} tenants: "
+            f"{', '.join(sorted(prefixed.values())[:5])}; give more characters or --tenant.",
+            {"candidates": sorted(prefixed.values())[:5]},
+        )
+    return prefixed or dict.fromkeys(candidates, given)
 
 
 async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, view: str) -> int:
@@ -103,10 +123,10 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, vie
             candidates = await _tenants(session, tenant)
         events: list[Event] = []
         run = None
-        for tenant_id in candidates:  # the execution's tenant is not known up front
+        named = await _named(sessions, candidates, receipt_id)
+        for tenant_id, whole in named.items():  # the execution's tenant is not known up front
             async with sessions.begin() as session:
                 await tenancy.set_tenant(session, tenant_id)
-                whole = await _whole_id(session, tenant_id, receipt_id)
                 events = await event_log.events_of(session, tenant_id, whole)
                 if events:
                     run = await event_log.get_run(session, tenant_id, whole)

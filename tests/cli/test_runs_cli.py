@@ -86,6 +86,26 @@ async def test_show_prints_the_event_log_as_a_table_or_json(cli_env: Stack) -> N
     assert log["run"]["status"] == "COMPLETED"
 
 
+async def test_show_refuses_a_prefix_that_starts_receipts_of_two_tenants(cli_env: Stack) -> None:
+    stack = cli_env
+    mine = (await stack.execute("demo.echo", {"prefix": 1}, key="prefix-a")).json()
+    other_tenant, other_key = await stack.new_tenant()
+    theirs = (await stack.execute("demo.echo", {"prefix": 2}, key="p-b", api_key=other_key)).json()
+    a, b = mine["receipt_id"], theirs["receipt_id"]
+    shared = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    assert shared >= 6, (a, b)  # uuid7s made moments apart share their time's digits
+    result = await _invoke(["show", a[:shared]])
+    assert result.exit_code != 0
+    assert "starts receipt ids of" in result.output and a in result.output, result.output
+    assert b in result.output
+    # Named with its tenant, or long enough to start one receipt, it is found.
+    narrowed = await _invoke(["show", a[:shared], "--tenant", stack.tenant_id])
+    assert narrowed.exit_code == 0 and a in narrowed.output, narrowed.output
+    whole = await _invoke(["show", b[:24], "--json"])
+    assert whole.exit_code == 0 and json.loads(whole.stdout)["receipt_id"] == b
+    assert other_tenant != stack.tenant_id
+
+
 async def _invoke(args: list[str]):  # type: ignore[no-untyped-def]
     import asyncio
 
