@@ -14,7 +14,7 @@ from moat_client._results import ExecutionResult
 from moat_client.models import CapabilityInfo, Receipt, ReceiptPage
 
 # Added to the gateway's wait for the read timeout, so the client never hangs up first.
-WAIT_MARGIN_SECONDS = 10.0
+_WAIT_MARGIN_SECONDS = 10.0
 
 
 def read_timeout(timeout: float, wait_seconds: float | None) -> tuple[float, float]:
@@ -26,8 +26,8 @@ def read_timeout(timeout: float, wait_seconds: float | None) -> tuple[float, flo
     none, the client asks for a wait that ends well within ``timeout`` (the margin before
     it, or half of it when shorter) and reads for ``timeout``."""
     if wait_seconds is None:
-        return max(timeout - WAIT_MARGIN_SECONDS, timeout / 2), timeout
-    return wait_seconds, max(timeout, wait_seconds + WAIT_MARGIN_SECONDS)
+        return max(timeout - _WAIT_MARGIN_SECONDS, timeout / 2), timeout
+    return wait_seconds, max(timeout, wait_seconds + _WAIT_MARGIN_SECONDS)
 
 
 def payload_chars(input: dict[str, Any]) -> int:
