@@ -42,7 +42,7 @@ from temporalio.client import Client
 
 from bench.bare_workflow import BARE_WORKFLOW, FLOOR_WORKFLOW, BareInput
 from bench.speed_stack import SpeedStack, speed_stack
-from schemas.names import REPLAYED_HEADER
+from schemas.names import REPLAYED_HEADER, TRACE_HEADER
 from starter.runtime import loop
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
@@ -240,9 +240,11 @@ async def storm(stack: SpeedStack, calls: Calls, size: int) -> dict[str, Any]:
     )
     results: list[tuple[float, int, bool, str]] = []
     for latency, (status, answer_headers, answer) in answers:
-        replayed = answer_headers.get(REPLAYED_HEADER.lower()) == "true"
-        receipt = json.loads(answer).get("receipt_id", "") if status == 200 else ""
-        results.append((latency, status, replayed, receipt))
+        envelope = json.loads(answer) if status == 200 else {}
+        # A follower gets the leader's answer (the run's trace, not its own): none of them
+        # is a replay, since they all waited for the one run.
+        follower = answer_headers.get(TRACE_HEADER.lower()) != envelope.get("trace_id")
+        results.append((latency, status, follower, envelope.get("receipt_id", "")))
     leaders = [r for r in results if r[1] == 200 and not r[2]]
     followers = [r[0] for r in results if r[1] == 200 and r[2]]
     leader_ms = leaders[0][0] if len(leaders) == 1 else math.nan

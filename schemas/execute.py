@@ -104,6 +104,13 @@ class Envelope(BaseModel):
         description="What the caller should know about an `executed` run, e.g. "
         "`provider_response_truncated`: the provider's answer was larger than Moat reads.",
     )
+    replayed: bool = Field(
+        default=False,
+        description="`true` only when this answer is a stored receipt recorded before this "
+        "request (an idempotent hit: nothing ran for it), as `X-Moat-Idempotent-Replayed` "
+        "says. A request that attached to a run still going for its key (e.g. a retry "
+        "after a client timeout) waited for that run and is not a replay.",
+    )
 
 
 ERROR_MESSAGES: dict[str, str] = {
@@ -155,9 +162,12 @@ WARNING_MESSAGES: dict[str, str] = {
 }
 
 
-def envelope_for_receipt(receipt: Receipt, kept: KeptOutput | None = None) -> Envelope:
+def envelope_for_receipt(
+    receipt: Receipt, kept: KeptOutput | None = None, *, replayed: bool = False
+) -> Envelope:
     """The envelope of a finished execution, fresh or replayed alike, with what is kept of
-    its answer (None: nothing, or no longer)."""
+    its answer (None: nothing, or no longer); ``replayed`` for a receipt recorded before
+    the request it answers."""
     if receipt.status == ExecutionStatus.SUCCESS:
         # A success's error code, when it has one, is a warning (the receipt is all a replay
         # has, so fresh and replayed answers say the same).
@@ -174,6 +184,7 @@ def envelope_for_receipt(receipt: Receipt, kept: KeptOutput | None = None) -> En
             output=kept.output if kept is not None else None,
             output_expired=kept is None,
             warnings=warnings,
+            replayed=replayed,
         )
     code = receipt.error_code or ErrorCode.UNKNOWN
     details: dict[str, Any] = {"receipt_status": receipt.status.value}
@@ -192,6 +203,7 @@ def envelope_for_receipt(receipt: Receipt, kept: KeptOutput | None = None) -> En
         error=ErrorBody(
             code=code, message=_error_message(code, details, receipt.tenant_id), details=details
         ),
+        replayed=replayed,
     )
 
 

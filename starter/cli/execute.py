@@ -49,7 +49,7 @@ def execute(
     with gateway_answers(settings):
         started = time.monotonic()
         if as_json or not out.is_terminal:
-            result = _execute(client, capability, data, key, version, connection)
+            result = _execute(client, capability, data, key, version, connection, settings)
         else:
             # The client call blocks; the display's own thread keeps spinner and clock moving.
             with Progress(
@@ -60,7 +60,7 @@ def execute(
                 transient=True,
             ) as progress:
                 progress.add_task("execute", total=None)
-                result = _execute(client, capability, data, key, version, connection)
+                result = _execute(client, capability, data, key, version, connection, settings)
         elapsed = time.monotonic() - started
     if as_json:
         if result.replayed:
@@ -78,9 +78,12 @@ def _execute(
     key: str | None,
     version: str | None,
     connection: str | None,
+    settings: MoatSettings,
 ) -> ExecutionResult:
     """The execution's result; a policy denial (raised by the client, with its receipt) is
-    shown like any failed execution, and a call held for approval like any accepted one."""
+    shown like any failed execution, and a call held for approval like any accepted one.
+    The gateway's wait is asked for explicitly, so the client reads for that long (plus a
+    margin) and never sends a slow run again as if lost."""
     from moat_client import ApprovalRequired, ExecutionResult, PolicyDenied
 
     try:
@@ -90,6 +93,7 @@ def _execute(
             idempotency_key=key,
             capability_version=version,
             connection_id=connection,
+            wait_seconds=settings.wait_seconds,
         )
     except PolicyDenied as denied:
         if denied.envelope is None:

@@ -7,7 +7,8 @@ for a copy its flight answers (``service.executions.flights``).
 - Bytes: an envelope is encoded once (``service.executions.render``) and the bytes reused:
   an answer from memory or Postgres comes with them, and every copy sharing an outcome
   sends the first one's (an ``accepted`` copy's own, which carry its trace id).
-- Headers: ``X-Moat-Idempotent-Replayed: true`` for an earlier request's answer;
+- Headers: ``X-Moat-Idempotent-Replayed: true`` exactly when the envelope says
+  ``replayed`` (a receipt recorded before this request, never a run attached to);
   ``Preference-Applied`` when ``Prefer: wait=N`` set the wait and a run was waited for.
 - Copies: ``Boundary`` keeps each request's ``send`` (``keep_send``); a copy's answer
   goes out through it from the task that lands the flight, and the copy's request then

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from pathlib import Path
 
+import httpx
 import pytest
+from moat_client import MoatClient
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -86,3 +89,26 @@ async def test_on_a_terminal_a_spinner_shows_the_time_waited(
     assert "waiting for the run" in shown
     assert "0:00:01" in shown  # the clock moved while the call blocked
     assert "executed" in shown
+
+
+def test_execute_reads_past_the_gateway_wait_it_asks_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``moat execute`` asks for the gateway's wait (``Prefer: wait=N``) and reads its
+    answer for longer, so a slow first run is never sent again and shown as a replay."""
+    monkeypatch.setenv("MOAT_HOME", str(tmp_path))
+    monkeypatch.setenv("MOAT_WAIT_SECONDS", "45")
+    seen: list[tuple[str | None, float]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("Prefer"), request.extensions["timeout"]["read"]))
+        envelope = {"receipt_id": "r", "trace_id": "t", "status": "executed", "output": {}}
+        return httpx.Response(200, json=envelope)
+
+    def client(settings: MoatSettings) -> MoatClient:
+        return MoatClient("http://127.0.0.1:9", "moat_k_s", transport=httpx.MockTransport(answer))
+
+    monkeypatch.setattr(execute_command, "agent_client", client)
+    done = CliRunner().invoke(cli, ["execute", "demo.echo", "--input", "{}", "--json"])
+    assert done.exit_code == 0, done.output
+    assert seen == [("wait=45", 55.0)]

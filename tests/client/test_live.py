@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -190,3 +191,29 @@ async def test_capabilities(stack: Stack) -> None:
     assert http_request.idempotency in {"provider_key", "reconcile", "none"}
     assert "http_bearer" in http_request.connection_types
     assert http_request.probe is not None and "method" in http_request.probe.allowed_values
+
+
+async def test_a_first_run_longer_than_the_timeout_is_not_a_replay(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    """The run outlasts the client's timeout: the client asks for a wait that ends before
+    it stops reading, polls the accepted run, and never sends the request again to attach
+    to it. The first answer is not a replay; a call after the receipt exists is."""
+    path = f"/slow-first/{uuid.uuid4().hex}"
+    url = provider.script(path, Step(delay=3.0))
+    request = {"method": "POST", "url": url, "json": {"n": 1}}
+    async with AsyncMoatClient(stack.url, stack.api_key, timeout=2.0) as moat:
+        first = await moat.execute("http.request", request, idempotency_key="slow-async")
+        assert first.ok and not first.replayed and not first.envelope.replayed
+        again = await moat.execute("http.request", request, idempotency_key="slow-async")
+        assert again.replayed and again.envelope.replayed
+        assert again.receipt_id == first.receipt_id
+
+    def blocking() -> tuple[bool, bool]:
+        with MoatClient(stack.url, stack.api_key, timeout=2.0) as moat:
+            first = moat.execute("http.request", request, idempotency_key="slow-sync")
+            again = moat.execute("http.request", request, idempotency_key="slow-sync")
+            return first.replayed, again.replayed
+
+    assert await asyncio.to_thread(blocking) == (False, True)
+    assert len(provider.calls_to(path)) == 2

@@ -74,9 +74,13 @@ async def test_concurrent_duplicates_execute_once(stack: Stack, provider: FakePr
     assert not failed, failed
     receipt_ids = {r.json()["receipt_id"] for r in responses}
     assert len(receipt_ids) == 1
-    # One request started the run; every other one attached to it or got its stored receipt.
-    fresh = [r for r in responses if "x-moat-idempotent-replayed" not in r.headers]
-    assert len(fresh) == 1
+    # One request started the run (its answer carries its own trace); every other one
+    # attached to it (not a replay) or got its stored receipt (a replay), and the header
+    # says what the envelope says.
+    started = [r for r in responses if r.headers["x-moat-trace-id"] == r.json()["trace_id"]]
+    assert len(started) == 1 and "x-moat-idempotent-replayed" not in started[0].headers
+    for r in responses:
+        assert ("x-moat-idempotent-replayed" in r.headers) == r.json()["replayed"]
     assert len(provider.calls_to("/storm")) == 1
     assert await count(stack, ReceiptRow, tenant_id=stack.tenant_id) == 1
     async with stack.sessions() as s:

@@ -182,5 +182,6 @@ async def test_copies_behind_the_first_cost_no_database_round_trip(
         )
     assert [a.status_code for a in answers] == [200] * copies
     assert len({a.json()["receipt_id"] for a in answers}) == 1
-    assert sum(REPLAYED_HEADER not in a.headers for a in answers) == 1
+    # Every copy waited for the one run: none of them is a replay.
+    assert not any(REPLAYED_HEADER in a.headers for a in answers)
     assert transactions == 1

@@ -1,6 +1,7 @@
 """On one gateway, identical requests in flight share the first one's run in memory: the
-copies are answered as replays, each with its own trace while the run is still going,
-and go their own way when the first fails."""
+copies get the first one's answer (a replay only when it is a stored receipt: a run they
+waited for is not), each with its own trace while the run is still going, and go their
+own way when the first fails."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from starter.service.executions.call import Outcome
 from starter.service.executions.flights import Flights
 
 
-def _outcome(status: EnvelopeStatus = EnvelopeStatus.EXECUTED) -> Outcome:
-    return Outcome(Envelope(trace_id="first", status=status, receipt_id="r"))
+def _outcome(status: EnvelopeStatus = EnvelopeStatus.EXECUTED, replayed: bool = False) -> Outcome:
+    envelope = Envelope(trace_id="first", status=status, receipt_id="r", replayed=replayed)
+    return Outcome(envelope, stored=replayed)
 
 
-async def test_copies_in_flight_share_one_run_answered_as_replays() -> None:
+async def test_copies_in_flight_share_one_run_none_of_them_a_replay() -> None:
     flights, runs, release = Flights(), 0, asyncio.Event()
 
     async def run() -> Outcome:
@@ -31,11 +33,28 @@ async def test_copies_in_flight_share_one_run_answered_as_replays() -> None:
     await asyncio.sleep(0)
     release.set()
     assert (await first).replayed is False
-    assert all(o.replayed for o in await asyncio.gather(*copies))
+    # They waited for the run: the first request's answer, not a stored one.
+    assert not any(o.replayed for o in await asyncio.gather(*copies))
     assert runs == 1 and len(flights) == 0
     # Once the flight has landed, the next copy runs again (and finds the stored receipt).
     await flights.share("k", run, "t5")
     assert runs == 2
+
+
+async def test_copies_of_a_stored_answer_are_replays_like_it() -> None:
+    flights, release = Flights(), asyncio.Event()
+
+    async def stored() -> Outcome:
+        await release.wait()
+        return _outcome(replayed=True)
+
+    first = asyncio.create_task(flights.share("k", stored, "t0"))
+    await asyncio.sleep(0)
+    copies = [asyncio.create_task(flights.share("k", stored, f"t{i}")) for i in range(1, 4)]
+    await asyncio.sleep(0)
+    release.set()
+    assert (await first).replayed
+    assert all(o.replayed and o.stored for o in await asyncio.gather(*copies))
 
 
 async def test_a_copy_of_an_accepted_run_keeps_its_own_trace() -> None:
@@ -89,7 +108,7 @@ async def test_the_first_is_answered_first_then_every_copy_before_any_resumes() 
 
     def answering(i: int) -> Callable[[Outcome], Awaitable[None]]:
         async def answer(outcome: Outcome) -> None:
-            assert outcome.replayed and outcome.envelope.trace_id == "first"
+            assert not outcome.replayed and outcome.envelope.trace_id == "first"
             events.append(f"answered {i}")
 
         return answer
@@ -100,7 +119,7 @@ async def test_the_first_is_answered_first_then_every_copy_before_any_resumes() 
 
     async def copy(i: int) -> None:
         outcome = await flights.share("k", run, f"t{i}", answer=answering(i))
-        assert outcome.answered and outcome.replayed
+        assert outcome.answered and not outcome.replayed
         events.append(f"resumed {i}")
 
     leader = asyncio.create_task(first())

@@ -64,7 +64,11 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
         200: _envelope_response(
             "`executed` (or `planned` for a dry run). A repeat of a finished execution "
             "answers its stored receipt with `X-Moat-Idempotent-Replayed: true`.",
-            **{REPLAYED_HEADER: "`true` when the stored answer of an earlier request is replayed."},
+            **{
+                REPLAYED_HEADER: "`true` when the answer is a stored receipt recorded before "
+                "this request, as the envelope's `replayed` says; absent otherwise (a request "
+                "that attached to a run still going waited for it: not a replay)."
+            },
         ),
         202: _envelope_response(
             "`accepted`: still running after the wait budget, or waiting for a person's "

@@ -15,11 +15,9 @@ from starter.service.errors import MoatError
 @dataclass(frozen=True)
 class Outcome:
     """What an execute request comes to: its envelope (``accepted``, ``planned``,
-    ``executed`` or ``failed``), and whether it is an earlier request's answer (a stored
-    receipt, or a run another request started)."""
+    ``executed`` or ``failed``), which says whether it is a replay (``replayed``)."""
 
     envelope: Envelope
-    replayed: bool = False
     # Answered from a stored receipt (an idempotent hit), not by a run.
     stored: bool = False
     # Already handed to the call's ``answer_copy`` by the flight it joined (``flights``):
@@ -29,6 +27,13 @@ class Outcome:
     # from memory or Postgres comes with it, and every copy sharing this outcome
     # (``flights``; ``dataclasses.replace`` keeps the list) sends the same bytes.
     encoded: list[bytes] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def replayed(self) -> bool:
+        """Whether the answer is a receipt recorded before this request (an idempotent
+        hit). A request that attached to a run still going (another request's, or a copy
+        sharing a flight) waited for that run: not a replay."""
+        return self.envelope.replayed
 
 
 # How a flight answers a call that joined it as a copy, from the task that lands it.

@@ -4,8 +4,9 @@ A burst of the same request (an agent retrying on a timeout, a fan-out sending t
 call) would otherwise make every copy start the workflow (attaching to the first run) and
 long-poll its result: one Temporal start and one poll per copy. Here the first copy to need
 a run does it and the copies that arrive while it is going wait for its outcome in memory,
-answered as replays (the first request's answer). Across gateways, Temporal's workflow id
-(tenant + key) still gives every copy the same run.
+answered with the first request's answer: a replay only when that answer is one (a stored
+receipt); a run the copies waited for is not a replay for any of them. Across gateways,
+Temporal's workflow id (tenant + key) still gives every copy the same run.
 
 The flight covers the first copy's whole way through Postgres (the stored-receipt lookup)
 and Temporal, so the copies behind it cost no database round trip. It is keyed by who
@@ -100,7 +101,7 @@ def _as_copy(shared: Outcome, trace_id: str) -> Outcome:
     envelope = shared.envelope
     if envelope.status == EnvelopeStatus.ACCEPTED:  # still running: this request's trace
         envelope = envelope.model_copy(update={"trace_id": trace_id})
-    return dataclasses.replace(shared, envelope=envelope, replayed=True)
+    return dataclasses.replace(shared, envelope=envelope)
 
 
 async def _answer(copy: _Copy, shared: Outcome | None) -> None:

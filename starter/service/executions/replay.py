@@ -36,7 +36,7 @@ def from_memory(
         raise key_reused(prepared.idempotency_key, answer.receipt_id)
     hits.note(tenant_id, answer.receipt_id, answer.capability_id, prepared.idempotency_key, now)
     encoded = [answer.rendered] if answer.rendered is not None else []
-    return Outcome(answer.envelope, replayed=True, stored=True, encoded=encoded)
+    return Outcome(answer.envelope, stored=True, encoded=encoded)
 
 
 async def from_postgres(
@@ -66,7 +66,7 @@ async def from_postgres(
     # no Temporal call, on a replay.
     hits.note(tenant_id, receipt.id, receipt.capability_id, prepared.idempotency_key, now)
     kept = outputs.opened(sealer, output) if output is not None else None
-    envelope = envelope_for_receipt(receipt, kept)
+    envelope = envelope_for_receipt(receipt, kept, replayed=True)
     # What Postgres answers stays true until the key or the kept output expires.
     until = min(claim.expires_at, output.expires_at) if output is not None else claim.expires_at
     # Encoded once: this answer and every one from memory send these bytes.
@@ -78,4 +78,4 @@ async def from_postgres(
             claim.input_hash, receipt.id, receipt.capability_id, envelope, until, encoded
         ),
     )
-    return Outcome(envelope, replayed=True, stored=True, encoded=[encoded])
+    return Outcome(envelope, stored=True, encoded=[encoded])

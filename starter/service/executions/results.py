@@ -36,8 +36,10 @@ async def of_result(
     prepared: Prepared,
     trace_id: str,
 ) -> Outcome:
-    """A dry run's plan, or the envelope of the run's receipt; attached to a run another
-    request started, the answer is that request's (``replayed``)."""
+    """A dry run's plan, or the envelope of the run's receipt: ``replayed`` only when the
+    run found the key's receipt already recorded (an idempotent hit). Attached to a run
+    another request started, or to this execution's own run reset after recording, the
+    answer is that run's, waited for: not a replay."""
     if result.plan is not None:
         return _planned(result.plan, prepared, trace_id)
     if result.receipt is None:
@@ -46,10 +48,8 @@ async def of_result(
             "The run returned no receipt.",
             {"workflow_id": run.workflow_id},
         )
-    attached = result.request_id != run.request_id or result.receipt.id != run.receipt_id
-    return await _finished(
-        sessions, sealer, result.receipt, result.replayed or attached, prepared, result.kept
-    )
+    replayed = result.replayed and result.receipt.id != run.receipt_id
+    return await _finished(sessions, sealer, result.receipt, replayed, prepared, result.kept)
 
 
 async def accepted(
@@ -80,10 +80,7 @@ async def accepted(
         run_id=handle.result_run_id,
         approval=ApprovalRef.of(approval) if approval else None,
     )
-    attached = (
-        memo.get("request_id", run.request_id) != run.request_id or running_id != run.receipt_id
-    )
-    return Outcome(envelope, replayed=attached)
+    return Outcome(envelope)
 
 
 def failed(err: WorkflowFailureError, workflow_id: str) -> MoatError:
@@ -122,7 +119,7 @@ async def _finished(
             kept = await outputs.find(
                 session, sealer, receipt.tenant_id, receipt.id, datetime.now(UTC)
             )
-    return Outcome(envelope_for_receipt(receipt, kept), replayed=replayed)
+    return Outcome(envelope_for_receipt(receipt, kept, replayed=replayed))
 
 
 def _planned(plan: PolicyOutcome, prepared: Prepared, trace_id: str) -> Outcome:

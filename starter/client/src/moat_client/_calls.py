@@ -19,6 +19,19 @@ from moat_client.models import CapabilityInfo, Receipt, ReceiptPage
 _WAIT_MARGIN_SECONDS = 10.0
 
 
+def read_timeout(timeout: float, wait_seconds: float | None) -> tuple[float, float]:
+    """The wait an execute call asks the gateway for (``Prefer: wait=N``) and how long it
+    reads the answer, so the gateway always answers (``accepted`` at worst, then polled)
+    before the client stops reading: a slow run is never sent again as if lost.
+
+    A wait given is read for that long plus a margin (never less than ``timeout``); with
+    none, the client asks for a wait that ends well within ``timeout`` (the margin before
+    it, or half of it when shorter) and reads for ``timeout``."""
+    if wait_seconds is None:
+        return max(timeout - _WAIT_MARGIN_SECONDS, timeout / 2), timeout
+    return wait_seconds, max(timeout, wait_seconds + _WAIT_MARGIN_SECONDS)
+
+
 def payload_chars(input: dict[str, Any]) -> int:
     """The size of an input as the send log counts it (its compact JSON)."""
     return len(json.dumps(input, separators=(",", ":"), ensure_ascii=False))
@@ -84,10 +97,8 @@ class Routes:
         headers = {}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
-        timeout = None
-        if wait_seconds is not None:
-            headers["Prefer"] = f"wait={wait_seconds:g}"
-            timeout = max(self.timeout, wait_seconds + _WAIT_MARGIN_SECONDS)
+        wait, timeout = read_timeout(self.timeout, wait_seconds)
+        headers["Prefer"] = f"wait={wait:g}"
         call = Call("POST", "/v1/executions", json=body, headers=headers, timeout=timeout)
         return _flows.execute(call, retry or self.retry, idempotency_key, poll)
 

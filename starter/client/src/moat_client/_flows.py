@@ -153,9 +153,8 @@ def execution_result(response: httpx.Response) -> ExecutionResult:
             code=ErrorCode.POLICY_DENIED, message="denied by policy"
         )
         raise error_for(403, error, envelope.trace_id, envelope)
-    return ExecutionResult(
-        response.status_code, envelope, response.headers.get(REPLAYED_HEADER) == "true"
-    )
+    replayed = envelope.replayed or response.headers.get(REPLAYED_HEADER) == "true"
+    return ExecutionResult(response.status_code, envelope, replayed)
 
 
 def execute(

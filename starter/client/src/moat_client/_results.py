@@ -18,6 +18,8 @@ class ExecutionResult:
 
     http_status: int
     envelope: Envelope
+    # The stored receipt of an earlier request answered (``envelope.replayed``); a run
+    # this call waited for is never a replay, even one an earlier attempt started.
     replayed: bool
 
     @property

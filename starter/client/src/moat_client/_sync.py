@@ -32,7 +32,7 @@ class MoatClient(Routes):
         url: The gateway's URL; None reads ``MOAT_URL``.
         api_key: The tenant's API key (``moat_<id>_<secret>``); None reads ``MOAT_API_KEY``.
         timeout: Seconds each HTTP request may take (longer when ``wait_seconds`` asks the
-            gateway to wait longer).
+            gateway to wait longer: that wait plus 10 s).
         retry: The backoff and total deadline of retries; None for ``RetryPolicy()``.
         connect_timeout: Seconds a connection to the gateway may take (at most ``timeout``);
             None: ``timeout``. Interactive tools set a short one, so an absent gateway is
@@ -132,7 +132,8 @@ class MoatClient(Routes):
             capability_version: A version of the capability; None for the current one.
             connection_id: The connection (``con_…``) whose credential the adapter uses.
             wait_seconds: How long the gateway waits for the run, sent as ``Prefer: wait=N``;
-                None for the gateway's default.
+                None asks for a wait that ends within ``timeout`` (10 s before it, or half
+                of it when shorter), so the gateway answers before the client stops reading.
             dry_run: Evaluate and record the policy decision only (status ``planned``).
             poll: Poll an ``accepted`` run until it ends; False returns it as it is.
             retry: This call's retry policy; None for the client's.
@@ -140,7 +141,8 @@ class MoatClient(Routes):
         Returns:
             The execution's result: ``executed``, ``failed`` (the provider refused), ``planned``
             (a dry run), or ``accepted`` when ``poll`` is False. ``replayed`` is True when the
-            key's stored receipt answered.
+            key's stored receipt, recorded before this call, answered (never for a run
+            this call waited for, even one an earlier attempt started).
 
         Raises:
             InvalidRequest: The request is malformed (``bad_json``, ``schema_validation_failed``

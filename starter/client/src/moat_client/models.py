@@ -118,6 +118,12 @@ class Envelope(BaseModel):
     )
     error: ErrorBody | None = None
     warnings: list[ErrorBody] = Field(default_factory=list)
+    replayed: bool = Field(
+        default=False,
+        description="True only when the answer is a stored receipt recorded before this "
+        "request (an idempotent hit); a request that attached to a run still going is not "
+        "a replay.",
+    )
 
 
 class ErrorEnvelope(BaseModel):
