@@ -143,11 +143,15 @@ async def test_a_failed_execution_ends_its_run_failed(stack: Stack, provider: Fa
     assert isinstance(cause, ApplicationError) and cause.non_retryable
     assert cause.type == receipt["error_code"] and receipt["id"] in cause.message
 
-    # The stored answer is the same bytes but for the request's own trace id.
+    # The stored answer is the first one but for the request's own trace id, and says it
+    # is a replay.
     again = await stack.execute("http.request", payload, key="ends-failed")
     assert again.status_code == 502 and again.headers["x-moat-idempotent-replayed"] == "true"
-    first_body = {k: v for k, v in envelope.items() if k != "trace_id"}
-    assert {k: v for k, v in again.json().items() if k != "trace_id"} == first_body
+    assert envelope["replayed"] is False and again.json()["replayed"] is True
+    first_body = {k: v for k, v in envelope.items() if k not in ("trace_id", "replayed")}
+    assert {
+        k: v for k, v in again.json().items() if k not in ("trace_id", "replayed")
+    } == first_body
     assert len(provider.calls_to("/refused")) == 1
 
 
