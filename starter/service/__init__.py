@@ -26,19 +26,14 @@ from starter.service import (
     webhooks,
 )
 from starter.service.errors import MoatError, field_errors
-from starter.service.executions import (
-    INLINE_BODY_BYTES,
-    AnswerCopy,
-    Call,
-    Executions,
-    Flights,
-    HitLedger,
-    KeyCache,
-    Outcome,
-    Shared,
-    recorded,
-    render,
-)
+from starter.service.executions.call import AnswerCopy, Call, Outcome
+from starter.service.executions.flights import Flights
+from starter.service.executions.front import Executions, Shared
+from starter.service.executions.hits import HitLedger
+from starter.service.executions.ingest import INLINE_BODY_BYTES
+from starter.service.executions.keycache import KeyCache
+from starter.service.executions.memory import render
+from starter.service.executions.status import recorded
 from starter.service.ratelimit import RateLimits
 from starter.service.scopes import require_scope
 

@@ -14,28 +14,6 @@ them (``front.Executions.execute`` walks them):
 
 What goes in and out is in ``call``. Persist-first: the only durable write for a new
 request is starting the workflow. Answers are envelopes; refusals are ``MoatError`` with
-the API's code. Nothing here speaks HTTP.
+the API's code. Nothing here speaks HTTP. What the rooms above use is exported by the
+services' face, ``starter.service``.
 """
-
-from starter.service.executions.call import AnswerCopy, Call, Outcome
-from starter.service.executions.flights import Flights
-from starter.service.executions.front import Executions, Shared
-from starter.service.executions.hits import HitLedger
-from starter.service.executions.ingest import INLINE_BODY_BYTES
-from starter.service.executions.keycache import KeyCache
-from starter.service.executions.memory import render
-from starter.service.executions.status import recorded
-
-__all__ = [
-    "INLINE_BODY_BYTES",
-    "AnswerCopy",
-    "Call",
-    "Executions",
-    "Flights",
-    "HitLedger",
-    "KeyCache",
-    "Outcome",
-    "Shared",
-    "recorded",
-    "render",
-]
