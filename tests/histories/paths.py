@@ -253,7 +253,15 @@ async def probe_runs(rec: Recorder) -> dict[str, Run]:
     gw = await rec.gateway()
     async with tenancy.tenant_transaction(rec.sessions, gw.tenant_id) as session:
         row = await probes.insert_probe(
-            session, gw.tenant_id, "demo.echo", None, {"probe": "demo.echo"}, None, 60
+            session,
+            gw.tenant_id,
+            "demo.echo",
+            None,
+            {"probe": "demo.echo"},
+            None,
+            60,
+            api_key_id=gw.api_key.split("_", 2)[1],
+            scopes=api_keys.DEFAULT_SCOPES,
         )
     runs: dict[str, Run] = {}
     for name in ("probe_executed", "probe_paused"):
