@@ -40,6 +40,7 @@ from rich.table import Table
 from activities import GithubAdapter, HostGuard, SlackAdapter, http_client
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionType, Credential
+from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.run import AdapterInput
 from starter.devstack.providers import FakeGithub, FakeServer, FakeSlack
@@ -51,8 +52,7 @@ def _input(capability_id: str, data: dict[str, Any], allow: str, attempt: int) -
     spec = CapabilityCatalog().get(capability_id)
     assert spec is not None
     return AdapterInput(
-        tenant_id="bench",
-        receipt_id=str(uuid7()),
+        ref=ExecutionRef(tenant_id="bench", receipt_id=str(uuid7())),
         capability=spec,
         input=data,
         idempotency_key=f"moat-{uuid.uuid4().hex}",
