@@ -20,8 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents import FunctionTool
-from agents.tool_context import ToolContext
+try:
+    from agents import FunctionTool
+    from agents.tool_context import ToolContext
+except ImportError as missing:  # pragma: no cover - the extra is not installed
+    raise ImportError(f'{missing}: pip install "moat-client[openai-agents]"') from missing
 
 from moat_client.frameworks._core import (
     AnyClient,
