@@ -37,8 +37,9 @@ KEYS = {
 def framework_python(name: str) -> Path:
     """The framework's environment, or a failure naming the command that builds it."""
     venv = repo_root() / ".venv-frameworks" / name
-    if not (venv / ".installed").exists():
-        pytest.fail(f"no environment for {name}: run `make frameworks` (builds .venv-frameworks)")
+    stamp, lock = venv / ".installed", repo_root() / "starter/client/frameworks" / f"{name}.lock"
+    if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
+        pytest.fail(f"{name}'s environment is missing or older than its lock: `make frameworks`")
     return venv / "bin" / "python"
 
 
