@@ -33,22 +33,28 @@ test: $(STAMP) frameworks hooks
 	$(BIN)/pytest
 
 # One virtual environment per agent framework (tests/client/test_frameworks.py), each from its
-# hash-checked lock with the client's source on its path; rebuilt only when its lock changes.
+# hash-checked lock with the client's source on its path. The stamp holds the lock's SHA-256:
+# a lock whose content did not change (a checkout, a re-lock to the same pins) is not rebuilt.
 FRAMEWORKS := openai-agents langchain pydantic-ai
 FRAMEWORK_LOCKS := starter/client/frameworks
 FRAMEWORK_VENVS := .venv-frameworks
+SHA256 = $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())'
 
 frameworks: $(FRAMEWORKS:%=$(FRAMEWORK_VENVS)/%/.installed)
 
 $(FRAMEWORK_VENVS)/%/.installed: $(FRAMEWORK_LOCKS)/%.lock
-	rm -rf $(FRAMEWORK_VENVS)/$*
-	$(PYTHON) -m venv $(FRAMEWORK_VENVS)/$*
-	$(FRAMEWORK_VENVS)/$*/bin/pip install --quiet --disable-pip-version-check --require-hashes \
-		--no-deps -r $<
-	$(FRAMEWORK_VENVS)/$*/bin/python -c 'import sys, sysconfig, pathlib; \
-		pathlib.Path(sysconfig.get_path("purelib"), "moat_client.pth").write_text(sys.argv[1])' \
-		"$(CURDIR)/starter/client/src"
-	touch $@
+	@if [ "$$($(SHA256) $<)" != "$$(cat $@ 2>/dev/null)" ]; then \
+		set -e; echo "building $(FRAMEWORK_VENVS)/$* from $<"; \
+		rm -rf $(FRAMEWORK_VENVS)/$*; \
+		$(PYTHON) -m venv $(FRAMEWORK_VENVS)/$*; \
+		$(FRAMEWORK_VENVS)/$*/bin/pip install --quiet --disable-pip-version-check \
+			--require-hashes --no-deps -r $<; \
+		$(FRAMEWORK_VENVS)/$*/bin/python -c 'import sys, sysconfig, pathlib; \
+			pathlib.Path(sysconfig.get_path("purelib"), "moat_client.pth").write_text(sys.argv[1])' \
+			"$(CURDIR)/starter/client/src"; \
+		$(SHA256) $< > $@; \
+	fi
+	@touch $@
 
 # The tests that need no server (no Temporal, PostgreSQL or gateway): seconds.
 test-unit: $(STAMP) hooks

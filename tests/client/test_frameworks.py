@@ -11,6 +11,7 @@ reads."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,10 @@ def framework_python(name: str) -> Path:
     """The framework's environment, or a failure naming the command that builds it."""
     venv = repo_root() / ".venv-frameworks" / name
     stamp, lock = venv / ".installed", repo_root() / "starter/client/frameworks" / f"{name}.lock"
-    if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
-        pytest.fail(f"{name}'s environment is missing or older than its lock: `make frameworks`")
+    # The stamp holds the SHA-256 of the lock the environment was built from.
+    built = stamp.read_text().strip() if stamp.exists() else None
+    if built != hashlib.sha256(lock.read_bytes()).hexdigest():
+        pytest.fail(f"{name}'s environment is missing or not its lock's: run `make frameworks`")
     return venv / "bin" / "python"
 
 
