@@ -11,8 +11,16 @@ from typing import Any
 
 import httpx
 import pytest
-from moat_client import GatewayUnavailable, MoatClient, RetryPolicy
-from moat_client.frameworks._core import MAX_KEY, aexecute, call_key, execute, tool_name
+from moat_client import AsyncMoatClient, CapabilityInfo, GatewayUnavailable, MoatClient, RetryPolicy
+from moat_client.frameworks._core import (
+    MAX_KEY,
+    acatalog,
+    aexecute,
+    call_key,
+    catalog,
+    execute,
+    tool_name,
+)
 
 RECEIPT = "0194d6c2-0000-7000-8000-000000000000"
 
@@ -108,3 +116,45 @@ async def test_a_blocking_client_runs_in_a_thread_for_async_frameworks() -> None
         outcome = await aexecute(moat, "demo.echo", {"echo": 1}, "k")
     assert outcome.ok and outcome.output == {"echo": 1} and outcome.text == '{"echo": 1}'
     assert outcome.receipt_id == RECEIPT and outcome.message == ""
+
+
+def capability(id: str) -> dict[str, Any]:
+    return {
+        "id": id,
+        "version": "1",
+        "adapter": "demo",
+        "adapter_id": "demo",
+        "description": f"{id} for tests",
+        "effect_type": "none",
+        "required_scopes": [],
+        "timeout_seconds": 5,
+        "requires_approval": False,
+        "retry": {"max_retries": 0, "base_delay_seconds": 1},
+        "input_schema": {"type": "object"},
+    }
+
+
+def catalog_transport(reads: list[str]) -> httpx.MockTransport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        reads.append(request.url.path)
+        return httpx.Response(200, json=[capability("demo.echo"), capability("http.request")])
+
+    return httpx.MockTransport(answer)
+
+
+async def test_tools_are_made_of_the_whole_catalog_or_the_capabilities_named() -> None:
+    reads: list[str] = []
+    with MoatClient("http://gateway.test", "moat_x_y", transport=catalog_transport(reads)) as moat:
+        assert [c.id for c in catalog(moat)] == ["demo.echo", "http.request"]
+        assert [c.id for c in catalog(moat, ["http.request"])] == ["http.request"]
+        with pytest.raises(ValueError, match="no capability 'nope'"):
+            catalog(moat, ["nope"])
+        given = CapabilityInfo.model_validate(capability("given.one"))
+        assert catalog(moat, [given]) == [given]  # nothing to read
+    assert reads == ["/v1/capabilities"] * 3
+
+    async with AsyncMoatClient(
+        "http://gateway.test", "moat_x_y", transport=catalog_transport(reads)
+    ) as amoat:
+        assert [c.id for c in await acatalog(amoat, ["demo.echo"])] == ["demo.echo"]
+    assert len(reads) == 4

@@ -6,6 +6,7 @@ is printed as one JSON list. The gateway comes from MOAT_URL and MOAT_API_KEY.""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import sys
@@ -15,6 +16,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from moat_client import AsyncMoatClient
+from moat_client.frameworks.langchain import moat_tool
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "langchain" / "agent.py"
 
@@ -50,7 +53,21 @@ def main() -> None:
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     calls = json.loads(sys.argv[1])
-    print(json.dumps([example.main("do it", ScriptedChatModel(call=c)) for c in calls]))
+    answers = [example.main("do it", ScriptedChatModel(call=c)) for c in calls]
+    asyncio.run(retry_alone(calls[0], answers[0]))
+    print(json.dumps(answers))
+
+
+async def retry_alone(call: dict[str, Any], answered: str) -> None:
+    """The first call again, through one named capability's tool on an async client: the
+    same id in the same thread is a replay (the artifact says so)."""
+    async with AsyncMoatClient() as moat:
+        tool = moat_tool(moat, "http.request")
+        assert tool.name == "http_request" and tool.args_schema["type"] == "object"
+        tool_call = {"type": "tool_call", "name": tool.name, "args": call["args"]}
+        config = {"configurable": {"thread_id": "thread-1"}}
+        message = await tool.ainvoke({**tool_call, "id": call["call_id"]}, config)
+    assert message.content == answered and message.artifact.replayed, message
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from agents import set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from moat_client import MoatClient
+from moat_client.frameworks.openai_agents import moat_tool
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "openai-agents" / "agent.py"
 
@@ -30,6 +32,10 @@ async def main() -> None:
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    with MoatClient() as moat:  # one named capability, as the SDK sees it
+        tool = moat_tool(moat, "demo.echo")
+        echo = next(c for c in moat.capabilities() if c.id == "demo.echo")
+    assert tool.name == "demo_echo" and tool.params_json_schema == echo.input_schema
     answers = []
     for call in json.loads(sys.argv[1]):
         model = ScriptedModel(

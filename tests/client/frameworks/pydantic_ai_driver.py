@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from moat_client import AsyncMoatClient
+from moat_client.frameworks.pydantic_ai import moat_tool
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -53,6 +55,10 @@ async def main() -> None:
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    async with AsyncMoatClient() as moat:  # one named capability, as Pydantic AI sees it
+        tool = moat_tool(moat, "demo.echo")
+        echo = next(c for c in await moat.capabilities() if c.id == "demo.echo")
+    assert tool.name == "demo_echo" and tool.tool_def.parameters_json_schema == echo.input_schema
     answers = [
         await example.main("do it", scripted(c), run_id="run-1") for c in json.loads(sys.argv[1])
     ]
