@@ -49,6 +49,8 @@ from moat_client.frameworks._core import (
 )
 from moat_client.models import CapabilityInfo
 
+__all__ = ["MoatTool", "amoat_tools", "moat_tool", "moat_tools"]
+
 FRAMEWORK = "langchain"
 
 # The tool call being run: its id and the run's thread (set by ``run``/``arun``, which the

@@ -37,6 +37,8 @@ from moat_client.frameworks._core import (
 )
 from moat_client.models import CapabilityInfo
 
+__all__ = ["amoat_tools", "moat_tool", "moat_tools"]
+
 FRAMEWORK = "openai-agents"
 
 
