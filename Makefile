@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint docs hooks bench bench-modes bench-noisy chaos lock clean
+.PHONY: up test test-unit lint docs hooks bench bench-modes bench-noisy chaos lock clean \
+	frameworks lock-frameworks
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +29,32 @@ hooks:
 up: $(STAMP) hooks
 	$(BIN)/moat up $(if $(FAKE_PROVIDERS),--fake-providers)
 
-test: $(STAMP) hooks
+test: $(STAMP) frameworks hooks
 	$(BIN)/pytest
+
+# One virtual environment per agent framework (tests/client/test_frameworks.py), each from its
+# hash-checked lock with the client's source on its path. The stamp holds the lock's SHA-256:
+# a lock whose content did not change (a checkout, a re-lock to the same pins) is not rebuilt.
+FRAMEWORKS := openai-agents langchain pydantic-ai
+FRAMEWORK_LOCKS := starter/client/frameworks
+FRAMEWORK_VENVS := .venv-frameworks
+SHA256 = $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())'
+
+frameworks: $(FRAMEWORKS:%=$(FRAMEWORK_VENVS)/%/.installed)
+
+$(FRAMEWORK_VENVS)/%/.installed: $(FRAMEWORK_LOCKS)/%.lock
+	@if [ "$$($(SHA256) $<)" != "$$(cat $@ 2>/dev/null)" ]; then \
+		set -e; echo "building $(FRAMEWORK_VENVS)/$* from $<"; \
+		rm -rf $(FRAMEWORK_VENVS)/$*; \
+		$(PYTHON) -m venv $(FRAMEWORK_VENVS)/$*; \
+		$(FRAMEWORK_VENVS)/$*/bin/pip install --quiet --disable-pip-version-check \
+			--require-hashes --no-deps -r $<; \
+		$(FRAMEWORK_VENVS)/$*/bin/python -c 'import sys, sysconfig, pathlib; \
+			pathlib.Path(sysconfig.get_path("purelib"), "moat_client.pth").write_text(sys.argv[1])' \
+			"$(CURDIR)/starter/client/src"; \
+		$(SHA256) $< > $@; \
+	fi
+	@touch $@
 
 # The tests that need no server (no Temporal, PostgreSQL or gateway): seconds.
 test-unit: $(STAMP) hooks
@@ -74,5 +99,15 @@ lock:
 	$(UV) pip compile pyproject.toml --python-version 3.11 --no-header \
 		--generate-hashes -c requirements.lock -o requirements-runtime.lock
 
+# Re-resolve each framework's lock from the client's extra (and its .in, the tests' own
+# additions), with hashes; as `lock`, versions already locked are kept.
+lock-frameworks:
+	for name in $(FRAMEWORKS); do \
+		$(UV) pip compile starter/client/pyproject.toml --extra $$name \
+			$$(test -f $(FRAMEWORK_LOCKS)/$$name.in && echo $(FRAMEWORK_LOCKS)/$$name.in) \
+			--python-version 3.11 --no-header --generate-hashes \
+			-o $(FRAMEWORK_LOCKS)/$$name.lock || exit 1; \
+	done
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(FRAMEWORK_VENVS)
