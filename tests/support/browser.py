@@ -11,9 +11,12 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, sync_playwright
+
+if TYPE_CHECKING:  # Playwright is imported by the tests that open a browser, not by all.
+    from playwright.sync_api import BrowserContext, Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL = "apt-get install -y chromium"
@@ -51,6 +54,8 @@ def browser() -> Iterator[BrowserContext]:
     reason = missing_chromium()
     if reason is not None:
         pytest.fail(reason, pytrace=False)
+    from playwright.sync_api import sync_playwright
+
     with tempfile.TemporaryDirectory(prefix="moat-chromium-") as profile, sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             profile,
