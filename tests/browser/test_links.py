@@ -108,14 +108,12 @@ def test_the_run_link_shows_the_run(up: LocalStack, browser: BrowserContext) -> 
     shows(browser, raw, "Not Found")
 
 
-def test_a_held_run_link_shows_it_running(up: LocalStack, browser: BrowserContext) -> None:
-    key = up.moat("api-key", "create", "demo", "--scope", "policy:write", "--json")
-    policy_key = json.loads(key.stdout)["api_key"]
-    policy = {"mode": "strict", "rules": [{"capability": "demo.echo", "requires_approval": True}]}
-    policy_file = up.folder / "policy.json"
-    policy_file.write_text(json.dumps(policy))
-    set_policy = up.moat("policy", "set", "--file", str(policy_file), "--api-key", policy_key)
-    assert set_policy.returncode == 0, set_policy.stdout + set_policy.stderr
+def test_a_held_run_link_shows_it_running(
+    up: LocalStack, first_run: str, browser: BrowserContext
+) -> None:
+    tenant_id = first_run.split("/")[1]
+    hold = {"mode": "strict", "rules": [{"capability": "demo.echo", "requires_approval": True}]}
+    put_policy(up, tenant_id, hold)
     try:
         held = up.moat("execute", "demo.echo", "--input", '{"hello":"held"}')
         assert held.stdout.startswith("accepted"), held.stdout + held.stderr
@@ -124,8 +122,19 @@ def test_a_held_run_link_shows_it_running(up: LocalStack, browser: BrowserContex
         page = shows(browser, link, workflow_id, "RUNNING")
         assert not any(marker in page for marker in NOT_FOUND), page
     finally:
-        policy_file.write_text(json.dumps({"mode": "standard", "rules": []}))
-        up.moat("policy", "set", "--file", str(policy_file), "--api-key", policy_key)
+        put_policy(up, tenant_id, {"mode": "standard", "rules": []})
+
+
+def put_policy(up: LocalStack, tenant_id: str, document: dict[str, object]) -> None:
+    """The tenant's policy, set as an operator sets it (the admin key of the stack)."""
+    admin = (up.home / "admin_api_key").read_text().strip()
+    answer = httpx.put(
+        f"{up.url('gateway_port')}/v1/admin/tenants/{tenant_id}/policy",
+        json=document,
+        headers={"Authorization": f"Bearer {admin}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
 
 
 def test_the_location_of_a_202_shows_the_execution(up: LocalStack, browser: BrowserContext) -> None:
