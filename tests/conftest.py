@@ -1,8 +1,9 @@
 """The suite's fixtures (``tests.support``) for every test, and the ``integration`` marker,
 derived rather than written by hand so it cannot drift: a test is an integration test when
 it uses the session's servers (PostgreSQL, Temporal) through its fixtures, or lives in
-``tests/devstack`` (whose tests start servers of their own). ``make test-unit`` runs the
-others, and any of those that starts a server anyway fails, naming the marker."""
+``tests/devstack`` or ``tests/browser`` (whose tests start servers of their own). ``make
+test-unit`` runs the others, and any of those that starts a server anyway fails, naming the
+marker. A test that opens pages in Chromium (the ``browser`` fixture) is marked ``browser``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.support.stack"]
+pytest_plugins = ["tests.support.stack", "tests.support.browser"]
 
 # Fixtures that start (or stand on) the session's real servers.
 SERVER_FIXTURES = frozenset({"postgres_server", "temporal"})
 # Folders whose tests start servers themselves.
-SERVER_FOLDERS = (Path(__file__).parent / "devstack",)
+SERVER_FOLDERS = (Path(__file__).parent / "devstack", Path(__file__).parent / "browser")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -26,6 +27,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.path))
         if fixtures & SERVER_FIXTURES or any(path.is_relative_to(f) for f in SERVER_FOLDERS):
             item.add_marker(pytest.mark.integration)
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
-"""The API's reading pages, ``/docs`` (Swagger UI) and ``/redoc`` (ReDoc), with their
-scripts and styles served by the gateway itself from a package installed with it: FastAPI's
-defaults load them from a CDN, and the pages stay blank without internet."""
+"""The API's reading pages, ``/docs`` (Swagger UI, where ``/`` leads) and ``/redoc``
+(ReDoc), with their scripts and styles served by the gateway itself from a package installed
+with it: FastAPI's defaults load them from a CDN, and the pages stay blank without internet."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"
@@ -21,6 +21,11 @@ def install(app: FastAPI) -> None:
     app.mount(ASSETS, StaticFiles(directory=assets), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
     favicon = f"{ASSETS}/favicon.png"
+
+    # The gateway's own address (the one `moat up` prints) opens on its reading page.
+    @app.get("/", include_in_schema=False)
+    async def home() -> RedirectResponse:
+        return RedirectResponse("/docs")
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:

@@ -1,6 +1,6 @@
 """The run link `moat execute` prints opens in the Temporal Web UI: fetched from a dev
 server with its UI, the page answers and the UI's own API finds the run under the id the
-link names. (A check in a real browser waits for the browser test tooling.)"""
+link names. tests/browser/test_links.py opens it in a real browser."""
 
 from __future__ import annotations
 

@@ -48,3 +48,12 @@ async def test_docs_pages_need_only_the_gateway(stack: Stack, page: str) -> None
 async def test_docs_pages_are_not_in_the_api_document(stack: Stack) -> None:
     paths = (await stack.http.get(f"{stack.url}/openapi.json")).json()["paths"]
     assert not [path for path in paths if path.startswith(("/docs", "/redoc"))]
+
+
+async def test_the_gateway_address_opens_on_its_reading_page(stack: Stack) -> None:
+    # `moat up` prints the gateway's bare address: a person opening it gets the docs.
+    response = await stack.http.get(f"{stack.url}/")
+    assert response.status_code in (302, 307), response.text
+    assert response.headers["location"] == "/docs"
+    paths = (await stack.http.get(f"{stack.url}/openapi.json")).json()["paths"]
+    assert "/" not in paths
