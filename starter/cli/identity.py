@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer._click.exceptions import BadArgumentUsage, UsageError
+from typer._click.exceptions import BadArgumentUsage, MissingParameter, UsageError
 from typer._click.globals import get_current_context
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
@@ -266,12 +266,28 @@ class AsOperator(_Role):
         )
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if self._tenant_argument() is not None and not ctx.resilient_parsing:
-            args = self._with_tenant(ctx, list(args))
-        return super().parse_args(ctx, args)
+        if self._tenant_argument() is None or ctx.resilient_parsing:
+            return super().parse_args(ctx, args)
+        args = self._with_tenant(ctx, list(args))
+        try:
+            return super().parse_args(ctx, args)
+        except MissingParameter as exc:
+            if ctx.meta.get(TENANT_SOURCE) is not None or exc.param not in self.params:
+                raise
+            names = " ".join(
+                (p.name or "").upper()
+                for p in self.params
+                if isinstance(p, TyperArgument) and p.required
+            )
+            raise BadArgumentUsage(
+                f"give {names}; the tenant may come from --tenant, MOAT_TENANT or the "
+                "profile instead",
+                ctx,
+            ) from None
 
     def _with_tenant(self, ctx: Any, args: list[str]) -> list[str]:
-        """``args`` with the tenant put first where TENANT was left out."""
+        """``args`` with the tenant put first where TENANT was left out; ``ctx.meta`` says
+        where the tenant came from (``tenant_source``), unless none was found."""
         flag, given = _scan(self, args)
         arguments = [p for p in self.params if isinstance(p, TyperArgument)]
         required = sum(1 for p in arguments if p.required and p.nargs == 1)
@@ -281,17 +297,12 @@ class AsOperator(_Role):
                 raise UsageError("the tenant is given twice: as TENANT and --tenant", ctx)
             ctx.meta[TENANT_SOURCE] = "--tenant"
             return [flag, *args]
-        if given < required and "--help" not in args:
+        if given < required:
             chosen = tenant(MoatSettings())
             if chosen.value is not None:
                 ctx.meta[TENANT_SOURCE] = chosen.source
                 return [chosen.value, *args]
-            names = " ".join((p.name or "").upper() for p in arguments if p.required)
-            raise BadArgumentUsage(
-                f"give {names}; the tenant may come from --tenant, MOAT_TENANT or the "
-                "profile instead",
-                ctx,
-            )
+            return args
         ctx.meta[TENANT_SOURCE] = "the TENANT argument"
         return args
 

@@ -88,6 +88,23 @@ def _help_hint() -> str | None:
     return f"see `{ctx.command_path} --help`" if ctx is not None else None
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _field_errors(details: dict[str, Any]) -> str:
+    """A refusal's field errors (``details.errors``), said after its message."""
+    errors = details.get("errors")
+    if not isinstance(errors, list) or not errors:
+        return ""
+    said = [
+        f"{'.'.join(str(p) for p in e.get('loc', [])) or 'body'}: {e.get('msg', '')}"
+        for e in errors
+        if isinstance(e, dict)
+    ]
+    return ": " + "; ".join(said)
+
+
 def say_error(
     code: str,
     message: str,
@@ -96,7 +113,8 @@ def say_error(
     **extra: Any,
 ) -> None:
     """Say one failure: two lines on stderr, or with ``--json`` one object on stdout."""
-    hint = hint or _help_hint()
+    hint = _one_line(hint or _help_hint() or "")
+    message = _one_line(message + _field_errors(details or {}))
     if wants_json():
         error = {"code": code, "message": message, "hint": hint, "details": details or {}}
         print_json({"error": error | extra})

@@ -44,7 +44,7 @@ async def _report(
                 sessions, window, now, settings.trust_min_samples, capability
             )
     async with owner_transaction(settings) as session:
-        row = await tenant_of(session, tenant)
+        row = await tenant_of(session, tenant, "--tenant")
         await tenancy.set_tenant(session, row.id)
         return await trust.tenant_report(
             session, row.id, window, now, settings.trust_min_samples, capability
