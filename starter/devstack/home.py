@@ -82,5 +82,3 @@ def _write_private(path: Path, secret: str, *, replace: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
     with os.fdopen(os.open(path, flags, 0o600), "w") as fh:
         fh.write(secret + "\n")
-
-

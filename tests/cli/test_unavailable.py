@@ -1,7 +1,7 @@
 """A stack that is not there is said at once: the ``error: <code>: …`` line and the
-``hint:`` line naming what to run, exit code 3, within a second or two, whether nothing listens on the port (refused) or
-the connection hangs (a short connect timeout), for the commands through the gateway and
-those that go to PostgreSQL or Temporal directly."""
+``hint:`` line naming what to run, exit code 3, within a second or two, whether nothing
+listens on the port (refused) or the connection hangs (a short connect timeout), for the
+commands through the gateway and those that go to PostgreSQL or Temporal directly."""
 
 from __future__ import annotations
 
