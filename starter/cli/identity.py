@@ -131,11 +131,11 @@ def profile(settings: MoatSettings) -> tuple[str | None, dict[str, str], str]:
 
 def api_key(settings: MoatSettings) -> Chosen:
     """The API key a tenant command uses, and where it came from."""
-    name, fields, _ = profile(settings)
     if (flag := _flag("api_key")) is not None:
         return Chosen(flag, "--api-key")
     if settings.api_key:
         return Chosen(settings.api_key, "MOAT_API_KEY")
+    name, fields, _ = profile(settings)
     if fields.get("api_key"):
         return Chosen(fields["api_key"], f"profile {name}")
     demo = settings.demo_api_key_path

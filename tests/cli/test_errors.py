@@ -149,7 +149,10 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             says="events",
         ),
         "webhook list": Case(
-            ["webhook", "list"], "profile_not_found", 2, {"MOAT_PROFILE": "nosuch"}
+            ["webhook", "list"],
+            "profile_not_found",
+            2,
+            {"MOAT_PROFILE": "nosuch", "MOAT_API_KEY": ""},  # no key before the profile's
         ),
         "webhook rotate": Case(["webhook", "rotate", "wh_nosuch"], "webhook_not_found", 1),
         "webhook remove": Case(["webhook", "remove", "wh_nosuch"], "webhook_not_found", 1),
