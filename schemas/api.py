@@ -141,6 +141,17 @@ class ApiKeyInfo(BaseModel):
     scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
 
 
+class WhoAmI(BaseModel):
+    """Who a request acts as: the tenant its API key belongs to, and that key (its public
+    prefix, never its secret) with its scopes."""
+
+    tenant_id: str
+    tenant_name: str
+    key_id: str
+    key_prefix: str
+    scopes: list[str]
+
+
 class NewApiKey(ApiKeyInfo):
     """A key just created: ``api_key`` is the secret, shown this once and never again."""
 

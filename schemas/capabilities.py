@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -362,6 +363,11 @@ class CapabilityCatalog:
 
     def all(self) -> list[CapabilitySpec]:
         return [s for versions in self._specs.values() for s in versions.values()]
+
+    def closest(self, capability_id: str) -> str | None:
+        """The catalog's id nearest to a mistyped one, if any is near enough."""
+        found = difflib.get_close_matches(capability_id, list(self._specs), n=1, cutoff=0.6)
+        return found[0] if found else None
 
     def input_model(self, spec: CapabilitySpec) -> type[BaseModel]:
         return INPUT_MODELS[spec.adapter]

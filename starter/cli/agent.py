@@ -1,19 +1,17 @@
-"""The CLI as an agent: the agents' client on the local gateway with the tenant's API key
-(``MOAT_API_KEY``, else the demo tenant's key ``moat up`` created), and the gateway's
-refusals and absence said in one line."""
+"""The CLI as an agent: the agents' client on the gateway with the tenant's API key
+(``identity``: ``--api-key``, ``MOAT_API_KEY``, the profile's, else the demo tenant's key
+``moat up`` created), and the gateway's refusals and absence said as every error is."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import typer
-
 from schemas.settings import MoatSettings
-from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable, out
-from starter.devstack.home import demo_api_key
+from starter.cli import identity
+from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable
+from starter.cli.tenant_api import key_of, refusal
 
 if TYPE_CHECKING:
     from moat_client import MoatClient
@@ -24,25 +22,21 @@ def agent_client(settings: MoatSettings) -> MoatClient:
     command again, with the same key), and a short connect timeout."""
     from moat_client import MoatClient, RetryPolicy
 
-    api_key = settings.api_key or demo_api_key(settings)
-    if not api_key:
-        raise fail(
-            "no API key",
-            "set MOAT_API_KEY, or run `moat up` to create the demo tenant's key",
-            code=2,
-        )
     return MoatClient(
-        settings.local_gateway_url,
-        api_key,
+        _gateway(settings),
+        key_of(settings).value or "",
         retry=RetryPolicy(max_attempts=1),
         connect_timeout=CONNECT_TIMEOUT,
     )
 
 
+def _gateway(settings: MoatSettings) -> str:
+    return identity.gateway_url(settings).value or settings.local_gateway_url
+
+
 @contextmanager
 def gateway_answers(settings: MoatSettings) -> Iterator[None]:
-    """A refusal prints the gateway's error as JSON (exit 1); a gateway that is not there
-    is the one error line (exit 3)."""
+    """A refusal is the gateway's error (exit 1); a gateway that is not there, exit 3."""
     import httpx
     from moat_client import GatewayUnavailable, MoatError
 
@@ -50,18 +44,18 @@ def gateway_answers(settings: MoatSettings) -> Iterator[None]:
         yield
     except GatewayUnavailable as exc:
         if isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout):
-            raise gateway_unavailable(settings.local_gateway_url) from None
-        raise fail(f"{exc.code}: {exc.message}") from None
+            raise gateway_unavailable(_gateway(settings)) from None
+        raise fail(
+            exc.code, exc.message, "run the command again; `moat status` shows the local stack"
+        ) from None
     except MoatError as exc:
-        out.print_json(
-            json.dumps(
-                {
-                    "http_status": exc.http_status,
-                    "error": {"code": exc.code, "message": exc.message, "details": exc.details},
-                    "trace_id": exc.trace_id,
-                }
-            )
-        )
-        raise typer.Exit(1) from None
+        raise refusal(
+            exc.code,
+            exc.message,
+            exc.details,
+            identity.api_key(settings),
+            http_status=exc.http_status,
+            trace_id=exc.trace_id,
+        ) from None
     except OSError:
-        raise gateway_unavailable(settings.local_gateway_url) from None
+        raise gateway_unavailable(_gateway(settings)) from None

@@ -14,6 +14,7 @@ from schemas.api import ApiKeyInfo, NewApiKey
 from schemas.errors import ErrorCode
 from schemas.scopes import DEFAULT_SCOPES
 from schemas.settings import MoatSettings
+from starter.cli.identity import AsOperator
 from starter.cli.output import AsJson, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
@@ -33,7 +34,7 @@ async def _create(
         return await tenants.create_key(session, row.id, name, scopes)
 
 
-@api_key_app.command("create")
+@api_key_app.command("create", cls=AsOperator)
 def create(
     tenant: TenantArg,
     name: Annotated[str, typer.Option("--name", help="A label, e.g. the agent using it.")] = "",
@@ -67,7 +68,7 @@ async def _list(settings: MoatSettings, tenant: str) -> Sequence[ApiKeyInfo]:
         return await tenants.list_keys(session, row.id)
 
 
-@api_key_app.command("list")
+@api_key_app.command("list", cls=AsOperator)
 def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     """List a tenant's API keys (ids and prefixes, never secrets)."""
     keys = run(_list(local_settings(), tenant))
@@ -91,7 +92,7 @@ async def _revoke(settings: MoatSettings, key: str) -> ApiKeyInfo:
     return revoked
 
 
-@api_key_app.command("revoke")
+@api_key_app.command("revoke", cls=AsOperator)
 def revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (the <id> in moat_<id>_…).")],
 ) -> None:

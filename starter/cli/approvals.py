@@ -13,31 +13,30 @@ from rich.table import Table
 
 from schemas.approvals import ApprovalStatus
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, id_argument, id_column, out, print_json
-from starter.cli.tenant_api import ApiKeyOption, call
+from starter.cli.identity import AsTenant
+from starter.cli.output import AsJson, fail, id_argument, id_column, out, print_json
+from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
 
 approvals_app = typer.Typer(no_args_is_help=True, help="Approvals of calls held by policy.")
 
-ApiKey = Annotated[str | None, ApiKeyOption]
 STATUS_COLOURS = {"pending": "yellow", "approved": "green", "rejected": "red", "expired": "dim"}
 Comment = Annotated[str | None, typer.Option(help="Why, for the record.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 ApprovalArg = Annotated[str, id_argument("approval")]
 
 
-@approvals_app.command("list")
+@approvals_app.command("list", cls=AsTenant)
 def list_(
     status: Annotated[ApprovalStatus | None, typer.Option(help="Only these.")] = None,
     limit: Annotated[int, typer.Option(help="Most approvals to show (1 to 200).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
-    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
     """Approvals, newest first, a page at a time."""
     params = {"status": status.value if status else None, "limit": limit, "cursor": cursor}
-    page = call(local_settings(), "GET", "/v1/approvals", api_key, params=params)
+    page = call(local_settings(), "GET", "/v1/approvals", params=params)
     if as_json:
         print_json(page)
         return
@@ -94,54 +93,46 @@ def _table(a: dict[str, Any]) -> Table:
     return table
 
 
-def _get(settings: MoatSettings, approval_id: str, api_key: str | None) -> dict[str, Any]:
-    answer: dict[str, Any] = call(
-        settings, "GET", links.path("v1", "approvals", approval_id), api_key
-    )
+def _get(settings: MoatSettings, approval_id: str) -> dict[str, Any]:
+    answer: dict[str, Any] = call(settings, "GET", links.path("v1", "approvals", approval_id))
     return answer
 
 
-@approvals_app.command("show")
-def show(approval_id: ApprovalArg, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+@approvals_app.command("show", cls=AsTenant)
+def show(approval_id: ApprovalArg, as_json: AsJson = False) -> None:
     """One approval with the redacted input it is about."""
-    answer = _get(local_settings(), approval_id, api_key)
+    answer = _get(local_settings(), approval_id)
     if as_json:
         print_json(answer)
         return
     out.print(_table(answer))
 
 
-def _decide(
-    action: str, approval_id: str, comment: str | None, yes: bool, api_key: str | None
-) -> None:
+def _decide(action: str, approval_id: str, comment: str | None, yes: bool) -> None:
     settings = local_settings()
-    shown = _get(settings, approval_id, api_key)
+    shown = _get(settings, approval_id)
     out.print(_table(shown))
     if not yes and not typer.confirm(f"{action} this exact call?"):
-        raise typer.Exit(1)
+        raise fail(
+            "not_confirmed", f"approval {shown['id']} not decided", "answer y, or pass --yes"
+        )
     body = {
         "input_hash": shown["input_hash"],
         "policy_version": shown["policy_version"],
         "comment": comment,
     }
     # A prefix was resolved by the read: the decision names the approval shown, whole.
-    decided = call(
-        settings, "POST", links.path("v1", "approvals", shown["id"], action), api_key, body
-    )
+    decided = call(settings, "POST", links.path("v1", "approvals", shown["id"], action), body)
     out.print(f"{shown['id']} {decided['status']} by {decided['decided_by']}")
 
 
-@approvals_app.command("approve")
-def approve(
-    approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
-) -> None:
+@approvals_app.command("approve", cls=AsTenant)
+def approve(approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False) -> None:
     """Approve the call shown (needs scope approvals:write; not the key that made it)."""
-    _decide("approve", approval_id, comment, yes, api_key)
+    _decide("approve", approval_id, comment, yes)
 
 
-@approvals_app.command("reject")
-def reject(
-    approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False, api_key: ApiKey = None
-) -> None:
+@approvals_app.command("reject", cls=AsTenant)
+def reject(approval_id: ApprovalArg, comment: Comment = None, yes: Yes = False) -> None:
     """Reject the call shown: its run ends approval_rejected, the provider is not called."""
-    _decide("reject", approval_id, comment, yes, api_key)
+    _decide("reject", approval_id, comment, yes)

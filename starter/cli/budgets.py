@@ -12,6 +12,7 @@ from rich.table import Table
 
 from schemas.api import BudgetInfo
 from schemas.settings import MoatSettings
+from starter.cli.identity import AsOperator
 from starter.cli.output import AsJson, out, print_json, run
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
@@ -32,7 +33,7 @@ async def _list(settings: MoatSettings, tenant: str) -> tuple[str, list[BudgetIn
         return row.id, await budgets.list_budgets(session, row.id, datetime.now(UTC))
 
 
-@budget_app.command("list")
+@budget_app.command("list", cls=AsOperator)
 def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     """A tenant's budgets: limit, successes used this period, executions in flight."""
     tenant_id, rows = run(_list(local_settings(), tenant))
@@ -65,7 +66,7 @@ async def _set(
         return row.id
 
 
-@budget_app.command("set")
+@budget_app.command("set", cls=AsOperator)
 def set_(
     tenant: TenantArg,
     capability: Annotated[str, typer.Argument(help="Capability id, e.g. http.request.")],

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from schemas.settings import MoatSettings
-from starter.cli.output import err, fail, out
+from starter.cli.identity import Local
+from starter.cli.output import err, out, usage
 from starter.devstack.ports import local_settings
 from starter.runtime.codec_door import current_token, rotate
 
@@ -22,7 +23,7 @@ def _door_url(settings: MoatSettings, token: str) -> str:
     return f"{settings.local_gateway_url}/codec/ui/{token}"
 
 
-@codec_app.command("url")
+@codec_app.command("url", cls=Local)
 def url() -> None:
     """Print the codec address to give a Temporal Web UI (decode only).
 
@@ -32,11 +33,15 @@ def url() -> None:
     try:
         token = current_token(settings)
     except FileNotFoundError as exc:
-        raise fail(str(exc), code=2) from None
+        raise usage(
+            str(exc),
+            "start the stack with `moat up`, or create the door with `moat codec rotate`",
+            code="codec_door_missing",
+        ) from None
     out.print(_door_url(settings, token), soft_wrap=True)
 
 
-@codec_app.command("rotate")
+@codec_app.command("rotate", cls=Local)
 def rotate_token(
     grace: Annotated[
         int,

@@ -16,7 +16,8 @@ from rich.table import Table
 
 from schemas.connections import ConnectionCreate, ConnectionInfo, ConnectionRotate, ConnectionType
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, fail, id_column, out, print_json, run
+from starter.cli.identity import AsOperator
+from starter.cli.output import AsJson, fail, id_column, out, print_json, run, usage
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
@@ -45,7 +46,11 @@ def _secret(path: Path | None) -> str:
     raw = path.read_text() if path is not None else sys.stdin.read()
     secret = raw.strip("\r\n")
     if not secret:
-        raise fail("no secret given: pipe it on stdin or name a file with --secret-file", code=2)
+        raise usage(
+            "no secret given",
+            "pipe it on stdin or name a file with --secret-file",
+            code="no_secret",
+        )
     return secret
 
 
@@ -56,7 +61,7 @@ def _valid(model: Any, **fields: Any) -> Any:
         where = "; ".join(
             f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in field_errors(exc.errors())
         )
-        raise fail(f"invalid connection: {where}", code=2) from None
+        raise usage(f"invalid connection: {where}", "see `moat connection add --help`") from None
 
 
 def _show(info: ConnectionInfo, as_json: bool) -> None:
@@ -88,7 +93,7 @@ async def _add(settings: MoatSettings, tenant: str, body: ConnectionCreate) -> C
         return await connections.add(session, cipher, row.id, body, settings.quota_limits)
 
 
-@connection_app.command("add")
+@connection_app.command("add", cls=AsOperator)
 def add(
     tenant: TenantArg,
     type_: Annotated[ConnectionType, typer.Option("--type", help="What the credential is for.")],
@@ -107,7 +112,7 @@ def add(
     try:
         settings_json = json.loads(config)
     except ValueError as exc:
-        raise fail(f"--config is not valid JSON: {exc}", code=2) from None
+        raise usage(f"--config is not valid JSON: {exc}", "give a JSON object") from None
     body = _valid(
         ConnectionCreate,
         type=type_,
@@ -124,7 +129,7 @@ async def _list(settings: MoatSettings, tenant: str) -> list[ConnectionInfo]:
         return await connections.list_all(session, row.id)
 
 
-@connection_app.command("list")
+@connection_app.command("list", cls=AsOperator)
 def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     """List a tenant's connections, revoked ones included (never their secrets)."""
     found = run(_list(local_settings(), tenant))
@@ -150,7 +155,7 @@ async def _one(settings: MoatSettings, tenant: str, connection_id: str) -> Conne
         return await connections.show(session, row.id, connection_id)
 
 
-@connection_app.command("show")
+@connection_app.command("show", cls=AsOperator)
 def show(tenant: TenantArg, connection_id: ConnectionArg, as_json: AsJson = False) -> None:
     """One connection (never its secret)."""
     _show(run(_one(local_settings(), tenant, connection_id)), as_json)
@@ -167,7 +172,7 @@ async def _rotate(
         )
 
 
-@connection_app.command("rotate")
+@connection_app.command("rotate", cls=AsOperator)
 def rotate(
     tenant: TenantArg,
     connection_id: ConnectionArg,
@@ -185,7 +190,7 @@ async def _revoke(settings: MoatSettings, tenant: str, connection_id: str) -> Co
         return await connections.revoke(session, row.id, connection_id, datetime.now(UTC))
 
 
-@connection_app.command("revoke")
+@connection_app.command("revoke", cls=AsOperator)
 def revoke(tenant: TenantArg, connection_id: ConnectionArg, as_json: AsJson = False) -> None:
     """Revoke a connection: kept for the record, refused from the next attempt on."""
     _show(run(_revoke(local_settings(), tenant, connection_id)), as_json)
@@ -197,7 +202,9 @@ async def _reencrypt(settings: MoatSettings, new_key: bool) -> tuple[str, dict[s
         try:
             cipher.add_key()
         except ValueError as exc:
-            raise fail(str(exc)) from None
+            raise fail(
+                "key_pinned", str(exc), "set a new MOAT_CONNECTION_KEY, then run again"
+            ) from None
     counts: dict[str, int] = {}
     async with owner_transaction(settings) as session:
         directory = await tenants.list_tenants(session)
@@ -208,7 +215,7 @@ async def _reencrypt(settings: MoatSettings, new_key: bool) -> tuple[str, dict[s
     return cipher.active_key_id, counts
 
 
-@connection_app.command("reencrypt")
+@connection_app.command("reencrypt", cls=AsOperator)
 def reencrypt(
     new_key: Annotated[
         bool,

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from starter.cli.identity import AsTenant
 from starter.cli.output import AsJson, id_argument, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
@@ -19,7 +20,7 @@ DeadLetterArg = Annotated[str, id_argument("dead letter")]
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, requeue, resolve.")
 
 
-@dlq_app.command("list")
+@dlq_app.command("list", cls=AsTenant)
 def list_dead_letters(
     status: Annotated[str, typer.Option(help="open, requeued or resolved.")] = "open",
     limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,
@@ -56,7 +57,7 @@ def dead_letters_table(items: list[dict[str, Any]]) -> Table:
     return table
 
 
-@dlq_app.command("show")
+@dlq_app.command("show", cls=AsTenant)
 def show(dead_letter_id: DeadLetterArg, as_json: AsJson = False) -> None:
     """One dead letter (and, for an execution, its compensating-action record)."""
     settings = local_settings()
@@ -85,7 +86,7 @@ def show(dead_letter_id: DeadLetterArg, as_json: AsJson = False) -> None:
     out.print(table)
 
 
-@dlq_app.command("requeue")
+@dlq_app.command("requeue", cls=AsTenant)
 def requeue(
     dead_letter_id: DeadLetterArg,
     effect_did_not_happen: Annotated[
@@ -109,7 +110,7 @@ def requeue(
     out.print(f"requeued as {letter['requeued_as']}")
 
 
-@dlq_app.command("resolve")
+@dlq_app.command("resolve", cls=AsTenant)
 def resolve(
     dead_letter_id: DeadLetterArg,
     note: Annotated[str, typer.Option(help="What was done about it (required).")],

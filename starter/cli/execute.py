@@ -13,7 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from schemas.settings import MoatSettings
 from starter.cli.agent import agent_client, gateway_answers
-from starter.cli.output import AsJson, err, fail, out
+from starter.cli.output import AsJson, err, out, usage
 from starter.devstack.ports import local_settings
 from starter.runtime import links
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 # The most of an output the summary shows; --json shows all of it.
 SUMMARY_OUTPUT_CHARS = 2000
+INPUT_HINT = 'give a JSON object, e.g. --input \'{"text": "hi"}\''
 STATUS_COLOURS = {"executed": "green", "failed": "red", "accepted": "yellow", "planned": "cyan"}
 
 
@@ -42,9 +43,11 @@ def execute(
     try:
         data: Any = json.loads(input_json)
     except ValueError as exc:
-        raise fail(f"--input is not valid JSON: {exc}", code=2) from None
+        raise usage(
+            f"--input is not valid JSON: {exc}", 'give an object, e.g. {"text": "hi"}'
+        ) from None
     if not isinstance(data, dict):
-        raise fail("--input must be a JSON object", code=2)
+        raise usage("--input must be a JSON object", 'give an object, e.g. {"text": "hi"}')
     client = agent_client(settings)
     with gateway_answers(settings):
         started = time.monotonic()

@@ -21,6 +21,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
+from starter.cli.identity import Local
+from starter.cli.output import fail
 from starter.devstack.ports import local_settings
 from store.keyrings.signing import (
     Keyring,
@@ -34,7 +36,6 @@ from store.keyrings.signing import (
 manifest_app = typer.Typer(no_args_is_help=True, help="Verify and inspect run manifests.")
 
 out = Console()
-err = Console(stderr=True)
 
 VALID, REJECTED, UNREADABLE = 0, 1, 2
 
@@ -45,11 +46,10 @@ def keyring_path() -> Path:
 
 
 def stop(message: str, code: int, hint: str | None = None) -> typer.Exit:
-    """The one line of a check that did not pass (``rejected``) or could not run."""
-    err.print(f"[bold red]{'rejected' if code == REJECTED else 'error'}:[/] {escape(message)}")
-    if hint:
-        err.print(f"[dim]{hint}[/]")
-    return typer.Exit(code)
+    """A check that did not pass (``manifest_rejected``, exit 1) or could not run
+    (``unreadable``, exit 2), said as every error is."""
+    name = "manifest_rejected" if code == REJECTED else "unreadable"
+    return fail(name, message, hint or "see `moat manifest verify --help`", exit_code=code)
 
 
 def _text(value: Any) -> Text:
@@ -107,7 +107,7 @@ def check_manifest(data: bytes, jwks: Mapping[str, Any]) -> tuple[int, str]:
     return VALID, f"{len(kids)} signature(s) by {', '.join(kids)}; {content_digest(document)}"
 
 
-@manifest_app.command("verify")
+@manifest_app.command("verify", cls=Local)
 def verify(
     file: Annotated[Path, typer.Argument(help="A manifest.json.")],
     jwks: Annotated[
@@ -132,7 +132,7 @@ def _field(name: str, value: Any, indent: int = 0) -> None:
     out.print(Text.assemble(label, _text(value)), soft_wrap=True)
 
 
-@manifest_app.command("inspect")
+@manifest_app.command("inspect", cls=Local)
 def inspect(file: Annotated[Path, typer.Argument(help="A manifest.json.")]) -> None:
     """Show a manifest's identifiers, digests and signature headers, WITHOUT verifying."""
     data, document = _read_manifest(file)

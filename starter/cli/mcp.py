@@ -9,8 +9,6 @@ from typing import Annotated
 
 import typer
 
-from starter.cli.output import fail
-from starter.devstack.home import demo_api_key
 from starter.devstack.ports import local_settings
 
 
@@ -29,22 +27,18 @@ def mcp(
     ] = None,
 ) -> None:
     """Serve Moat's capabilities as MCP tools. Over stdio the tools run as the tenant of
-    MOAT_API_KEY; over HTTP each client sends its tenant's API key as a bearer token."""
+    the API key (--api-key, MOAT_API_KEY, the profile's, the demo key); over HTTP each
+    client sends its tenant's API key as a bearer token."""
     from moat_client import configured
 
+    from starter.cli import identity
+    from starter.cli.tenant_api import key_of
     from starter.mcp import MoatTools, serve_http, serve_stdio
 
     settings = local_settings()
-    gateway, api_key = configured(url)
-    gateway = gateway or settings.local_gateway_url
-    if not http:
-        api_key = api_key or demo_api_key(settings)
-        if not api_key:
-            raise fail(
-                "no API key",
-                "set MOAT_API_KEY to the tenant's key, or run `moat up` for the demo tenant's",
-                code=2,
-            )
+    gateway, _ = configured(url)
+    gateway = gateway or identity.gateway_url(settings).value or settings.local_gateway_url
+    api_key = None if http else key_of(settings).value
     tools = MoatTools(gateway, api_key, wait_seconds=wait)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_http(tools, host, port) if http else serve_stdio(tools))

@@ -1,19 +1,24 @@
-"""How the CLI speaks: results on stdout (a table, or JSON with ``--json``), refusals and
-faults on stderr as one ``error:`` line (and a hint), never a traceback."""
+"""How the CLI speaks: results on stdout (a table, or JSON with ``--json``), and every
+failure said one way (``docs/cli.md``, "Errors and exit codes"): on stderr the line
+``error: <code>: <message>`` and the line ``hint: <what to do>``, never a traceback; with
+``--json``, ``{"error": {"code", "message", "hint", "details"}}`` on stdout and nothing on
+stderr. The exit code says which kind of failure it was."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Iterable, Iterator
+import sys
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-
-from starter.service import MoatError
+from rich.text import Text
+from typer._click import exceptions as click_errors
+from typer._click.globals import get_current_context
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -25,10 +30,17 @@ T = TypeVar("T")
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
-# The exit code of a command whose gateway, PostgreSQL or Temporal is not there.
+# The exit codes: done; refused or failed; the command line is wrong; a service the
+# command needs (gateway, PostgreSQL, Temporal) is not there; interrupted (Ctrl-C).
+OK = 0
+FAILED = 1
+USAGE = 2
 UNAVAILABLE = 3
+INTERRUPTED = 130
 # Seconds a command waits for a connection: nothing answering is said at once.
 CONNECT_TIMEOUT = 2.0
+# Said of a fault no rule of Moat's explains: a bug, not a refusal.
+BUG_HINT = "this is a bug in moat: report it with the command you ran"
 
 
 def id_argument(kind: str) -> Any:
@@ -57,23 +69,83 @@ def print_json(value: Any) -> None:
     out.print_json(json.dumps(value))
 
 
-def error_line(message: str, hint: str | None = None) -> None:
-    """The one line a failed command leaves on stderr (and a dimmed hint below it)."""
-    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+# ``--json`` on the command line, for a failure said after its command's context is gone.
+_json_argv: ContextVar[bool] = ContextVar("json_argv", default=False)
+
+
+def wants_json() -> bool:
+    """Whether the running command was given ``--json``."""
+    ctx = get_current_context(silent=True)
+    while ctx is not None:
+        if ctx.params.get("as_json"):
+            return True
+        ctx = ctx.parent
+    return _json_argv.get()
+
+
+def _help_hint() -> str | None:
+    ctx = get_current_context(silent=True)
+    return f"see `{ctx.command_path} --help`" if ctx is not None else None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _field_errors(details: dict[str, Any]) -> str:
+    """A refusal's field errors (``details.errors``), said after its message."""
+    errors = details.get("errors")
+    if not isinstance(errors, list) or not errors:
+        return ""
+    said = [
+        f"{'.'.join(str(p) for p in e.get('loc', [])) or 'body'}: {e.get('msg', '')}"
+        for e in errors
+        if isinstance(e, dict)
+    ]
+    return ": " + "; ".join(said)
+
+
+def say_error(
+    code: str,
+    message: str,
+    hint: str | None = None,
+    details: dict[str, Any] | None = None,
+    **extra: Any,
+) -> None:
+    """Say one failure: two lines on stderr, or with ``--json`` one object on stdout."""
+    hint = _one_line(hint or _help_hint() or "")
+    message = _one_line(message + _field_errors(details or {}))
+    if wants_json():
+        error = {"code": code, "message": message, "hint": hint, "details": details or {}}
+        print_json({"error": error | extra})
+        return
+    err.print(Text.assemble(("error:", "bold red"), f" {code}: {message}"), soft_wrap=True)
     if hint:
-        err.print(f"[dim]{escape(hint)}[/]", soft_wrap=True)
+        err.print(Text.assemble(("hint:", "dim"), f" {hint}"), soft_wrap=True)
 
 
-def fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
-    """Say what went wrong in one line; raise the returned exit."""
-    error_line(message, hint)
-    return typer.Exit(code)
+def fail(
+    code: str,
+    message: str,
+    hint: str | None = None,
+    *,
+    exit_code: int = FAILED,
+    details: dict[str, Any] | None = None,
+    **extra: Any,
+) -> typer.Exit:
+    """Say what went wrong (``say_error``); raise the returned exit."""
+    say_error(code, message, hint, details, **extra)
+    return typer.Exit(exit_code)
 
 
-def unavailable(code: str, message: str, remedy: str) -> typer.Exit:
-    """A service the command needs is not there: one line with what to run, exit 3."""
-    err.print(f"[bold red]error:[/] {escape(f'{code}: {message} — {remedy}')}", soft_wrap=True)
-    return typer.Exit(UNAVAILABLE)
+def usage(message: str, hint: str | None = None, code: str = "usage") -> typer.Exit:
+    """The command line is wrong (a value no option takes, an input that does not parse)."""
+    return fail(code, message, hint, exit_code=USAGE)
+
+
+def unavailable(code: str, message: str, hint: str) -> typer.Exit:
+    """A service the command needs is not there: what to run, exit 3."""
+    return fail(code, message, hint, exit_code=UNAVAILABLE)
 
 
 def gateway_unavailable(url: str) -> typer.Exit:
@@ -84,16 +156,94 @@ def gateway_unavailable(url: str) -> typer.Exit:
     )
 
 
+def refused(code: str, message: str, details: dict[str, Any], hint: str | None) -> typer.Exit:
+    """A refusal by one of Moat's rules (a service's ``MoatError``, or the gateway's)."""
+    return fail(code, message, hint or HINTS.get(code), details=details)
+
+
 @contextmanager
 def refusals(hint: str | None = None) -> Iterator[None]:
-    """A service's refusal (``MoatError``) as the one error line, exit code 1."""
+    """A service's refusal (``MoatError``) said as ``refused`` says it, exit code 1."""
+    from starter.service import MoatError
+
     try:
         yield
     except MoatError as exc:
-        raise fail(exc.message, hint or HINTS.get(exc.code)) from None
+        raise refused(exc.code, exc.message, exc.details, hint) from None
 
 
 def run(coroutine: Coroutine[Any, Any, T], hint: str | None = None) -> T:
-    """Run a command's coroutine; a refusal ends the command with its one error line."""
+    """Run a command's coroutine; a refusal ends the command with its error."""
     with refusals(hint):
         return asyncio.run(coroutine)
+
+
+# Click's usage errors, by the code they are said with.
+_USAGE_CODES: dict[type[click_errors.UsageError], str] = {
+    click_errors.NoSuchOption: "no_such_option",
+    click_errors.BadOptionUsage: "bad_option",
+    click_errors.MissingParameter: "missing_parameter",
+    click_errors.BadParameter: "bad_parameter",
+    click_errors.BadArgumentUsage: "bad_argument",
+}
+
+
+def _usage_error(exc: click_errors.UsageError) -> int:
+    code = next((c for kind, c in _USAGE_CODES.items() if isinstance(exc, kind)), "usage")
+    if code == "usage" and exc.message.startswith("No such command"):
+        code = "no_such_command"
+    path = exc.ctx.command_path if exc.ctx is not None else "moat"
+    say_error(code, exc.format_message(), f"see `{path} --help`")
+    return exc.exit_code
+
+
+def _fault(exc: Exception) -> int:
+    """An exception no command turned into an error: a service the CLI cannot reach, a
+    refusal, or a bug; said one way all the same, never as a traceback."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from starter.service import MoatError
+    from store.keyrings.signing import KeyringMissingError
+
+    if isinstance(exc, MoatError):
+        return refused(exc.code, exc.message, exc.details, None).exit_code
+    if isinstance(exc, KeyringMissingError):
+        hint = "provide the keyring the message names (`moat signing-key rotate` makes one)"
+        return fail("keyring_missing", str(exc), hint).exit_code
+    if isinstance(exc, OperationalError | InterfaceError):
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        return unavailable(
+            "database_unavailable",
+            f"cannot reach PostgreSQL: {reason}",
+            "start the stack with `make up` (or `moat up`), or point MOAT_DATABASE_URL "
+            "at a running PostgreSQL",
+        ).exit_code
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Failed client connect"):
+        reason = str(exc).strip().splitlines()[0]
+        return unavailable(
+            "temporal_unavailable",
+            f"cannot reach Temporal: {reason}",
+            "start the stack with `make up` (or `moat up`), or point MOAT_TEMPORAL_ADDRESS "
+            "at a running Temporal",
+        ).exit_code
+    return fail("internal_error", f"{type(exc).__name__}: {exc}", BUG_HINT).exit_code
+
+
+def main_of(command: Callable[..., Any], args: Sequence[str] | None = None) -> int:
+    """Run the ``moat`` command on ``args`` (else the process's) and return its exit code;
+    every failure, click's usage errors too, is said as ``say_error`` says it."""
+    argv = list(sys.argv[1:] if args is None else args)
+    _json_argv.set("--json" in argv)
+    try:
+        code = command(args=argv, prog_name="moat", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        return exc.exit_code  # the help, already printed
+    except click_errors.UsageError as exc:
+        return _usage_error(exc)
+    except click_errors.ClickException as exc:
+        return fail("usage", exc.format_message(), exit_code=exc.exit_code).exit_code
+    except typer.Abort:
+        return fail("aborted", "stopped before it finished", "run the command again").exit_code
+    except Exception as exc:
+        return _fault(exc)
+    return code if isinstance(code, int) else OK

@@ -11,13 +11,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli.output import AsJson, fail, out, print_json
-from starter.cli.tenant_api import ApiKeyOption, call
+from starter.cli.identity import AsTenant
+from starter.cli.output import AsJson, out, print_json, usage
+from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 
 policy_app = typer.Typer(no_args_is_help=True, help="The tenant's policy document.")
-
-ApiKey = Annotated[str | None, ApiKeyOption]
 
 
 def _rules_table(version: dict[str, Any]) -> Table:
@@ -37,25 +36,23 @@ def _rules_table(version: dict[str, Any]) -> Table:
     return table
 
 
-@policy_app.command("show")
+@policy_app.command("show", cls=AsTenant)
 def show(
     version: Annotated[int | None, typer.Option(help="An older version.")] = None,
-    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
     """The policy in force (or an older version)."""
     path = "/v1/policy" if version is None else f"/v1/policy/versions/{version}"
-    answer = call(local_settings(), "GET", path, api_key)
+    answer = call(local_settings(), "GET", path)
     if as_json:
         print_json(answer)
         return
     out.print(_rules_table(answer))
 
 
-@policy_app.command("set")
+@policy_app.command("set", cls=AsTenant)
 def set_(
     file: Annotated[Path, typer.Option("--file", help="The policy document (JSON).")],
-    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
     """Replace the policy with a document ({"mode": …, "rules": […]}); needs a key with
@@ -63,8 +60,12 @@ def set_(
     try:
         document = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
-        raise fail(f"cannot read {file}: {exc}", 'give a JSON file: {"mode": "strict"}') from None
-    answer = call(local_settings(), "PUT", "/v1/policy", api_key, document)
+        raise usage(
+            f"cannot read {file} as JSON: {exc}",
+            'give a JSON file, e.g. {"mode": "strict", "rules": []}',
+            code="unreadable_file",
+        ) from None
+    answer = call(local_settings(), "PUT", "/v1/policy", document)
     if as_json:
         print_json(answer)
         return
@@ -72,16 +73,15 @@ def set_(
     out.print(f"policy version {answer['version']} is in force")
 
 
-@policy_app.command("history")
+@policy_app.command("history", cls=AsTenant)
 def history(
     limit: Annotated[int, typer.Option(help="Most versions to show (1 to 200).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
-    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
     """The versions, newest first, a page at a time."""
     params = {"limit": limit, "cursor": cursor}
-    page = call(local_settings(), "GET", "/v1/policy/versions", api_key, params=params)
+    page = call(local_settings(), "GET", "/v1/policy/versions", params=params)
     if as_json:
         print_json(page)
         return

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from starter.cli.agent import agent_client, gateway_answers
+from starter.cli.identity import AsTenant
 from starter.cli.output import AsJson, id_argument, id_column, out
 from starter.devstack.ports import local_settings
 
@@ -20,7 +21,7 @@ receipts_app = typer.Typer(no_args_is_help=True, help="Receipts, read through th
 STATUS_COLOURS = {"success": "green", "idempotent_hit": "cyan", "policy_denied": "yellow"}
 
 
-@receipts_app.command("list")
+@receipts_app.command("list", cls=AsTenant)
 def list_receipts(
     status: Annotated[
         str | None,
@@ -66,7 +67,7 @@ def receipts_table(items: list[Receipt]) -> Table:
     return table
 
 
-@receipts_app.command("show")
+@receipts_app.command("show", cls=AsTenant)
 def show(receipt_id: Annotated[str, id_argument("receipt")], as_json: AsJson = False) -> None:
     """One receipt, field by field (``--json``: as the gateway returns it)."""
     settings = local_settings()

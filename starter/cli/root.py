@@ -1,18 +1,19 @@
-"""The ``moat`` command: its command groups, and ``main``, which names what it cannot reach
-(PostgreSQL, Temporal, a key file) in one error line instead of a traceback."""
+"""The ``moat`` command: its command groups, and ``main``, which says every failure one
+way (what it cannot reach, a refusal, a wrong command line), never as a traceback."""
 
 from __future__ import annotations
 
 import typer
 
-from starter.cli import codec, execute, mcp, stack, status
+from starter.cli import codec, execute, mcp, profiles, stack, status
 from starter.cli.api_keys import api_key_app
 from starter.cli.approvals import approvals_app
 from starter.cli.budgets import budget_app
 from starter.cli.connections import connection_app
 from starter.cli.dead_letters import dlq_app
+from starter.cli.identity import AsOperator, AsTenant, Local
 from starter.cli.manifests import manifest_app
-from starter.cli.output import error_line, unavailable
+from starter.cli.output import main_of
 from starter.cli.policy import policy_app
 from starter.cli.receipts import receipts_app
 from starter.cli.runs import runs_app
@@ -27,15 +28,17 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold keys and secrets
     help="Moat: durable, idempotent execution of agents' side effects.",
 )
-app.command()(stack.up)
-app.command()(stack.worker)
-app.command()(stack.gateway)
-app.command()(stack.migrate)
-app.command("codec-url")(codec.url_alias)
-app.command()(execute.execute)
-app.command()(status.status)
-app.command()(mcp.mcp)
-app.command("trust")(trust_command)
+app.command(cls=Local)(stack.up)
+app.command(cls=Local)(stack.worker)
+app.command(cls=Local)(stack.gateway)
+app.command(cls=AsOperator)(stack.migrate)
+app.command("codec-url", cls=Local)(codec.url_alias)
+app.command(cls=AsTenant)(execute.execute)
+app.command(cls=Local)(status.status)
+app.command(cls=AsTenant)(mcp.mcp)
+app.command("trust", cls=AsOperator)(trust_command)
+app.command(cls=AsTenant)(profiles.whoami)
+app.add_typer(profiles.profile_app, name="profile")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(api_key_app, name="api-key")
 app.add_typer(budget_app, name="budget")
@@ -57,35 +60,5 @@ app.add_typer(signing_key_app, name="keys", hidden=True)
 
 
 def main() -> None:
-    """The console script: the app, with the services it cannot reach named plainly."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
-
-    from store.keyrings.signing import KeyringMissingError
-
-    try:
-        app()
-    except KeyringMissingError as exc:
-        error_line(str(exc))
-        raise SystemExit(1) from None
-    except (OperationalError, InterfaceError) as exc:
-        reason = str(exc.orig or exc).strip().splitlines()[0]
-        raise SystemExit(
-            unavailable(
-                "database_unavailable",
-                f"cannot reach PostgreSQL: {reason}",
-                "start the stack with `make up` (or `moat up`), or point MOAT_DATABASE_URL "
-                "at a running PostgreSQL",
-            ).exit_code
-        ) from None
-    except RuntimeError as exc:
-        if not str(exc).startswith("Failed client connect"):
-            raise
-        reason = str(exc).strip().splitlines()[0]
-        raise SystemExit(
-            unavailable(
-                "temporal_unavailable",
-                f"cannot reach Temporal: {reason}",
-                "start the stack with `make up` (or `moat up`), or point MOAT_TEMPORAL_ADDRESS "
-                "at a running Temporal",
-            ).exit_code
-        ) from None
+    """The console script: the app, every failure said one way (``output.main_of``)."""
+    raise SystemExit(main_of(app))

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from schemas.errors import ErrorCode
 from schemas.events import EffectOrigin, Event, effect_origin
 from schemas.settings import MoatSettings
+from starter.cli.identity import AsOperator
 from starter.cli.output import AsJson, id_argument, out, print_json, refusals
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
@@ -32,7 +33,7 @@ async def _tenants(session: AsyncSession, only: str | None) -> list[str]:
     if only:
         tenant = await tenants.find_tenant(session, only)
         if tenant is None:
-            raise typer.BadParameter(f"no tenant {only!r}", param_hint="--tenant")
+            raise MoatError(ErrorCode.TENANT_NOT_FOUND, f"no tenant {only!r} (from --tenant)")
         return [tenant.id]
     return [t.id for t in await tenants.list_tenants(session)]
 
@@ -79,7 +80,7 @@ async def _rebuild(settings: MoatSettings, tenant: str | None, verify_only: bool
     return 1 if differing and verify_only else 0
 
 
-@runs_app.command("rebuild")
+@runs_app.command("rebuild", cls=AsOperator)
 def rebuild(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant (id or name).")] = None,
     verify: Annotated[
@@ -88,7 +89,9 @@ def rebuild(
 ) -> None:
     """Replay the event log into a fresh projection and report every run whose stored
     state differs (and, without --verify, rewrite it from the events)."""
-    raise typer.Exit(asyncio.run(_rebuild(local_settings(), tenant, verify)))
+    with refusals():
+        code = asyncio.run(_rebuild(local_settings(), tenant, verify))
+    raise typer.Exit(code)
 
 
 async def _named(
@@ -133,8 +136,11 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, vie
                     receipt_id = whole
                     break
     if not events:
-        out.print(f"[red]no events for execution {receipt_id}[/]")
-        return 1
+        raise MoatError(
+            ErrorCode.RECEIPT_NOT_FOUND,
+            f"no events for execution {receipt_id}",
+            {"receipt_id": receipt_id},
+        )
     if view == "json":
         print_json(
             {
@@ -197,7 +203,7 @@ def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
     return root
 
 
-@runs_app.command("show")
+@runs_app.command("show", cls=AsOperator)
 def show(
     receipt_id: Annotated[str, id_argument("receipt")],
     tenant: Annotated[str | None, typer.Option(help="The execution's tenant (id or name).")] = None,

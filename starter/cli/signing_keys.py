@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from starter.cli.identity import Local
 from starter.cli.manifests import UNREADABLE, keyring_path, stop
 from starter.cli.output import out
 from starter.devstack.ports import local_settings
@@ -25,7 +26,7 @@ class Alg(StrEnum):
     RS256 = "RS256"
 
 
-@signing_key_app.command("rotate")
+@signing_key_app.command("rotate", cls=Local)
 def rotate(alg: Annotated[Alg, typer.Option("--alg", help="Algorithm.")] = Alg.ES256) -> None:
     """Add a signing key and make it active; older keys still verify older manifests.
     Writes the public JWKS (MOAT_JWKS_PATH) as well: publish it before the keyring."""
@@ -41,7 +42,7 @@ def rotate(alg: Annotated[Alg, typer.Option("--alg", help="Algorithm.")] = Alg.E
     )
 
 
-@signing_key_app.command("publish")
+@signing_key_app.command("publish", cls=Local)
 def publish() -> None:
     """Write the keyring's public JWKS (MOAT_JWKS_PATH), which the gateway serves, without
     rotating: e.g. for a keyring made before the JWKS file existed."""
@@ -56,7 +57,7 @@ def publish() -> None:
     out.print(f"public JWKS of {len(ring.keys)} key(s) written to {written}", soft_wrap=True)
 
 
-@signing_key_app.command("list")
+@signing_key_app.command("list", cls=Local)
 def list_keys() -> None:
     """The keyring's keys (public view)."""
     path = keyring_path()

@@ -1,17 +1,16 @@
-"""The CLI as a tenant's person: the gateway's tenant API with an API key (``--api-key``,
-else ``MOAT_API_KEY``, else the demo tenant's key ``moat up`` created). A refusal is the
-gateway's error code and message on one line, with what to do."""
+"""The CLI as a tenant's person: the gateway's tenant API with the API key ``identity``
+chooses (``--api-key``, ``MOAT_API_KEY``, the profile's, else the demo tenant's key). A
+refusal is the gateway's error code and message, said as every error is, with what to do."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import typer
 
 from schemas.settings import MoatSettings
-from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable
-from starter.devstack.home import demo_api_key
+from starter.cli import identity
+from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable, usage
 
 HINTS = {
     "scope_missing": "use a key with that scope: moat api-key create TENANT --scope SCOPE, "
@@ -23,54 +22,83 @@ HINTS = {
     '{"allow_bypass": true}',
     "webhook_not_found": "see `moat webhook list`",
     "dead_letter_not_found": "see `moat dlq list`",
+    "receipt_not_found": "see `moat receipts list`",
+    "approval_not_found": "see `moat approvals list`",
+    "capability_not_found": "`GET /v1/capabilities` lists them",
     "webhook_url_not_allowed": "an operator can allow-list the host (MOAT_HTTP_ALLOW_HOSTS)",
 }
+
+
+def key_of(settings: MoatSettings) -> identity.Chosen:
+    """The API key to send, or the command ends: there is none to send."""
+    key = identity.api_key(settings)
+    if not key.value:
+        raise usage(
+            "no API key to act as a tenant with",
+            "pass --api-key, set MOAT_API_KEY, save one with `moat profile set NAME "
+            "--api-key KEY`, or run `moat up` to create the demo tenant's key",
+            code="no_api_key",
+        )
+    return key
+
+
+def refusal(
+    code: str,
+    message: str,
+    details: dict[str, Any] | None,
+    key: identity.Chosen,
+    **extra: Any,
+) -> typer.Exit:
+    """The gateway's refusal, said as every error is; a refused key says where it came
+    from (the gateway's message names its prefix)."""
+    hint = HINTS.get(code)
+    if code == "unauthenticated":
+        hint = f"the key came from {key.source}; see `moat whoami`, or pass another with --api-key"
+    return fail(code, message, hint, details=details, **extra)
 
 
 def call(
     settings: MoatSettings,
     method: str,
     path: str,
-    api_key: str | None = None,
     body: Any = None,
     params: dict[str, Any] | None = None,
 ) -> Any:
     """The gateway's JSON answer; a refusal or an unreachable gateway ends the command.
     The query is ``params`` alone: httpx drops a query written into ``path`` when it is
     given params."""
+    import httpx
+
     if "?" in path:
         raise ValueError(f"pass the query of {path!r} as params")
-    key = api_key or settings.api_key or demo_api_key(settings)
-    if not key:
-        raise fail(
-            "no API key",
-            "pass --api-key, set MOAT_API_KEY, or run `moat up` to create the demo tenant's key",
-            code=2,
-        )
+    key = key_of(settings)
+    url = identity.gateway_url(settings).value or settings.local_gateway_url
     try:
         answer = httpx.request(
             method,
-            settings.local_gateway_url + path,
+            url + path,
             json=body,
             params={k: v for k, v in (params or {}).items() if v is not None},
-            headers={"Authorization": f"Bearer {key}"},
+            headers={"Authorization": f"Bearer {key.value}"},
             timeout=httpx.Timeout(60, connect=CONNECT_TIMEOUT),
         )
     except (httpx.ConnectError, httpx.ConnectTimeout):
-        raise gateway_unavailable(settings.local_gateway_url) from None
+        raise gateway_unavailable(url) from None
     except httpx.HTTPError as exc:
         raise fail(
-            f"cannot reach the gateway at {settings.local_gateway_url}: {exc}",
-            "start it with `make up` (or set MOAT_GATEWAY_URL)",
+            "gateway_error",
+            f"no answer from the gateway at {url}: {type(exc).__name__} {exc}",
+            "run the command again; `moat status` shows the local stack",
         ) from None
     data = answer.json() if answer.content else None
     if answer.status_code >= 400:
         error = (data or {}).get("error") or {}
-        code = error.get("code", str(answer.status_code))
-        raise fail(f"{code}: {error.get('message', answer.text)}", HINTS.get(code))
+        raise refusal(
+            error.get("code", str(answer.status_code)),
+            error.get("message", answer.text),
+            error.get("details"),
+            key,
+            http_status=answer.status_code,
+            trace_id=(data or {}).get("trace_id"),
+        )
     return data
-
-
-ApiKeyOption = typer.Option(
-    "--api-key", help="The tenant's API key to act with (else MOAT_API_KEY, else the demo key)."
-)

@@ -14,7 +14,8 @@ from schemas.api import NewTenant, TenantInfo
 from schemas.errors import ErrorCode
 from schemas.quotas import Quota, QuotaUpdate, TenantQuotas
 from schemas.settings import MoatSettings
-from starter.cli.output import AsJson, fail, out, print_json, run
+from starter.cli.identity import AsOperator, tenant_source
+from starter.cli.output import AsJson, out, print_json, run, usage
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
 from starter.service import MoatError, quotas, tenants
@@ -25,11 +26,17 @@ tenant_app = typer.Typer(no_args_is_help=True, help="Tenants.")
 TenantArg = Annotated[str, typer.Argument(help="Tenant id or name.")]
 
 
-async def tenant_of(session: AsyncSession, tenant: str) -> Tenant:
-    """The tenant an operator named (id or name); the transaction is scoped to it."""
+async def tenant_of(session: AsyncSession, tenant: str, source: str = "") -> Tenant:
+    """The tenant an operator named (id or name); the transaction is scoped to it. A name
+    found nowhere is refused naming it and where it came from (``identity.tenant_source``)."""
     row = await tenants.find_tenant(session, tenant)
     if row is None:
-        raise MoatError(ErrorCode.TENANT_NOT_FOUND, f"no tenant {tenant!r}")
+        where = source or tenant_source()
+        raise MoatError(
+            ErrorCode.TENANT_NOT_FOUND,
+            f"no tenant {tenant!r}" + (f" (from {where})" if where else ""),
+            {"tenant": tenant},
+        )
     return row
 
 
@@ -40,7 +47,7 @@ async def _create(settings: MoatSettings, name: str) -> NewTenant:
         )
 
 
-@tenant_app.command("create")
+@tenant_app.command("create", cls=AsOperator)
 def create(name: str, as_json: AsJson = False) -> None:
     """Create a tenant and its first API key (shown once)."""
     created = run(_create(local_settings(), name))
@@ -60,7 +67,7 @@ async def _list(settings: MoatSettings) -> list[TenantInfo]:
         return await tenants.list_tenants(session)
 
 
-@tenant_app.command("list")
+@tenant_app.command("list", cls=AsOperator)
 def list_(as_json: AsJson = False) -> None:
     """List tenants."""
     rows = run(_list(local_settings()))
@@ -90,7 +97,7 @@ async def _allow_hosts(settings: MoatSettings, tenant: str, hosts: list[str] | N
         return await tenants.set_allow_hosts(session, row, entries)
 
 
-@tenant_app.command("allow-hosts")
+@tenant_app.command("allow-hosts", cls=AsOperator)
 def allow_hosts(
     tenant: TenantArg,
     hosts: Annotated[
@@ -106,7 +113,7 @@ def allow_hosts(
     """Set the non-public hosts a tenant's http.request may call, besides the worker's own
     list (MOAT_HTTP_ALLOW_HOSTS); the given entries replace the list. No entries: show it."""
     if clear and hosts:
-        raise fail("give entries or --clear, not both", code=2)
+        raise usage("give entries or --clear, not both", "see `moat tenant allow-hosts --help`")
     info = run(_allow_hosts(local_settings(), tenant, [] if clear else hosts))
     if as_json:
         print_json(info.http_allow_hosts)
@@ -120,16 +127,16 @@ def _quota_changes(assignments: list[str], cleared: list[str]) -> QuotaUpdate:
     for item in assignments:
         name, sep, value = item.partition("=")
         if not sep or not value.strip().isdigit():
-            raise fail(f"--set {item!r}: give QUOTA=N, e.g. --set webhooks=50", code=2)
+            raise usage(f"--set {item!r} is not QUOTA=N", "e.g. --set webhooks=50")
         changes[name.strip()] = int(value)
     unknown = sorted(set(changes) - {q.value for q in Quota})
     if unknown:
         known = ", ".join(q.value for q in Quota)
-        raise fail(f"no quota {', '.join(unknown)}", f"quotas: {known}", code=2)
+        raise usage(f"no quota {', '.join(unknown)}", f"quotas: {known}", code="no_such_quota")
     try:
         return QuotaUpdate.model_validate(changes)
     except ValidationError as err:
-        raise fail(f"invalid limit: {err.errors()[0]['msg']}", code=2) from None
+        raise usage(f"invalid limit: {err.errors()[0]['msg']}", "give a whole number") from None
 
 
 async def _quotas(settings: MoatSettings, tenant: str, update: QuotaUpdate) -> TenantQuotas:
@@ -138,7 +145,7 @@ async def _quotas(settings: MoatSettings, tenant: str, update: QuotaUpdate) -> T
         return await quotas.update(session, settings.quota_limits, row.id, update)
 
 
-@tenant_app.command("quotas")
+@tenant_app.command("quotas", cls=AsOperator)
 def quotas_(
     tenant: TenantArg,
     assignments: Annotated[

@@ -16,7 +16,8 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.probes import ProbeCreate, ProbeInfo
 from schemas.settings import MoatSettings
 from schemas.trust import TrustReport, TrustScore, TrustWindow
-from starter.cli.output import AsJson, fail, id_column, out, print_json, run
+from starter.cli.identity import AsOperator
+from starter.cli.output import AsJson, id_column, out, print_json, run, usage
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions, owner_transaction
@@ -43,7 +44,7 @@ async def _report(
                 sessions, window, now, settings.trust_min_samples, capability
             )
     async with owner_transaction(settings) as session:
-        row = await tenant_of(session, tenant)
+        row = await tenant_of(session, tenant, "--tenant")
         await tenancy.set_tenant(session, row.id)
         return await trust.tenant_report(
             session, row.id, window, now, settings.trust_min_samples, capability
@@ -149,7 +150,7 @@ async def _add(settings: MoatSettings, tenant: str, body: ProbeCreate) -> ProbeI
         )
 
 
-@probe_app.command("add")
+@probe_app.command("add", cls=AsOperator)
 def add(
     tenant: TenantArg,
     capability: Annotated[str, typer.Argument(help="A capability that declares a safe probe.")],
@@ -169,9 +170,9 @@ def add(
         try:
             value = json.loads(input)
         except ValueError as err:
-            raise fail(f"--input is not JSON: {err}") from None
+            raise usage(f"--input is not valid JSON: {err}", "give a JSON object") from None
         if not isinstance(value, dict):
-            raise fail("--input must be a JSON object")
+            raise usage("--input must be a JSON object", "give a JSON object")
     body = ProbeCreate(
         capability_id=capability,
         capability_version=version,
@@ -194,7 +195,7 @@ async def _list(settings: MoatSettings, tenant: str) -> list[ProbeInfo]:
         return await probes.list_probes(session, row.id)
 
 
-@probe_app.command("list")
+@probe_app.command("list", cls=AsOperator)
 def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     """A tenant's probes."""
     rows = run(_list(local_settings(), tenant))
@@ -226,7 +227,7 @@ ProbeArg = Annotated[
 ]
 
 
-@probe_app.command("pause")
+@probe_app.command("pause", cls=AsOperator)
 def pause(
     tenant: TenantArg,
     probe_id: ProbeArg,
@@ -238,7 +239,7 @@ def pause(
     out.print(_probe_table([probe]))
 
 
-@probe_app.command("remove")
+@probe_app.command("remove", cls=AsOperator)
 def remove(tenant: TenantArg, probe_id: ProbeArg) -> None:
     """Remove a probe and its schedule (its receipts and scores stay)."""
     run(_change(local_settings(), tenant, probe_id, "remove"))

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from starter.cli.identity import AsTenant
 from starter.cli.output import AsJson, id_column, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
@@ -21,7 +22,7 @@ def _secret_note(secret: str) -> None:
     out.print("[dim]Shown this once: keep it where the endpoint verifies signatures.[/]")
 
 
-@webhook_app.command("add")
+@webhook_app.command("add", cls=AsTenant)
 def add(
     url: str,
     event: Annotated[
@@ -56,7 +57,7 @@ def add(
     _secret_note(created["secret"])
 
 
-@webhook_app.command("list")
+@webhook_app.command("list", cls=AsTenant)
 def list_webhooks(as_json: AsJson = False) -> None:
     """The tenant's subscriptions."""
     page = call(local_settings(), "GET", "/v1/webhooks")
@@ -84,7 +85,7 @@ def list_webhooks(as_json: AsJson = False) -> None:
     out.print(table)
 
 
-@webhook_app.command("rotate")
+@webhook_app.command("rotate", cls=AsTenant)
 def rotate(webhook_id: str, as_json: AsJson = False) -> None:
     """A new signing secret; the old one keeps signing beside it for 24 h."""
     rotated = call(
@@ -97,14 +98,14 @@ def rotate(webhook_id: str, as_json: AsJson = False) -> None:
     out.print(f"the previous secret signs too until {rotated['previous_secret_expires_at']}")
 
 
-@webhook_app.command("remove")
+@webhook_app.command("remove", cls=AsTenant)
 def remove(webhook_id: str) -> None:
     """No more deliveries to this subscription."""
     call(local_settings(), "DELETE", links.path("v1", "webhooks", webhook_id))
     out.print(f"webhook {webhook_id} removed")
 
 
-@webhook_app.command("deliveries")
+@webhook_app.command("deliveries", cls=AsTenant)
 def deliveries(
     webhook_id: str,
     limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,

@@ -16,12 +16,11 @@ from store import api_keys
 
 DEMO_TENANT = "demo"
 DEMO_KEY_NAME = "moat up"
-DEMO_KEY_FILE = "demo_api_key"
 ADMIN_KEY_FILE = "admin_api_key"
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:
-    path = settings.home / DEMO_KEY_FILE
+    path = settings.demo_api_key_path
     async with owner_transaction(settings) as session:
         if path.exists():
             key = path.read_text().strip()
@@ -83,8 +82,3 @@ def _write_private(path: Path, secret: str, *, replace: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
     with os.fdopen(os.open(path, flags, 0o600), "w") as fh:
         fh.write(secret + "\n")
-
-
-def demo_api_key(settings: MoatSettings) -> str | None:
-    path = settings.home / DEMO_KEY_FILE
-    return path.read_text().strip() if path.exists() else None

@@ -44,6 +44,7 @@ from starter.gateway.routes import (
     receipts,
     trust,
     webhooks,
+    whoami,
 )
 from starter.gateway.routes import policy as policy_routes
 from starter.gateway.routes import quotas as quota_routes
@@ -245,6 +246,7 @@ def create_app(
             dead_letters.router,
             quota_routes.router,
             quota_routes.admin_router,
+            whoami.router,
             codec.router,
         ]
     for router in routers:

@@ -132,7 +132,7 @@ async def authenticate(
     # The lookup names the tenant too (row-level security), in the same round trip.
     tenant = await api_keys.authenticate(session, credentials.credentials, scope=True)
     if tenant is None:
-        raise unauthenticated("The API key is unknown or revoked.")
+        raise tenants.unknown_key(credentials.credentials)
     declared = credentials.required if isinstance(credentials, PresentedKey) else ()
     require_scope(tenant.scopes, *declared, *(s for s in scopes if s not in declared))
     return tenant
@@ -197,7 +197,7 @@ async def verified_key(deps: Deps, credentials: HTTPAuthorizationCredentials | N
     async with deps.sessions.begin() as session:
         tenant = await api_keys.authenticate(session, presented)
     if tenant is None:
-        raise unauthenticated("The API key is unknown or revoked.")
+        raise tenants.unknown_key(presented)
     deps.keys.keep(presented, tenant, since)
 
 

@@ -30,7 +30,7 @@ from schemas.settings import MoatSettings
 from starter.runtime import schedules
 from starter.service import connections as connections_service
 from starter.service import prefixes, quotas
-from starter.service.errors import MoatError, field_errors
+from starter.service.errors import MoatError, capability_not_found, field_errors
 from starter.service.scopes import require_scope
 from store import db, probes
 from store.models import ProbeRow
@@ -82,11 +82,7 @@ def _not_probeable(capability_id: str, why: str) -> MoatError:
 def _spec(catalog: CapabilityCatalog, capability_id: str, version: str | None) -> CapabilitySpec:
     spec = catalog.get(capability_id, version)
     if spec is None:
-        raise MoatError(
-            ErrorCode.CAPABILITY_NOT_FOUND,
-            f"No capability {capability_id!r}.",
-            {"capability_id": capability_id},
-        )
+        raise capability_not_found(catalog, capability_id, version)
     return spec
 
 

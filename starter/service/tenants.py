@@ -17,7 +17,7 @@ from psycopg import errors as pg_errors
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.api import ApiKeyInfo, NewApiKey, NewTenant, TenantInfo
+from schemas.api import ApiKeyInfo, NewApiKey, NewTenant, TenantInfo, WhoAmI
 from schemas.errors import ErrorCode
 from schemas.hosts import normalize_allow_list
 from schemas.pages import Key
@@ -80,6 +80,35 @@ async def find_tenant(session: AsyncSession, id_or_name: str) -> Tenant | None:
     if tenant is not None:
         await tenancy.set_tenant(session, tenant.id)
     return tenant
+
+
+def unknown_key(presented: str) -> MoatError:
+    """The 401 of a key that authenticates no one: it names the key's public prefix
+    (``moat_<id>_``), never its secret, so the caller can tell which key it sent."""
+    parts = presented.split("_", 2)
+    if len(parts) != 3 or parts[0] != api_keys.API_KEY_PREFIX or not parts[1]:
+        return MoatError(
+            ErrorCode.UNAUTHENTICATED,
+            "The API key is malformed: an API key reads moat_<id>_<secret>.",
+        )
+    prefix = api_keys.key_prefix(parts[1][:64])
+    return MoatError(
+        ErrorCode.UNAUTHENTICATED,
+        f"The API key {prefix}… is unknown or revoked.",
+        {"key_prefix": prefix},
+    )
+
+
+async def whoami(session: AsyncSession, caller: api_keys.AuthenticatedTenant) -> WhoAmI:
+    """The caller's tenant (id and name) and key, in its tenant-scoped transaction."""
+    tenant = await tenants.get_tenant(session, caller.tenant_id)
+    return WhoAmI(
+        tenant_id=caller.tenant_id,
+        tenant_name=tenant.name if tenant is not None else "",
+        key_id=caller.key_id,
+        key_prefix=api_keys.key_prefix(caller.key_id),
+        scopes=list(caller.scopes),
+    )
 
 
 def tenant_info(tenant: Tenant) -> TenantInfo:

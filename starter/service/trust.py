@@ -9,19 +9,16 @@ from functools import partial
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.errors import ErrorCode
 from schemas.trust import TrustReport, TrustWindow, report
 from starter.runtime.database import every_tenant
-from starter.service.errors import MoatError
+from starter.service.errors import capability_not_found
 from store import trust
 
 
 def check_capability(catalog: CapabilityCatalog, capability_id: str) -> None:
     if catalog.get(capability_id) is None:
-        raise MoatError(
-            ErrorCode.CAPABILITY_NOT_FOUND,
-            f"No capability {capability_id!r}: `GET /v1/capabilities` lists them.",
-            {"capability_id": capability_id},
+        raise capability_not_found(
+            catalog, capability_id, then="`GET /v1/capabilities` lists them."
         )
 
 

@@ -47,7 +47,10 @@ async def test_list_filters_and_json(cli_env: Stack) -> None:
 
     refused = await _invoke(["receipts", "list", "--status", "nonsense"])
     assert refused.exit_code == 1
-    assert json.loads(refused.stdout)["http_status"] in (400, 422)
+    assert refused.stderr.startswith("error: ") and "hint: " in refused.stderr
+    refused = await _invoke(["receipts", "list", "--status", "nonsense", "--json"])
+    assert refused.exit_code == 1
+    assert json.loads(refused.stdout)["error"]["http_status"] in (400, 422)
 
 
 async def test_show_table_and_json(cli_env: Stack) -> None:
@@ -65,7 +68,10 @@ async def test_show_table_and_json(cli_env: Stack) -> None:
 
     missing = await _invoke(["receipts", "show", "rcpt_missing"])
     assert missing.exit_code == 1
-    assert json.loads(missing.stdout)["http_status"] == 404
+    assert missing.stderr.startswith("error: receipt_not_found: "), missing.stderr
+    missing = await _invoke(["receipts", "show", "rcpt_missing", "--json"])
+    assert missing.exit_code == 1
+    assert json.loads(missing.stdout)["error"]["http_status"] == 404
 
 
 async def _invoke(args: list[str]) -> Result:

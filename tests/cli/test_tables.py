@@ -77,7 +77,7 @@ def list_approvals(monkeypatch: pytest.MonkeyPatch) -> None:
         "expires_at": "2026-11-27T23:00:00Z",
     }
     gateway_page(monkeypatch, approvals, approval)
-    approvals.list_(status=None, limit=50, cursor=None, api_key=None, as_json=False)
+    approvals.list_(status=None, limit=50, cursor=None, as_json=False)
 
 
 def list_dead_letters(monkeypatch: pytest.MonkeyPatch) -> None:

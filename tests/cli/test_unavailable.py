@@ -1,7 +1,7 @@
-"""A stack that is not there is said at once: one ``error: <code>: …`` line naming what to
-run, exit code 3, within a second or two, whether nothing listens on the port (refused) or
-the connection hangs (a short connect timeout), for the commands through the gateway and
-those that go to PostgreSQL or Temporal directly."""
+"""A stack that is not there is said at once: the ``error: <code>: …`` line and the
+``hint:`` line naming what to run, exit code 3, within a second or two, whether nothing
+listens on the port (refused) or the connection hangs (a short connect timeout), for the
+commands through the gateway and those that go to PostgreSQL or Temporal directly."""
 
 from __future__ import annotations
 
@@ -103,8 +103,8 @@ def test_no_gateway_is_one_line_at_once(
     url = f"http://127.0.0.1:{port}"
     code, err, elapsed = moat(args, {"MOAT_GATEWAY_URL": url}, monkeypatch, capsys, tmp_path)
     assert err.strip().splitlines() == [
-        f"error: gateway_unavailable: no Moat gateway at {url} — start one with `make up` "
-        "(or `moat up`), or set MOAT_GATEWAY_URL"
+        f"error: gateway_unavailable: no Moat gateway at {url}",
+        "hint: start one with `make up` (or `moat up`), or set MOAT_GATEWAY_URL",
     ]
     assert code == UNAVAILABLE
     assert elapsed < PROMPT, f"{elapsed:.1f} s"
@@ -132,12 +132,12 @@ def test_no_database_is_one_line_at_once(
     port = free_port() if where == "refused" else hanging_port
     env = {"MOAT_DATABASE_URL": f"postgresql://moat@127.0.0.1:{port}/moat"}
     code, err, elapsed = moat(args, env, monkeypatch, capsys, tmp_path)
-    [line] = err.strip().splitlines()
+    [line, hint] = err.strip().splitlines()
     assert line.startswith("error: database_unavailable: cannot reach PostgreSQL: "), line
-    assert line.endswith(
-        "— start the stack with `make up` (or `moat up`), or point MOAT_DATABASE_URL at a "
+    assert hint == (
+        "hint: start the stack with `make up` (or `moat up`), or point MOAT_DATABASE_URL at a "
         "running PostgreSQL"
-    ), line
+    ), hint
     assert code == UNAVAILABLE
     # libpq's shortest connect timeout is 2 s.
     assert elapsed < PROMPT + (1 if where == "hanging" else 0), f"{elapsed:.1f} s"
@@ -150,8 +150,8 @@ def test_no_temporal_is_one_line_at_once(
     code, err, elapsed = moat(
         ["probe", "pause", "acme", "prb_x"], env, monkeypatch, capsys, tmp_path
     )
-    [line] = err.strip().splitlines()
+    [line, hint] = err.strip().splitlines()
     assert line.startswith("error: temporal_unavailable: cannot reach Temporal: "), line
-    assert "MOAT_TEMPORAL_ADDRESS" in line
+    assert "MOAT_TEMPORAL_ADDRESS" in hint
     assert code == UNAVAILABLE
     assert elapsed < PROMPT, f"{elapsed:.1f} s"

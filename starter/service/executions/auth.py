@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.errors import ErrorCode
 from starter.service.errors import MoatError
 from starter.service.executions.keycache import UNKNOWN, KeyCache, Unknown
+from starter.service.tenants import unknown_key
 from store import api_keys
 from store.api_keys import AuthenticatedTenant
 
@@ -33,7 +34,7 @@ async def recently_verified(keys: KeyCache, presented: str | None) -> Authentica
     pending = keys.pending(presented)
     found = await pending if pending is not None else UNKNOWN
     if found is None:
-        raise unauthenticated("The API key is unknown or revoked.")
+        raise unknown_key(presented)
     return None if found is UNKNOWN else found
 
 
@@ -60,5 +61,5 @@ async def authenticate(session: AsyncSession, presented: str) -> AuthenticatedTe
     # The lookup names the tenant too, in the same round trip.
     tenant = await api_keys.authenticate(session, presented, scope=True)
     if tenant is None:
-        raise unauthenticated("The API key is unknown or revoked.")
+        raise unknown_key(presented)
     return tenant

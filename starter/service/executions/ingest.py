@@ -26,7 +26,7 @@ from schemas.execute import (
 from schemas.redaction import redacted_hash
 from starter.service import connections as connections_service
 from starter.service import json_body
-from starter.service.errors import MoatError, field_errors
+from starter.service.errors import MoatError, capability_not_found, field_errors
 from store import db
 from store.models import ConnectionRow
 
@@ -76,13 +76,7 @@ def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) ->
     key = _caller_key(header_key, req.idempotency_key)
     spec = catalog.get(req.capability_id, req.capability_version)
     if spec is None:
-        raise MoatError(
-            ErrorCode.CAPABILITY_NOT_FOUND,
-            f"No capability {req.capability_id!r}"
-            + (f" at version {req.capability_version}" if req.capability_version else "")
-            + ".",
-            {"capability_id": req.capability_id},
-        )
+        raise capability_not_found(catalog, req.capability_id, req.capability_version)
     try:
         catalog.input_model(spec).model_validate(req.input)
     except ValidationError as err:
