@@ -1,5 +1,7 @@
-"""The gateway's OpenAPI document: FastAPI's, completed where the routes read raw bodies
-and stripped of FastAPI's default validation error (Moat answers 400 with its envelope)."""
+"""The gateway's OpenAPI document: FastAPI's, completed where the routes read raw bodies or
+the catalog decides what a body may hold (``bodies``), with every status a route can
+answer, and stripped of FastAPI's default validation error (Moat answers 400 with its
+envelope). Its schemas state the rules the server enforces wherever JSON Schema can."""
 
 from __future__ import annotations
 
