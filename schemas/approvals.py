@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from schemas.identity import ExecutionRef, nest_ref
+from schemas.jsonvalues import STORABLE_TEXT_PATTERN
 from schemas.policy import Integer
 from schemas.scopes import missing_scopes
 
@@ -37,7 +38,10 @@ def _storable(text: str) -> str:
     return text
 
 
-StorableText = Annotated[str, AfterValidator(_storable)]
+# The schema states what it can: no NUL (JSON cannot carry a lone surrogate as UTF-8).
+StorableText = Annotated[
+    str, AfterValidator(_storable), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})
+]
 
 
 class ApprovalStatus(StrEnum):

@@ -8,9 +8,11 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
 from schemas.connections import ConnectionType
+from schemas.jsonvalues import CANONICAL_JSON, CanonicalAny, marker, model_schema
 
 # The most of a provider's answer ``http.request`` reads (``MOAT_HTTP_MAX_RESPONSE_BYTES``).
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
@@ -105,6 +107,10 @@ class CapabilitySpec(BaseModel):
         return self.retry or RETRY_DEFAULTS[self.effect_type]
 
 
+# What the schema says of a URL field: http(s), with a host (pydantic's ``HttpUrl``).
+HTTP_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\s]+"
+_HTTP_URL: JsonDict = {"pattern": HTTP_URL_PATTERN}
+
 # RFC 9110: a field name is a token; a field value is visible characters with spaces or
 # tabs only between them. Only ASCII, because that is all an HTTP library sends. A control
 # character (a newline pasted with a key) would otherwise reach the HTTP library, whose
@@ -137,7 +143,7 @@ class HttpRequestInput(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
-    url: HttpUrl
+    url: HttpUrl = Field(json_schema_extra=_HTTP_URL)
     headers: dict[str, HeaderValue] = Field(
         default_factory=dict,
         json_schema_extra={
@@ -145,7 +151,7 @@ class HttpRequestInput(BaseModel):
             "additionalProperties": {"type": "string", "pattern": HEADER_VALUE_PATTERN},
         },
     )
-    json_body: Any = Field(default=None, alias="json")
+    json_body: CanonicalAny = Field(default=None, alias="json")
 
     @field_validator("headers", mode="before")
     @classmethod
@@ -168,7 +174,9 @@ class HttpRequestInput(BaseModel):
 class EchoInput(BaseModel):
     """Input of ``demo.echo``: any JSON object, returned as it is."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"additionalProperties": marker(CANONICAL_JSON)}
+    )
 
 
 class WebhookPostInput(BaseModel):
@@ -177,9 +185,9 @@ class WebhookPostInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    url: HttpUrl
+    url: HttpUrl = Field(json_schema_extra=_HTTP_URL)
     event_type: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: dict[str, CanonicalAny] = Field(default_factory=dict)
 
 
 class SlackPostMessageInput(BaseModel):
@@ -189,7 +197,7 @@ class SlackPostMessageInput(BaseModel):
 
     channel: str = Field(min_length=1, max_length=200)
     text: str = Field(min_length=1, max_length=40000)
-    blocks: list[dict[str, Any]] | None = None
+    blocks: list[dict[str, CanonicalAny]] | None = None
     thread_ts: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")
 
 
@@ -371,6 +379,10 @@ class CapabilityCatalog:
 
     def input_model(self, spec: CapabilitySpec) -> type[BaseModel]:
         return INPUT_MODELS[spec.adapter]
+
+    def input_schema(self, spec: CapabilitySpec) -> dict[str, Any]:
+        """The JSON Schema of the capability's input, as the API lists and documents it."""
+        return model_schema(self.input_model(spec))
 
 
 def _semver_key(version: str) -> tuple[int, ...]:

@@ -15,10 +15,18 @@ from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
 from schemas.canonical import json_depth
-from schemas.hosts import canonical_host, parse_allow_entry
+from schemas.hosts import (
+    IPV4_PATTERN,
+    IPV6_PATTERN,
+    MAX_NAME_LENGTH,
+    canonical_host,
+    parse_allow_entry,
+)
+from schemas.jsonvalues import SECRET_KEY_PATTERN, STORABLE_JSON, STORABLE_TEXT_PATTERN, marker
 
 
 class ConnectionType(StrEnum):
@@ -194,11 +202,60 @@ def _config(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+# What the schema says of an origin (``parse_origin``): http(s), a host (a DNS name, an IPv4
+# address or a bracketed IPv6 address), an optional port, no user name, query or fragment;
+# a base URL may go on with a path.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_AFTER_HOST = r"(?:[:/]|\s*$)"
+_NAME = (
+    rf"(?=[^:/\s]{{1,{MAX_NAME_LENGTH}}}\.?{_AFTER_HOST})"
+    rf"(?:{_LABEL}\.)*(?![0-9]+\.?{_AFTER_HOST}){_LABEL}"
+)
+_HOST = rf"(?:{IPV4_PATTERN}|{_NAME})\.?|\[{IPV6_PATTERN}\]"
+_PORT = (
+    r"(?::(?:0*(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}"
+    r"|655[0-2][0-9]|6553[0-5]))?)?"
+)
+_URL_START = r"^\s*[Hh][Tt][Tt][Pp][Ss]?://"
+ORIGIN_PATTERN = rf"{_URL_START}(?:{_HOST}){_PORT}/?\s*$"
+BASE_URL_PATTERN = rf"{_URL_START}(?:{_HOST}){_PORT}(?:/[^?#]*)?$"
+# The types with no origin of their own must name one.
+_NAMES_ITS_ORIGIN: JsonDict = {
+    "if": {"properties": {"type": {"enum": ["webhook", "http_bearer"]}}},
+    "then": {
+        "required": ["config"],
+        "properties": {
+            "config": {"anyOf": [{"required": ["base_url"]}, {"required": ["allowed_origins"]}]}
+        },
+    },
+}
+CONFIG_SCHEMA: JsonDict = {
+    "additionalProperties": marker(STORABLE_JSON),
+    "propertyNames": {"pattern": STORABLE_TEXT_PATTERN, "not": {"pattern": SECRET_KEY_PATTERN}},
+    "properties": {
+        "base_url": {"anyOf": [{"type": "string", "pattern": BASE_URL_PATTERN}, {"type": "null"}]},
+        "allowed_origins": {
+            "anyOf": [
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_ALLOWED_ORIGINS,
+                    "items": {"type": "string", "pattern": ORIGIN_PATTERN},
+                },
+                {"type": "null"},
+            ]
+        },
+    },
+}
+
+
 class ConnectionCreate(BaseModel):
     """Body of ``POST /v1/connections``."""
 
     # A refused value may be the secret: the error text never shows it.
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(
+        extra="forbid", hide_input_in_errors=True, json_schema_extra=_NAMES_ITS_ORIGIN
+    )
 
     type: ConnectionType
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
@@ -211,6 +268,7 @@ class ConnectionCreate(BaseModel):
         "(absolute http(s) origins, no path), else to `base_url`'s origin, else to the "
         "provider's own (Slack, GitHub); `http_bearer` and `webhook` connections must name "
         "one of the two.",
+        json_schema_extra=CONFIG_SCHEMA,
         examples=[
             {"base_url": "https://slack.com/api"},
             {"allowed_origins": ["https://api.example.com", "https://upload.example.com"]},

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
 from schemas.addresses import Address, is_public, judged_address, literal_address
 
@@ -170,7 +170,41 @@ def normalize_allow_list(entries: Iterable[str]) -> list[str]:
     return unique
 
 
-AllowHostEntry = Annotated[str, AfterValidator(normalize_allow_entry)]
+# ``parse_allow_entry``'s rules as a pattern, for the API's schema: white space around, a
+# DNS name (labels of letters, digits, "_" and inner "-", at most 253 characters, the last
+# label not all digits) or an IPv4 address, each with an optional final dot and ":port"
+# (1 to 65535, at most 5 digits); or an IPv6 address, bare or in brackets with a port.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+IPV4_PATTERN = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_H = r"[0-9A-Fa-f]{1,4}"
+_LS32 = rf"(?:{_H}:{_H}|{IPV4_PATTERN})"
+IPV6_PATTERN = (  # RFC 3986's IPv6address
+    rf"(?:(?:{_H}:){{6}}{_LS32}|::(?:{_H}:){{5}}{_LS32}|(?:{_H})?::(?:{_H}:){{4}}{_LS32}"
+    rf"|(?:(?:{_H}:){{0,1}}{_H})?::(?:{_H}:){{3}}{_LS32}"
+    rf"|(?:(?:{_H}:){{0,2}}{_H})?::(?:{_H}:){{2}}{_LS32}"
+    rf"|(?:(?:{_H}:){{0,3}}{_H})?::{_H}:{_LS32}|(?:(?:{_H}:){{0,4}}{_H})?::{_LS32}"
+    rf"|(?:(?:{_H}:){{0,5}}{_H})?::{_H}|(?:(?:{_H}:){{0,6}}{_H})?::)"
+)
+_NAME_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_END = r"\s*(?::|$)"
+_NAME = (
+    rf"(?=[^:\s]{{1,{MAX_NAME_LENGTH}}}\.?{_HOST_END})"
+    rf"(?:{_NAME_LABEL}\.)*(?![0-9]+\.?{_HOST_END}){_NAME_LABEL}"
+)
+_ENTRY_PORT = (
+    r"(?=[0-9]{1,5}(?![0-9]))0*"
+    r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+)
+ALLOW_ENTRY_PATTERN = (
+    rf"^\s*(?:(?:{IPV4_PATTERN}|{_NAME})\.?\s*(?::{_ENTRY_PORT})?"
+    rf"|\[{IPV6_PATTERN}\](?::{_ENTRY_PORT})?|{IPV6_PATTERN})\s*$"
+)
+
+AllowHostEntry = Annotated[
+    str,
+    AfterValidator(normalize_allow_entry),
+    WithJsonSchema({"type": "string", "pattern": ALLOW_ENTRY_PATTERN}),
+]
 AllowHosts = Annotated[
     list[AllowHostEntry],
     Field(max_length=MAX_ENTRIES),

@@ -42,11 +42,22 @@ class PolicyBudget(BaseModel):
     period: Literal["day", "month"]
 
 
+# Characters that make a rule's ``capability`` a pattern (``fnmatch``).
+PATTERN_CHARS = frozenset("*?[]")
+
+
 class PolicyRule(BaseModel):
     """What applies to the capabilities ``capability`` names: an id (``slack.post_message``)
-    or a pattern (``slack.*``, ``*``). The first rule that matches applies."""
+    or a pattern (``slack.*``, ``*``). The first rule that matches applies. A rule with a
+    budget names one capability, not a pattern."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"budget": {"type": "object"}}, "required": ["budget"]},
+            "then": {"properties": {"capability": {"pattern": r"^[^*?\[\]]*$"}}},
+        },
+    )
 
     capability: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.*?\-\[\]]+$")
     requires_approval: StrictBool | None = Field(

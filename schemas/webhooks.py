@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.hosts import IPV6_PATTERN
+
 _NAMESPACE = uuid.UUID("a3c1f0de-7b54-4d0e-9f1a-52e6b8c3d911")
 
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -18,6 +20,13 @@ WEBHOOK_SECRET_PREFIX = "whsec_"
 ROTATION_OVERLAP_HOURS = 24
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_SECONDS = 2.0
+# What a URL must be for a delivery to be sent to it at all (else `webhook_url_invalid`):
+# http(s), a host (a name or a bracketed IPv6 address), a port up to 65535, no white space.
+WEBHOOK_URL_PATTERN = (
+    rf"^[Hh][Tt][Tt][Pp][Ss]?://(?:[A-Za-z0-9._~-]+|\[{IPV6_PATTERN}\])"
+    r"(?::(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+    r"(?:[/?#][!-~]*)?$"
+)
 
 
 class WebhookEventType(StrEnum):
@@ -84,7 +93,13 @@ def compensating_action_ref(receipt_id: str) -> str:
 
 
 class WebhookCreate(BaseModel):
-    url: str = Field(max_length=2000, description="The endpoint; http(s), past the host guard.")
+    url: str = Field(
+        max_length=2000,
+        json_schema_extra={"pattern": WEBHOOK_URL_PATTERN},
+        description="The endpoint: http(s) with a host. A host that is an address literal "
+        "must be public or allow-listed (`400 webhook_url_not_allowed`); a name is judged "
+        "resolved, at each delivery.",
+    )
     events: list[WebhookEventType] = Field(min_length=1, max_length=len(WebhookEventType))
     max_retries: int = Field(
         default=DEFAULT_MAX_RETRIES, ge=0, le=30, description="Retries before dead letter."

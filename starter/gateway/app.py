@@ -255,7 +255,7 @@ def create_app(
         guard_bodies(router)  # every body-taking route: its credential before its body
         app.include_router(router)
     app.state.jwks = PublishedJwks(settings.jwks_file)
-    openapi.install(app, capability_catalog)
+    openapi.install(app, capability_catalog, settings.probe_min_interval_seconds)
     docs.install(app)
     return app
 

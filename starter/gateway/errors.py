@@ -235,7 +235,9 @@ ERROR_DESCRIPTIONS = {
     400: "Refused request: `bad_json`, `schema_validation_failed` (with the failing fields in "
     "`details.errors`), `unsupported_schema_version`, `idempotency_key_invalid`, "
     "`invalid_cursor`, `capability_not_probeable`, `id_ambiguous` (an id given by a prefix "
-    "that starts several: `details.candidates`).",
+    "that starts several: `details.candidates`), `connection_required`, "
+    "`connection_type_mismatch`, `webhook_url_invalid`, `webhook_url_not_allowed` (an address "
+    "literal that is not public), `effect_statement_required`.",
     401: "`unauthenticated`: no API key, or an unknown or revoked one.",
     403: "`forbidden`: the key may not use this route; `scope_missing`: it lacks the "
     "route's scope; `bypass_not_allowed`, `self_approval_forbidden`, `approval_expired`.",

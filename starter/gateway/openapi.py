@@ -1,5 +1,7 @@
-"""The gateway's OpenAPI document: FastAPI's, completed where the routes read raw bodies
-and stripped of FastAPI's default validation error (Moat answers 400 with its envelope)."""
+"""The gateway's OpenAPI document: FastAPI's, completed where the routes read raw bodies or
+the catalog decides what a body may hold (``bodies``), with every status a route can
+answer, and stripped of FastAPI's default validation error (Moat answers 400 with its
+envelope). Its schemas state the rules the server enforces wherever JSON Schema can."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH, SUPPORTED_SCHEMA_VERSIONS, ExecuteRequest
+from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH
+from schemas.jsonvalues import with_defs
+from starter.gateway import bodies
 from starter.gateway.errors import ERROR_DESCRIPTIONS
 
 REF = "#/components/schemas/{model}"
@@ -58,7 +62,9 @@ LINKS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-def build(app: FastAPI, catalog: CapabilityCatalog) -> dict[str, Any]:
+def build(
+    app: FastAPI, catalog: CapabilityCatalog, probe_min_interval_seconds: int = 1
+) -> dict[str, Any]:
     schema = get_openapi(
         title=app.title,
         version=app.version,
@@ -66,17 +72,19 @@ def build(app: FastAPI, catalog: CapabilityCatalog) -> dict[str, Any]:
         routes=app.routes,
         tags=app.openapi_tags,
     )
+    defs: dict[str, Any] = {}
+    schema = bodies.hoisted(with_defs(schema), defs)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    request = ExecuteRequest.model_json_schema(ref_template=REF)
-    components.update(request.pop("$defs", {}))
-    # The one version served is the only valid value (others: unsupported_schema_version).
-    request["properties"]["schema_version"]["enum"] = list(SUPPORTED_SCHEMA_VERSIONS)
-    request["properties"]["capability_id"]["examples"] = sorted({s.id for s in catalog.all()})
-    request["properties"]["input"]["examples"] = [{"hello": "world"}]
-    components["ExecuteRequest"] = request
+    components.update(defs)
+    components["ExecuteRequest"] = bodies.execute_request(catalog, components)
+    if "ProbeCreate" in components:
+        components["ProbeCreate"] = bodies.probe_request(
+            catalog, components, probe_min_interval_seconds
+        )
     for path in schema.get("paths", {}).values():
         for operation in path.values():
             _document_idempotency_header(operation)
+            _document_cursor(operation)
             for status, response in operation.get("responses", {}).items():
                 if links := LINKS.get((operation.get("operationId", ""), status)):
                     response["links"] = links
@@ -91,10 +99,11 @@ def build(app: FastAPI, catalog: CapabilityCatalog) -> dict[str, Any]:
 
 
 def _document_generic_errors(operation: dict[str, Any]) -> None:
-    """Answers any route can give: 500 always; 400 when it reads parameters or a body (the
-    envelope replaces FastAPI's 422); 413 when it reads a body."""
+    """Answers any route can give: 500 and 503 (a dependency briefly away) always; 400 when
+    it reads parameters or a body (the envelope replaces FastAPI's 422); 413 when it reads
+    a body. A 429 or 503 says when to come back in ``Retry-After``."""
     responses = operation.setdefault("responses", {})
-    statuses = ["500"]
+    statuses = ["500", "503"]
     if operation.get("parameters") or operation.get("requestBody"):
         statuses.append("400")
     if operation.get("requestBody"):
@@ -107,6 +116,26 @@ def _document_generic_errors(operation: dict[str, Any]) -> None:
                 "content": {"application/json": {"schema": {"$ref": ERROR_ENVELOPE}}},
             },
         )
+    for status in ("429", "503"):
+        if status in responses:
+            responses[status].setdefault("headers", {})["Retry-After"] = RETRY_AFTER
+
+
+RETRY_AFTER = {
+    "description": "Seconds to wait before trying again (also `details.retry_after_seconds`).",
+    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+}
+# A cursor is what a previous page's `next_cursor` held: unpadded base64url. Which strings
+# of that alphabet are cursors only the server can tell (`invalid_cursor` otherwise).
+CURSOR_PATTERN = "^[A-Za-z0-9_-]+$"
+
+
+def _document_cursor(operation: dict[str, Any]) -> None:
+    for parameter in operation.get("parameters", []):
+        if parameter["in"] == "query" and parameter["name"] == "cursor":
+            for option in parameter["schema"].get("anyOf", [parameter["schema"]]):
+                if option.get("type") == "string":
+                    option["pattern"] = CURSOR_PATTERN
 
 
 def _document_idempotency_header(operation: dict[str, Any]) -> None:
@@ -121,12 +150,12 @@ def _document_idempotency_header(operation: dict[str, Any]) -> None:
                     option.update(minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_LENGTH)
 
 
-def install(app: FastAPI, catalog: CapabilityCatalog) -> None:
+def install(app: FastAPI, catalog: CapabilityCatalog, probe_min_interval_seconds: int) -> None:
     """Serve the completed document at ``/openapi.json`` (built once, on first request)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build(app, catalog)
+            app.openapi_schema = build(app, catalog, probe_min_interval_seconds)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

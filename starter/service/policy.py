@@ -13,15 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.errors import ErrorCode
 from schemas.pages import Key
-from schemas.policy import PolicyDocument, PolicyVersion
+from schemas.policy import PATTERN_CHARS, PolicyDocument, PolicyVersion
 from schemas.quotas import Quota, QuotaLimits
 from schemas.records import PolicyMode
 from starter.service import quotas
 from starter.service.errors import MoatError
 from store import budgets, policy_versions
 from store.models import Tenant
-
-_PATTERN_CHARS = set("*?[]")
 
 
 async def current(session: AsyncSession, tenant: Tenant) -> PolicyVersion:
@@ -72,7 +70,7 @@ async def replace(
             '(PATCH /v1/admin/tenants/{id} with {"allow_bypass": true}).',
         )
     for index, rule in enumerate(document.rules):
-        if rule.budget is not None and _PATTERN_CHARS & set(rule.capability):
+        if rule.budget is not None and PATTERN_CHARS & set(rule.capability):
             raise MoatError(
                 ErrorCode.SCHEMA_VALIDATION_FAILED,
                 "A rule with a budget must name one capability, not a pattern.",

@@ -15,10 +15,12 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 
+import rfc8785
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
+from schemas.canonical import MAX_JSON_DEPTH, canonical_bytes, json_depth
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
 from schemas.errors import ErrorCode
 from schemas.pages import Key
@@ -70,6 +72,17 @@ def _storable(value: object) -> bool:
     return "\\u0000" not in text and db.storable(text)
 
 
+def _canonical(value: object) -> bool:
+    """Whether an execution could take ``value`` as its input (it hashes its RFC 8785 form)."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        return False
+    try:
+        canonical_bytes(value)
+    except (rfc8785.CanonicalizationError, RecursionError):
+        return False
+    return True
+
+
 def _not_probeable(capability_id: str, why: str) -> MoatError:
     return MoatError(
         ErrorCode.CAPABILITY_NOT_PROBEABLE,
@@ -108,6 +121,12 @@ def checked_input(catalog: CapabilityCatalog, body: ProbeCreate) -> dict[str, ob
             f"The probe's input does not match {spec.id}'s input schema.",
             {"errors": field_errors([{**e, "loc": ("input", *e["loc"])} for e in err.errors()])},
         ) from err
+    if not _canonical(value):
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "The probe's input cannot be canonicalized (RFC 8785: integers within "
+            f"±(2^53 - 1), at most {MAX_JSON_DEPTH} levels deep), so no run of it could start.",
+        )
     refusal = spec.probe.refusal(value)
     if refusal is not None:
         raise _not_probeable(spec.id, refusal)

@@ -21,6 +21,7 @@ from schemas.hosts import admits_address, canonical_host, literal_address, parse
 from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
 from schemas.webhooks import (
+    WEBHOOK_URL_PATTERN,
     Delivery,
     Webhook,
     WebhookCreate,
@@ -37,6 +38,8 @@ def webhook_not_found(subscription_id: str) -> MoatError:
     return MoatError(ErrorCode.WEBHOOK_NOT_FOUND, f"No webhook {subscription_id[:80]!r}.")
 
 
+# The schema's rule (``WebhookCreate.url``): a URL it refuses is refused here too.
+_URL = re.compile(WEBHOOK_URL_PATTERN)
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -45,6 +48,12 @@ def check_url(url: str, allow: Iterable[str]) -> None:
     if not db.storable(url):
         raise MoatError(
             ErrorCode.WEBHOOK_URL_INVALID, "The webhook URL holds characters no URL has."
+        )
+    if not _URL.fullmatch(url):
+        raise MoatError(
+            ErrorCode.WEBHOOK_URL_INVALID,
+            "A webhook URL is http:// or https:// with a host (a DNS name, an international "
+            "one in its xn-- form, or an address), an optional port and no white space.",
         )
     try:
         parsed = httpx.URL(url)

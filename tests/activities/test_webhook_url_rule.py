@@ -5,11 +5,14 @@ lead into IPv4 (NAT64, 6to4, IPv4-compatible); each is judged as the address it 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import HostGuard
 from schemas.hosts import canonical_host, literal_address
+from schemas.webhooks import WEBHOOK_URL_PATTERN
 from starter.service.errors import MoatError
 from starter.service.webhooks import check_url
 
@@ -71,3 +74,13 @@ async def test_a_public_literal_passes_both(host: str) -> None:
 @pytest.mark.parametrize("host", ["hooks.example.com", "09.example", "256.1.1.1", "1.2.3.4.5"])
 def test_a_name_is_no_literal(host: str) -> None:
     assert literal_address(host) is None
+
+
+@pytest.mark.parametrize("url", ["HTTP://0*", "https://exa mple.com/", "https://a:65536/"])
+def test_a_url_the_schema_refuses_is_refused(url: str) -> None:
+    """The API's schema states the rule (``WEBHOOK_URL_PATTERN``), and subscription keeps
+    it: a host no DNS name or address is written as never gets a delivery."""
+    assert re.fullmatch(WEBHOOK_URL_PATTERN, url) is None
+    with pytest.raises(MoatError) as refused:
+        check_url(url, [])
+    assert refused.value.code == "webhook_url_invalid"

@@ -228,3 +228,19 @@ async def test_only_safe_probes_and_the_trust_routes(stack: Stack, provider: Fak
     schedule_id = await ensure_trust_schedule(stack.client, stack.settings)
     assert await ensure_trust_schedule(stack.client, stack.settings) == schedule_id
     await stack.client.get_schedule_handle(schedule_id).delete()
+
+
+async def test_a_probe_input_no_execution_could_take_is_refused(stack: Stack) -> None:
+    """Every run of a probe hashes its input's RFC 8785 form, as an execute request's: an
+    integer beyond ±(2^53 - 1) would fail each one, so the probe is refused at creation,
+    as the API's schema says."""
+    refused = await stack.http.post(
+        f"{stack.url}/v1/probes",
+        json={"capability_id": "demo.echo", "input": {"n": [2**53]}},
+        headers=auth(stack),
+    )
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "schema_validation_failed"
+    assert "RFC 8785" in refused.json()["error"]["message"]
+    listed = await stack.http.get(f"{stack.url}/v1/probes", headers=auth(stack))
+    assert listed.json()["items"] == []

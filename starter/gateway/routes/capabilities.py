@@ -28,7 +28,7 @@ async def capabilities(request: Request) -> list[CapabilityInfo]:
             # Every scope a key needs to execute it, its execute scope included.
             required_scopes=capability_scopes(spec.id, spec.required_scopes),
             retry=spec.retry_settings,
-            input_schema=catalog.input_model(spec).model_json_schema(),
+            input_schema=catalog.input_schema(spec),
         )
         for spec in catalog.all()
     ]

@@ -1,0 +1,105 @@
+"""The rules the gateway enforces that no JSON Schema can state, taught to schemathesis'
+positive generation (its ``filter_case`` hook): a request that breaks one is not valid data,
+though the document admits it, so it is not sent as valid data. Every other rule is in the
+OpenAPI document; each one here says why a schema cannot say it. The document names the
+status each answers (``400`` with its code, in the route's description).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import schemathesis
+
+from schemas.canonical import json_depth
+from schemas.connections import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, ConnectionType, checked_origins
+from schemas.hosts import is_public, literal_address
+from schemas.redaction import redact
+
+
+def _idempotency_keys_differ(case: Any) -> bool:
+    """`Idempotency-Key` header and `idempotency_key` field must agree when both are sent:
+    one value in two places of a request (a header and a body member), and JSON Schema
+    describes each place on its own, never one against the other."""
+    header = (case.headers or {}).get("Idempotency-Key")
+    body = case.body if isinstance(case.body, dict) else {}
+    field = body.get("idempotency_key")
+    return header is not None and field is not None and header != field
+
+
+def _private_webhook_host(case: Any) -> bool:
+    """A webhook URL whose host is an address literal must be public (or allow-listed):
+    which addresses are public is a list of ranges a resolver reads in many spellings
+    (``2130706433``, ``0x7f.1``, ``[::ffff:7f00:1]``), with exceptions the tenant's and the
+    worker's allow-lists add at the time of the call."""
+    body = case.body if isinstance(case.body, dict) else {}
+    url = body.get("url")
+    if not isinstance(url, str):
+        return False
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    address = literal_address(host)
+    return address is not None and not is_public(address)
+
+
+def _config_refused(case: Any) -> bool:
+    """A connection's config: its JSON text at most ``MAX_CONFIG_BYTES`` (a length of the
+    serialized document, which JSON Schema does not measure), nested at most
+    ``MAX_CONFIG_DEPTH`` levels (JSON Schema has no depth, short of spelling out every level),
+    ``base_url``'s origin among ``allowed_origins`` (one value against another), and no
+    value of a well-known credential format (a search by sixteen patterns, some looking
+    behind, under every key at every depth)."""
+    body = case.body if isinstance(case.body, dict) else {}
+    config = body.get("config")
+    if not isinstance(config, dict):
+        return False
+    if json_depth(config) > MAX_CONFIG_DEPTH or len(json.dumps(config)) > MAX_CONFIG_BYTES:
+        return True
+    if redact(config) != config:
+        return True
+    try:
+        checked_origins(ConnectionType(body.get("type", "slack")), config)
+    except ValueError:
+        return True
+    return False
+
+
+def _probe_input_refused(case: Any) -> bool:
+    """A probe's input names no secret by a value of a well-known credential format (as
+    for a connection's config; secret key names are in the document)."""
+    body = case.body if isinstance(case.body, dict) else {}
+    value = body.get("input")
+    return value is not None and redact(value) != value
+
+
+RULES = {
+    ("POST", "/v1/executions"): _idempotency_keys_differ,
+    ("POST", "/v1/webhooks"): _private_webhook_host,
+    ("POST", "/v1/connections"): _config_refused,
+    ("POST", "/v1/admin/tenants/{tenant_id}/connections"): _config_refused,
+    ("POST", "/v1/probes"): _probe_input_refused,
+}
+
+
+@schemathesis.hook
+def filter_case(context: Any, case: Any) -> bool:
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive:
+        return True
+    rule = RULES.get((case.operation.method.upper(), case.operation.path))
+    return rule is None or not rule(case)
+
+
+@schemathesis.hook
+def map_case(context: Any, case: Any) -> Any:
+    """A positive case starts its list at the first page: a `cursor` is a position only the
+    server mints (its `next_cursor`); the document states its alphabet and length, and which
+    strings of them name a position no schema can say (`400 invalid_cursor`)."""
+    meta = case.meta
+    if meta is not None and meta.generation.mode.is_positive and case.query:
+        case.query.pop("cursor", None)
+    return case
