@@ -31,7 +31,7 @@ from store.keyrings.signing import (
     verify_manifest,
 )
 
-manifest_app = typer.Typer(no_args_is_help=True, help="Verify and inspect run manifests.")
+manifest_app = typer.Typer(no_args_is_help=True, help="Fetch, verify and inspect run manifests.")
 
 out = Console()
 err = Console(stderr=True)

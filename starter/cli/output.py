@@ -3,7 +3,6 @@ faults on stderr as one ``error:`` line (and a hint), never a traceback."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Coroutine, Iterable, Iterator
 from contextlib import contextmanager
@@ -12,8 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
-
-from starter.service import MoatError
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -87,6 +84,8 @@ def gateway_unavailable(url: str) -> typer.Exit:
 @contextmanager
 def refusals(hint: str | None = None) -> Iterator[None]:
     """A service's refusal (``MoatError``) as the one error line, exit code 1."""
+    from starter.service import MoatError  # the services load with the command using them
+
     try:
         yield
     except MoatError as exc:
@@ -95,5 +94,7 @@ def refusals(hint: str | None = None) -> Iterator[None]:
 
 def run(coroutine: Coroutine[Any, Any, T], hint: str | None = None) -> T:
     """Run a command's coroutine; a refusal ends the command with its one error line."""
+    import asyncio  # loaded by the commands that run one, not by every command
+
     with refusals(hint):
         return asyncio.run(coroutine)

@@ -13,7 +13,10 @@ from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 from starter.runtime import links
 
-webhook_app = typer.Typer(no_args_is_help=True, help="Webhook subscriptions (signed deliveries).")
+webhook_app = typer.Typer(
+    no_args_is_help=True,
+    help="Webhook subscriptions (signed deliveries); listen for them locally.",
+)
 
 
 def _secret_note(secret: str) -> None:

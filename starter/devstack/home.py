@@ -10,9 +10,6 @@ import secrets
 from pathlib import Path
 
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
-from starter.runtime.database import owner_transaction
-from starter.service import tenants
-from store import api_keys
 
 DEMO_TENANT = "demo"
 DEMO_KEY_NAME = "moat up"
@@ -21,6 +18,11 @@ ADMIN_KEY_FILE = "admin_api_key"
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:
+    # The database is loaded here only: reading the keys (every CLI command) needs none of it.
+    from starter.runtime.database import owner_transaction
+    from starter.service import tenants
+    from store import api_keys
+
     path = settings.home / DEMO_KEY_FILE
     async with owner_transaction(settings) as session:
         if path.exists():
