@@ -46,7 +46,8 @@ def execute(
         typer.Option(
             "--dry-run",
             help="Ask the gateway for the policy decision only: nothing runs, no budget is "
-            "used, the idempotency key stays free. Prints the decision and its rule.",
+            "used, the idempotency key stays free. Prints the decision and its rule; exit 1 "
+            "when the policy refuses the call.",
         ),
     ] = False,
     as_json: AsJson = False,
@@ -70,7 +71,7 @@ def execute(
         out.print_json(result.envelope.model_dump_json())
     else:
         _summary(result, settings, elapsed)
-    raise typer.Exit(0 if result.ok else 1)
+    raise typer.Exit(0 if result.ok or _would_run(result) else 1)
 
 
 def _input(given: str) -> dict[str, Any]:
@@ -181,6 +182,12 @@ def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) ->
             envelope.run_id,
         )
         out.print(f"run: {escape(url)}", soft_wrap=True)
+
+
+def _would_run(result: ExecutionResult) -> bool:
+    """A dry run whose policy decision lets the call through (a monitored refusal too)."""
+    plan = result.envelope.plan
+    return plan is not None and plan.decision != "deny"
 
 
 def _plan(plan: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +22,9 @@ from rich.panel import Panel
 from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
+from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
+from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable
+from starter.devstack.home import demo_api_key
 from starter.devstack.ports import local_settings
 from store.keyrings.signing import (
     Keyring,
@@ -105,6 +109,74 @@ def check_manifest(data: bytes, jwks: Mapping[str, Any]) -> tuple[int, str]:
     except VerificationError as exc:
         return REJECTED, str(exc)
     return VALID, f"{len(kids)} signature(s) by {', '.join(kids)}; {content_digest(document)}"
+
+
+def _fetch(receipt_id: str, run_id: str | None) -> httpx.Response:
+    """The gateway's answer for a receipt's manifest (a refusal ends the command)."""
+    settings = local_settings()
+    key = settings.api_key or demo_api_key(settings)
+    if not key:
+        raise fail("no API key", "set MOAT_API_KEY, or run `moat up` for the demo tenant's key", 2)
+    url = f"{settings.local_gateway_url}/v1/executions/{receipt_id}/manifest"
+    try:
+        answer = httpx.get(
+            url,
+            params={"run_id": run_id} if run_id else None,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=httpx.Timeout(30, connect=CONNECT_TIMEOUT),
+        )
+    except httpx.HTTPError:
+        raise gateway_unavailable(settings.local_gateway_url) from None
+    if answer.status_code != 200:
+        try:
+            error = answer.json()["error"]
+            code, message = error["code"], error["message"]
+        except (ValueError, KeyError, TypeError):
+            code, message = str(answer.status_code), answer.text[:200]
+        raise fail(f"{code}: {message}", "see `moat receipts list` for the receipts' ids")
+    return answer
+
+
+@manifest_app.command("get")
+def get(
+    receipt_id: Annotated[str, typer.Argument(help="The receipt's id.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write it to this file. Default: stdout."),
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="A replayed run's own manifest.")
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--verify", help="Verify its signatures with the gateway's public keys."),
+    ] = False,
+) -> None:
+    """Fetch the signed manifest of a receipt from the gateway, byte for byte.
+
+    With --output it is written to a file and the command to verify it is printed; with
+    --verify its signatures are checked against the gateway's JWKS at once (exit 1 if any
+    fails)."""
+    answer = _fetch(receipt_id, run_id)
+    jwks_url = f"{local_settings().local_gateway_url}/.well-known/jwks.json"
+    if output is None:
+        sys.stdout.buffer.write(answer.content)
+        sys.stdout.buffer.flush()
+    else:
+        try:
+            output.write_bytes(answer.content)
+        except OSError as exc:
+            raise stop(f"cannot write {output}: {exc.strerror or exc}", UNREADABLE) from None
+        run = answer.headers.get(RUN_ID_HEADER, "-")
+        digest = answer.headers.get(MANIFEST_SHA256_HEADER, "-")
+        err.print(f"wrote {output} (run {run}, {digest})", soft_wrap=True, highlight=False)
+        if not check:
+            err.print(f"verify it: moat manifest verify {output} --jwks {jwks_url}", soft_wrap=True)
+    if check:
+        code, message = check_manifest(answer.content, _load_jwks(jwks_url))
+        if code != VALID:
+            raise stop(message, code)
+        err.print(f"[bold green]valid[/]: {escape(message)}", soft_wrap=True)
 
 
 @manifest_app.command("verify")
