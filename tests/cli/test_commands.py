@@ -118,7 +118,7 @@ def complete(words: str, shell: str = "bash") -> str:
 
 def test_completion_offers_commands_and_subcommands() -> None:
     assert complete("moat rec").split() == ["receipts"]
-    assert "list" in complete("moat webhook li").split()
+    assert complete("moat webhook li").split() == ["listen", "list"]
     assert '"receipts":"Receipts, read through the gateway."' in complete("moat rec", "zsh")
     assert complete("moat rec", "fish").strip() == "receipts\tReceipts, read through the gateway."
 

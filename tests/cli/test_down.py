@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from starter.cli import app as cli
 from starter.devstack import down
+from starter.devstack.ports import LISTEN_PORT
 from tests.devstack.test_up import _environment, moat, moat_up
 
 # Exits on SIGTERM and SIGINT (Python's default for SIGINT is KeyboardInterrupt: exit 1).
@@ -79,6 +80,17 @@ def test_down_stops_a_real_moat_up(tmp_path: Path) -> None:
     env = _environment(tmp_path / "home")
     # moat_up checks, on leaving, that moat up ended with 0 and left no process or pid file.
     with moat_up(env) as pids:
+        # moat up lets webhooks go to where `moat webhook listen` listens by default.
+        hook = moat(
+            env,
+            "webhook",
+            "add",
+            f"http://127.0.0.1:{LISTEN_PORT}/",
+            "-e",
+            "execution.completed",
+            "--json",
+        )
+        assert hook.returncode == 0, hook.stderr
         said = moat(env, "down")
         assert said.returncode == 0, said.stderr
         assert said.stdout.startswith("stopped moat up (pid "), said.stdout
