@@ -15,8 +15,6 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from starter.cli import app as cli
-from starter.cli.lazy import Placeholder
-from starter.cli.root import COMMANDS
 from tests.support.stack import Stack
 
 # Libraries and rooms a command talking to the gateway has no use for.
@@ -70,6 +68,9 @@ async def test_execute_imports_nothing_heavy(stack: Stack) -> None:
 
 def test_every_command_is_listed_with_its_own_help() -> None:
     """The help line written beside each name is the command's own first paragraph."""
+    from starter.cli.lazy import Placeholder
+    from starter.cli.root import COMMANDS
+
     root = get_command(cli)
     ctx = root.make_context("moat", [], resilient_parsing=True)
     for entry in COMMANDS:
