@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -71,12 +72,19 @@ def series(url: str, key: str) -> list[Series]:
     ]
 
 
-async def run_once(s: Series, env: dict[str, str]) -> float:
-    """One process's wall time, in ``MOAT_HOME`` (the working directory is first on the
-    path of ``python -m``: the checkout measured is the one ``PYTHONPATH`` names)."""
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+async def run_once(s: Series, env: dict[str, str]) -> tuple[float, float]:
+    """One process's wall time and CPU time (user + system: what other processes' load
+    inflates least), run in ``MOAT_HOME`` (the working directory is first on the path of
+    ``python -m``: the checkout measured is the one ``PYTHONPATH`` names)."""
     argv = list(s.argv)
     if s.unique:
         argv[-1] = f"bench-cli-{uuid.uuid4().hex}"
+    cpu = _children_cpu()
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -89,10 +97,10 @@ async def run_once(s: Series, env: dict[str, str]) -> float:
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{s.name} exited {proc.returncode}: {stderr.decode()[-2000:]}")
-    return elapsed
+    return elapsed, _children_cpu() - cpu
 
 
-async def measure(rounds: int, checkout: str) -> dict[str, list[float]]:
+async def measure(rounds: int, checkout: str) -> dict[str, list[tuple[float, float]]]:
     async with bench_stack(tracing=False, temporal_file=False) as stack:
         url = stack.gateways[True]
         with tempfile.TemporaryDirectory(prefix="moat-cli-bench-") as home:
@@ -107,7 +115,7 @@ async def measure(rounds: int, checkout: str) -> dict[str, list[float]]:
             todo = series(url, stack.api_key)
             for s in todo:  # warm the file cache and the gateway
                 await run_once(s, env)
-            samples: dict[str, list[float]] = {s.name: [] for s in todo}
+            samples: dict[str, list[tuple[float, float]]] = {s.name: [] for s in todo}
             for _ in range(rounds):
                 random.shuffle(todo)  # load drift hits every series alike
                 for s in todo:
@@ -115,30 +123,38 @@ async def measure(rounds: int, checkout: str) -> dict[str, list[float]]:
     return samples
 
 
-def report(samples: dict[str, list[float]], source: str | None) -> list[dict[str, object]]:
-    medians = {name: statistics.median(values) for name, values in samples.items()}
+def report(
+    samples: dict[str, list[tuple[float, float]]], source: str | None
+) -> list[dict[str, object]]:
+    wall = {name: statistics.median(w for w, _ in runs) for name, runs in samples.items()}
+    cpu = {name: statistics.median(c for _, c in runs) for name, runs in samples.items()}
     rows: list[dict[str, object]] = []
     for s in series("", ""):
-        median = medians[s.name]
-        row: dict[str, object] = {"series": s.name, "median_s": round(median, 3)}
+        row: dict[str, object] = {
+            "series": s.name,
+            "median_s": round(wall[s.name], 3),
+            "cpu_s": round(cpu[s.name], 3),
+        }
         if s.baseline is not None:
-            base = medians[s.baseline]
             row |= {
                 "baseline": s.baseline,
-                "overhead_s": round(median - base, 3),
-                "ratio": round(median / base, 2),
+                "overhead_s": round(wall[s.name] - wall[s.baseline], 3),
+                "cpu_overhead_s": round(cpu[s.name] - cpu[s.baseline], 3),
+                "ratio": round(wall[s.name] / wall[s.baseline], 2),
             }
         rows.append(row)
+    rounds = len(next(iter(samples.values())))
     print(f"CLI start-up ({'--source ' + source if source else 'this checkout'}), "
-          f"{len(next(iter(samples.values())))} rounds, load {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'series':<24} {'median':>8} {'overhead':>9} {'ratio':>6}  baseline")
+          f"{rounds} rounds, load {os.getloadavg()[0]:.2f}; seconds, medians")  # fmt: skip
+    print(f"{'series':<24} {'wall':>6} {'cpu':>6} {'overhead':>9} {'cpu over':>9} {'ratio':>6}")
     for row in rows:
-        overhead = f"{row['overhead_s']:.3f}" if "overhead_s" in row else ""
-        ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
-        print(
-            f"{row['series']:<24} {row['median_s']:>8.3f} {overhead:>9} {ratio:>6}  "
-            f"{row.get('baseline', '')}"
-        )
+        extra = ""
+        if "overhead_s" in row:
+            extra = (
+                f" {row['overhead_s']:>9.3f} {row['cpu_overhead_s']:>9.3f} {row['ratio']:>6.2f}"
+                f"  vs {row['baseline']}"
+            )
+        print(f"{row['series']:<24} {row['median_s']:>6.3f} {row['cpu_s']:>6.3f}{extra}")
     print(f"target: overhead of moat --help and moat execute under {TARGET} s")
     return rows
 
