@@ -9,8 +9,8 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint docs hooks bench bench-modes bench-noisy chaos lock clean \
-	frameworks lock-frameworks
+.PHONY: up test test-unit lint docs hooks bench bench-modes bench-noisy bench-cli chaos lock \
+	clean frameworks lock-frameworks
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ bench-modes: $(STAMP)
 # off, and A rate-limited (~5 min).
 bench-noisy: $(STAMP)
 	$(BIN)/python -m bench.noisy
+
+# The CLI's start-up: `moat --help`, `moat execute`... beside bare Python and httpx (~1 min).
+bench-cli: $(STAMP)
+	$(BIN)/python -m bench.cli_startup
 
 # Processes killed and servers restarted under load; exit 1 if an invariant fails.
 # More: make chaos CHAOS_ARGS="--executions 10000 --max-seconds 3000"

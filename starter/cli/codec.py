@@ -28,7 +28,7 @@ def url() -> None:
     """Print the codec address to give a Temporal Web UI (decode only).
 
     For the gateway at MOAT_GATEWAY_URL and the door file it reads (MOAT_CODEC_DOOR, else
-    the one `moat up` keeps in MOAT_HOME); set it as the UI's `codec.endpoint`."""
+    the one moat up keeps in MOAT_HOME); set it as the UI's codec.endpoint."""
     settings = local_settings()
     try:
         token = current_token(settings)
@@ -57,7 +57,7 @@ def rotate_token(
 
     Writes MOAT_CODEC_DOOR (else MOAT_HOME's door file), creating it if needed; gateways
     that read the file accept the new address at once and the old one until the grace
-    period ends. Then give the UI the new address (restart `moat up`, or redeploy it)."""
+    period ends. Then give the UI the new address (restart moat up, or redeploy it)."""
     settings = local_settings()
     token = rotate(settings, grace=timedelta(seconds=grace))
     out.print(_door_url(settings, token), soft_wrap=True)
@@ -69,5 +69,5 @@ def rotate_token(
 
 
 def url_alias() -> None:
-    """Print the codec address to give a Temporal Web UI (the same as `moat codec url`)."""
+    """Print the codec address to give a Temporal Web UI (the same as moat codec url)."""
     url()

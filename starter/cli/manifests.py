@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,8 +22,9 @@ from rich.panel import Panel
 from rich.text import Text
 
 from schemas.manifest import content_digest, parse_document
-from starter.cli.identity import Local
-from starter.cli.output import fail
+from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
+from starter.cli.identity import AsTenant, Local
+from starter.cli.output import err, fail
 from starter.devstack.ports import local_settings
 from store.keyrings.signing import (
     Keyring,
@@ -33,7 +35,7 @@ from store.keyrings.signing import (
     verify_manifest,
 )
 
-manifest_app = typer.Typer(no_args_is_help=True, help="Verify and inspect run manifests.")
+manifest_app = typer.Typer(no_args_is_help=True, help="Fetch, verify and inspect run manifests.")
 
 out = Console()
 
@@ -105,6 +107,57 @@ def check_manifest(data: bytes, jwks: Mapping[str, Any]) -> tuple[int, str]:
     except VerificationError as exc:
         return REJECTED, str(exc)
     return VALID, f"{len(kids)} signature(s) by {', '.join(kids)}; {content_digest(document)}"
+
+
+@manifest_app.command("get", cls=AsTenant)
+def get(
+    receipt_id: Annotated[str, typer.Argument(help="The receipt's id.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write it to this file. Default: stdout."),
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="A replayed run's own manifest.")
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--verify", help="Verify its signatures with the gateway's public keys."),
+    ] = False,
+) -> None:
+    """Fetch the signed manifest of a receipt from the gateway, byte for byte.
+
+    With --output it is written to a file and the command to verify it is printed; with
+    --verify its signatures are checked against the gateway's JWKS at once (exit 1 if any
+    fails)."""
+    from starter.cli import identity, tenant_api
+
+    settings = local_settings()
+    answer = tenant_api.request(
+        settings,
+        "GET",
+        f"/v1/executions/{receipt_id}/manifest",
+        params={"run_id": run_id},
+    )
+    gateway = identity.gateway_url(settings).value or settings.local_gateway_url
+    jwks_url = f"{gateway}/.well-known/jwks.json"
+    if output is None:
+        sys.stdout.buffer.write(answer.content)
+        sys.stdout.buffer.flush()
+    else:
+        try:
+            output.write_bytes(answer.content)
+        except OSError as exc:
+            raise stop(f"cannot write {output}: {exc.strerror or exc}", UNREADABLE) from None
+        run = answer.headers.get(RUN_ID_HEADER, "-")
+        digest = answer.headers.get(MANIFEST_SHA256_HEADER, "-")
+        err.print(f"wrote {output} (run {run}, {digest})", soft_wrap=True, highlight=False)
+        if not check:
+            err.print(f"verify it: moat manifest verify {output} --jwks {jwks_url}", soft_wrap=True)
+    if check:
+        code, message = check_manifest(answer.content, _load_jwks(jwks_url))
+        if code != VALID:
+            raise stop(message, code)
+        err.print(f"[bold green]valid[/]: {escape(message)}", soft_wrap=True)
 
 
 @manifest_app.command("verify", cls=Local)

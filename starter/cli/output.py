@@ -6,7 +6,6 @@ stderr. The exit code says which kind of failure it was."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
@@ -164,7 +163,7 @@ def refused(code: str, message: str, details: dict[str, Any], hint: str | None) 
 @contextmanager
 def refusals(hint: str | None = None) -> Iterator[None]:
     """A service's refusal (``MoatError``) said as ``refused`` says it, exit code 1."""
-    from starter.service import MoatError
+    from starter.service import MoatError  # the services load with the command using them
 
     try:
         yield
@@ -174,6 +173,8 @@ def refusals(hint: str | None = None) -> Iterator[None]:
 
 def run(coroutine: Coroutine[Any, Any, T], hint: str | None = None) -> T:
     """Run a command's coroutine; a refusal ends the command with its error."""
+    import asyncio  # loaded by the commands that run one, not by every command
+
     with refusals(hint):
         return asyncio.run(coroutine)
 
@@ -197,21 +198,32 @@ def _usage_error(exc: click_errors.UsageError) -> int:
     return exc.exit_code
 
 
+def _database_fault(exc: Exception) -> str | None:
+    """Why PostgreSQL could not be reached, if that is what ``exc`` says."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return None
+    return str(exc.orig or exc).strip().splitlines()[0]
+
+
 def _fault(exc: Exception) -> int:
     """An exception no command turned into an error: a service the CLI cannot reach, a
     refusal, or a bug; said one way all the same, never as a traceback."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
+    # What raised it was loaded by the command: a library not loaded raised nothing here.
+    if "starter.service" in sys.modules:
+        from starter.service import MoatError
 
-    from starter.service import MoatError
-    from store.keyrings.signing import KeyringMissingError
+        if isinstance(exc, MoatError):
+            return refused(exc.code, exc.message, exc.details, None).exit_code
+    if "store.keyrings.signing" in sys.modules:
+        from store.keyrings.signing import KeyringMissingError
 
-    if isinstance(exc, MoatError):
-        return refused(exc.code, exc.message, exc.details, None).exit_code
-    if isinstance(exc, KeyringMissingError):
-        hint = "provide the keyring the message names (`moat signing-key rotate` makes one)"
-        return fail("keyring_missing", str(exc), hint).exit_code
-    if isinstance(exc, OperationalError | InterfaceError):
-        reason = str(exc.orig or exc).strip().splitlines()[0]
+        if isinstance(exc, KeyringMissingError):
+            hint = "provide the keyring the message names (`moat signing-key rotate` makes one)"
+            return fail("keyring_missing", str(exc), hint).exit_code
+    reason = _database_fault(exc) if "sqlalchemy.exc" in sys.modules else None
+    if reason is not None:
         return unavailable(
             "database_unavailable",
             f"cannot reach PostgreSQL: {reason}",

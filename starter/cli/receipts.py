@@ -32,7 +32,7 @@ def list_receipts(
     cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """The newest receipts first, a page at a time (``--json``: the gateway's page as it
+    """The newest receipts first, a page at a time (--json: the gateway's page as it
     is)."""
     settings = local_settings()
     with gateway_answers(settings):
@@ -69,7 +69,7 @@ def receipts_table(items: list[Receipt]) -> Table:
 
 @receipts_app.command("show", cls=AsTenant)
 def show(receipt_id: Annotated[str, id_argument("receipt")], as_json: AsJson = False) -> None:
-    """One receipt, field by field (``--json``: as the gateway returns it)."""
+    """One receipt, field by field (--json: as the gateway returns it)."""
     settings = local_settings()
     with gateway_answers(settings):
         receipt = agent_client(settings).get_receipt(receipt_id)

@@ -212,7 +212,7 @@ def show(
     ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Print an execution's event log as a table (``--tree``: as a causal tree; ``--json``:
+    """Print an execution's event log as a table (--tree: as a causal tree; --json:
     the events and the run's projected state)."""
     view = "json" if as_json else "tree" if tree else "table"
     with refusals():  # a prefix that starts several receipts' ids

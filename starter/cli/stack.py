@@ -1,5 +1,5 @@
-"""The long-running processes: ``moat up`` (everything, embedded), ``moat worker``,
-``moat gateway``; and ``moat migrate``."""
+"""The long-running processes: ``moat up`` (everything, embedded) and ``moat down``,
+``moat worker``, ``moat gateway``; and ``moat migrate``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,24 @@ def up(
     from starter.devstack.up import run_up
 
     raise typer.Exit(run_up(MoatSettings(), fake_providers=fake_providers))
+
+
+def down() -> None:
+    """Stop what moat up started in this MOAT_HOME.
+
+    The moat up process stops its children in order, as on Ctrl-C; any of its processes
+    left running (a moat up killed outright) are stopped after it. Says what it stopped;
+    nothing running is no error."""
+    from starter.devstack.down import stop_stack
+
+    settings = MoatSettings()
+    stopped = stop_stack(settings)
+    if not stopped:
+        out.print(f"nothing to stop: no moat up running in {settings.home.absolute()}")
+        return
+    for member in stopped:
+        how = " (it did not stop in time: killed)" if member.killed else ""
+        out.print(f"stopped {member.name} (pid {member.pid}){how}", highlight=False)
 
 
 def worker() -> None:

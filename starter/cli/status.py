@@ -12,7 +12,7 @@ from starter.devstack.status import stack_status
 
 def status(as_json: AsJson = False) -> None:
     """Print the local stack's processes (alive or not), their addresses and ports; exit 1
-    when no ``moat up`` runs in MOAT_HOME."""
+    when no moat up runs in MOAT_HOME."""
     report = stack_status(MoatSettings())
     if as_json:
         out.print_json(report.model_dump_json())

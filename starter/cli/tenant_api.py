@@ -4,13 +4,17 @@ refusal is the gateway's error code and message, said as every error is, with wh
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from schemas.settings import MoatSettings
 from starter.cli import identity
 from starter.cli.output import CONNECT_TIMEOUT, fail, gateway_unavailable, usage
+
+if TYPE_CHECKING:
+    import httpx
 
 HINTS = {
     "scope_missing": "use a key with that scope: moat api-key create TENANT --scope SCOPE, "
@@ -47,26 +51,28 @@ def refusal(
     message: str,
     details: dict[str, Any] | None,
     key: identity.Chosen,
+    hints: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> typer.Exit:
     """The gateway's refusal, said as every error is; a refused key says where it came
     from (the gateway's message names its prefix)."""
-    hint = HINTS.get(code)
+    hint = (hints or {}).get(code) or HINTS.get(code)
     if code == "unauthenticated":
         hint = f"the key came from {key.source}; see `moat whoami`, or pass another with --api-key"
     return fail(code, message, hint, details=details, **extra)
 
 
-def call(
+def request(
     settings: MoatSettings,
     method: str,
     path: str,
     body: Any = None,
     params: dict[str, Any] | None = None,
-) -> Any:
-    """The gateway's JSON answer; a refusal or an unreachable gateway ends the command.
-    The query is ``params`` alone: httpx drops a query written into ``path`` when it is
-    given params."""
+    hints: Mapping[str, str] | None = None,
+) -> httpx.Response:
+    """The gateway's answer, when it is not a refusal; a refusal or an unreachable gateway
+    ends the command (its hint from ``hints``, else ``HINTS``). The query is ``params``
+    alone: httpx drops a query written into ``path`` when it is given params."""
     import httpx
 
     if "?" in path:
@@ -90,15 +96,33 @@ def call(
             f"no answer from the gateway at {url}: {type(exc).__name__} {exc}",
             "run the command again; `moat status` shows the local stack",
         ) from None
-    data = answer.json() if answer.content else None
     if answer.status_code >= 400:
-        error = (data or {}).get("error") or {}
+        try:
+            data = answer.json()
+        except ValueError:
+            data = None
+        envelope = data if isinstance(data, dict) else {}
+        error = envelope.get("error") or {}
         raise refusal(
             error.get("code", str(answer.status_code)),
-            error.get("message", answer.text),
+            error.get("message", answer.text[:200]),
             error.get("details"),
             key,
+            hints,
             http_status=answer.status_code,
-            trace_id=(data or {}).get("trace_id"),
+            trace_id=envelope.get("trace_id"),
         )
-    return data
+    return answer
+
+
+def call(
+    settings: MoatSettings,
+    method: str,
+    path: str,
+    body: Any = None,
+    params: dict[str, Any] | None = None,
+    hints: Mapping[str, str] | None = None,
+) -> Any:
+    """The gateway's JSON answer (``request``)."""
+    answer = request(settings, method, path, body, params, hints)
+    return answer.json() if answer.content else None

@@ -233,7 +233,7 @@ def pause(
     probe_id: ProbeArg,
     resume: Annotated[bool, typer.Option("--resume", help="Resume a paused probe.")] = False,
 ) -> None:
-    """Pause a probe's schedule (``--resume`` starts it again)."""
+    """Pause a probe's schedule (--resume starts it again)."""
     probe = run(_change(local_settings(), tenant, probe_id, "resume" if resume else "pause"))
     assert probe is not None
     out.print(_probe_table([probe]))

@@ -11,10 +11,13 @@ from rich.table import Table
 from starter.cli.identity import AsTenant
 from starter.cli.output import AsJson, id_column, out, print_json
 from starter.cli.tenant_api import call
-from starter.devstack.ports import local_settings
+from starter.devstack.ports import LISTEN_PORT, local_settings
 from starter.runtime import links
 
-webhook_app = typer.Typer(no_args_is_help=True, help="Webhook subscriptions (signed deliveries).")
+webhook_app = typer.Typer(
+    no_args_is_help=True,
+    help="Webhook subscriptions (signed deliveries); listen for them locally.",
+)
 
 
 def _secret_note(secret: str) -> None:
@@ -55,6 +58,38 @@ def add(
         return
     out.print(f"webhook {created['id']} → {escape(created['url'])}")
     _secret_note(created["secret"])
+
+
+@webhook_app.command("listen", cls=AsTenant)
+def listen(
+    forward_to: Annotated[
+        str | None,
+        typer.Option("--forward-to", help="Send each verified delivery on to this URL."),
+    ] = None,
+    event: Annotated[
+        list[str] | None,
+        typer.Option("--event", "-e", help="Only these events (repeat the option). Default: all."),
+    ] = None,
+    port: Annotated[
+        int, typer.Option(help="The loopback port to listen on (moat up allows the default).")
+    ] = LISTEN_PORT,
+) -> None:
+    """Receive the tenant's signed deliveries here: verify and print each, and forward it.
+
+    A temporary webhook points at a listener on 127.0.0.1; each delivery's signature is
+    checked with its secret, a line says what came, and with --forward-to the body and its
+    webhook-* headers go on to that URL, whose status is printed and answered to Moat. Ctrl-C
+    removes the webhook."""
+    from starter.cli.listen import EVENTS
+    from starter.cli.listen import listen as run
+
+    run(
+        local_settings(),
+        forward_to=forward_to,
+        events=event or list(EVENTS),
+        host="127.0.0.1",
+        port=port,
+    )
 
 
 @webhook_app.command("list", cls=AsTenant)

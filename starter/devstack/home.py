@@ -9,22 +9,28 @@ import os
 import secrets
 from pathlib import Path
 
+from schemas.scopes import DEFAULT_SCOPES, WEBHOOKS_WRITE
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
-from starter.runtime.database import owner_transaction
-from starter.service import tenants
-from store import api_keys
 
 DEMO_TENANT = "demo"
 DEMO_KEY_NAME = "moat up"
 ADMIN_KEY_FILE = "admin_api_key"
+# The demo key also manages webhooks, so `moat webhook listen` works on the dev stack.
+DEMO_SCOPES = (*DEFAULT_SCOPES, WEBHOOKS_WRITE)
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:
+    # The database is loaded here only: reading the keys (every CLI command) needs none of it.
+    from starter.runtime.database import owner_transaction
+    from starter.service import tenants
+    from store import api_keys
+
     path = settings.demo_api_key_path
     async with owner_transaction(settings) as session:
         if path.exists():
             key = path.read_text().strip()
-            if await api_keys.authenticate(session, key) is not None:
+            known = await api_keys.authenticate(session, key)
+            if known is not None and set(DEMO_SCOPES) <= set(known.scopes):
                 return key
         tenant = await tenants.find_tenant(session, DEMO_TENANT)
         if tenant is None:
@@ -33,10 +39,11 @@ async def _ensure_demo_tenant(settings: MoatSettings) -> str:
                 DEMO_TENANT,
                 idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
                 key_name=DEMO_KEY_NAME,
+                scopes=DEMO_SCOPES,
             )
             key = created.api_key.api_key
         else:
-            key = (await tenants.create_key(session, tenant.id, DEMO_KEY_NAME)).api_key
+            key = (await tenants.create_key(session, tenant.id, DEMO_KEY_NAME, DEMO_SCOPES)).api_key
     _write_private(path, key, replace=True)
     return key
 

@@ -27,6 +27,8 @@ FAKE_PROVIDERS = {
     "github": "fake_github_port",
     "webhook": "fake_webhook_port",
 }
+# Where ``moat webhook listen`` receives deliveries by default; ``moat up`` allows it.
+LISTEN_PORT = 8799
 # Where a fake's API lives under its root, for a connection's ``base_url``.
 FAKE_API_PATHS = {"slack": "/api"}
 # How far above a taken default to look for a free port, before asking the system for one:

@@ -18,8 +18,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-import uvicorn
-
 _T = TypeVar("_T")
 
 
@@ -189,6 +187,8 @@ class Service:
 async def serve_asgi(app: Any, *, graceful_shutdown: int = 1) -> AsyncIterator[str]:
     """Serve an ASGI app with uvicorn on a free loopback port, in this event loop; yields
     its base URL."""
+    import uvicorn  # the server loads with the first app served, not with the stack's helpers
+
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(

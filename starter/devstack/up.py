@@ -34,6 +34,7 @@ from starter.devstack.home import (
 )
 from starter.devstack.ports import (
     FAKE_PROVIDERS,
+    LISTEN_PORT,
     choose_ports,
     fake_api_url,
     forget,
@@ -175,10 +176,12 @@ def _start(
     fakes: dict[str, int] = {}
     if fake_providers:
         fakes = _start_fakes(settings, stack, console, logs)
-        # The fakes listen on loopback, which the host guard refuses unless allow-listed.
-        env["http_allow_hosts"] = ",".join(
-            [*settings.http_allow_hosts, *(f"127.0.0.1:{port}" for port in fakes.values())]
-        )
+    # The fakes and `moat webhook listen` listen on loopback, which the host guard (and the
+    # gateway, for a webhook's URL) refuses unless allow-listed.
+    loopback = [LISTEN_PORT, *fakes.values()]
+    env["http_allow_hosts"] = ",".join(
+        [*settings.http_allow_hosts, *(f"127.0.0.1:{port}" for port in loopback)]
+    )
     children = {}
     for name in ("worker", "gateway"):
         child = ChildProcess([sys.executable, "-m", "starter.cli", name], logs / f"{name}.log",

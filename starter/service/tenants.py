@@ -37,6 +37,7 @@ async def create_tenant(
     idempotency_ttl_seconds: int,
     policy_mode: str = "standard",
     key_name: str = FIRST_KEY_NAME,
+    scopes: Sequence[str] = DEFAULT_SCOPES,
 ) -> NewTenant:
     """A tenant and its first API key (the secret is in this answer only); the rest of the
     transaction is scoped to it. ``MoatError("conflict")`` when the name is taken."""
@@ -48,7 +49,7 @@ async def create_tenant(
         if not _violates(err, UNIQUE_NAME):
             raise
         raise MoatError(ErrorCode.CONFLICT, f"A tenant named {name!r} already exists.") from err
-    key, secret = await api_keys.issue_api_key(session, tenant.id, name=key_name)
+    key, secret = await api_keys.issue_api_key(session, tenant.id, name=key_name, scopes=scopes)
     await session.refresh(tenant)
     return NewTenant(
         tenant=tenants.to_tenant_info(tenant), api_key=api_keys.to_new_key(key, secret)

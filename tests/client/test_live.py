@@ -56,6 +56,15 @@ async def test_execute_replay_and_read_back(stack: Stack) -> None:
     assert dumped == raw.json() and list(dumped) == list(raw.json())
 
 
+async def test_a_dry_run_is_the_plan_and_no_receipt(stack: Stack) -> None:
+    async with AsyncMoatClient(stack.url, stack.api_key) as moat:
+        planned = await moat.execute("demo.echo", {"dry": 1}, idempotency_key="dry", dry_run=True)
+        assert planned.status == EnvelopeStatus.PLANNED and planned.receipt_id is None
+        assert planned.envelope.plan is not None and planned.envelope.plan.decision == "allow"
+        real = await moat.execute("demo.echo", {"dry": 1}, idempotency_key="dry")
+        assert real.status == EnvelopeStatus.EXECUTED and not real.replayed
+
+
 async def test_refusals_raise_moat_error_with_the_stable_code(stack: Stack) -> None:
     async with AsyncMoatClient(stack.url, stack.api_key) as moat:
         first = await moat.execute("demo.echo", {"n": 1}, idempotency_key="reused")

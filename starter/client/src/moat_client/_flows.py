@@ -145,7 +145,9 @@ def execution_result(response: httpx.Response) -> ExecutionResult:
         envelope = Envelope.model_validate(_json(response))
     except ValidationError:
         raise refusal(response) from None
-    if envelope.receipt_id is None and response.status_code != 202:
+    # A dry run records no receipt; every other answer but ``accepted`` names one.
+    planned = envelope.status == EnvelopeStatus.PLANNED
+    if envelope.receipt_id is None and response.status_code != 202 and not planned:
         raise refusal(response)
     if response.status_code == 403:
         # Moat's policy refused it and recorded the refusal: raised, with its receipt.
