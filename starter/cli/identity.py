@@ -203,7 +203,8 @@ def _who(
         str | None,
         typer.Option(
             "--profile",
-            help="The profile to act with (else MOAT_PROFILE, else `moat profile use`).",
+            help="The profile to act with (else MOAT_PROFILE, else the one that moat profile "
+            "use chose).",
             expose_value=False,
             callback=_remember,
             is_eager=True,

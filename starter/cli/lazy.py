@@ -38,7 +38,7 @@ class Placeholder(TyperCommand):
         found = getattr(importlib.import_module(module), attribute)
         if isinstance(found, typer.Typer):
             return typer.main.get_command(found)
-        single = typer.Typer()
+        single = typer.Typer(add_completion=False)  # completion is the root's
         role = self.entry.role
         cls = getattr(importlib.import_module("starter.cli.identity"), role) if role else None
         single.command(self.entry.name, cls=cls)(found)

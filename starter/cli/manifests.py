@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
@@ -24,7 +23,7 @@ from rich.text import Text
 from schemas.manifest import content_digest, parse_document
 from schemas.names import MANIFEST_SHA256_HEADER, RUN_ID_HEADER
 from starter.cli.identity import AsTenant, Local
-from starter.cli.output import err, fail
+from starter.cli.output import err, fail, out
 from starter.devstack.ports import local_settings
 from store.keyrings.signing import (
     Keyring,
@@ -37,7 +36,6 @@ from store.keyrings.signing import (
 
 manifest_app = typer.Typer(no_args_is_help=True, help="Fetch, verify and inspect run manifests.")
 
-out = Console()
 
 VALID, REJECTED, UNREADABLE = 0, 1, 2
 

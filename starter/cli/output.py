@@ -22,8 +22,23 @@ from typer._click.globals import get_current_context
 if TYPE_CHECKING:
     from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+
+class _Console(Console):
+    """A console whose width is read from the terminal (or ``COLUMNS``) at each print, not
+    once when the module is imported: a process that changes ``COLUMNS`` (a test, a shell
+    resized) is printed for at its width then."""
+
+    @property
+    def _width(self) -> int | None:
+        return None
+
+    @_width.setter
+    def _width(self, value: int | None) -> None:
+        pass
+
+
+out: Console = _Console()
+err: Console = _Console(stderr=True)
 
 T = TypeVar("T")
 

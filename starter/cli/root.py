@@ -44,8 +44,9 @@ COMMANDS = (
     Lazy("profile", "starter.cli.profiles:profile_app",
          "Profiles: who the CLI acts as (key, tenant, gateway)."),
     Lazy("mcp", "starter.cli.mcp:mcp",
-         "Serve Moat's capabilities as MCP tools. Over stdio the tools run as the tenant of "
-         "MOAT_API_KEY; over HTTP each client sends its tenant's API key as a bearer token.",
+         "Serve Moat's capabilities as MCP tools. Over stdio the tools run as the tenant of the "
+         "API key (--api-key, MOAT_API_KEY, the profile's, the demo key); over HTTP each client "
+         "sends its tenant's API key as a bearer token.",
          role="AsTenant"),
     Lazy("trust", "starter.cli.trust:trust_command",
          "Trust scores: success rate (rate-limited counts half; gateway errors and denials left "

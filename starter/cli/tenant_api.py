@@ -27,6 +27,7 @@ HINTS = {
     "webhook_not_found": "see `moat webhook list`",
     "dead_letter_not_found": "see `moat dlq list`",
     "receipt_not_found": "see `moat receipts list`",
+    "execution_not_found": "see `moat receipts list` for the receipts' ids",
     "approval_not_found": "see `moat approvals list`",
     "capability_not_found": "`GET /v1/capabilities` lists them",
     "webhook_url_not_allowed": "an operator can allow-list the host (MOAT_HTTP_ALLOW_HOSTS)",

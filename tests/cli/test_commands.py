@@ -59,7 +59,8 @@ async def test_one_capability_shows_its_input_schema(cli_env: Stack) -> None:
 
     mistyped = await moat("capabilities", "demo.ecko")
     assert mistyped.exit_code == 1
-    assert "demo.ecko" in mistyped.output and "did you mean demo.echo" in mistyped.output
+    assert mistyped.output.startswith("error: capability_not_found: No capability 'demo.ecko'")
+    assert "did you mean 'demo.echo'?" in mistyped.output
 
 
 async def test_a_dry_run_says_the_decision_and_runs_nothing(cli_env: Stack) -> None:

@@ -35,7 +35,8 @@ def command_paths() -> list[str]:
         subcommands = getattr(command, "commands", None)
         if subcommands:
             for name, sub in subcommands.items():
-                walk(sub, [*path, name])
+                # The root's commands are placeholders until they load (starter/cli/lazy.py).
+                walk(sub.load() if hasattr(sub, "load") else sub, [*path, name])
         else:
             found.append(" ".join(path))
 
@@ -72,6 +73,13 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             1,
             says="did you mean 'demo.echo'?",
         ),
+        "capabilities": Case(
+            ["capabilities", "demo.ecko"],
+            "capability_not_found",
+            1,
+            says="did you mean 'demo.echo'?",
+        ),
+        "down": Case(["down", "--nope"], "no_such_option", 2),
         "status": Case(["status", "--nope"], "no_such_option", 2),
         "mcp": Case(["mcp", "--port", "many"], "bad_parameter", 2),
         "trust": Case(["trust", "--tenant", "nosuch"], "tenant_not_found", 1, says="--tenant"),
@@ -137,6 +145,7 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
         "receipts show": Case(["receipts", "show", "rcpt_nosuch"], "receipt_not_found", 1),
         "runs rebuild": Case(["runs", "rebuild", "--tenant", "nosuch"], "tenant_not_found", 1),
         "runs show": Case(["runs", "show", "rcpt_nosuch"], "receipt_not_found", 1),
+        "manifest get": Case(["manifest", "get", "rcpt_nosuch"], "execution_not_found", 1),
         "manifest verify": Case(["manifest", "verify", missing], "unreadable", 2),
         "manifest inspect": Case(["manifest", "inspect", missing], "unreadable", 2),
         "signing-key rotate": Case(["signing-key", "rotate", "--alg", "MD5"], "bad_parameter", 2),
@@ -154,6 +163,7 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             2,
             {"MOAT_PROFILE": "nosuch", "MOAT_API_KEY": ""},  # no key before the profile's
         ),
+        "webhook listen": Case(["webhook", "listen", "--port", "many"], "bad_parameter", 2),
         "webhook rotate": Case(["webhook", "rotate", "wh_nosuch"], "webhook_not_found", 1),
         "webhook remove": Case(["webhook", "remove", "wh_nosuch"], "webhook_not_found", 1),
         "webhook deliveries": Case(["webhook", "deliveries", "wh_nosuch"], "webhook_not_found", 1),

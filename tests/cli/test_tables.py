@@ -175,3 +175,14 @@ def test_ids_print_whole(monkeypatch: pytest.MonkeyPatch, command: str, width: i
     assert max(len(line) for line in text.splitlines()) <= width, text
     for each in ids:
         assert each in text, f"`moat {command}` at {width} columns cut {each}:\n{text}"
+
+
+def test_the_consoles_follow_columns_set_after_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are drawn at the width of the moment, not the one the module was imported
+    with: tests that set COLUMNS must not depend on which test imported the CLI first."""
+    from starter.cli.output import err, out
+
+    monkeypatch.setenv("COLUMNS", "61")
+    assert (out.width, err.width) == (61, 61)
+    monkeypatch.setenv("COLUMNS", "137")
+    assert (out.width, err.width) == (137, 137)
