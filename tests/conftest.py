@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.support.stack", "tests.support.browser"]
+pytest_plugins = [
+    "tests.support.stack",
+    "tests.support.browser",
+    "tests.support.tls",
+    "tests.support.sandbox",
+]
 
 # Fixtures that start (or stand on) the session's real servers.
 SERVER_FIXTURES = frozenset({"postgres_server", "temporal"})
