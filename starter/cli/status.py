@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from schemas.settings import MoatSettings
 from starter.cli.output import AsJson, out
@@ -19,10 +19,18 @@ def status(as_json: AsJson = False) -> None:
     else:
         if not report.running:
             out.print(f"no `moat up` running in {report.home}")
-        table = Table("", "pid", "state", "address", "port", title=f"moat up in {report.home}")
+        # An address is whole, never cut: it is what the next command or browser is given
+        # (its port is in it; --json has the port alone).
+        table = Table(
+            Column("", overflow="fold"),
+            "pid",
+            "state",
+            Column("address", no_wrap=True, overflow="ignore"),
+            title=f"moat up in {report.home}",
+        )
         for m in report.members:
             state = "[green]running[/]" if m.alive else "[red]not running[/]"
-            table.add_row(m.name, str(m.pid or "-"), state, m.url or "", str(m.port or ""))
+            table.add_row(m.name, str(m.pid or "-"), state, m.url or "")
         if report.members:
             out.print(table)
     raise typer.Exit(0 if report.running else 1)

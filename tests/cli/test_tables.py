@@ -12,12 +12,13 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+import typer
 from moat_client.models import Receipt, ReceiptPage
 from rich.console import Console
 
 from schemas.connections import ConnectionInfo
 from schemas.probes import ProbeInfo
-from starter.cli import approvals, connections, dead_letters, receipts, trust, webhooks
+from starter.cli import approvals, connections, dead_letters, receipts, status, trust, webhooks
 
 RECEIPT = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 OTHER_RECEIPT = "0193a1b2-c3d4-7e5f-8a9b-ffffffffffff"
@@ -154,7 +155,25 @@ def list_connections(monkeypatch: pytest.MonkeyPatch) -> None:
     connections.list_(tenant="demo", as_json=False)
 
 
+UI_LINK = "http://127.0.0.1:8233/namespaces/moat/workflows"
+
+
+def stack_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    from starter.devstack.status import Member, StackStatus
+
+    members = [
+        Member(name="postgres", pid=4242421, alive=True, url="postgresql://127.0.0.1:55432/moat"),
+        Member(name="Temporal UI", pid=4242422, alive=True, url=UI_LINK, port=8233),
+        Member(name="fake webhook", pid=4242423, alive=False, url="http://127.0.0.1:8703"),
+    ]
+    report = StackStatus(home="/home/someone/projects/moat/.moat", running=True, members=members)
+    monkeypatch.setattr(status, "stack_status", lambda _: report)
+    with pytest.raises(typer.Exit):
+        status.status(as_json=False)
+
+
 COMMANDS: dict[str, tuple[ModuleType, Callable[[pytest.MonkeyPatch], None], list[str]]] = {
+    "status": (status, stack_status, [UI_LINK, "postgresql://127.0.0.1:55432/moat"]),
     "receipts list": (receipts, list_receipts, [RECEIPT, OTHER_RECEIPT]),
     "approvals list": (approvals, list_approvals, [APPROVAL, RECEIPT]),
     "dlq list": (dead_letters, list_dead_letters, [DEAD_LETTER, DELIVERY]),
