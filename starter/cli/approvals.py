@@ -52,16 +52,16 @@ def approvals_table(items: list[dict[str, Any]]) -> Table:
     table = Table()
     ids = [value for a in items for value in (a["id"], a["receipt_id"])]
     id_column(table, "approval / receipt", ids)
-    for name in ("status", "capability", "requested by", "expires (UTC)"):
-        table.add_column(name)
+    # Two values a cell, one a line, so that nothing is cut at 80 columns.
+    table.add_column("status / expires (UTC)", overflow="fold")
+    table.add_column("capability / requested by", overflow="fold")
     for a in items:
         colour = STATUS_COLOURS.get(a["status"], "white")
+        expires = a["expires_at"][:16].replace("T", " ")
         table.add_row(
             f"{a['id']}\n[dim]{a['receipt_id']}[/]",
-            f"[{colour}]{a['status']}[/]",
-            escape(f"{a['capability_id']}@{a['capability_version']}"),
-            escape(a["requested_by"]),
-            a["expires_at"][:19].replace("T", " "),
+            f"[{colour}]{a['status']}[/]\n[dim]{expires}[/]",
+            f"{escape(a['capability_id'])}\n[dim]{escape(a['requested_by'])}[/]",
         )
     return table
 

@@ -13,11 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from starter.cli.agent import agent_client, gateway_answers
-from starter.cli.output import AsJson, fail, out, print_json
+from starter.cli.output import AsJson, fail, id_column, out, print_json
 from starter.devstack.ports import local_settings
 
 if TYPE_CHECKING:
     from moat_client import CapabilityInfo
+
+# From this many columns the table also shows each capability's version.
+WIDE = 100
 
 
 def capabilities(
@@ -60,11 +63,18 @@ def _approval(info: CapabilityInfo) -> str:
 
 
 def _table(catalog: list[CapabilityInfo]) -> Table:
-    table = Table("id", "version", "effect", "idempotency", "connections", "approval")
+    """One capability version a row. At 80 columns the version is left to
+    ``moat capabilities ID`` unless a capability has several: nothing else is cut."""
+    versions = any(sum(c.id == info.id for c in catalog) > 1 for info in catalog)
+    headers = ("version",) if versions or out.width >= WIDE else ()
+    table = Table()
+    id_column(table, "id", (info.id for info in catalog))
+    for header in (*headers, "effect", "idempotency", "connections", "approval"):
+        table.add_column(header, overflow="fold")
     for info in catalog:
         table.add_row(
             escape(info.id),
-            escape(info.version),
+            *((escape(info.version),) if headers else ()),
             escape(info.effect_type),
             escape(info.idempotency),
             escape(", ".join(info.connection_types) or "-"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
@@ -156,10 +157,9 @@ def _summary(result: ExecutionResult, settings: MoatSettings, elapsed: float) ->
         out.print("[cyan]idempotent replay:[/] the stored receipt, nothing executed again")
     approval = envelope.approval
     if status == "accepted" and approval is not None:
-        out.print(
-            f"[yellow]awaiting approval[/] {escape(approval.id)} until "
-            f"{approval.expires_at.isoformat()}: moat approvals show {escape(approval.id)}"
-        )
+        expires = f"{approval.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        out.print(f"[yellow]awaiting approval[/] {escape(approval.id)} until {expires}")
+        out.print(f"see it: moat approvals show {escape(approval.id)}", soft_wrap=True)
     if envelope.plan is not None:
         _plan(envelope.plan)
     if envelope.error is not None:

@@ -140,7 +140,7 @@ def api_key(settings: MoatSettings) -> Chosen:
         return Chosen(fields["api_key"], f"profile {name}")
     demo = settings.demo_api_key_path
     if demo.exists():
-        return Chosen(demo.read_text().strip(), f"the demo key ({demo})")
+        return Chosen(demo.read_text().strip(), f"the demo key in {demo}")
     return Chosen(None, "")
 
 
@@ -151,7 +151,7 @@ def gateway_url(settings: MoatSettings) -> Chosen:
     name, fields, _ = profile(settings)
     if fields.get("gateway_url"):
         return Chosen(fields["gateway_url"], f"profile {name}")
-    return Chosen(settings.local_gateway_url, "the local stack (`moat up`)")
+    return Chosen(settings.local_gateway_url, "the local stack of moat up")
 
 
 def tenant(settings: MoatSettings) -> Chosen:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from schemas.settings import MoatSettings
@@ -144,13 +145,17 @@ def whoami(as_json: AsJson = False) -> None:
     if as_json:
         print_json(report)
         return
-    table = Table("", "", "from", show_header=False, box=None)
-    table.add_row("gateway", gateway.value or "", gateway.source)
-    table.add_row("api key", f"{known['key_prefix']}… (id {known['key_id']})", key.source)
-    table.add_row("tenant", f"{known['tenant_id']} ({known['tenant_name']})", "the key")
-    table.add_row("scopes", " ".join(known["scopes"]), "the key")
+    rows = [
+        ("gateway", gateway.value or "", gateway.source),
+        ("api key", f"{known['key_prefix']}…", key.source),
+        ("tenant", f"{known['tenant_id']} ({known['tenant_name']})", "the key's"),
+        ("scopes", " ".join(known["scopes"]), "the key's"),
+    ]
     if name:
-        table.add_row("profile", name, profile_source)
+        rows.append(("profile", name, profile_source))
     if tenant.value:
-        table.add_row("operator tenant", tenant.value, tenant.source)
-    out.print(table)
+        rows.append(("operator tenant", tenant.value, tenant.source))
+    # One line a value, whole (ids and URLs are copied from here), where it came from after.
+    label = max(len(row[0]) for row in rows)
+    for what, value, source in rows:
+        out.print(f"{what:<{label}}  {value}  [dim]({escape(source)})[/]", soft_wrap=True)

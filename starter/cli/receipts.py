@@ -47,23 +47,45 @@ def list_receipts(
     out.print(f"{len(page.items)} receipts{more}")
 
 
+# Under this many columns a receipt's time goes under its id, and its version and key are
+# left to `moat receipts show`: nothing is cut to make the rest fit.
+WIDE = 120
+
+
 def receipts_table(items: list[Receipt]) -> Table:
     """One receipt a row, its id whole (``moat receipts show`` takes it)."""
+    wide = out.width >= WIDE
     table = Table()
-    id_column(table, "receipt", [receipt.id for receipt in items])
-    for name in ("time (UTC)", "capability", "status", "error", "ms", "key"):
-        table.add_column(name)
+    id_column(table, "receipt" if wide else "receipt / time (UTC)", [r.id for r in items])
+    names = (
+        ("time (UTC)", "capability", "status", "error", "ms", "key")
+        if wide
+        else ("capability", "status", "ms")
+    )
+    for name in names:
+        table.add_column(name, overflow="fold", justify="right" if name == "ms" else "left")
     for receipt in items:
         colour = STATUS_COLOURS.get(receipt.status, "red")
-        table.add_row(
-            receipt.id,
-            f"{receipt.timestamp:%Y-%m-%d %H:%M:%S}",
-            escape(f"{receipt.capability_id}@{receipt.capability_version}"),
-            f"[{colour}]{escape(receipt.status)}[/]",
-            receipt.error_code or "",
-            str(receipt.latency_ms),
-            escape(receipt.idempotency_key),
-        )
+        status = f"[{colour}]{escape(receipt.status)}[/]"
+        at = f"{receipt.timestamp:%Y-%m-%d %H:%M:%S}"
+        if wide:
+            table.add_row(
+                receipt.id,
+                at,
+                escape(f"{receipt.capability_id}@{receipt.capability_version}"),
+                status,
+                receipt.error_code or "",
+                str(receipt.latency_ms),
+                escape(receipt.idempotency_key),
+            )
+        else:
+            error = f"\n{escape(receipt.error_code)}" if receipt.error_code else ""
+            table.add_row(
+                f"{receipt.id}\n[dim]{at}[/]",
+                escape(receipt.capability_id),
+                status + error,
+                str(receipt.latency_ms),
+            )
     return table
 
 

@@ -29,7 +29,7 @@ HINTS = {
     "receipt_not_found": "see `moat receipts list`",
     "execution_not_found": "see `moat receipts list` for the receipts' ids",
     "approval_not_found": "see `moat approvals list`",
-    "capability_not_found": "`GET /v1/capabilities` lists them",
+    "capability_not_found": "`moat capabilities` lists them",
     "webhook_url_not_allowed": "an operator can allow-list the host (MOAT_HTTP_ALLOW_HOSTS)",
 }
 

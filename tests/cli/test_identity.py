@@ -68,7 +68,7 @@ async def test_the_key_comes_from_flag_env_profile_then_demo_key(
 
     write_demo_key(home, other_key)
     report = await whoami(capsys)
-    assert report["key_id"] == {"value": other_id, "source": f"the demo key ({home}/demo_api_key)"}
+    assert report["key_id"] == {"value": other_id, "source": f"the demo key in {home}/demo_api_key"}
 
     code, out, _ = await moat(capsys, "profile", "set", "work", "--api-key", stack.api_key)
     assert code == 0, out

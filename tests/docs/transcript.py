@@ -41,6 +41,7 @@ NAMED: tuple[tuple[str, str, int], ...] = (
     ("receipt-id", rf"\"(?:receipt_id|correlation_id)\": \"({UUID})\"", 1),
     ("receipt-id", rf"^│ ({UUID}) │", 1),
     ("key-id", r"key:([a-z0-9]{12})\b", 1),
+    ("key-id", r"moat_([a-z0-9]{12})_…", 1),
 )
 # What no command names, replaced wherever it stands.
 MASKS: tuple[tuple[str, str], ...] = (
@@ -58,7 +59,7 @@ MASKS: tuple[tuple[str, str], ...] = (
     ("hmac:<fingerprint>", r"hmac:[0-9a-f]{16}"),
     ("<slack-ts>", r"\d{10}\.\d{6}"),
     ("<effect-key>", r"moat-[0-9a-f]{48}"),
-    ("<digest>", r"(?<=; )sha256:[0-9a-f]{64}"),
+    ("<digest>", r"(?<=(?:; |, ))sha256:[0-9a-f]{64}"),
 )
 # Masks that hold only after a word (the word kept): (placeholder, pattern of the value).
 AFTER: tuple[tuple[str, str, str], ...] = (
