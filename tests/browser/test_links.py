@@ -77,7 +77,8 @@ def test_the_banner_links_open(up: LocalStack, first_run: str, browser: BrowserC
 
 
 def test_the_status_links_open(up: LocalStack, first_run: str, browser: BrowserContext) -> None:
-    # Wide enough that no address is cut (at 80 columns the Temporal UI's is).
+    # Wide enough that each name stays on one line for the parser (at 80 columns the names
+    # fold; the addresses are whole at any width: tests/cli/test_tables.py).
     status = up.moat("status", columns=200)
     assert status.returncode == 0, status.stdout + status.stderr
     links = labelled_links(status.stdout)

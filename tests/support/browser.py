@@ -48,9 +48,13 @@ def missing_chromium() -> str | None:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[BrowserContext]:
-    """Chromium with a fresh profile, for the whole session (each test opens its pages)."""
+    """Chromium with a fresh profile, for one test module (each test opens its pages).
+
+    Not for the session: Playwright's sync API keeps an event loop running on the main
+    thread while it is started, and the suite's async tests need that thread's loop free,
+    so the browser stops with the module that used it."""
     reason = missing_chromium()
     if reason is not None:
         pytest.fail(reason, pytrace=False)
