@@ -47,8 +47,8 @@ $(FRAMEWORK_VENVS)/%/.installed: $(FRAMEWORK_LOCKS)/%.lock
 		set -e; echo "building $(FRAMEWORK_VENVS)/$* from $<"; \
 		rm -rf $(FRAMEWORK_VENVS)/$*; \
 		$(PYTHON) -m venv $(FRAMEWORK_VENVS)/$*; \
-		$(FRAMEWORK_VENVS)/$*/bin/pip install --quiet --disable-pip-version-check \
-			--require-hashes --no-deps -r $<; \
+		$(FRAMEWORK_VENVS)/$*/bin/pip install --require-hashes --no-deps --quiet \
+			--disable-pip-version-check -r $<; \
 		$(FRAMEWORK_VENVS)/$*/bin/python -c 'import sys, sysconfig, pathlib; \
 			pathlib.Path(sysconfig.get_path("purelib"), "moat_client.pth").write_text(sys.argv[1])' \
 			"$(CURDIR)/starter/client/src"; \

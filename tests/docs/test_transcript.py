@@ -47,3 +47,11 @@ def test_column_widths_do_not_count() -> None:
     one = "┏━━━━┳━━━━━━┓\n┃ ms ┃ key  ┃\n│ 9  │ sha… │\n"
     other = "┏━━━━━━┳━━━━━┓\n┃ ms   ┃ key ┃\n│ 1234 │ s… │\n"
     assert transcript.canonical(one).replace("9", "1234") == transcript.canonical(other)
+
+
+def test_a_narrow_receipts_tables_milliseconds_are_masked() -> None:
+    names = transcript.Placeholders()
+    names.name("receipt-id", "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+    row = "│ 0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b │ demo.echo │ success │  152 │"
+    masked = "│ <receipt-id>                         │ demo.echo │ success │  <ms> │"
+    assert names.hide(row) == masked

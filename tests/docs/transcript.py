@@ -61,6 +61,11 @@ MASKS: tuple[tuple[str, str], ...] = (
     ("<effect-key>", r"moat-[0-9a-f]{48}"),
     ("<digest>", r"(?<=(?:; |, ))sha256:[0-9a-f]{64}"),
 )
+# Masks of a table's cell, after the cells before it (kept): (placeholder, lead, value).
+CELLS: tuple[tuple[str, str, str], ...] = (
+    # A narrow receipts table's milliseconds, its last column.
+    ("<ms>", r"^│ <receipt-id[-\d]*> +│[^│\n]*│[^│\n]*│ *", r"\d+(?= │$)"),
+)
 # Masks that hold only after a word (the word kept): (placeholder, pattern of the value).
 AFTER: tuple[tuple[str, str, str], ...] = (
     ("latency_ms", "<ms>", r"\d+"),
@@ -121,6 +126,8 @@ class Placeholders:
             text = _after(text, word, placeholder, pattern)
         for placeholder, pattern in MASKS:
             text = keep_width(text, pattern, placeholder)
+        for placeholder, lead, pattern in CELLS:
+            text = keep_width(text, pattern, placeholder, lead)
         return text
 
 
