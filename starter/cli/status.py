@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Column, Table
 
 from schemas.settings import MoatSettings
@@ -26,11 +27,12 @@ def status(as_json: AsJson = False) -> None:
             "pid",
             "state",
             Column("address", no_wrap=True, overflow="ignore"),
-            title=f"moat up in {report.home}",
         )
         for m in report.members:
             state = "[green]running[/]" if m.alive else "[red]not running[/]"
             table.add_row(m.name, str(m.pid or "-"), state, m.url or "")
         if report.members:
+            # The home on a line of its own: a folder's path is never wrapped or cut.
+            out.print(f"moat up in {escape(report.home)}", soft_wrap=True, highlight=False)
             out.print(table)
     raise typer.Exit(0 if report.running else 1)

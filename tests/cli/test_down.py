@@ -18,9 +18,15 @@ from starter.devstack import down
 from starter.devstack.ports import LISTEN_PORT
 from tests.devstack.test_up import _environment, moat, moat_up
 
-# Exits on SIGTERM and SIGINT (Python's default for SIGINT is KeyboardInterrupt: exit 1).
-OBEYS = "import time\nwhile True: time.sleep(0.05)"
-IGNORES = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + OBEYS
+# Exits on SIGTERM and SIGINT. Both are set here, not inherited: a shell starts a background
+# job with SIGINT ignored, and Python then leaves it ignored.
+OBEYS = (
+    "import signal, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "while True: time.sleep(0.05)"
+)
+IGNORES = OBEYS.replace("signal.SIGTERM, signal.SIG_DFL", "signal.SIGTERM, signal.SIG_IGN")
 
 
 @pytest.fixture
