@@ -22,14 +22,16 @@ def status(as_json: AsJson = False) -> None:
             out.print(f"no `moat up` running in {report.home}")
         # An address is whole, never cut: it is what the next command or browser is given
         # (its port is in it; --json has the port alone).
+        # The pid column is as wide as the widest pid (7 digits), so the table's layout is
+        # the same whatever pids a machine hands out.
         table = Table(
             Column("", overflow="fold"),
-            "pid",
+            Column("pid", min_width=7),
             "state",
             Column("address", no_wrap=True, overflow="ignore"),
         )
         for m in report.members:
-            state = "[green]running[/]" if m.alive else "[red]not running[/]"
+            state = "[green]up[/]" if m.alive else "[red]down[/]"
             table.add_row(m.name, str(m.pid or "-"), state, m.url or "")
         if report.members:
             # The home on a line of its own: a folder's path is never wrapped or cut.

@@ -54,7 +54,7 @@ MASKS: tuple[tuple[str, str], ...] = (
     # A receipts table's milliseconds, before its key column.
     ("<ms>", r"(?<=│ )\d+…?(?= +│ sh[^│]*│$)"),
     ("<uuid>", UUID),
-    ("<pid>", r"(?<=│ )\d+(?= +│ (?:running|not running))"),
+    ("<pid>", r"(?<=│ )\d+(?= +│ (?:up|down) )"),
     ("<trace-id>", HEX32),
     ("hmac:<fingerprint>", r"hmac:[0-9a-f]{16}"),
     ("<slack-ts>", r"\d{10}\.\d{6}"),
