@@ -190,7 +190,7 @@ def test_moat_status_lists_the_fakes(tmp_path: Path, monkeypatch: pytest.MonkeyP
         ("fake webhook", "http://127.0.0.1:18703"),
     ):
         row = next(line for line in shown.output.splitlines() if name in line)
-        assert url in row and "running" in row, shown.output
+        assert url in row and "│ up " in row, shown.output
     report = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)
     fakes = {m["name"]: (m["url"], m["port"], m["alive"]) for m in report["members"]}
     assert fakes["fake slack"] == ("http://127.0.0.1:18701/api", 18701, True)
