@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -106,6 +107,7 @@ async def test_show_refuses_a_prefix_that_starts_receipts_of_two_tenants(cli_env
             )
         if shared >= 6 and starting == 2:
             break
+        await asyncio.sleep(1.1)  # the next pair out of this pair's window of time
     else:
         pytest.fail(f"no pair of receipts alone under a common prefix: {a}, {b}")
     result = await _invoke(["show", a[:shared]])
