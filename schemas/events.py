@@ -45,6 +45,19 @@ class EventType(StrEnum):
     APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
     DEAD_LETTER_REQUEUED = "DEAD_LETTER_REQUEUED"
     DEAD_LETTER_RESOLVED = "DEAD_LETTER_RESOLVED"
+    # Intake: a request (a plan, or an execution) accepted, taken up, and its end.
+    SIGNAL_RECEIVED = "SIGNAL_RECEIVED"
+    SIGNAL_PROCESSING_STARTED = "SIGNAL_PROCESSING_STARTED"
+    SIGNAL_PROCESSED = "SIGNAL_PROCESSED"
+    SIGNAL_PROCESSING_FAILED = "SIGNAL_PROCESSING_FAILED"
+    # A plan's step not run because its ``when`` did not hold.
+    STEP_SKIPPED = "STEP_SKIPPED"
+    # A plan's state after a step: the receipts so far, what a resume starts from.
+    RUN_CHECKPOINT_CREATED = "RUN_CHECKPOINT_CREATED"
+    # A run stopped by a person (a plan's cancel, a Temporal cancel or terminate).
+    RUN_CANCELLED = "RUN_CANCELLED"
+    # A plan's completed step undone by its ``compensate`` call.
+    STEP_COMPENSATED = "STEP_COMPENSATED"
 
 
 class AggregateType(StrEnum):
@@ -55,6 +68,8 @@ class AggregateType(StrEnum):
     MANIFEST = "MANIFEST"
     APPROVAL = "APPROVAL"
     DEAD_LETTER = "DEAD_LETTER"
+    SIGNAL = "SIGNAL"
+    PLAN = "PLAN"
 
 
 _EVENT_NAMESPACE = uuid.UUID("0c8a3f52-5d0e-4b1f-8f7e-3a9d6c4b2e10")

@@ -21,6 +21,8 @@ APPROVALS_WRITE = "approvals:write"
 WEBHOOKS_WRITE = "webhooks:write"
 DEAD_LETTERS_WRITE = "dead_letters:write"
 PROBES_WRITE = "probes:write"
+# Resuming or cancelling a plan (running one needs only its steps' execute scopes).
+PLANS_WRITE = "plans:write"
 # Reads that expose what executions answered (outputs, manifests) or what a person is asked
 # to approve (an approval's input).
 OUTPUTS_READ = "outputs:read"
