@@ -239,6 +239,26 @@ INPUT_MODELS: dict[str, type[BaseModel]] = {
     "github_rate_limit": NoInput,
 }
 
+# What an adapter's output holds, for a plan's references (``schemas.plans``): member name
+# → what is below it (a dict: known members; None: any value, not checked further).
+# ``ECHOED``: the output is the step's own input.
+ECHOED = "input"
+OutputShape = dict[str, Any] | str
+_ANSWER: dict[str, Any] = dict.fromkeys(
+    ("status", "headers", "body", "truncated", "received_bytes", "sha256")
+)
+OUTPUT_SHAPES: dict[str, OutputShape] = {
+    "echo": ECHOED,
+    "http": _ANSWER,
+    "webhook": _ANSWER,
+    "slack": dict.fromkeys(("channel", "ts", "reconciled")),
+    "github": dict.fromkeys(("number", "html_url", "id", "reconciled")),
+    "slack_auth_test": dict.fromkeys(
+        ("team", "team_id", "user", "user_id", "bot_id", "enterprise_id")
+    ),
+    "github_rate_limit": {"core": dict.fromkeys(("limit", "remaining", "used", "reset"))},
+}
+
 BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
     CapabilitySpec(
         id="demo.echo",
@@ -379,6 +399,10 @@ class CapabilityCatalog:
 
     def input_model(self, spec: CapabilitySpec) -> type[BaseModel]:
         return INPUT_MODELS[spec.adapter]
+
+    def output_shape(self, spec: CapabilitySpec) -> OutputShape:
+        """What the capability's output holds (``OUTPUT_SHAPES``)."""
+        return OUTPUT_SHAPES[spec.adapter]
 
     def input_schema(self, spec: CapabilitySpec) -> dict[str, Any]:
         """The JSON Schema of the capability's input, as the API lists and documents it."""
