@@ -392,6 +392,14 @@ class Plans:
                 connections_service.refuse_revoked(row)
 
 
+async def plans_store_row(session: AsyncSession, tenant_id: str, plan_id: str) -> PlanRow:
+    """The plan's row, in the caller's transaction; ``plan_not_found`` without one."""
+    row = await plans.get(session, tenant_id, plan_id)
+    if row is None:
+        raise plan_not_found(plan_id)
+    return row
+
+
 def plan_not_found(plan_id: str) -> MoatError:
     return MoatError(ErrorCode.PLAN_NOT_FOUND, f"No plan {plan_id!r} in this tenant.")
 
