@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from store.models import ApprovalRow
 from tests.gateway.test_approvals import decide, strict
 from tests.gateway.test_policy import new_key, put_policy
-from tests.plans.support import get_plan, post_plan, until_done
+from tests.plans.support import get_plan, plan_action, post_plan, until_done
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
 
@@ -72,3 +72,35 @@ async def test_one_approval_covers_the_whole_plan(stack: Stack, provider: FakePr
             select(func.count()).select_from(ApprovalRow).filter_by(tenant_id=stack.tenant_id)
         )
     assert asked == 1  # the steps asked no one again
+
+
+async def test_a_plan_cancelled_while_it_waits_for_approval_runs_nothing(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    writer = await new_key(stack, ["policy:write"])
+    await put_policy(stack, writer, strict())
+    run = uuid.uuid4().hex
+    url = provider.script(f"/never/{run}", Step(201))
+    plan = {
+        "steps": [
+            {
+                "id": "one",
+                "capability_id": "http.request",
+                "input": {"method": "POST", "url": url, "json": {}},
+            }
+        ]
+    }
+    answer = await post_plan(stack, plan, key=f"plan-{run}", wait=10)
+    assert answer.status_code == 202 and answer.json()["approval"], answer.text
+    body = answer.json()
+    cancelled = await plan_action(stack, body["plan_id"], "cancel", {"note": "not needed"})
+    assert cancelled.status_code in (200, 202), cancelled.text
+    done = await until_done(stack, body["plan_id"])
+    assert done["error"]["code"] == "plan_cancelled"
+    assert [s["status"] for s in done["steps"]] == ["pending"]
+    assert not provider.calls_to(f"/never/{run}")
+    async with stack.sessions() as session:
+        status = await session.scalar(
+            select(ApprovalRow.status).filter_by(id=body["approval"]["id"])
+        )
+    assert status == "expired"
