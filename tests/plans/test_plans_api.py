@@ -178,3 +178,20 @@ async def test_a_failing_step_undoes_what_was_done(stack: Stack, provider: FakeP
     types = [e["event_type"] for e in events.json()]
     assert types.count("STEP_COMPENSATED") == 1
     assert types[-2:] == ["RUN_FAILED", "SIGNAL_PROCESSING_FAILED"]
+
+
+async def test_another_tenants_plan_is_not_found(stack: Stack) -> None:
+    answer = await post_plan(stack, echo_plan())
+    plan_id = answer.json()["plan_id"]
+    _, other_key = await stack.new_tenant()
+    headers = {"Authorization": f"Bearer {other_key}"}
+    for path in ("", "/events", "/manifest"):
+        seen = await stack.http.get(f"{stack.url}/v1/plans/{plan_id}{path}", headers=headers)
+        assert seen.status_code == 404, (path, seen.text)
+    for action in ("resume", "cancel"):
+        tried = await stack.http.post(
+            f"{stack.url}/v1/plans/{plan_id}/{action}",
+            json={"effect_did_not_happen": True} if action == "resume" else {},
+            headers=headers,
+        )
+        assert tried.status_code in (403, 404), (action, tried.text)
