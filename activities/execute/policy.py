@@ -347,17 +347,7 @@ async def _evaluate(
             return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
         return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
     if mode == PolicyMode.STRICT and _requires_approval(document, inp):
-        rule = document.rule_for(inp.capability.id)
-        why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
-        if await _plan_approved(session, inp):
-            reason = f"{why}: approved with its plan ({inp.plan_approval_id})"
-            return Decision.ALLOW, RuleHit.PLAN_APPROVED, reason, budget
-        full = await _approvals_full(session, inp, now, limits)
-        if full is not None:
-            reason, details = full
-            denial.update(details)
-            return Decision.DENY, RuleHit.QUOTA_EXCEEDED, reason, budget
-        return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
+        return await _approval_verdict(session, inp, document, now, limits, denial, budget)
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
     if inp.ref.is_synthetic:
@@ -417,6 +407,30 @@ async def _approvals_full(
     if usage < limit:
         return None
     return exceeded(quota, limit, usage, "tenant" if own is not None else "default")
+
+
+async def _approval_verdict(
+    session: AsyncSession,
+    inp: PolicyInput,
+    document: PolicyVersion,
+    now: datetime,
+    limits: QuotaLimits,
+    denial: dict[str, Any],
+    budget: budgets.BudgetState | None,
+) -> Verdict:
+    """A call a person must approve under a strict policy: covered by its plan's approval,
+    refused when the tenant's calls waiting are at their quota, else waiting."""
+    rule = document.rule_for(inp.capability.id)
+    why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
+    if await _plan_approved(session, inp):
+        reason = f"{why}: approved with its plan ({inp.plan_approval_id})"
+        return Decision.ALLOW, RuleHit.PLAN_APPROVED, reason, budget
+    full = await _approvals_full(session, inp, now, limits)
+    if full is not None:
+        reason, details = full
+        denial.update(details)
+        return Decision.DENY, RuleHit.QUOTA_EXCEEDED, reason, budget
+    return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
 
 
 async def _plan_approved(session: AsyncSession, inp: PolicyInput) -> bool:

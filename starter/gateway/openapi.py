@@ -13,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from schemas.capabilities import CapabilityCatalog
 from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH
 from schemas.jsonvalues import with_defs
+from schemas.plans import MAX_PLAN_KEY_LENGTH
 from starter.gateway import bodies
 from starter.gateway.errors import ERROR_DESCRIPTIONS
 
@@ -77,6 +78,7 @@ def build(
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(defs)
     components["ExecuteRequest"] = bodies.execute_request(catalog, components)
+    components["PlanRequest"] = bodies.plan_request(catalog, components)
     if "ProbeCreate" in components:
         components["ProbeCreate"] = bodies.probe_request(
             catalog, components, probe_min_interval_seconds
@@ -145,9 +147,15 @@ def _document_idempotency_header(operation: dict[str, Any]) -> None:
         if parameter["in"] == "header" and parameter["name"] == "Idempotency-Key":
             schema = parameter["schema"]
             options = schema.get("anyOf", [schema])
+            # A plan's key leaves room for its steps' keys (``<key>/<step id>``).
+            longest = (
+                MAX_PLAN_KEY_LENGTH
+                if operation.get("operationId") == "run_plan"
+                else MAX_IDEMPOTENCY_KEY_LENGTH
+            )
             for option in options:
                 if option.get("type") == "string":
-                    option.update(minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_LENGTH)
+                    option.update(minLength=1, maxLength=longest)
 
 
 def install(app: FastAPI, catalog: CapabilityCatalog, probe_min_interval_seconds: int) -> None:

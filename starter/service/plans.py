@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import rfc8785
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -29,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.approvals import ApprovalRef, ApprovalStatus, approval_id_for
+from schemas.canonical import MAX_JSON_DEPTH, json_depth
 from schemas.capabilities import ECHOED, CapabilityCatalog, CapabilitySpec
 from schemas.errors import ErrorCode
 from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH, SUPPORTED_SCHEMA_VERSIONS, ErrorBody
@@ -67,7 +69,7 @@ from starter.service import connections as connections_service
 from starter.service import json_body
 from starter.service.errors import MoatError, capability_not_found, field_errors
 from starter.service.scopes import require_scope
-from store import approvals, outputs, plans, tenancy
+from store import approvals, db, outputs, plans, tenancy
 from store.api_keys import AuthenticatedTenant
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
@@ -126,7 +128,7 @@ class Plans:
                 f"Step {first.step!r} ({first.where}): {first.message}",
                 {"problems": [p.model_dump(exclude_none=True) for p in problems]},
             )
-        digest = plan_hash(request.document())
+        digest = _digest(request, key)
         if request.dry_run:
             return PreparedPlan(request, None, digest)
         return PreparedPlan(request, key or digest, digest)
@@ -392,6 +394,18 @@ class Plans:
                 connections_service.refuse_revoked(row)
 
 
+def resume_request(body: bytes) -> ResumeRequest:
+    """A resume's body (``schema_validation_failed`` when it is not one)."""
+    try:
+        return ResumeRequest.model_validate(json_body.parse(body or b"{}"))
+    except ValidationError as err:
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "The body does not match the schema.",
+            {"errors": field_errors(err.errors())},
+        ) from err
+
+
 async def plans_store_row(session: AsyncSession, tenant_id: str, plan_id: str) -> PlanRow:
     """The plan's row, in the caller's transaction; ``plan_not_found`` without one."""
     row = await plans.get(session, tenant_id, plan_id)
@@ -550,6 +564,33 @@ def _caller_key(header: str | None, field: str | None) -> str | None:
             )
         return header
     return field
+
+
+def _digest(request: PlanRequest, key: str | None) -> str:
+    """The plan's digest, once what the schema does not state holds: inputs nested at most
+    ``MAX_JSON_DEPTH`` levels, RFC 8785 can canonicalize them, and text stored as it is
+    (key, connection ids, versions) holds no NUL or lone surrogate."""
+    document = request.document()
+    for call in _calls(request):
+        if json_depth(call.input) > MAX_JSON_DEPTH:
+            raise MoatError(
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                f"An input is nested deeper than {MAX_JSON_DEPTH} levels.",
+            )
+    stored = [key, *(c.connection_id for c in _calls(request))]
+    stored += [c.capability_version for c in _calls(request)]
+    if any(v is not None and not db.storable(v) for v in stored):
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "Text fields may not hold NUL characters or lone surrogates.",
+        )
+    try:
+        return plan_hash(document)
+    except (rfc8785.CanonicalizationError, RecursionError, UnicodeError) as err:
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"The plan cannot be canonicalized (RFC 8785): {err}",
+        ) from err
 
 
 def check(request: PlanRequest, catalog: CapabilityCatalog) -> list[Problem]:

@@ -14,9 +14,13 @@ from urllib.parse import urlsplit
 import schemathesis
 
 from schemas.canonical import json_depth
+from schemas.capabilities import CapabilityCatalog
 from schemas.connections import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, ConnectionType, checked_origins
 from schemas.hosts import is_public, literal_address
+from schemas.plans import PlanRequest
 from schemas.redaction import redact
+from starter.service import MoatError
+from starter.service.plans import check
 
 
 def _idempotency_keys_differ(case: Any) -> bool:
@@ -76,7 +80,22 @@ def _probe_input_refused(case: Any) -> bool:
     return value is not None and redact(value) != value
 
 
+def _plan_refused(case: Any) -> bool:
+    """A plan's steps named by value: ids unique, ``when`` and references naming steps
+    before it, and paths its capability's output has (an order and one member against
+    another, across items of a list: JSON Schema checks each item on its own). The rules
+    are the ingest's own (``service.plans.check``), applied to the generated plan."""
+    if _idempotency_keys_differ(case):
+        return True
+    try:
+        request = PlanRequest.model_validate(case.body)
+        return bool(check(request, CapabilityCatalog()))
+    except (ValueError, MoatError):
+        return True
+
+
 RULES = {
+    ("POST", "/v1/plans"): _plan_refused,
     ("POST", "/v1/executions"): _idempotency_keys_differ,
     ("POST", "/v1/webhooks"): _private_webhook_host,
     ("POST", "/v1/connections"): _config_refused,

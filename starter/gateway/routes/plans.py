@@ -17,7 +17,7 @@ from starter.gateway.deps import Caller, CallerOnly, TenantSession, deps_of, sea
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, plan_status
 from starter.runtime import observability
 from starter.service import PlanAnswer, Plans, evidence
-from starter.service.plans import plan_not_found, plans_store_row
+from starter.service.plans import plan_not_found, plans_store_row, resume_request
 from store.manifests import ManifestStore
 
 router = APIRouter()
@@ -63,6 +63,22 @@ def _answer(answer: PlanAnswer | PlanEnvelope, applied: str | None = None) -> Re
         status_code=plan_status(envelope.status.value, code),
         headers=headers,
     )
+
+
+# The resume body as the document states it: the statement is required and must be true
+# (the handler refuses anything else with ``effect_statement_required``).
+RESUME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "effect_did_not_happen": {
+            "const": True,
+            "description": ResumeRequest.model_fields["effect_did_not_happen"].description,
+        },
+        "note": {"type": "string", "maxLength": 2000},
+    },
+    "required": ["effect_did_not_happen"],
+    "additionalProperties": False,
+}
 
 
 def _envelope(description: str) -> dict[str, Any]:
@@ -156,11 +172,16 @@ async def get_plan(request: Request, plan_id: str, caller: CallerOnly) -> Respon
         **documented_errors(400, 401, 403, 404, 409, 500),
     },
     dependencies=[needs(PLANS_WRITE, also="the scopes of every step")],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RESUME_SCHEMA}},
+        }
+    },
 )
 async def resume_plan(
     request: Request,
     plan_id: str,
-    body: ResumeRequest,
     caller: CallerOnly,
     prefer: PreferHeader = None,
 ) -> Response:
@@ -169,6 +190,7 @@ async def resume_plan(
     A compensated plan does not resume."""
     deps = deps_of(request)
     wait, applied = answering.wait_budget(prefer, deps.settings)
+    body = resume_request(await request.body())
     answer = await _plans(request).resume(
         caller, plan_id, body, wait, observability.current_trace_id()
     )
