@@ -17,6 +17,7 @@ from activities import (
     Adapter,
     AdapterStep,
     ApprovalActivities,
+    CancelSweep,
     DeliveryActivities,
     GithubAdapter,
     GithubRateLimitAdapter,
@@ -45,6 +46,7 @@ from store.keyrings.connections import ConnectionCipher
 from store.keyrings.signing import Keyring
 from store.keyrings.start import StartKeyring
 from store.manifests import ManifestStore
+from workflows.cancels import SweepCancelledRuns
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
 from workflows.partitions import OutcomePartitions
@@ -116,6 +118,7 @@ def build_worker(
     )
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
+    cancels = CancelSweep(sessions, client)
     probes = ProbeActivities(
         sessions, catalog or CapabilityCatalog(), start_keys, settings.local_activities
     )
@@ -129,6 +132,7 @@ def build_worker(
             OutcomePartitions,
             RefreshTrust,
             RunProbe,
+            SweepCancelledRuns,
         ],
         activities=[
             policy_step.check_policy,
@@ -143,6 +147,7 @@ def build_worker(
             trust.refresh_trust,
             probes.prepare_probe,
             delivery.give_up_delivery,
+            cancels.sweep_cancelled,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

@@ -14,6 +14,7 @@ RETENTION_WORKFLOW = "ManifestRetention"
 PARTITIONS_WORKFLOW = "OutcomePartitions"
 TRUST_REFRESH_WORKFLOW = "RefreshTrust"
 PROBE_WORKFLOW = "RunProbe"
+CANCEL_SWEEP_WORKFLOW = "SweepCancelledRuns"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -23,6 +24,7 @@ WRITE_MANIFEST = "moat.write_manifest"
 EXPIRE_MANIFESTS = "moat.expire_manifests"
 REQUEST_APPROVAL = "moat.request_approval"
 RECORD_APPROVAL = "moat.record_approval"
+SWEEP_CANCELLED = "moat.sweep_cancelled_runs"
 
 # The update a person's decision reaches a run waiting for approval with.
 DECIDE_APPROVAL_UPDATE = "decide_approval"
@@ -41,6 +43,8 @@ PREPARE_PROBE = "moat.prepare_probe"
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"
 # The Temporal Schedule that refreshes the trust rollup.
 TRUST_SCHEDULE_ID = "moat-trust-rollup"
+# The Temporal Schedule that records executions terminated or cancelled by an operator.
+CANCEL_SWEEP_SCHEDULE_ID = "moat-cancelled-runs"
 # A probe's schedule is this prefix and the probe's id.
 PROBE_SCHEDULE_PREFIX = "moat-probe-"
 

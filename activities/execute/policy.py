@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.evidence import Chain
-from activities.execute.events import chained, policy_events
+from activities.evidence import Chain, signal_id
+from activities.execute.events import chained, intake_events, policy_events
 from schemas.errors import ErrorCode
 from schemas.events import AggregateType, EventType
 from schemas.names import CHECK_POLICY
@@ -105,8 +105,11 @@ class PolicyStep:
                     type=ErrorCode.IDEMPOTENCY_KEY_BUSY,
                 )
             if existing is None:
-                outcome = await self._decide(session, inp, document, tenant, now, events=True)
-                return outcome.model_copy(update={"resumed": not claim.taken_now})
+                resumed = not claim.taken_now
+                outcome = await self._decide(
+                    session, inp, document, tenant, now, events=True, resumed=resumed
+                )
+                return outcome.model_copy(update={"resumed": resumed})
             row = await _record_decision(
                 session,
                 inp,
@@ -149,6 +152,7 @@ class PolicyStep:
             if await tenants.get_tenant(session, inp.ref.tenant_id) is None:
                 return
             correlation = f"refused:{inp.ref.run_id}"
+            named: dict[str, Any] = {k: v[:300] for k, v in claimed.items() if db.storable(v)}
             chain = Chain(inp.ref.tenant_id, correlation, inp.ref.run_id, "moat.policy")
             chain.add(
                 EventType.RUN_FAILED,
@@ -156,7 +160,15 @@ class PolicyStep:
                 correlation,
                 error_code=START_NOT_SIGNED,
                 reason=reason,
-                **{k: v[:300] for k, v in claimed.items() if db.storable(v)},
+                **named,
+            )
+            # No request was accepted, so none was received: the intake only failed.
+            chain.add(
+                EventType.SIGNAL_PROCESSING_FAILED,
+                AggregateType.SIGNAL,
+                signal_id(correlation),
+                error_code=START_NOT_SIGNED,
+                reason=reason,
             )
             await event_log.append(session, chain.drafts)
 
@@ -169,6 +181,7 @@ class PolicyStep:
         now: datetime,
         *,
         events: bool,
+        resumed: bool = False,
     ) -> PolicyOutcome:
         denial: dict[str, Any] = {}
         decision, rule, reason, budget = await _evaluate(
@@ -199,7 +212,8 @@ class PolicyStep:
         outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
         if events:
             chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
-            await event_log.append(session, chained(chain, policy_events(inp, row.id, outcome)))
+            drafts = intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
+            await event_log.append(session, chained(chain, drafts))
         return outcome
 
 
