@@ -7,10 +7,10 @@ ends it as that run records. The projection and a rebuild from the events agree 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, ScheduleActionStartWorkflow, WorkflowExecutionStatus
 from temporalio.testing import ActivityEnvironment
 
 from activities.cancels import CancelSweep, closed_runs_query
@@ -18,7 +18,9 @@ from schemas.cancels import CancelSweepInput, CancelSweepReport
 from schemas.capabilities import CapabilityCatalog
 from schemas.events import Event, EventType, RunStatus
 from schemas.ids import uuid7
+from schemas.names import CANCEL_SWEEP_WORKFLOW
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
+from starter.runtime.schedules import ensure_cancel_sweep_schedule
 from store import events as event_log
 from store.keyrings.start import StartKeyring
 from tests.gateway.test_approvals import bearer, call, decide, new_key, pending, setup
@@ -194,3 +196,22 @@ async def test_a_workflow_cancel_is_recorded_as_the_terminate_is(
     assert await run_status(stack, envelope["receipt_id"]) == RunStatus.CANCELLED
     await projection_agrees(stack)
     assert not provider.calls_to("/cancel-wf")
+
+
+async def test_the_sweep_runs_as_a_workflow_and_on_a_schedule(stack: Stack) -> None:
+    schedule_id = await ensure_cancel_sweep_schedule(stack.client, stack.settings)
+    assert await ensure_cancel_sweep_schedule(stack.client, stack.settings) == schedule_id
+    description = await stack.client.get_schedule_handle(schedule_id).describe()
+    assert description.schedule.spec.intervals[0].every == timedelta(minutes=5)
+    action = description.schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    assert action.workflow == CANCEL_SWEEP_WORKFLOW
+    # The worker runs the sweep's workflow (the schedule starts it on its deployment's queue).
+    report = await stack.client.execute_workflow(
+        CANCEL_SWEEP_WORKFLOW,
+        CancelSweepInput(tenant_id=stack.tenant_id),
+        id=f"sweep-{uuid7()}",
+        task_queue=stack.settings.task_queue,
+        result_type=CancelSweepReport,
+    )
+    assert report.cancelled == [] and report.as_of is not None
