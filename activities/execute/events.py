@@ -293,13 +293,9 @@ def outcome_events(inp: RecordInput) -> list[Draft]:
 
 
 def _processed(inp: RecordInput) -> Draft:
-    """The intake's end: an outcome recorded (a success, a failure or a refusal alike)."""
-    data = {
-        "receipt_status": inp.status,
-        "error_code": inp.error_code,
-        "request_id": inp.request_id,
-        "trace_id": inp.trace_id,
-    }
+    """The intake's end: an outcome recorded (a success, a failure or a refusal alike).
+    The request's labels are the receipt's and the ``SIGNAL_RECEIVED``'s, not repeated."""
+    data = {"receipt_status": inp.status, "error_code": inp.error_code}
     return Draft(
         EventType.SIGNAL_PROCESSED, AggregateType.SIGNAL, signal_id(inp.ref.receipt_id), data=data
     )

@@ -105,11 +105,9 @@ class PolicyStep:
                     type=ErrorCode.IDEMPOTENCY_KEY_BUSY,
                 )
             if existing is None:
-                resumed = not claim.taken_now
-                outcome = await self._decide(
-                    session, inp, document, tenant, now, events=True, resumed=resumed
+                return await self._decide(
+                    session, inp, document, tenant, now, events=True, resumed=not claim.taken_now
                 )
-                return outcome.model_copy(update={"resumed": resumed})
             row = await _record_decision(
                 session,
                 inp,
@@ -210,6 +208,7 @@ class PolicyStep:
             )
             held = True
         outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
+        outcome = outcome.model_copy(update={"resumed": resumed})
         if events:
             chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
             drafts = intake_events(inp, resumed) + policy_events(inp, row.id, outcome)

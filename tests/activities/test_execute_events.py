@@ -169,7 +169,7 @@ def test_outcomes_end_the_step_then_the_run() -> None:
     assert denied[0].data["policy_denied"] is True
     assert denied[1].aggregate == AggregateType.SIGNAL and denied[1].aggregate_id == SIGNAL
     assert denied[1].data["receipt_status"] == ExecutionStatus.POLICY_DENIED
-    assert (denied[1].data["request_id"], denied[1].data["trace_id"]) == ("req-1", "tr-1")
+    assert denied[1].data["error_code"] is None
 
 
 def test_intake_is_received_once_per_execution_and_started_by_each_run() -> None:
