@@ -21,10 +21,17 @@ from temporalio.service import RPCError
 
 from activities.evidence import start_chain
 from schemas.cancels import CancelSweepInput, CancelSweepReport
+from schemas.errors import ErrorCode
 from schemas.events import AggregateType, EventType, RunStatus
-from schemas.names import EXECUTE_WORKFLOW, RECEIPT_ATTRIBUTE, SWEEP_CANCELLED, TENANT_ATTRIBUTE
+from schemas.names import (
+    EXECUTE_WORKFLOW,
+    PLAN_WORKFLOW,
+    RECEIPT_ATTRIBUTE,
+    SWEEP_CANCELLED,
+    TENANT_ATTRIBUTE,
+)
 from store import events as event_log
-from store import receipts, tenancy
+from store import plans, receipts, tenancy
 
 ACTOR = "moat.cancel_sweep"
 _TENANT = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
@@ -36,9 +43,10 @@ _HOW = {
 
 
 def closed_runs_query(since: datetime, tenant_id: str | None) -> str:
-    """The visibility query of the execution runs terminated or cancelled since ``since``."""
+    """The visibility query of the execution (and plan) runs terminated or cancelled since
+    ``since``. A plan's run carries its plan id as ``MoatReceipt``."""
     query = (
-        f"WorkflowType = '{EXECUTE_WORKFLOW}' "
+        f"(WorkflowType = '{EXECUTE_WORKFLOW}' OR WorkflowType = '{PLAN_WORKFLOW}') "
         "AND (ExecutionStatus = 'Terminated' OR ExecutionStatus = 'Canceled') "
         f"AND CloseTime >= '{since.isoformat()}'"
     )
@@ -122,7 +130,39 @@ class CancelSweep:
                 workflow_id=run.id,
                 **why,
             )
+            if run.workflow_type == PLAN_WORKFLOW:
+                await _plan_cancelled(session, tenant_id, receipt_id, why)
+                chain.add(
+                    EventType.SIGNAL_PROCESSING_FAILED,
+                    AggregateType.SIGNAL,
+                    receipt_id,
+                    error_code=ErrorCode.PLAN_CANCELLED,
+                )
             return bool(await event_log.append(session, chain.drafts))
+
+
+async def _plan_cancelled(
+    session: AsyncSession, tenant_id: str, plan_id: str, why: dict[str, Any]
+) -> None:
+    """A plan whose run an operator terminated: it ends failed, ``plan_cancelled``; a step
+    that was running is not known to have ended (its execution is swept on its own)."""
+    row = await plans.get(session, tenant_id, plan_id, lock=True)
+    if row is None or row.status != "accepted":
+        return
+    await plans.save(
+        session,
+        row,
+        status="failed",
+        steps=row.steps,
+        run_id=row.run_id,
+        error={
+            "code": ErrorCode.PLAN_CANCELLED,
+            "message": f"The plan's run was {why['how']} in Temporal"
+            + (f": {why['reason']}" if why.get("reason") else "")
+            + ".",
+            "details": {"identity": why.get("identity")},
+        },
+    )
 
 
 async def _unrecorded(session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str) -> bool:

@@ -40,6 +40,7 @@ from schemas.names import (
     IDEMPOTENCY_KEY_ATTRIBUTE,
     IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH,
     PLAN_WORKFLOW,
+    RECEIPT_ATTRIBUTE,
     TENANT_ATTRIBUTE,
 )
 from schemas.planrun import PlanResult, PlanWorkflowInput, Resume, plan_workflow_id
@@ -78,6 +79,7 @@ from workflows.fairness import tenant_priority
 
 TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
 KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
+RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
 # How often a running plan is looked at for an approval it waits for, while the gateway waits.
 APPROVAL_POLL_SECONDS = 0.25
 
@@ -180,7 +182,11 @@ class Plans:
             update={"start_signature": self._start_keys.sign(PlanClaims.of(run, workflow_id))}
         )
         steps = ", ".join(s["capability_id"] for s in run.plan["steps"])
-        attributes = [SearchAttributePair(TENANT_ATTR, run.tenant_id)]
+        attributes = [
+            SearchAttributePair(TENANT_ATTR, run.tenant_id),
+            # A plan's run is found by its plan id as an execution's by its receipt id.
+            SearchAttributePair(RECEIPT_ATTR, run.plan_id),
+        ]
         if run.idempotency_key is not None:
             key = run.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]
             attributes.append(SearchAttributePair(KEY_ATTR, key))

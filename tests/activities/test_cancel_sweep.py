@@ -61,7 +61,7 @@ def types(events: list[Event]) -> list[str]:
 
 def test_the_sweep_asks_for_one_tenants_terminated_and_cancelled_executions() -> None:
     query = closed_runs_query(datetime(2026, 11, 1, tzinfo=UTC), "t-'1")
-    assert "WorkflowType = 'ExecuteCapability'" in query
+    assert "WorkflowType = 'ExecuteCapability' OR WorkflowType = 'ExecutePlan'" in query
     assert "ExecutionStatus = 'Terminated' OR ExecutionStatus = 'Canceled'" in query
     assert query.endswith("AND MoatTenant = 't-1'")
 

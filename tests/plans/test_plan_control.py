@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog
+from tests.activities.test_cancel_sweep import sweep
 from tests.plans.support import events_of, get_plan, plan_action, post_plan, until_done
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack, StackFactory, http_variant, worker_env
@@ -144,3 +145,24 @@ async def test_a_worker_killed_mid_plan_repeats_no_step(
     assert len(provider.effects_on(f"/first/{run}")) == 1
     assert len(provider.effects_on(f"/mid/{run}")) == 1  # the provider deduped the retry
     assert len(provider.effects_on(f"/last/{run}")) == 1
+
+
+async def test_a_terminated_plan_is_swept_cancelled(stack: Stack, provider: FakeProvider) -> None:
+    """``temporal workflow terminate`` runs no plan code: the cancel sweep ends the plan
+    ``plan_cancelled`` with ``RUN_CANCELLED`` (who and why), as it does an execution."""
+    run = uuid.uuid4().hex
+    answer = await post_plan(stack, slow_then_fast(provider, run), key=f"x-{run}", wait=0)
+    body = answer.json()
+    await _until_called(provider, f"/slow/{run}")
+    await stack.client.get_workflow_handle(body["workflow_id"]).terminate(reason="ops: wrong plan")
+    await sweep(stack, body["plan_id"])
+    shown = (await get_plan(stack, body["plan_id"])).json()
+    assert shown["status"] == "failed"
+    assert shown["error"]["code"] == "plan_cancelled"
+    assert "ops: wrong plan" in shown["error"]["message"]
+    types = [e.event_type.value for e in await events_of(stack, body["plan_id"])]
+    assert types[-2:] == ["RUN_CANCELLED", "SIGNAL_PROCESSING_FAILED"]
+    # Swept again: nothing more.
+    await sweep(stack)
+    again = [e.event_type.value for e in await events_of(stack, body["plan_id"])]
+    assert again == types
