@@ -23,6 +23,7 @@ import logging
 import os
 import platform
 import random
+import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ import httpx
 import temporalio
 from rich.console import Console
 from rich.table import Table
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from bench.speed import load, percentile, sequential, temporal_actions
 from bench.speed_stack import speed_stack
@@ -99,6 +102,7 @@ class PlanCalls:
     tag: str
     one: list[float] = field(default_factory=list)  # each execution of the sequence, ms
     workflow_ids: dict[str, str] = field(default_factory=dict)  # series -> one workflow id
+    plan_workflows: list[str] = field(default_factory=list)  # every plan run, in order
 
     def _headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}", "Idempotency-Key": key, "Prefer": WAIT}
@@ -112,6 +116,7 @@ class PlanCalls:
         if resp.status_code != 200 or body.get("status") != "executed":
             raise RuntimeError(f"plan not executed ({resp.status_code}): {resp.text[:300]}")
         self.workflow_ids.setdefault(PLAN, body["workflow_id"])
+        self.plan_workflows.append(body["workflow_id"])
         outputs = [s["output"] for s in body["steps"]]
         if outputs[1:] != later_inputs(outputs[0]):
             raise RuntimeError(f"the references did not resolve as expected: {outputs}")
@@ -133,6 +138,36 @@ class PlanCalls:
             raise RuntimeError(f"execution failed ({resp.status_code}): {resp.text[:300]}")
         self.workflow_ids.setdefault(ONE, resp.json()["workflow_id"])
         return resp.json()["output"]
+
+
+async def plan_time(client: Client, workflow_id: str) -> dict[str, float]:
+    """Where one plan's time went, from its history: its steps' executions (child started
+    to completed), its own activities (scheduled to completed), and the rest (workflow
+    tasks, child starts, queueing), in ms."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    events = history.events
+    at = {e.event_id: e.event_time.ToMicroseconds() / 1000 for e in events}
+    children = activities = 0.0
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+            child = e.child_workflow_execution_completed_event_attributes
+            children += at[e.event_id] - at[child.started_event_id]
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            activity = e.activity_task_completed_event_attributes
+            activities += at[e.event_id] - at[activity.scheduled_event_id]
+    total = at[events[-1].event_id] - at[events[0].event_id]
+    return {
+        "total_ms": total,
+        "steps_ms": children,
+        "plan_activities_ms": activities,
+        "rest_ms": total - children - activities,
+    }
+
+
+async def plan_breakdown(client: Client, workflow_ids: list[str]) -> dict[str, float]:
+    """The medians of ``plan_time`` over the last plans measured (at most 10)."""
+    times = [await plan_time(client, w) for w in workflow_ids[-10:]]
+    return {k: round(statistics.median(t[k] for t in times), 1) for k in times[0]}
 
 
 async def run_series(
@@ -175,6 +210,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             series: await temporal_actions(stack.moat_client, workflow_id)
             for series, workflow_id in calls.workflow_ids.items()
         }
+        report["plan_time"] = await plan_breakdown(stack.moat_client, calls.plan_workflows)
     report["load_1m"]["after"] = load()
     report["wall_seconds"] = round(time.monotonic() - started, 1)
     return report
@@ -204,6 +240,13 @@ def render(report: dict[str, Any], console: Console) -> None:
             f"({actions[PLAN]['events']} events), plus its 3 steps' executions; one "
             f"execution {actions[ONE]['actions']} ({actions[ONE]['events']} events)"
         )
+    split = report["plan_time"]
+    console.print(
+        f"A plan's time, from its history (each part the median over the last plans): "
+        f"{split['total_ms']:.0f} ms in all; its steps' executions {split['steps_ms']:.0f}, "
+        f"its own activities {split['plan_activities_ms']:.0f}, workflow tasks and child "
+        f"starts {split['rest_ms']:.0f}"
+    )
     loads = report["load_1m"]
     console.print(
         f"plan p50 - sequence p50: {report['plan_minus_sequence_p50_ms']:+.1f} ms; load "

@@ -13,6 +13,7 @@ from bench.plans import (
     first_input,
     later_inputs,
     plan_body,
+    plan_breakdown,
     run_series,
 )
 from schemas.capabilities import CapabilityCatalog
@@ -37,3 +38,6 @@ async def test_both_series_run_against_a_stack(stack: Stack) -> None:
     assert report["latency"][PLAN]["n"] == 1 and report["latency"][ONE]["n"] == 3
     assert report["ratio_p50"] > 0
     assert set(calls.workflow_ids) == {PLAN, ONE}
+    split = await plan_breakdown(stack.client, calls.plan_workflows)
+    assert split["steps_ms"] > 0 and split["plan_activities_ms"] > 0
+    assert split["total_ms"] >= split["steps_ms"] + split["plan_activities_ms"]
