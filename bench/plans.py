@@ -271,9 +271,9 @@ def main() -> None:
     parser.add_argument(
         "--max-seconds",
         type=float,
-        default=60,
+        default=55,
         help="wall-clock budget, start-up included; the series stop early (at least 10 "
-        "rounds) when it runs out (default 60)",
+        "rounds) when it runs out (default 55)",
     )
     parser.add_argument("--seed", type=int, default=8785)
     args = parser.parse_args()
