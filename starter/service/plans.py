@@ -141,7 +141,8 @@ class Plans:
     ) -> PlanAnswer:
         """Run the plan the body holds, or answer the plan its key already names."""
         prepared = self.prepare(body, header_key)
-        self._admit_scopes(tenant, prepared.request)
+        specs = self._specs(prepared.request)
+        self._admit_scopes(tenant, specs)
         async with tenancy.tenant_transaction(self._sessions, tenant.tenant_id) as session:
             await self._admit_connections(session, tenant.tenant_id, prepared.request)
             if prepared.idempotency_key is not None:
@@ -166,6 +167,7 @@ class Plans:
             dry_run=prepared.request.dry_run,
             scopes=list(tenant.scopes),
             api_key_id=tenant.key_id,
+            specs=specs,
         )
         handle = await self._start(run, WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
         return await self._wait(handle, tenant.tenant_id, run, wait_seconds, trace_id, prepared)
@@ -321,7 +323,7 @@ class Plans:
             }
         )
         assert run.idempotency_key == key and run.plan_hash == digest
-        self._admit_scopes(tenant, run.request())
+        self._admit_scopes(tenant, run.specs)
         handle = await self._start(run, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         return await self._wait(handle, tenant.tenant_id, run, wait_seconds, trace_id)
 
@@ -362,11 +364,21 @@ class Plans:
                 raise
         return await self.get(tenant.tenant_id, plan_id, trace_id)
 
-    def _admit_scopes(self, tenant: AuthenticatedTenant, request: PlanRequest) -> None:
+    def _specs(self, request: PlanRequest) -> dict[str, CapabilitySpec]:
+        """Each call's capability, resolved now: the run carries them."""
+        found: dict[str, CapabilitySpec] = {}
+        for step in request.steps:
+            for name, call in ((step.id, step), (f"{step.id}/compensate", step.compensate)):
+                if call is not None:
+                    spec = self._catalog.get(call.capability_id, call.capability_version)
+                    assert spec is not None
+                    found[name] = spec
+        return found
+
+    @staticmethod
+    def _admit_scopes(tenant: AuthenticatedTenant, specs: Mapping[str, CapabilitySpec]) -> None:
         """The caller's key must cover every call of the plan (steps and undos)."""
-        for call in _calls(request):
-            spec = self._catalog.get(call.capability_id, call.capability_version)
-            assert spec is not None
+        for spec in specs.values():
             require_scope(tenant.scopes, *capability_scopes(spec.id, spec.required_scopes))
 
     async def _admit_connections(
@@ -378,6 +390,14 @@ class Plans:
             row = await connections_service.admit(session, tenant_id, spec, call.connection_id)
             if not request.dry_run:
                 connections_service.refuse_revoked(row)
+
+
+async def plans_store_row(session: AsyncSession, tenant_id: str, plan_id: str) -> PlanRow:
+    """The plan's row, in the caller's transaction; ``plan_not_found`` without one."""
+    row = await plans.get(session, tenant_id, plan_id)
+    if row is None:
+        raise plan_not_found(plan_id)
+    return row
 
 
 def plan_not_found(plan_id: str) -> MoatError:

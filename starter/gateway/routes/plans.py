@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
-from schemas.names import REPLAYED_HEADER
+from schemas.events import Event
+from schemas.names import MANIFEST_SHA256_HEADER, REPLAYED_HEADER, RUN_ID_HEADER
 from schemas.plans import CancelRequest, PlanEnvelope, ResumeRequest
 from schemas.scopes import OUTPUTS_READ, PLANS_WRITE
 from starter.gateway import answering
 from starter.gateway.access import needs
-from starter.gateway.deps import CallerOnly, deps_of, sealer_of
+from starter.gateway.deps import Caller, CallerOnly, TenantSession, deps_of, sealer_of
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, plan_status
 from starter.runtime import observability
-from starter.service import PlanAnswer, Plans
+from starter.service import PlanAnswer, Plans, evidence
+from starter.service.plans import plan_not_found, plans_store_row
+from store.manifests import ManifestStore
 
 router = APIRouter()
 
@@ -188,3 +191,61 @@ async def cancel_plan(
 ) -> Response:
     envelope = await _plans(request).cancel(caller, plan_id, body, observability.current_trace_id())
     return _answer(envelope)
+
+
+@router.get(
+    "/v1/plans/{plan_id}/events",
+    tags=["plans"],
+    summary="A plan's event log, in order",
+    response_model=list[Event],
+    responses=documented_errors(401, 404, 500),
+)
+async def get_plan_events(plan_id: str, session: TenantSession, caller: Caller) -> list[Event]:
+    """The plan's own events (`SIGNAL_*`, `RUN_*`, `RUN_CHECKPOINT_CREATED`, `STEP_SKIPPED`,
+    `STEP_COMPENSATED`, `RUN_CANCELLED`); each step's are its execution's
+    (`/v1/executions/{receipt_id}/events`)."""
+    events = await evidence.events_of(session, caller.tenant_id, plan_id)
+    if not events:
+        raise plan_not_found(plan_id)
+    return events
+
+
+@router.get(
+    "/v1/plans/{plan_id}/manifest",
+    tags=["plans"],
+    summary="The signed manifest of a plan's run",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The manifest file, byte for byte as stored: every step's tool call "
+            "in order, what the steps created (`artifacts`), outputs per step and, for a "
+            "failed plan, `partial_completion`, `rollback_required`, `rolled_back`.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **documented_errors(401, 403, 404, 500),
+    },
+    dependencies=[needs(OUTPUTS_READ)],
+)
+async def get_plan_manifest(
+    request: Request,
+    plan_id: str,
+    session: TenantSession,
+    caller: Caller,
+    run_id: Annotated[
+        str | None,
+        Query(max_length=64, description="A particular run's manifest. Default: the latest."),
+    ] = None,
+) -> Response:
+    """A resumed plan has a manifest per run; the latest is its current account."""
+    if run_id is None:
+        row = await plans_store_row(session, caller.tenant_id, plan_id)
+        run_id = row.run_id
+    indexed = await evidence.indexed_manifest(session, caller.tenant_id, plan_id, run_id)
+    stored = await evidence.read_manifest(
+        ManifestStore(deps_of(request).settings.manifests_dir), indexed
+    )
+    return Response(
+        stored.data,
+        media_type="application/json",
+        headers={MANIFEST_SHA256_HEADER: stored.sha256, RUN_ID_HEADER: stored.run_id},
+    )
