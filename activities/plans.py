@@ -384,13 +384,16 @@ class PlanActivities:
         self, inp: PlanFinishInput, row: PlanRow, step_receipts: dict[str, Receipt]
     ) -> RunManifest:
         """The plan's manifest, in the shape of the design documents' failed-execution
-        example: a tool call per step in order, outputs per step, and for a failure the
-        partial completion and what was (or must be) rolled back."""
+        example: the calls in the order they ran (each step's input as resolved, then the
+        undos), outputs per step, and for a failure the partial completion and what was (or
+        must be) rolled back."""
         run = inp.run
         plan = run.request()
         tools = []
+        undos = []
         artifacts: list[Artifact] = []
         per_step: dict[str, Any] = {}
+        resolved = {(c["step"], c["kind"]): c["input"] for c in inp.calls if c["input"]}
         for step, state in zip(plan.steps, inp.steps, strict=True):
             receipt = step_receipts.get(state.receipt_id or "")
             per_step[step.id] = {
@@ -406,7 +409,7 @@ class PlanActivities:
                 redacted_tool(
                     step.capability_id,
                     receipt.timestamp,
-                    step.input,
+                    resolved.get((step.id, "step"), step.input),
                     "success" if ok else "failure",
                     data=inp.outputs.get(step.id) if ok else None,
                     error=None if ok else f"{receipt.error_code}",
@@ -417,16 +420,18 @@ class PlanActivities:
                 artifacts.append(_artifact(step.id, step.capability_id, receipt, inp.outputs))
             undo = step_receipts.get(state.compensation_receipt_id or "")
             if undo is not None and step.compensate is not None:
-                tools.append(
+                undos.append(
                     redacted_tool(
                         step.compensate.capability_id,
                         undo.timestamp,
-                        step.compensate.input,
+                        resolved.get((step.id, "compensate"), step.compensate.input),
                         "success" if undo.status == ExecutionStatus.SUCCESS else "failure",
                         error=undo.error_code,
                         idempotency_token=undo.idempotency_key,
                     )
                 )
+        # The calls in the order they ran: the steps, then their undos, last step first.
+        tools += reversed(undos)
         result: dict[str, Any] = {"plan_id": row.id, "status": inp.status.value, "steps": per_step}
         if inp.status == PlanStatus.FAILED:
             done = [s.id for s in inp.steps if s.status == StepStatus.EXECUTED]

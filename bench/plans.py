@@ -142,8 +142,9 @@ class PlanCalls:
 
 async def plan_time(client: Client, workflow_id: str) -> dict[str, float]:
     """Where one plan's time went, from its history: its steps' executions (child started
-    to completed), its own activities (scheduled to completed), and the rest (workflow
-    tasks, child starts, queueing), in ms."""
+    to completed), its own steps (regular activities scheduled to completed, and its
+    workflow tasks, where local activities run), and the rest (queueing, child starts), in
+    ms."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     events = history.events
     at = {e.event_id: e.event_time.ToMicroseconds() / 1000 for e in events}
@@ -155,6 +156,10 @@ async def plan_time(client: Client, workflow_id: str) -> dict[str, float]:
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             activity = e.activity_task_completed_event_attributes
             activities += at[e.event_id] - at[activity.scheduled_event_id]
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            # Local activities (the plan's bookkeeping by default) run inside its tasks.
+            task = e.workflow_task_completed_event_attributes
+            activities += at[e.event_id] - at[task.started_event_id]
     total = at[events[-1].event_id] - at[events[0].event_id]
     return {
         "total_ms": total,

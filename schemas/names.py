@@ -29,8 +29,9 @@ BEGIN_PLAN = "moat.begin_plan"
 PREPARE_STEP = "moat.prepare_step"
 PLAN_CHECKPOINT = "moat.plan_checkpoint"
 FINISH_PLAN = "moat.finish_plan"
-# The update an operator's cancel of a plan reaches its run with.
-CANCEL_PLAN_UPDATE = "cancel_plan"
+# The signal an operator's cancel of a plan reaches its run with (a signal: it is recorded
+# at once, whether or not a worker is free to take it up).
+CANCEL_PLAN_SIGNAL = "cancel_plan"
 SWEEP_CANCELLED = "moat.sweep_cancelled_runs"
 
 # The update a person's decision reaches a run waiting for approval with.

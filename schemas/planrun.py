@@ -159,6 +159,11 @@ class PlanFinishInput(BaseModel):
     approval: Approval | None = None
     outputs: dict[str, Any] = Field(default_factory=dict)
     rolled_back: bool = False
+    calls: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Each call in the order it ran: step, kind (step or compensate) and "
+        "its input as resolved (None: answered by a receipt stored before this run).",
+    )
 
 
 class PlanResult(BaseModel):

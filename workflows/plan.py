@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.names import (
         AWAITING_APPROVAL,
         BEGIN_PLAN,
-        CANCEL_PLAN_UPDATE,
+        CANCEL_PLAN_SIGNAL,
         CAPABILITY_ATTRIBUTE,
         DECIDE_APPROVAL_UPDATE,
         EXECUTE_WORKFLOW,
@@ -108,6 +108,8 @@ class ExecutePlan:
         self._pending: Approval | None = None
         self._decided: Approval | None = None
         self._closing = False
+        # Each call as it ran (resolved input), in order: the manifest's tools.
+        self._calls: list[dict[str, Any]] = []
 
     @workflow.run
     async def run(self, run: PlanWorkflowInput) -> PlanResult:
@@ -171,6 +173,7 @@ class ExecutePlan:
                 await self._skip(run, state, launch.skipped)
                 continue
             state.idempotency_key = launch.idempotency_key
+            self._note_call(launch)
             receipt, output, error = await self._call(launch)
             state.receipt_id = receipt.id if receipt is not None else None
             if error is None:
@@ -182,6 +185,17 @@ class ExecutePlan:
             if error is not None and not _handled(plan, index):
                 return error.model_copy(update={"details": {**error.details, "step": step.id}})
         return None
+
+    def _note_call(self, launch: StepLaunch) -> None:
+        """The call about to run (or already answered), with its input as resolved."""
+        start = launch.start
+        self._calls.append(
+            {
+                "step": launch.step_id,
+                "kind": launch.kind,
+                "input": start.input if start is not None else None,
+            }
+        )
 
     async def _call(self, launch: StepLaunch) -> tuple[Receipt | None, Any, ErrorBody | None]:
         """A step's execution: its stored receipt, or its child run started and waited for.
@@ -281,6 +295,7 @@ class ExecutePlan:
                 )
                 undone = False
                 continue
+            self._note_call(launch)
             receipt, _, error = await self._call(launch)
             state.compensation_receipt_id = receipt.id if receipt is not None else None
             if error is None:
@@ -377,6 +392,7 @@ class ExecutePlan:
                 approval=approval,
                 outputs=self._outputs,
                 rolled_back=rolled_back,
+                calls=self._calls,
             ),
             str,
         )
@@ -530,31 +546,31 @@ class ExecutePlan:
 
     # An operator's cancel.
 
-    @workflow.update(name=CANCEL_PLAN_UPDATE)
-    async def cancel_plan(self, by: str, request: CancelRequest) -> str:
+    @workflow.signal(name=CANCEL_PLAN_SIGNAL)
+    def cancel_plan(self, by: str, request: CancelRequest) -> None:
         """Stop the plan: a step calling its provider finishes, no later step starts (a
-        plan waiting for approval stops waiting). The plan's id."""
-        self._cancelled_by = by if not request.note else f"{by} ({request.note[:200]})"
-        return self._plan_id
-
-    @cancel_plan.validator
-    def _check_cancel(self, by: str, request: CancelRequest) -> None:
+        plan waiting for approval stops waiting). A plan that has finished ignores it."""
         if self._finished or self._cancelled_by is not None:
-            raise ApplicationError("the plan has finished", type=ErrorCode.PLAN_FINISHED)
+            return
+        self._cancelled_by = by if not request.note else f"{by} ({request.note[:200]})"
 
     def _show(self, doing: str) -> None:
         workflow.set_current_details(f"plan {self._plan_id} · {doing}")
 
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any]) -> Any:
+        """A step of the plan's own: a local activity (inside the workflow task, as an
+        execution's bookkeeping) unless the gateway runs them as regular activities."""
         assert self._run is not None
+        options: dict[str, Any] = {
+            "result_type": result_type,
+            "start_to_close_timeout": BOOKKEEPING_TIMEOUT,
+            "schedule_to_close_timeout": BOOKKEEPING_DEADLINE,
+            "retry_policy": BOOKKEEPING_RETRY,
+        }
+        if self._run.local_activities:
+            return await workflow.execute_local_activity(name, arg, **options)
         return await workflow.execute_activity(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            schedule_to_close_timeout=BOOKKEEPING_DEADLINE,
-            retry_policy=BOOKKEEPING_RETRY,
-            priority=tenant_priority(self._run.tenant_id),
+            name, arg, priority=tenant_priority(self._run.tenant_id), **options
         )
 
 

@@ -36,7 +36,7 @@ from schemas.errors import ErrorCode
 from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH, SUPPORTED_SCHEMA_VERSIONS, ErrorBody
 from schemas.ids import uuid7
 from schemas.names import (
-    CANCEL_PLAN_UPDATE,
+    CANCEL_PLAN_SIGNAL,
     IDEMPOTENCY_KEY_ATTRIBUTE,
     IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH,
     PLAN_WORKFLOW,
@@ -360,15 +360,9 @@ class Plans:
             workflow_id = row.workflow_id
         handle = self._client.get_workflow_handle(workflow_id)
         try:
-            await handle.execute_update(
-                CANCEL_PLAN_UPDATE, args=[f"key:{tenant.key_id}", body], result_type=str
-            )
+            await handle.signal(CANCEL_PLAN_SIGNAL, args=[f"key:{tenant.key_id}", body])
         except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-        except Exception as err:  # the update's refusal: the plan finished meanwhile
-            cause = getattr(err, "cause", None)
-            if not isinstance(cause, ApplicationError) or cause.type != ErrorCode.PLAN_FINISHED:
+            if err.status != RPCStatusCode.NOT_FOUND:  # the run ended meanwhile
                 raise
         return await self.get(tenant.tenant_id, plan_id, trace_id)
 

@@ -583,7 +583,7 @@ DRIVERS.update(
         plan_cancelled: (
             _plan(
                 "plan_cancelled",
-                "cancelled through the update while its first step runs: that step "
+                "cancelled through the signal while its first step runs: that step "
                 "finishes, the second never starts",
             ),
         ),

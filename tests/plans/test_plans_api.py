@@ -154,11 +154,13 @@ async def test_a_failing_step_undoes_what_was_done(stack: Stack, provider: FakeP
     assert got.status_code == 200, got.text
     manifest = json.loads(got.content)
     assert manifest["correlation_id"] == body["plan_id"]
-    assert [(t["tool_name"], t["result"]["status"]) for t in manifest["tools"]] == [
-        ("http.request", "success"),
-        ("http.request", "success"),  # the undo of "make"
-        ("http.request", "failure"),
+    # The calls as they ran, each input as resolved: make, break, then the undo.
+    assert [(t["parameters"]["url"], t["result"]["status"]) for t in manifest["tools"]] == [
+        (made, "success"),
+        (broken, "failure"),
+        (undo, "success"),
     ]
+    assert manifest["tools"][2]["parameters"]["json"] == {"id": 7}
     outputs = manifest["outputs"]
     assert outputs["partial_completion"] == {"completed_steps": ["make"], "total_steps": 2}
     assert outputs["rolled_back"] == ["make"] and outputs["rollback_required"] is False

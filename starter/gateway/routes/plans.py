@@ -203,6 +203,7 @@ async def resume_plan(
     summary="Stop a running plan",
     response_model=PlanEnvelope,
     responses={
+        200: _envelope("Stopped already (`failed`, `plan_cancelled`)."),
         202: _envelope("Stopping: the step under way finishes, no later step starts."),
         **documented_errors(401, 403, 404, 409, 500),
     },
@@ -255,7 +256,10 @@ async def get_plan_manifest(
     caller: Caller,
     run_id: Annotated[
         str | None,
-        Query(max_length=64, description="A particular run's manifest. Default: the latest."),
+        Query(
+            pattern=r"^[0-9A-Za-z-]{1,64}$",
+            description="A particular run's manifest. Default: the latest.",
+        ),
     ] = None,
 ) -> Response:
     """A resumed plan has a manifest per run; the latest is its current account."""
