@@ -185,16 +185,12 @@ class SlackDeleteMessageAdapter(SlackAdapter):
     ) -> AdapterOutput:
         msg = parse_input(inp, SlackDeleteMessageInput)
         cred = credential_of(inp, credential, ConnectionType.SLACK)
-        api = base_url(cred, DEFAULT_BASE_URL)
+        url = f"{base_url(cred, DEFAULT_BASE_URL)}/chat.delete"
+        body = {"channel": msg.channel, "ts": msg.ts}
         answer = await self._call(
-            inp,
-            "POST",
-            f"{api}/chat.delete",
-            cred,
-            json={"channel": msg.channel, "ts": msg.ts},
-            done=_GONE if inp.repeat else frozenset(),
+            inp, "POST", url, cred, json=body, done=_GONE if inp.repeat else frozenset()
         )
-        # Slack names the deleted message's channel by its id, whatever the input named.
+        # Slack's answer names the channel by its id; a repeat's ``message_not_found`` does not.
         channel = str(answer.get("channel") or msg.channel)
         gone = answer.get("ok") is not True
         return recorded(200, {"channel": channel, "ts": msg.ts, "already_deleted": gone})

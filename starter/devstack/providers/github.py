@@ -6,19 +6,23 @@ bodies (``{"message", "documentation_url"}``; 422 with an ``errors`` list): 401 
 token, 403 for a token without access, 404 for a repository it does not know, 410 when its
 issues are disabled, 422 for a missing title or an unknown assignee, and the secondary rate
 limit (403 with ``Retry-After``) or the primary one (429, ``x-ratelimit-remaining: 0`` and
-``x-ratelimit-reset``). ``GET`` and ``PATCH /repos/{owner}/{repo}/issues/{number}`` read and
-update one issue (``title``, ``body``, ``state`` open|closed, ``state_reason``, which GitHub
-ignores unless the state changes): 404 for a number it does not know, 410 for an issue
-deleted (``delete_issue``), 422 for a state or reason it does not take. Closing a closed
-issue answers it as it is; ``closes`` counts the closings each issue went through.
-``GET /rate_limit`` answers the token's limits
-(``resources.core``/``search``/``graphql`` and the older ``rate``, with the ``x-ratelimit-*``
-headers): 60 an hour without a token, 5000 with one, ``used`` counting the token's issue
-calls; like GitHub, reading it is not counted, and only a bad token is refused (401).
+``x-ratelimit-reset``).
+
+``GET`` and ``PATCH /repos/{owner}/{repo}/issues/{number}`` read and update one issue
+(``title``, ``body``, ``state`` open|closed, ``state_reason``, which GitHub ignores unless
+the state changes): 404 for a number it does not know, 410 for an issue deleted
+(``delete_issue``), 422 for a state or reason it does not take. Closing a closed issue
+answers it as it is; ``closes`` counts the closings each issue went through.
+
+``GET /rate_limit`` answers the token's limits (``resources.core``/``search``/``graphql`` and
+the older ``rate``, with the ``x-ratelimit-*`` headers): 60 an hour without a token, 5000
+with one, ``used`` counting the token's issue calls; like GitHub, reading it is not counted,
+and only a bad token is refused (401).
 
 Any token is good unless listed in ``bad_tokens`` (401), ``forbidden_tokens`` (403 on every
-call) or ``write_only_tokens`` (403 on listing). Any repository exists unless listed in
-``missing_repos`` or ``issues_disabled`` (``owner/repo``).
+call) or ``write_only_tokens`` (403 on reading issues). Any repository exists unless listed
+in ``missing_repos`` or ``issues_disabled`` (``owner/repo``). ``error_next`` makes the next
+issue calls answer the HTTP statuses it lists (a 502, a 503).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
@@ -52,6 +57,7 @@ class FakeGithub(FakeServer):
         self.users: set[str] | None = None  # None: every assignee exists
         self.secondary_limit_next = 0
         self.primary_limit_next = 0
+        self.error_next: list[int] = []  # the next issue calls answer these HTTP statuses
         self.retry_after = 1
         self.issues: dict[str, list[dict[str, Any]]] = {}
         self.deleted: dict[str, set[int]] = {}  # issue numbers deleted, by owner/repo
@@ -68,6 +74,7 @@ class FakeGithub(FakeServer):
             self.closes.clear()
             self.secondary_limit_next = 0
             self.primary_limit_next = 0
+            self.error_next.clear()
             self.used.clear()
 
     def state(self) -> dict[str, Any]:
@@ -119,6 +126,9 @@ class FakeGithub(FakeServer):
                 )
             if match is None:
                 return _refusal(404, "Not Found")
+            if self.error_next:
+                status = self.error_next.pop(0)
+                return _refusal(status, HTTPStatus(status).phrase)
             full = f"{match.group(1)}/{match.group(2)}"
             if full in self.missing_repos:
                 return _refusal(404, "Not Found")
