@@ -416,3 +416,39 @@ async def test_slack_cannot_delete_someone_elses_message(
         assert (err.value.type, err.value.non_retryable) == ("provider_invalid_input", True)
         assert _details(err.value)["provider_response"]["error"] == "cant_delete_message"
     assert [m["ts"] for m in slack.posted(channel)] == [ts]
+
+
+def test_the_fakes_answer_like_the_providers_over_plain_http(
+    github: FakeGithub, slack: FakeSlack
+) -> None:
+    auth = {"Authorization": f"Bearer {GITHUB_TOKEN}"}
+    repo = f"r{uuid.uuid4().hex[:8]}"
+    issues = f"{github.base_url}/repos/octo/{repo}/issues"
+    made = httpx.post(issues, json={"title": "t"}, headers=auth).json()
+    one = f"{issues}/{made['number']}"
+    refused = httpx.patch(one, json={"state": "shut"}, headers=auth)
+    assert refused.status_code == 422
+    assert refused.json()["errors"] == [{"resource": "Issue", "code": "invalid", "field": "state"}]
+    assert refused.json()["documentation_url"].endswith("#update-an-issue")
+    for state in ("closed", "open", "closed"):
+        assert httpx.patch(one, json={"state": state}, headers=auth).json()["state"] == state
+    shown = httpx.get(one, headers=auth).json()
+    assert (shown["state"], shown["state_reason"]) == ("closed", "completed")
+    assert shown["closed_at"] is not None
+    assert github.closes_of("octo", repo, made["number"]) == 2  # closed, reopened, closed
+    assert httpx.get(f"{issues}/999", headers=auth).status_code == 404
+    state = httpx.get(f"{github.base_url}/_fake/state").json()
+    assert state["closes"][f"octo/{repo}#{made['number']}"] == 2
+
+    # Slack's Web API takes form bodies too, and the token as a parameter.
+    channel = _channel()
+    ts = slack.seed(channel, "someone's")
+    form = {"token": SLACK_TOKEN, "channel": channel, "ts": ts}
+    answer = httpx.post(f"{slack.base_url}/api/chat.delete", data=form).json()
+    assert answer == {"ok": False, "error": "cant_delete_message"}
+    slack.scopes["xoxb-read-only"] = {"channels:history"}
+    answer = httpx.post(
+        f"{slack.base_url}/api/chat.delete", data={**form, "token": "xoxb-read-only"}
+    ).json()
+    assert answer["error"] == "missing_scope" and answer["needed"] == "chat:write"
+    assert slack.deleted(channel) == []
