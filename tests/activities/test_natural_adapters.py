@@ -26,11 +26,11 @@ from activities import (
     SlackDeleteMessageAdapter,
     http_client,
 )
-from schemas.capabilities import CapabilityCatalog, IdempotencyStrategy, RetrySettings
+from schemas.capabilities import CapabilityCatalog, IdempotencyStrategy
 from schemas.connections import ConnectionType, Credential
-from schemas.ids import uuid7
 from schemas.run import AdapterInput
 from starter.devstack.providers import FakeGithub, FakeSlack, Misbehaviour
+from tests.activities.test_provider_adapters import _again, _details, _input
 
 SLACK_TOKEN = "xoxb-natural"
 GITHUB_TOKEN = "ghp_natural"
@@ -41,36 +41,6 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
     client = http_client()
     yield client
     await client.aclose()
-
-
-def _input(capability_id: str, data: dict[str, Any], allow: str, **extra: Any) -> AdapterInput:
-    spec = CapabilityCatalog().get(capability_id)
-    assert spec is not None
-    spec = spec.model_copy(
-        update={
-            "timeout_seconds": 1.0,
-            "retry": RetrySettings(max_retries=3, base_delay_seconds=0.01),
-        }
-    )
-    return AdapterInput(
-        tenant_id="t1",
-        receipt_id=str(uuid7()),
-        capability=spec,
-        input=data,
-        idempotency_key=f"moat-{uuid.uuid4().hex}",
-        trace_id="0" * 32,
-        http_allow_hosts=[allow],
-        **extra,
-    )
-
-
-def _again(inp: AdapterInput, attempt: int) -> AdapterInput:
-    return inp.model_copy(update={"attempt": attempt})
-
-
-def _details(err: ApplicationError) -> dict[str, Any]:
-    assert err.details and isinstance(err.details[0], dict)
-    return err.details[0]
 
 
 def test_both_are_natural() -> None:
