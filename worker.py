@@ -20,6 +20,7 @@ from activities import (
     CancelSweep,
     DeliveryActivities,
     GithubAdapter,
+    GithubCloseIssueAdapter,
     GithubRateLimitAdapter,
     HostGuard,
     HttpAdapter,
@@ -32,6 +33,7 @@ from activities import (
     RetentionActivities,
     SlackAdapter,
     SlackAuthTestAdapter,
+    SlackDeleteMessageAdapter,
     StoreConnectionResolver,
     TrustActivities,
     WebhookAdapter,
@@ -94,6 +96,8 @@ def build_worker(
         "github": GithubAdapter(http, guard),
         "slack_auth_test": SlackAuthTestAdapter(http, guard),
         "github_rate_limit": GithubRateLimitAdapter(http, guard),
+        "github_close_issue": GithubCloseIssueAdapter(http, guard),
+        "slack_delete_message": SlackDeleteMessageAdapter(http, guard),
         **(adapters or {}),
     }
     # A provider's Retry-After holds back every worker's calls on that tenant's connection.

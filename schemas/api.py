@@ -57,7 +57,8 @@ class CapabilityInfo(BaseModel):
     idempotency: IdempotencyStrategy = Field(
         description="How a repeated attempt is kept from a second effect: `provider_key` (the "
         "provider dedupes on Moat's key), `reconcile` (Moat marks what it creates and looks "
-        "for the mark before any repeat) or `none`."
+        "for the mark before any repeat), `natural` (repeating the call leaves the same "
+        "state) or `none`."
     )
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
     probe: ProbeSpec | None = Field(

@@ -34,6 +34,9 @@ class IdempotencyStrategy(StrEnum):
     # The provider has no key: the adapter marks what it creates with the downstream key
     # and looks for its mark before any repeated attempt.
     RECONCILE = "reconcile"
+    # Repeating the call leaves the same state: it names the state it leaves (this issue
+    # closed, this message gone), so a repeat finds that state and changes nothing more.
+    NATURAL = "natural"
     NONE = "none"
 
 
@@ -190,15 +193,29 @@ class WebhookPostInput(BaseModel):
     payload: dict[str, CanonicalAny] = Field(default_factory=dict)
 
 
+SlackChannel = Annotated[str, Field(min_length=1, max_length=200)]
+# A message's timestamp, its id within the channel.
+SlackTs = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+$")]
+
+
 class SlackPostMessageInput(BaseModel):
     """Input of ``slack.post_message`` (Slack's ``chat.postMessage``)."""
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    channel: str = Field(min_length=1, max_length=200)
+    channel: SlackChannel
     text: str = Field(min_length=1, max_length=40000)
     blocks: list[dict[str, CanonicalAny]] | None = None
-    thread_ts: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")
+    thread_ts: SlackTs | None = None
+
+
+class SlackDeleteMessageInput(BaseModel):
+    """Input of ``slack.delete_message`` (Slack's ``chat.delete``)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    channel: SlackChannel
+    ts: SlackTs
 
 
 # GitHub's own rules for owner and repository names.
@@ -208,6 +225,8 @@ class SlackPostMessageInput(BaseModel):
 # dots only).
 _GITHUB_OWNER = r"^[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*$"
 _GITHUB_REPO = r"^\.*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
+GithubOwner = Annotated[str, Field(max_length=39, pattern=_GITHUB_OWNER)]
+GithubRepo = Annotated[str, Field(max_length=100, pattern=_GITHUB_REPO)]
 
 
 class GithubCreateIssueInput(BaseModel):
@@ -215,12 +234,25 @@ class GithubCreateIssueInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    owner: str = Field(max_length=39, pattern=_GITHUB_OWNER)
-    repo: str = Field(max_length=100, pattern=_GITHUB_REPO)
+    owner: GithubOwner
+    repo: GithubRepo
     title: str = Field(min_length=1, max_length=256)
     body: str | None = Field(default=None, max_length=60000)
     labels: list[str] | None = None
     assignees: list[str] | None = None
+
+
+class GithubCloseIssueInput(BaseModel):
+    """Input of ``github.close_issue`` (``PATCH /repos/{owner}/{repo}/issues/{number}``)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    owner: GithubOwner
+    repo: GithubRepo
+    number: int = Field(ge=1)
+    state_reason: Literal["completed", "not_planned"] | None = Field(
+        default=None, description="Why it is closed; unset: GitHub's default, `completed`."
+    )
 
 
 class NoInput(BaseModel):
@@ -237,6 +269,8 @@ INPUT_MODELS: dict[str, type[BaseModel]] = {
     "github": GithubCreateIssueInput,
     "slack_auth_test": NoInput,
     "github_rate_limit": NoInput,
+    "github_close_issue": GithubCloseIssueInput,
+    "slack_delete_message": SlackDeleteMessageInput,
 }
 
 # What an adapter's output holds, for a plan's references (``schemas.plans``): member name
@@ -257,6 +291,8 @@ OUTPUT_SHAPES: dict[str, OutputShape] = {
         ("team", "team_id", "user", "user_id", "bot_id", "enterprise_id")
     ),
     "github_rate_limit": {"core": dict.fromkeys(("limit", "remaining", "used", "reset"))},
+    "github_close_issue": dict.fromkeys(("number", "html_url", "state")),
+    "slack_delete_message": dict.fromkeys(("channel", "ts", "already_deleted")),
 }
 
 BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
@@ -369,6 +405,40 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
         connection_types=(ConnectionType.GITHUB,),
         connection_required=True,
         probe=ProbeSpec(default_input={}),
+    ),
+    # What undoes the effects above: a plan's compensating steps.
+    CapabilitySpec(
+        id="github.close_issue",
+        version="1.0.0",
+        adapter="github_close_issue",
+        adapter_id="github-close-issue-adapter-v1",
+        description=(
+            "Closes an issue with GitHub's PATCH /repos/{owner}/{repo}/issues/{number} "
+            '(`{"state": "closed"}`, with `state_reason`). An issue already closed is '
+            "answered as closed: repeating the call leaves the same state."
+        ),
+        effect_type=EffectType.API_CALL,
+        timeout_seconds=10.0,
+        idempotency=IdempotencyStrategy.NATURAL,
+        connection_types=(ConnectionType.GITHUB,),
+        connection_required=True,
+    ),
+    CapabilitySpec(
+        id="slack.delete_message",
+        version="1.0.0",
+        adapter="slack_delete_message",
+        adapter_id="slack-delete-message-adapter-v1",
+        description=(
+            "Deletes a message with Slack's chat.delete (a bot token deletes the bot's own "
+            "messages). A repeated attempt answered `message_not_found` found the message "
+            "gone, deleted by an earlier one: done (`already_deleted: true`); a first "
+            "attempt answered so fails (`provider_not_found`)."
+        ),
+        effect_type=EffectType.API_CALL,
+        timeout_seconds=10.0,
+        idempotency=IdempotencyStrategy.NATURAL,
+        connection_types=(ConnectionType.SLACK,),
+        connection_required=True,
     ),
 )
 

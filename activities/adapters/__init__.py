@@ -9,22 +9,33 @@
 - ``reconcile``: exactly once for providers without an idempotency key (Slack, GitHub):
   the look-up window and the failures that leave an outcome unknown; the credential a
   provider call needs (``credential_of``, which ``webhook`` uses too).
-- ``http``, ``echo``, ``webhook``, ``slack``, ``github``: the providers.
+- ``http``, ``echo``, ``webhook``, ``slack``, ``github``: the providers (Slack's and
+  GitHub's modules also hold what undoes their effects, exactly once by ``natural``
+  idempotency: ``slack.delete_message``, ``github.close_issue``).
 """
 
 from activities.adapters.base import Adapter, fail
 from activities.adapters.echo import echo_adapter
-from activities.adapters.github import GithubAdapter, GithubRateLimitAdapter
+from activities.adapters.github import (
+    GithubAdapter,
+    GithubCloseIssueAdapter,
+    GithubRateLimitAdapter,
+)
 from activities.adapters.guard import HostGuard
 from activities.adapters.http import HttpAdapter
 from activities.adapters.responses import ProviderResponse, parse_retry_after
 from activities.adapters.sender import SendRequest, http_client, send
-from activities.adapters.slack import SlackAdapter, SlackAuthTestAdapter
+from activities.adapters.slack import (
+    SlackAdapter,
+    SlackAuthTestAdapter,
+    SlackDeleteMessageAdapter,
+)
 from activities.adapters.webhook import WebhookAdapter
 
 __all__ = [
     "Adapter",
     "GithubAdapter",
+    "GithubCloseIssueAdapter",
     "GithubRateLimitAdapter",
     "HostGuard",
     "HttpAdapter",
@@ -32,6 +43,7 @@ __all__ = [
     "SendRequest",
     "SlackAdapter",
     "SlackAuthTestAdapter",
+    "SlackDeleteMessageAdapter",
     "WebhookAdapter",
     "echo_adapter",
     "fail",

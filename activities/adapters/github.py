@@ -1,5 +1,5 @@
 """``github.create_issue``: GitHub's ``POST /repos/{owner}/{repo}/issues``, exactly once by
-reconcile.
+reconcile; ``github.close_issue``, which undoes it, and ``github.rate_limit``, a probe's read.
 
 GitHub has no idempotency key. The issue's body ends with a hidden comment holding the
 execution's key (``<!-- moat:<key> -->``); an attempt that may repeat an earlier one first
@@ -29,7 +29,7 @@ from activities.adapters.reconcile import (
 )
 from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
 from activities.adapters.sender import SendRequest, send
-from schemas.capabilities import GithubCreateIssueInput, NoInput
+from schemas.capabilities import GithubCloseIssueInput, GithubCreateIssueInput, NoInput
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
@@ -55,10 +55,7 @@ class GithubAdapter:
     ) -> AdapterOutput:
         issue = parse_input(inp, GithubCreateIssueInput)
         cred = credential_of(inp, credential, ConnectionType.GITHUB)
-        # Each name one path segment, whatever it holds (the input schema already keeps
-        # them to GitHub's characters, "." and ".." aside).
-        owner, repo = (quote(name, safe="") for name in (issue.owner, issue.repo))
-        repo_url = f"{base_url(cred, DEFAULT_BASE_URL)}/repos/{owner}/{repo}/issues"
+        repo_url = _issues_url(cred, issue.owner, issue.repo)
         looked = False
         if inp.repeat:
             looked = True
@@ -151,6 +148,28 @@ class GithubAdapter:
         raise refusal
 
 
+class GithubCloseIssueAdapter(GithubAdapter):
+    """``github.close_issue``: GitHub's ``PATCH /repos/{owner}/{repo}/issues/{number}`` with
+    ``{"state": "closed"}``, exactly once by nature: GitHub answers a closed issue's close
+    with the issue, still closed, so every attempt sends the same call and a repeat changes
+    nothing. Refusals map as for creating an issue (410: the issue was deleted, or the
+    repository's issues are disabled)."""
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        close = parse_input(inp, GithubCloseIssueInput)
+        cred = credential_of(inp, credential, ConnectionType.GITHUB)
+        url = f"{_issues_url(cred, close.owner, close.repo)}/{close.number}"
+        body = {"state": "closed"}
+        if close.state_reason is not None:
+            body["state_reason"] = close.state_reason
+        issue = await self._call(inp, "PATCH", url, cred, json=body)
+        if not isinstance(issue, dict):
+            raise fail(ErrorTaxonomy.UNKNOWN, "GitHub answered the close without an issue")
+        return recorded(200, {k: issue.get(k) for k in ("number", "html_url", "state")})
+
+
 class GithubRateLimitAdapter(GithubAdapter):
     """``github.rate_limit``: GitHub's ``GET /rate_limit``, which changes nothing and is not
     counted against the limit, so a probe of a GitHub connection can call it on a schedule.
@@ -173,6 +192,13 @@ class GithubRateLimitAdapter(GithubAdapter):
             200,
             {"core": {k: core.get(k) for k in ("limit", "remaining", "used", "reset")}},
         )
+
+
+def _issues_url(cred: Credential, owner: str, repo: str) -> str:
+    """The repository's issues: each name one path segment, whatever it holds (the input
+    schema already keeps them to GitHub's characters, "." and ".." aside)."""
+    names = "/".join(quote(name, safe="") for name in (owner, repo))
+    return f"{base_url(cred, DEFAULT_BASE_URL)}/repos/{names}/issues"
 
 
 def _output(issue: dict[str, Any], *, reconciled: bool | None) -> AdapterOutput:
@@ -234,6 +260,7 @@ def _refusal(answer: ProviderResponse) -> ApplicationError:
             ErrorTaxonomy.PROVIDER_SERVER_ERROR, message, http_status=status, provider_response=said
         )
     else:
-        # 410 (issues disabled), 422 (with GitHub's ``errors`` list in the details), …
+        # 410 (the issue deleted, or the repository's issues disabled), 422 (with GitHub's
+        # ``errors`` list in the details), …
         taxonomy = ErrorTaxonomy.PROVIDER_INVALID_INPUT
     return fail(taxonomy, message, http_status=status, retryable=False, provider_response=said)

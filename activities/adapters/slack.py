@@ -1,4 +1,5 @@
-"""``slack.post_message``: Slack's ``chat.postMessage``, exactly once by reconcile.
+"""``slack.post_message``: Slack's ``chat.postMessage``, exactly once by reconcile;
+``slack.delete_message``, which undoes it, and ``slack.auth_test``, a probe's read.
 
 Slack has no idempotency key. The message carries the execution's key in its metadata
 (``event_type: moat_execution``); an attempt that may repeat an earlier one first reads the
@@ -27,7 +28,7 @@ from activities.adapters.reconcile import (
 )
 from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
 from activities.adapters.sender import SendRequest, send
-from schemas.capabilities import NoInput, SlackPostMessageInput
+from schemas.capabilities import NoInput, SlackDeleteMessageInput, SlackPostMessageInput
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
@@ -58,6 +59,8 @@ _NOT_FOUND = frozenset({"channel_not_found", "thread_not_found", "message_not_fo
 _SERVER = frozenset(
     {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
 )
+# What ``chat.delete`` answers for a message no longer there.
+_GONE = frozenset({"message_not_found"})
 # Errors that mean the connection cannot read history at all.
 _CANNOT_READ = _AUTH | _NOT_FOUND
 
@@ -153,8 +156,10 @@ class SlackAdapter:
         json: Any = None,
         params: dict[str, str] | None = None,
         reading: bool = False,
+        done: frozenset[str] = frozenset(),
     ) -> dict[str, Any]:
-        """One Web API call's JSON when ``ok``; Slack's refusals as Moat failures."""
+        """One Web API call's JSON when ``ok``, or when its ``error`` is one of ``done``;
+        Slack's other refusals as Moat failures."""
         request = SendRequest(
             method,
             url,
@@ -165,7 +170,30 @@ class SlackAdapter:
             json_body=json,
             params=params,
         )
-        return _web_api_result(await send(self._client, self._guard, request), reading=reading)
+        answer = await send(self._client, self._guard, request)
+        return _web_api_result(answer, reading=reading, done=done)
+
+
+class SlackDeleteMessageAdapter(SlackAdapter):
+    """``slack.delete_message``: Slack's ``chat.delete``, exactly once by nature: a deleted
+    message stays deleted. Slack answers a repeat ``message_not_found``, which on an attempt
+    that may repeat an earlier one means that one deleted it (``already_deleted``); on a
+    first attempt it means there was no such message, a failure."""
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        msg = parse_input(inp, SlackDeleteMessageInput)
+        cred = credential_of(inp, credential, ConnectionType.SLACK)
+        url = f"{base_url(cred, DEFAULT_BASE_URL)}/chat.delete"
+        body = {"channel": msg.channel, "ts": msg.ts}
+        answer = await self._call(
+            inp, "POST", url, cred, json=body, done=_GONE if inp.repeat else frozenset()
+        )
+        # Slack's answer names the channel by its id; a repeat's ``message_not_found`` does not.
+        channel = str(answer.get("channel") or msg.channel)
+        gone = answer.get("ok") is not True
+        return recorded(200, {"channel": channel, "ts": msg.ts, "already_deleted": gone})
 
 
 class SlackAuthTestAdapter(SlackAdapter):
@@ -200,9 +228,11 @@ def _marked(message: Any, key: str) -> bool:
     return isinstance(payload, dict) and payload.get("key") == key
 
 
-def _web_api_result(answer: ProviderResponse, *, reading: bool) -> dict[str, Any]:
-    """A Web API answer's JSON when ``ok``; Slack's refusals as Moat failures (a refused
-    history read, ``reading``, as an unknown outcome)."""
+def _web_api_result(
+    answer: ProviderResponse, *, reading: bool, done: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """A Web API answer's JSON when ``ok`` or its error is one of ``done``; Slack's refusals
+    as Moat failures (a refused history read, ``reading``, as an unknown outcome)."""
     data = answer.json()
     if answer.status == 429:
         raise fail(
@@ -226,9 +256,9 @@ def _web_api_result(answer: ProviderResponse, *, reading: bool) -> dict[str, Any
             http_status=answer.status,
             provider_response=answer.said(),
         )
-    if data.get("ok") is True:
-        return data
     error = str(data.get("error") or "unknown_error")
+    if data.get("ok") is True or error in done:
+        return data
     said = {k: data[k] for k in ("ok", "error", "needed", "provided", "errors") if k in data}
     if reading and error in _CANNOT_READ:
         raise outcome_unknown(

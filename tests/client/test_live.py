@@ -197,7 +197,7 @@ async def test_capabilities(stack: Stack) -> None:
     http_request = caps["http.request"]
     assert http_request.retry.max_retries == 5
     assert "url" in http_request.input_schema["properties"]
-    assert http_request.idempotency in {"provider_key", "reconcile", "none"}
+    assert http_request.idempotency in {"provider_key", "reconcile", "natural", "none"}
     assert "http_bearer" in http_request.connection_types
     assert http_request.probe is not None and "method" in http_request.probe.allowed_values
 

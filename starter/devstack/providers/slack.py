@@ -1,12 +1,13 @@
 """A fake of Slack's Web API, from its public reference: ``chat.postMessage`` (with message
-``metadata``), ``conversations.history`` and ``conversations.replies`` (newest first / thread
-order, ``oldest``/``latest``/``inclusive``, cursor pagination, metadata only with
-``include_all_metadata``), ``auth.test``.
+``metadata``), ``chat.delete`` (a bot deletes its own messages only), ``conversations.history``
+and ``conversations.replies`` (newest first / thread order, ``oldest``/``latest``/``inclusive``,
+cursor pagination, metadata only with ``include_all_metadata``), ``auth.test``.
 
 Like Slack it answers HTTP 200 with ``{"ok": false, "error"}`` for most failures
 (``not_authed``, ``invalid_auth``, ``token_revoked``, ``channel_not_found``,
-``not_in_channel``, ``msg_too_long``, ``no_text``, ``missing_scope`` with ``needed`` and
-``provided``) and HTTP 429 with ``Retry-After`` when rate limiting.
+``not_in_channel``, ``msg_too_long``, ``no_text``, ``message_not_found``,
+``cant_delete_message``, ``missing_scope`` with ``needed`` and ``provided``) and HTTP 429 with
+``Retry-After`` when rate limiting. ``deletions`` records each message deleted, by channel.
 
 Tokens: with ``accept_any_token`` (the default) any ``xox…`` token has every scope; a token
 in ``scopes`` has exactly those; one in ``revoked`` is revoked. Channels: any id starting
@@ -42,23 +43,38 @@ class FakeSlack(FakeServer):
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self.rate_limit_next = 0
         self.retry_after = 1
-        self.error_next: list[str] = []  # the next postMessage calls answer these errors
+        self.deletions: dict[str, list[str]] = {}  # the ts of each message deleted
+        self.error_next: list[str] = []  # the next write calls answer these errors
         self._last_ts = 0.0
 
     def reset(self) -> None:
         with self.lock:
             super().reset()
             self.messages.clear()
+            self.deletions.clear()
             self.rate_limit_next = 0
             self.error_next.clear()
 
     def state(self) -> dict[str, Any]:
-        return {"messages": self.messages}
+        return {"messages": self.messages, "deletions": self.deletions}
 
     def posted(self, channel: str) -> list[dict[str, Any]]:
         """Every message in ``channel``, thread replies included, oldest first."""
         with self.lock:
             return list(self.messages.get(channel, []))
+
+    def deleted(self, channel: str) -> list[str]:
+        """The ``ts`` of each message deleted from ``channel``, in the order deleted."""
+        with self.lock:
+            return list(self.deletions.get(channel, []))
+
+    def seed(self, channel: str, text: str, user: str = "U0SOMEONE") -> str:
+        """A message a person posted (not the bot, which cannot delete it); its ``ts``."""
+        with self.lock:
+            ts = self._next_ts()
+            message = {"type": "message", "text": text, "user": user, "ts": ts}
+            self.messages.setdefault(channel, []).append(message)
+            return ts
 
     async def handle(self, request: Request) -> Reply:
         method = request.path.removeprefix("/api").strip("/")
@@ -84,6 +100,8 @@ class FakeSlack(FakeServer):
                     return Reply(200, _identity(str(token)))
                 case "chat.postMessage":
                     return self._post(args, scopes)
+                case "chat.delete":
+                    return self._delete(args, scopes)
                 case "conversations.history" | "conversations.replies":
                     return self._read(method, args, scopes)
             return _error("unknown_method")
@@ -137,6 +155,24 @@ class FakeSlack(FakeServer):
         self.messages.setdefault(channel, []).append(message)
         shown = _without_metadata(message)
         return self.acted(Reply(200, {"ok": True, "channel": channel, "ts": ts, "message": shown}))
+
+    def _delete(self, args: dict[str, Any], scopes: set[str]) -> Reply:
+        if "chat:write" not in scopes:
+            return _missing_scope("chat:write", scopes)
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        if self._channel_error(channel) == "channel_not_found":
+            return _error("channel_not_found")
+        messages = self.messages.get(channel, [])
+        found = [m for m in messages if m["ts"] == ts]
+        if not found:
+            return _error("message_not_found")
+        if "bot_id" not in found[0]:
+            return _error("cant_delete_message")
+        if self.error_next:
+            return _error(self.error_next.pop(0))
+        messages.remove(found[0])
+        self.deletions.setdefault(channel, []).append(ts)
+        return self.acted(Reply(200, {"ok": True, "channel": channel, "ts": ts}))
 
     def _read(self, method: str, args: dict[str, Any], scopes: set[str]) -> Reply:
         channel = str(args.get("channel") or "")

@@ -185,7 +185,8 @@ class CapabilityInfo(BaseModel):
     input_schema: dict[str, Any] = Field(description="JSON Schema of the capability's input.")
     idempotency: str = Field(
         default="none",
-        description="provider_key | reconcile | none: how a repeat is kept from a second effect.",
+        description="provider_key | reconcile | natural | none: how a repeat is kept from a "
+        "second effect (natural: repeating the call leaves the same state).",
     )
     connection_types: list[str] = Field(
         default_factory=list,
