@@ -190,3 +190,52 @@ async def test_resume_after_a_failure_repeats_nothing_that_completed(
     again = await plan_action(stack, body["plan_id"], "resume", {"effect_did_not_happen": True})
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "plan_not_resumable"
+
+
+def with_undos(con: dict[str, str], repo: str, channel: str, path: str) -> dict[str, Any]:
+    plan = three_steps(con, repo, channel, path)
+    issue, tell, _ = plan["steps"]
+    issue["compensate"] = {
+        "capability_id": "github.close_issue",
+        "connection_id": con["github"],
+        "input": {"owner": "acme", "repo": repo, "number": "${steps.issue.output.number}"},
+    }
+    tell["compensate"] = {
+        "capability_id": "slack.delete_message",
+        "connection_id": con["slack"],
+        "input": {"channel": "${steps.tell.output.channel}", "ts": "${steps.tell.output.ts}"},
+    }
+    return {**plan, "on_failure": "compensate"}
+
+
+async def test_a_failing_third_step_undoes_the_first_two_once_each(
+    stack: Stack, slack: FakeSlack, github: FakeGithub, receiver: FakeWebhookReceiver
+) -> None:
+    con = await _connections(stack, slack, github, receiver)
+    run = uuid.uuid4().hex[:10]
+    repo, channel, path = f"r{run}", f"C{run.upper()}", f"{receiver.base_url}/in/{run}"
+    plan = with_undos(con, repo, channel, path)
+    receiver.status_next.extend([400])  # the webhook refuses, for good
+    slack.fail_next(1, Misbehaviour.DROP)  # and the message's first answer is lost
+    key = f"plan-{run}"
+    answer = await post_plan(stack, plan, key=key)
+    body = answer.json()
+    assert body["status"] == "failed", answer.text
+    assert [s["status"] for s in body["steps"]] == ["compensated", "compensated", "failed"]
+    [issue] = github.issues_of("acme", repo)
+    assert issue["state"] == "closed"
+    assert github.closes_of("acme", repo, issue["number"]) == 1
+    assert slack.deleted(channel) == [body["steps"][1]["output"]["ts"]]
+    assert slack.posted(channel) == []
+
+    # Repeated, reset: the plan is answered as stored; nothing is undone twice.
+    again = await post_plan(stack, plan, key=key)
+    assert again.headers[REPLAYED_HEADER] == "true"
+    for kind in ("FirstWorkflowTask", "LastWorkflowTask"):
+        await reset_plan(stack, body["workflow_id"], kind)
+    assert github.closes_of("acme", repo, issue["number"]) == 1
+    assert len(slack.deleted(channel)) == 1
+    assert len(github.issues_of("acme", repo)) == 1
+
+    refused = await plan_action(stack, body["plan_id"], "resume", {"effect_did_not_happen": True})
+    assert refused.status_code == 409  # a compensated plan does not resume
