@@ -107,14 +107,30 @@ def _one_line(text: str) -> str:
 
 
 def _field_errors(details: dict[str, Any]) -> str:
-    """A refusal's field errors (``details.errors``), said after its message."""
+    """A refusal's field errors (``details.errors``, else an invalid plan's
+    ``details.problems``), said after its message."""
     errors = details.get("errors")
     if not isinstance(errors, list) or not errors:
-        return ""
+        return _problems(details)
     said = [
         f"{'.'.join(str(p) for p in e.get('loc', [])) or 'body'}: {e.get('msg', '')}"
         for e in errors
         if isinstance(e, dict)
+    ]
+    return ": " + "; ".join(said)
+
+
+def _problems(details: dict[str, Any]) -> str:
+    """An invalid plan's problems (``details.problems``), each with its step and place."""
+    problems = details.get("problems")
+    if not isinstance(problems, list) or not problems:
+        return ""
+    said = [
+        f"step {p.get('step')} {p.get('where')}"
+        + (f" {p['reference']}" if p.get("reference") else "")
+        + f": {p.get('message', '')}"
+        for p in problems
+        if isinstance(p, dict)
     ]
     return ": " + "; ".join(said)
 
