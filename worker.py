@@ -24,6 +24,7 @@ from activities import (
     HttpAdapter,
     ManifestActivities,
     PartitionActivities,
+    PlanActivities,
     PolicyStep,
     ProbeActivities,
     RecordStep,
@@ -48,6 +49,7 @@ from store.manifests import ManifestStore
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
 from workflows.partitions import OutcomePartitions
+from workflows.plan import ExecutePlan
 from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
 from workflows.trust import RefreshTrust
@@ -103,7 +105,8 @@ def build_worker(
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)
     record_step = RecordStep(sessions, sealer)
     store = ManifestStore(settings.manifests_dir)
-    manifests = ManifestActivities(sessions, store, keyring or Keyring.from_settings(settings))
+    signing = keyring or Keyring.from_settings(settings)
+    manifests = ManifestActivities(sessions, store, signing)
     retention = RetentionActivities(sessions, store)
     approvals = ApprovalActivities(sessions, sealer, start_keys)
     delivery = DeliveryActivities(
@@ -119,6 +122,9 @@ def build_worker(
     probes = ProbeActivities(
         sessions, catalog or CapabilityCatalog(), start_keys, settings.local_activities
     )
+    plans = PlanActivities(
+        sessions, start_keys, sealer, catalog or CapabilityCatalog(), store, signing
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -129,6 +135,7 @@ def build_worker(
             OutcomePartitions,
             RefreshTrust,
             RunProbe,
+            ExecutePlan,
         ],
         activities=[
             policy_step.check_policy,
@@ -143,6 +150,10 @@ def build_worker(
             trust.refresh_trust,
             probes.prepare_probe,
             delivery.give_up_delivery,
+            plans.begin_plan,
+            plans.prepare_step,
+            plans.checkpoint,
+            plans.finish_plan,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

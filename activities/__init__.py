@@ -19,6 +19,7 @@ from activities.execute.policy import PolicyStep
 from activities.execute.record import RecordStep
 from activities.manifest import ManifestActivities
 from activities.partitions import PartitionActivities
+from activities.plans import PlanActivities
 from activities.probes import ProbeActivities
 from activities.retention import RetentionActivities
 from activities.trust import TrustActivities
@@ -35,6 +36,7 @@ __all__ = [
     "HttpAdapter",
     "ManifestActivities",
     "PartitionActivities",
+    "PlanActivities",
     "PolicyStep",
     "ProbeActivities",
     "RecordStep",

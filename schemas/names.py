@@ -14,6 +14,7 @@ RETENTION_WORKFLOW = "ManifestRetention"
 PARTITIONS_WORKFLOW = "OutcomePartitions"
 TRUST_REFRESH_WORKFLOW = "RefreshTrust"
 PROBE_WORKFLOW = "RunProbe"
+PLAN_WORKFLOW = "ExecutePlan"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -23,6 +24,12 @@ WRITE_MANIFEST = "moat.write_manifest"
 EXPIRE_MANIFESTS = "moat.expire_manifests"
 REQUEST_APPROVAL = "moat.request_approval"
 RECORD_APPROVAL = "moat.record_approval"
+BEGIN_PLAN = "moat.begin_plan"
+PREPARE_STEP = "moat.prepare_step"
+PLAN_CHECKPOINT = "moat.plan_checkpoint"
+FINISH_PLAN = "moat.finish_plan"
+# The update an operator's cancel of a plan reaches its run with.
+CANCEL_PLAN_UPDATE = "cancel_plan"
 
 # The update a person's decision reaches a run waiting for approval with.
 DECIDE_APPROVAL_UPDATE = "decide_approval"

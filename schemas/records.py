@@ -126,6 +126,8 @@ class RuleHit(StrEnum):
     # A synthetic run whose key (the probe's creator) is revoked, or that carries none.
     KEY_REVOKED = "KEY_REVOKED"
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    # A plan's step covered by the approval of its whole plan.
+    PLAN_APPROVED = "PLAN_APPROVED"
 
 
 class Decision(StrEnum):

@@ -55,6 +55,11 @@ class ExecuteWorkflowInput(BaseModel):
         "policy step against the capability's. None: a run started before keys had scopes, "
         "or by Moat itself (synthetic probes).",
     )
+    plan_approval_id: str | None = Field(
+        default=None,
+        description="The approval of the whole plan this run is a step of (``v4`` claims): "
+        "granted, so the step asks no one again.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -78,6 +83,9 @@ class PolicyInput(BaseModel):
         default="",
         description="See ``ExecuteWorkflowInput.api_key_id``; checked against the start's "
         "signature (``v3`` claims) before the run may ask for an approval in its name.",
+    )
+    plan_approval_id: str | None = Field(
+        default=None, description="See ``ExecuteWorkflowInput.plan_approval_id``."
     )
 
     @model_validator(mode="before")

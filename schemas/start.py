@@ -32,9 +32,13 @@ from schemas.approvals import ApprovalVerdict
 from schemas.capabilities import CapabilitySpec
 from schemas.errors import ErrorCode
 from schemas.identity import ExecutionRef, nest_ref
+from schemas.planrun import PlanWorkflowInput
 from schemas.run import ExecuteWorkflowInput, PolicyInput
 
 CLAIMS_VERSION = "v3"
+# Claims of a plan's step whose plan a person approved as a whole: ``v3`` and that approval.
+CLAIMS_VERSION_PLAN_APPROVED = "v4"
+PLAN_CLAIMS_VERSION = "p1"
 # Claims without the requesting key (runs started before approvals were bound to it).
 CLAIMS_VERSION_NO_REQUESTER = "v2"
 # Claims without scopes either (runs started before keys had them).
@@ -80,6 +84,8 @@ class StartClaims(BaseModel):
     scopes: list[str] | None = None
     # The requesting key's id ("" for Moat's own runs); None only in v1/v2 claims.
     api_key_id: str | None = None
+    # The approval of the plan the run is a step of (v4 claims only).
+    plan_approval_id: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +95,8 @@ class StartClaims(BaseModel):
 
     @property
     def version(self) -> str:
+        if self.plan_approval_id is not None:
+            return CLAIMS_VERSION_PLAN_APPROVED
         if self.api_key_id is not None:
             return CLAIMS_VERSION
         return CLAIMS_VERSION_NO_SCOPES if self.scopes is None else CLAIMS_VERSION_NO_REQUESTER
@@ -104,6 +112,7 @@ class StartClaims(BaseModel):
             dry_run=req.dry_run,
             scopes=req.scopes,
             api_key_id=req.api_key_id,
+            plan_approval_id=req.plan_approval_id,
         )
 
     @classmethod
@@ -119,7 +128,8 @@ class StartClaims(BaseModel):
             capability=_capability(inp.capability),
             dry_run=inp.dry_run,
             scopes=inp.scopes,
-            api_key_id=inp.api_key_id if signed_as == CLAIMS_VERSION else None,
+            api_key_id=inp.api_key_id if signed_as in _WITH_REQUESTER else None,
+            plan_approval_id=inp.plan_approval_id,
         )
 
     def claims(self) -> dict[str, Any]:
@@ -144,12 +154,62 @@ class StartClaims(BaseModel):
             claims["scopes"] = self.scopes
         if self.api_key_id is not None:
             claims["api_key_id"] = self.api_key_id
+        if self.plan_approval_id is not None:
+            claims["plan_approval_id"] = self.plan_approval_id
         return claims
 
     def message(self) -> bytes:
         """The bytes the HMAC covers: version, then the claims as sorted compact JSON."""
         body = json.dumps(self.claims(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return f"moat start {self.version}\n{body}".encode()
+
+
+_WITH_REQUESTER = (CLAIMS_VERSION, CLAIMS_VERSION_PLAN_APPROVED)
+
+
+class PlanClaims(BaseModel):
+    """What a gateway vouches for when it starts (or resumes) a plan: the tenant, plan and
+    key, the exact steps (the raw document's digest), and on whose behalf (the key and its
+    scopes). A worker signs a step's start only for a plan whose claims verify."""
+
+    model_config = ConfigDict(frozen=True)
+
+    workflow_id: str
+    tenant_id: str
+    plan_id: str
+    idempotency_key: str | None
+    idempotency_ttl_seconds: int
+    plan_digest: str
+    plan_hash: str
+    dry_run: bool
+    scopes: list[str]
+    api_key_id: str
+    resume: dict[str, Any] | None
+
+    @property
+    def version(self) -> str:
+        return PLAN_CLAIMS_VERSION
+
+    @classmethod
+    def of(cls, run: PlanWorkflowInput, workflow_id: str) -> PlanClaims:
+        return cls(
+            workflow_id=workflow_id,
+            tenant_id=run.tenant_id,
+            plan_id=run.plan_id,
+            idempotency_key=run.idempotency_key,
+            idempotency_ttl_seconds=run.idempotency_ttl_seconds,
+            plan_digest=input_digest(run.plan),
+            plan_hash=run.plan_hash,
+            dry_run=run.dry_run,
+            scopes=list(run.scopes),
+            api_key_id=run.api_key_id,
+            resume=None if run.resume is None else run.resume.model_dump(mode="json"),
+        )
+
+    def message(self) -> bytes:
+        claims = self.model_dump(mode="json")
+        body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return f"moat plan {self.version}\n{body}".encode()
 
 
 def _signed_ref(ref: ExecutionRef, workflow_id: str) -> ExecutionRef:

@@ -533,3 +533,29 @@ class TenantQuotaRow(Base):
     quota: Mapped[str] = mapped_column(String(32), primary_key=True)
     quota_limit: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class PlanRow(Base):
+    """A plan: what it does (redacted), where each step stands, and its resumes. Step
+    outputs are not here: each stays sealed with its execution (``execution_outputs``)."""
+
+    __tablename__ = "plans"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    # None for a dry run: it never takes a key.
+    idempotency_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    plan_hash: Mapped[str] = mapped_column(String(80))
+    workflow_id: Mapped[str] = mapped_column(String(300))
+    run_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    on_failure: Mapped[str] = mapped_column(String(16))
+    document: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    steps: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    approval_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    resumes: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'"))
+    trace_id: Mapped[str] = mapped_column(String(64))
+    requested_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

@@ -422,6 +422,7 @@ def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
         start_signature=req.start_signature,
         scopes=req.scopes,
         api_key_id=req.api_key_id,
+        plan_approval_id=req.plan_approval_id,
     )
 
 

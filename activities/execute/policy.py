@@ -16,8 +16,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities.evidence import Chain
 from activities.execute.events import chained, policy_events
+from schemas.approvals import ApprovalStatus
+from schemas.capabilities import CapabilitySpec
 from schemas.errors import ErrorCode
 from schemas.events import AggregateType, EventType
+from schemas.identity import ExecutionRef
 from schemas.names import CHECK_POLICY
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyRule, PolicyVersion
 from schemas.quotas import DEFAULT_QUOTAS, Quota, QuotaLimits, exceeded
@@ -27,6 +30,7 @@ from schemas.scopes import capability_scopes, missing_scopes
 from schemas.start import CLAIMS_VERSION, START_NOT_SIGNED, StartClaims
 from store import (
     api_keys,
+    approvals,
     budgets,
     db,
     idempotency,
@@ -203,6 +207,48 @@ class PolicyStep:
         return outcome
 
 
+async def preview(
+    session: AsyncSession,
+    tenant_id: str,
+    capability: CapabilitySpec,
+    scopes: list[str],
+    subject_id: str,
+    limits: QuotaLimits | None = None,
+) -> PolicyOutcome:
+    """The decision a call of ``capability`` by a key with ``scopes`` would get now, as a
+    dry run evaluates it, recording nothing (a plan's preview of its steps). The caller
+    has named the tenant."""
+    tenant = await tenants.get_tenant(session, tenant_id)
+    document = await policy_versions.current(session, tenant_id, tenant)
+    inp = PolicyInput(
+        ref=ExecutionRef(
+            receipt_id=subject_id, tenant_id=tenant_id, idempotency_key="", input_hash=""
+        ),
+        capability=capability,
+        idempotency_ttl_seconds=0,
+        dry_run=True,
+        scopes=scopes,
+    )
+    denial: dict[str, Any] = {}
+    decision, rule, reason, _ = await _evaluate(
+        session, inp, document, tenant, datetime.now(UTC), limits or DEFAULT_QUOTAS, denial
+    )
+    matched = document.rule_for(capability.id)
+    waits = rule == RuleHit.APPROVAL_REQUIRED
+    ttl = matched.approval_ttl_seconds if matched else DEFAULT_APPROVAL_TTL_SECONDS
+    return PolicyOutcome(
+        policy_decision_id="",
+        decision=decision,
+        rule_hit=rule,
+        mode=document.mode,
+        reason=reason,
+        policy_version=document.version,
+        approval_ttl_seconds=ttl if waits else None,
+        allow_self_approval=bool(matched and matched.allow_self_approval),
+        denial_details=denial or None,
+    )
+
+
 def _outcome(
     row: PolicyDecisionRow,
     tenant: Tenant | None,
@@ -303,6 +349,9 @@ async def _evaluate(
     if mode == PolicyMode.STRICT and _requires_approval(document, inp):
         rule = document.rule_for(inp.capability.id)
         why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
+        if await _plan_approved(session, inp):
+            reason = f"{why}: approved with its plan ({inp.plan_approval_id})"
+            return Decision.ALLOW, RuleHit.PLAN_APPROVED, reason, budget
         full = await _approvals_full(session, inp, now, limits)
         if full is not None:
             reason, details = full
@@ -368,6 +417,15 @@ async def _approvals_full(
     if usage < limit:
         return None
     return exceeded(quota, limit, usage, "tenant" if own is not None else "default")
+
+
+async def _plan_approved(session: AsyncSession, inp: PolicyInput) -> bool:
+    """Whether the step's plan was approved as a whole by a person (the start's ``v4``
+    signature names that approval; it must still be recorded as approved)."""
+    if inp.plan_approval_id is None:
+        return False
+    row = await approvals.get(session, inp.ref.tenant_id, inp.plan_approval_id)
+    return row is not None and row.status == ApprovalStatus.APPROVED.value
 
 
 def _requires_approval(document: PolicyVersion, inp: PolicyInput) -> bool:

@@ -46,6 +46,7 @@ from starter.gateway.routes import (
     webhooks,
     whoami,
 )
+from starter.gateway.routes import plans as plan_routes
 from starter.gateway.routes import policy as policy_routes
 from starter.gateway.routes import quotas as quota_routes
 from starter.runtime import observability
@@ -79,6 +80,11 @@ different request is `422 idempotency_key_reused`.
 
 TAGS = [
     {"name": "executions", "description": "Execute capabilities and poll executions."},
+    {
+        "name": "plans",
+        "description": "Several capability calls as one durable run: each step an execution "
+        "of its own, checkpoints, skips, compensation and resume.",
+    },
     {"name": "receipts", "description": "The immutable record of every execution attempt."},
     {"name": "capabilities", "description": "What can be executed."},
     {
@@ -232,6 +238,7 @@ def create_app(
     else:
         routers = [
             executions.router,
+            plan_routes.router,
             receipts.router,
             capabilities.router,
             connections.router,

@@ -117,6 +117,31 @@ PROVIDER_FAILED = 502
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
+# A failed plan that never reached a provider: refused before its steps, or stopped.
+_FAILED_PLAN_STATUS: dict[str, int] = {
+    ErrorCode.APPROVAL_REJECTED: 403,
+    ErrorCode.APPROVAL_EXPIRED: 403,
+    ErrorCode.PLAN_CANCELLED: 409,
+    ErrorCode.SCOPE_MISSING: 403,
+    ErrorCode.BUDGET_EXCEEDED: 403,
+    ErrorCode.POLICY_DENIED: 403,
+    ErrorCode.KEY_REVOKED: 403,
+    ErrorCode.QUOTA_EXCEEDED: 429,
+    ErrorCode.SCHEMA_VALIDATION_FAILED: 400,
+}
+
+
+def plan_status(status: str, code: str | None) -> int:
+    """The status of a plan's envelope: 202 while it runs, 200 once executed (or
+    planned), and for a failed one its failing step's, as that execution's would be."""
+    if status == "accepted":
+        return 202
+    if status != "failed":
+        return 200
+    code = code or ""
+    return _FAILED_PLAN_STATUS.get(code) or _FAILED_EXECUTION_STATUS.get(code, PROVIDER_FAILED)
+
+
 def status_of(code: str) -> int:
     return STATUS.get(code, 500)
 

@@ -34,6 +34,7 @@ from starter.service.executions.ingest import INLINE_BODY_BYTES
 from starter.service.executions.keycache import KeyCache
 from starter.service.executions.memory import render
 from starter.service.executions.status import recorded
+from starter.service.plans import PlanAnswer, Plans
 from starter.service.ratelimit import RateLimits
 from starter.service.scopes import require_scope
 
@@ -47,6 +48,8 @@ __all__ = [
     "KeyCache",
     "MoatError",
     "Outcome",
+    "PlanAnswer",
+    "Plans",
     "RateLimits",
     "Shared",
     "approvals",

@@ -1,0 +1,145 @@
+"""``POST /v1/plans`` end to end: a plan's steps run in order as executions of their own,
+references carry what an earlier step answered, a repeat answers the stored plan, bad
+plans are refused before anything runs, and a failure undoes what was done."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from schemas.names import REPLAYED_HEADER
+from tests.support.fakes import FakeProvider, Step
+from tests.support.stack import Stack
+
+
+async def post_plan(
+    stack: Stack, plan: dict[str, Any], *, key: str | None = None, wait: int = 30
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {stack.api_key}", "Prefer": f"wait={wait}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    body = {"schema_version": "1", **plan}
+    return await stack.http.post(f"{stack.url}/v1/plans", json=body, headers=headers)
+
+
+def echo_plan() -> dict[str, Any]:
+    return {
+        "steps": [
+            {"id": "a", "capability_id": "demo.echo", "input": {"n": 1, "name": "first"}},
+            {
+                "id": "b",
+                "capability_id": "demo.echo",
+                "input": {"n": "${steps.a.output.n}", "text": "after ${steps.a.output.name}"},
+            },
+            {
+                "id": "c",
+                "capability_id": "demo.echo",
+                "input": {"x": 1},
+                "when": {"step": "b", "status": "failed"},
+            },
+        ]
+    }
+
+
+async def test_a_plan_runs_its_steps_with_references_and_skips(stack: Stack) -> None:
+    key = f"plan-{uuid.uuid4().hex}"
+    answer = await post_plan(stack, echo_plan(), key=key)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["status"] == "executed"
+    steps = {s["id"]: s for s in body["steps"]}
+    assert [s["status"] for s in body["steps"]] == ["executed", "executed", "skipped"]
+    # A whole-string reference keeps the JSON type; an embedded one becomes text.
+    assert steps["b"]["output"] == {"n": 1, "text": "after first"}
+    assert steps["c"]["receipt_id"] is None
+
+    # Each step is an execution of its own under <plan key>/<step id>.
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    receipt = await stack.http.get(
+        f"{stack.url}/v1/executions/{steps['a']['receipt_id']}", headers=headers
+    )
+    assert receipt.json()["idempotency_key"] == f"{key}/a"
+
+    again = await post_plan(stack, echo_plan(), key=key)
+    assert again.status_code == 200
+    assert again.headers[REPLAYED_HEADER] == "true"
+    assert again.json()["plan_id"] == body["plan_id"]
+    assert [s["receipt_id"] for s in again.json()["steps"]] == [
+        s["receipt_id"] for s in body["steps"]
+    ]
+
+    other = echo_plan()
+    other["steps"][0]["input"]["n"] = 2
+    reused = await post_plan(stack, other, key=key)
+    assert reused.status_code == 422
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
+
+    shown = await stack.http.get(f"{stack.url}/v1/plans/{body['plan_id']}", headers=headers)
+    assert shown.status_code == 200
+    assert [s["output"] for s in shown.json()["steps"]][:2] == [
+        {"n": 1, "name": "first"},
+        {"n": 1, "text": "after first"},
+    ]
+
+
+async def test_a_bad_reference_is_refused_before_anything_runs(stack: Stack) -> None:
+    plan = echo_plan()
+    plan["steps"][0]["input"]["later"] = "${steps.b.output.n}"
+    answer = await post_plan(stack, plan)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "plan_invalid"
+    assert error["details"]["problems"][0]["step"] == "a"
+    assert error["details"]["problems"][0]["reference"] == "${steps.b.output.n}"
+
+    plan = echo_plan()
+    plan["steps"][1]["input"]["n"] = "${steps.a.output.missing}"
+    answer = await post_plan(stack, plan)
+    assert answer.status_code == 400
+    assert "missing" in answer.json()["error"]["message"]
+
+
+async def test_a_failing_step_undoes_what_was_done(stack: Stack, provider: FakeProvider) -> None:
+    run = uuid.uuid4().hex
+    made = provider.script(f"/made/{run}", Step(status=201, body={"id": 7}))
+    undo = provider.script(f"/undo/{run}", Step(status=200))
+    broken = provider.script(f"/broken/{run}", Step(status=400, body={"error": "bad"}))
+    plan = {
+        "on_failure": "compensate",
+        "steps": [
+            {
+                "id": "make",
+                "capability_id": "http.request",
+                "input": {"method": "POST", "url": made, "json": {"n": 1}},
+                "compensate": {
+                    "capability_id": "http.request",
+                    "input": {
+                        "method": "POST",
+                        "url": undo,
+                        "json": {"id": "${steps.make.output.body.id}"},
+                    },
+                },
+            },
+            {
+                "id": "break",
+                "capability_id": "http.request",
+                "input": {"method": "POST", "url": broken, "json": {}},
+            },
+        ],
+    }
+    key = f"plan-{run}"
+    answer = await post_plan(stack, plan, key=key)
+    body = answer.json()
+    assert body["status"] == "failed", answer.text
+    assert answer.status_code == 502
+    assert [s["status"] for s in body["steps"]] == ["compensated", "failed"]
+    assert body["error"]["details"]["step"] == "break"
+    assert len(provider.calls_to(made.removeprefix(provider.base_url))) == 1
+    undone = provider.calls_to(undo.removeprefix(provider.base_url))
+    assert len(undone) == 1 and undone[0].body == {"id": 7}
+
+    again = await post_plan(stack, plan, key=key)
+    assert again.headers[REPLAYED_HEADER] == "true"
+    assert len(provider.calls_to(undo.removeprefix(provider.base_url))) == 1
