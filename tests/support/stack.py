@@ -132,13 +132,14 @@ def github() -> Iterator[FakeGithub]:
 
 
 # The tenant key tests use by default: the default scopes and the writes and reads of
-# webhooks, dead letters, probes and approvals' inputs (never policy, connections or
+# webhooks, dead letters, probes, plans and approvals' inputs (never policy, connections or
 # approvals:write, which tests that check them grant themselves).
 STACK_KEY_SCOPES = (
     *DEFAULT_SCOPES,
     "webhooks:write",
     "dead_letters:write",
     "probes:write",
+    "plans:write",
     "approvals:read",
 )
 
