@@ -447,7 +447,12 @@ class AsyncMoatClient(Routes):
         return await self._drive(self._get_plan_flow(plan_id))
 
     async def resume_plan(
-        self, plan_id: str, *, effect_did_not_happen: bool, note: str = ""
+        self,
+        plan_id: str,
+        *,
+        effect_did_not_happen: bool,
+        note: str = "",
+        wait_seconds: float | None = None,
     ) -> PlanResult:
         """Continue a failed plan from its first unfinished step; completed steps are not
         repeated. The failed step runs again under a new key, so only resume when its
@@ -458,9 +463,11 @@ class AsyncMoatClient(Routes):
             effect_did_not_happen: Your statement that the failed step's effect did not take
                 place; the gateway refuses a resume without it.
             note: Why, for the record.
+            wait_seconds: How long the gateway waits for the plan, as for ``run_plan``.
 
         Returns:
-            The plan, ``accepted``: poll it with ``get_plan``.
+            The plan: ``executed`` or ``failed`` when it ended within the wait, else
+            ``accepted`` (poll it with ``get_plan``).
 
         Raises:
             InvalidRequest: ``effect_statement_required``: ``effect_did_not_happen`` is False.
@@ -469,7 +476,7 @@ class AsyncMoatClient(Routes):
                 ``scope_missing``, or any other refusal.
         """
         body = {"effect_did_not_happen": effect_did_not_happen, "note": note}
-        return await self._drive(self._plan_action_flow(plan_id, "resume", body))
+        return await self._drive(self._plan_action_flow(plan_id, "resume", body, wait_seconds))
 
     async def cancel_plan(self, plan_id: str, *, note: str = "") -> PlanResult:
         """Stop a plan: a step already calling its provider finishes, no later step starts.

@@ -189,11 +189,17 @@ class Routes:
         return _flows.plan(call, self.retry, None, poll=False)
 
     def _plan_action_flow(
-        self, plan_id: str, action: str, body: dict[str, Any]
+        self, plan_id: str, action: str, body: dict[str, Any], wait_seconds: float | None = None
     ) -> Flow[PlanResult]:
-        """A resume or a cancel, sent once: sent again after it took effect, it would be
-        refused (the plan already running again, or finished)."""
-        call = Call("POST", f"/v1/plans/{path_segment('plan_id', plan_id)}/{action}", json=body)
+        """A resume (which waits for the plan as ``run_plan`` does) or a cancel, sent once:
+        sent again after it took effect, it would be refused (the plan already running
+        again, or finished)."""
+        url = f"/v1/plans/{path_segment('plan_id', plan_id)}/{action}"
+        headers, timeout = {}, None
+        if action == "resume":
+            wait, timeout = read_timeout(self.timeout, wait_seconds)
+            headers["Prefer"] = f"wait={wait:g}"
+        call = Call("POST", url, json=body, headers=headers, timeout=timeout)
         once = RetryPolicy(deadline=self.retry.deadline, max_attempts=1, rng=self.retry.rng)
         return _flows.plan(call, once, None, poll=False)
 
