@@ -14,6 +14,7 @@ from typing import Any
 from schemas.capabilities import CapabilityCatalog, CapabilitySpec
 from schemas.execute import SUPPORTED_SCHEMA_VERSIONS, ExecuteRequest
 from schemas.jsonvalues import DEFS, STORABLE_JSON, STORABLE_TEXT_PATTERN, with_defs
+from schemas.plans import PlanRequest
 from schemas.probes import ProbeCreate
 
 REF = "#/components/schemas/{model}"
@@ -123,6 +124,15 @@ def execute_request(catalog: CapabilityCatalog, components: Components) -> dict[
         return {"$ref": input_component(catalog, spec, components)}, True
 
     _union(request, catalog, catalog.all(), input_of, components, "Execute")
+    return request
+
+
+def plan_request(components: Components) -> dict[str, Any]:
+    """The body of ``POST /v1/plans``."""
+    request = hoisted(PlanRequest.model_json_schema(ref_template=REF), components)
+    properties = request["properties"]
+    properties["schema_version"]["enum"] = list(SUPPORTED_SCHEMA_VERSIONS)
+    _storable(properties["idempotency_key"])
     return request
 
 

@@ -13,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from schemas.capabilities import CapabilityCatalog
 from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH
 from schemas.jsonvalues import with_defs
+from schemas.plans import MAX_PLAN_KEY_LENGTH
 from starter.gateway import bodies
 from starter.gateway.errors import ERROR_DESCRIPTIONS
 
@@ -77,13 +78,14 @@ def build(
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(defs)
     components["ExecuteRequest"] = bodies.execute_request(catalog, components)
+    components["PlanRequest"] = bodies.plan_request(components)
     if "ProbeCreate" in components:
         components["ProbeCreate"] = bodies.probe_request(
             catalog, components, probe_min_interval_seconds
         )
-    for path in schema.get("paths", {}).values():
+    for name, path in schema.get("paths", {}).items():
         for operation in path.values():
-            _document_idempotency_header(operation)
+            _document_idempotency_header(operation, name)
             _document_cursor(operation)
             for status, response in operation.get("responses", {}).items():
                 if links := LINKS.get((operation.get("operationId", ""), status)):
@@ -138,16 +140,18 @@ def _document_cursor(operation: dict[str, Any]) -> None:
                     option["pattern"] = CURSOR_PATTERN
 
 
-def _document_idempotency_header(operation: dict[str, Any]) -> None:
+def _document_idempotency_header(operation: dict[str, Any], path: str) -> None:
     """The route checks the header's length itself (to answer `idempotency_key_invalid`);
-    the document still states the limits."""
+    the document still states the limits (a plan's key is shorter: its steps' keys add
+    to it)."""
+    longest = MAX_PLAN_KEY_LENGTH if path == "/v1/plans" else MAX_IDEMPOTENCY_KEY_LENGTH
     for parameter in operation.get("parameters", []):
         if parameter["in"] == "header" and parameter["name"] == "Idempotency-Key":
             schema = parameter["schema"]
             options = schema.get("anyOf", [schema])
             for option in options:
                 if option.get("type") == "string":
-                    option.update(minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_LENGTH)
+                    option.update(minLength=1, maxLength=longest)
 
 
 def install(app: FastAPI, catalog: CapabilityCatalog, probe_min_interval_seconds: int) -> None:
