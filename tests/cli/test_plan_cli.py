@@ -110,7 +110,10 @@ async def test_refusals_are_said_one_way(
     assert code == 1 and out == ""
     error, hint = err.strip().splitlines()
     assert error.startswith("error: plan_invalid: ")
-    assert "step a input ${steps.b.output.tag}: " in error
+    assert error == (
+        "error: plan_invalid: Step 'a' (input): 'b' is not an earlier step: a step uses only "
+        "what the steps before it answered.: step a input ${steps.b.output.tag}"
+    )
     assert hint.startswith("hint: fix the steps named")
 
     key = f"cli-refused-{uuid.uuid4().hex[:12]}"
