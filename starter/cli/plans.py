@@ -43,7 +43,7 @@ FILE_HINT = 'give a JSON object: {"schema_version": "1", "steps": [...]}, in a f
 # its status: nothing is cut to make the rest fit.
 WIDE = 120
 
-PlanArg = Annotated[str, typer.Argument(help="The plan's id, as `moat plan run` printed it.")]
+PlanArg = Annotated[str, typer.Argument(help="The plan's id, as moat plan run printed it.")]
 Note = Annotated[str, typer.Option("--note", help="Why, for the record.")]
 
 
