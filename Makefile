@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint docs hooks bench bench-modes bench-noisy bench-cli chaos lock \
+.PHONY: up test test-unit lint docs hooks bench bench-plans bench-modes bench-noisy bench-cli chaos lock \
 	clean frameworks lock-frameworks
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
@@ -71,9 +71,15 @@ docs: $(STAMP)
 	$(BIN)/python -m starter.devstack.configuration docs/configuration.md
 	$(BIN)/python -m starter.gateway routes docs/security.md
 
-# Moat against bare Temporal baselines, each server a process of its own (~7 min).
+# Moat against bare Temporal baselines, each server a process of its own (~7 min), then
+# a plan of three steps against three sequential executions (~1 min).
 bench: $(STAMP)
 	$(BIN)/python -m bench.speed
+	$(BIN)/python -m bench.plans
+
+# A plan of three demo.echo steps against three sequential executions, p50 side by side.
+bench-plans: $(STAMP)
+	$(BIN)/python -m bench.plans
 
 # Local against regular activities for the bookkeeping steps (MOAT_LOCAL_ACTIVITIES).
 bench-modes: $(STAMP)

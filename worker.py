@@ -17,6 +17,7 @@ from activities import (
     Adapter,
     AdapterStep,
     ApprovalActivities,
+    CancelSweep,
     DeliveryActivities,
     GithubAdapter,
     GithubRateLimitAdapter,
@@ -46,6 +47,7 @@ from store.keyrings.connections import ConnectionCipher
 from store.keyrings.signing import Keyring
 from store.keyrings.start import StartKeyring
 from store.manifests import ManifestStore
+from workflows.cancels import SweepCancelledRuns
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
 from workflows.partitions import OutcomePartitions
@@ -119,6 +121,7 @@ def build_worker(
     )
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
+    cancels = CancelSweep(sessions, client)
     probes = ProbeActivities(
         sessions, catalog or CapabilityCatalog(), start_keys, settings.local_activities
     )
@@ -136,6 +139,7 @@ def build_worker(
             RefreshTrust,
             RunProbe,
             ExecutePlan,
+            SweepCancelledRuns,
         ],
         activities=[
             policy_step.check_policy,
@@ -154,6 +158,7 @@ def build_worker(
             plans.prepare_step,
             plans.checkpoint,
             plans.finish_plan,
+            cancels.sweep_cancelled,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

@@ -13,6 +13,7 @@ from activities.adapters import (
     http_client,
 )
 from activities.approvals import ApprovalActivities
+from activities.cancels import CancelSweep
 from activities.connections import StoreConnectionResolver
 from activities.execute.adapter import AdapterStep
 from activities.execute.policy import PolicyStep
@@ -29,6 +30,7 @@ __all__ = [
     "Adapter",
     "AdapterStep",
     "ApprovalActivities",
+    "CancelSweep",
     "DeliveryActivities",
     "GithubAdapter",
     "GithubRateLimitAdapter",

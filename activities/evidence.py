@@ -33,10 +33,15 @@ class Chain:
         aggregate: AggregateType,
         aggregate_id: str,
         name: str | None = None,
+        *,
+        per_run: bool = True,
         **data: Any,
     ) -> EventDraft:
+        """The next event; ``per_run`` False: one per execution, whichever run writes it
+        first (its id names no run, so a later run's copy is the same event)."""
+        run = self.run_id if per_run else ""
         draft = EventDraft(
-            id=event_id(self.receipt_id, self.run_id, name or event_type.value),
+            id=event_id(self.receipt_id, run, name or event_type.value),
             tenant_id=self.tenant_id,
             event_type=event_type,
             aggregate_type=aggregate,
@@ -70,3 +75,8 @@ async def start_chain(
 
 def step_id(receipt_id: str, step: str) -> str:
     return f"{receipt_id}:{step}"
+
+
+def signal_id(receipt_id: str) -> str:
+    """The aggregate of an execution's intake events (``SIGNAL_*``): the request it answers."""
+    return step_id(receipt_id, "signal")

@@ -178,7 +178,7 @@ class PlanActivities:
         ttls: list[int] = []
         self_ok: list[bool] = []
         for step, state in zip(plan.steps, steps, strict=True):
-            spec = self._spec(step.capability_id, step.capability_version)
+            spec = run.spec_of(step.id)
             if spec is None:
                 continue
             seen = await preview(session, run.tenant_id, spec, run.scopes, row.id)
@@ -202,9 +202,6 @@ class PlanActivities:
                 begun.approval = approvals.to_approval(existing)
         return begun
 
-    def _spec(self, capability_id: str, version: str | None) -> CapabilitySpec | None:
-        return self._catalog.get(capability_id, version)
-
     @activity.defn(name=PREPARE_STEP)
     async def prepare_step(self, inp: StepPrepareInput) -> StepLaunch:
         """A step's (or its compensation's) execution: its references resolved, its input
@@ -226,7 +223,7 @@ class PlanActivities:
             value = resolve(call.input, inp.outputs)
         except Unresolved as err:
             return launch.model_copy(update={"skipped": str(err)})
-        spec = self._spec(call.capability_id, call.capability_version)
+        spec = run.spec_of(step.id, inp.kind)
         refusal = self._refusal(spec, call.capability_id, value)
         if refusal is not None:
             return launch.model_copy(update={"error": refusal})

@@ -1,5 +1,6 @@
-"""The event log's vocabulary (``RUN_*``, ``STEP_*``, ``EFFECT_*``, ``TOOL_*`` and manifest
-events, each with its correlation and causation) and the reducer that derives a run's state.
+"""The event log's vocabulary (``SIGNAL_*``, ``RUN_*``, ``STEP_*``, ``EFFECT_*``, ``TOOL_*``
+and manifest events, each with its correlation and causation) and the reducer that derives
+a run's state.
 
 The same ``apply`` builds the ``runs`` projection as events are written and rebuilds it
 from scratch for ``moat runs rebuild --verify``, so the two can be compared.
@@ -106,6 +107,8 @@ class RunStatus(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     DENIED = "DENIED"
+    # Its Temporal run terminated or cancelled by an operator before it recorded an outcome.
+    CANCELLED = "CANCELLED"
 
 
 class RunState(BaseModel):
@@ -180,7 +183,9 @@ class RunDelta(BaseModel):
 def delta(events: list[Event]) -> RunDelta:
     """``events`` (in sequence order, at least one) as one ``RunDelta`` for a run that
     exists: a started run again is running again (its run id from the event), a step counts,
-    a failed one twice, a retry or a replay counts, the run's end sets its status and time."""
+    a failed one twice, a retry or a replay counts, the run's end (completed, failed or
+    cancelled) sets its status and time. A cancelled execution resumed by a later run ends
+    as that run records: the events' order decides."""
     out = RunDelta(last_sequence=events[-1].sequence_number)
     for event in events:
         data = event.event_data
@@ -202,6 +207,9 @@ def delta(events: list[Event]) -> RunDelta:
             case EventType.RUN_FAILED:
                 out.status = RunStatus.DENIED if data.get("policy_denied") else RunStatus.FAILED
                 out.completed, out.completed_at = True, event.occurred_at
+            case EventType.RUN_CANCELLED:
+                out.status, out.completed = RunStatus.CANCELLED, True
+                out.completed_at = event.occurred_at
             case EventType.RUN_REPLAYED:
                 out.replays += 1
                 if "run_id" in data:

@@ -8,9 +8,19 @@ histories of open runs hold, is read by ``nest_ref`` into the same model.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+
+class Submission(BaseModel):
+    """The request an execution answers, as the gateway received it: labels for its intake
+    event (``SIGNAL_RECEIVED``), never part of what a start vouches for."""
+
+    submitted_at: datetime
+    request_id: str
+    trace_id: str
 
 
 class ExecutionRef(BaseModel):
@@ -27,6 +37,11 @@ class ExecutionRef(BaseModel):
     run_id: str = ""
     is_synthetic: bool = Field(default=False, description="A synthetic probe's run.")
     connection_id: str | None = None
+    submission: Submission | None = Field(
+        default=None,
+        description="The start's request (``ExecuteWorkflowInput`` sets it from its own "
+        "labels); None in a ref read from a history written before it.",
+    )
 
 
 REF_FIELDS = tuple(ExecutionRef.model_fields)

@@ -15,6 +15,7 @@ PARTITIONS_WORKFLOW = "OutcomePartitions"
 TRUST_REFRESH_WORKFLOW = "RefreshTrust"
 PROBE_WORKFLOW = "RunProbe"
 PLAN_WORKFLOW = "ExecutePlan"
+CANCEL_SWEEP_WORKFLOW = "SweepCancelledRuns"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -30,6 +31,7 @@ PLAN_CHECKPOINT = "moat.plan_checkpoint"
 FINISH_PLAN = "moat.finish_plan"
 # The update an operator's cancel of a plan reaches its run with.
 CANCEL_PLAN_UPDATE = "cancel_plan"
+SWEEP_CANCELLED = "moat.sweep_cancelled_runs"
 
 # The update a person's decision reaches a run waiting for approval with.
 DECIDE_APPROVAL_UPDATE = "decide_approval"
@@ -48,6 +50,8 @@ PREPARE_PROBE = "moat.prepare_probe"
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"
 # The Temporal Schedule that refreshes the trust rollup.
 TRUST_SCHEDULE_ID = "moat-trust-rollup"
+# The Temporal Schedule that records executions terminated or cancelled by an operator.
+CANCEL_SWEEP_SCHEDULE_ID = "moat-cancelled-runs"
 # A probe's schedule is this prefix and the probe's id.
 PROBE_SCHEDULE_PREFIX = "moat-probe-"
 

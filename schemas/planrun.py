@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from schemas.approvals import Approval
+from schemas.capabilities import CapabilitySpec
 from schemas.execute import ErrorBody
 from schemas.plans import PlanRequest, PlanStatus, StepState
 from schemas.records import Receipt
@@ -45,7 +46,15 @@ class PlanWorkflowInput(BaseModel):
     scopes: list[str] = Field(default_factory=list)
     api_key_id: str = ""
     resume: Resume | None = None
+    specs: dict[str, CapabilitySpec] = Field(
+        default_factory=dict,
+        description="Each call's capability as the gateway resolved it at ingest (by step "
+        "id, and ``<step id>/compensate``): the run does not depend on a worker's catalog.",
+    )
     start_signature: str = ""
+
+    def spec_of(self, step_id: str, kind: str = "step") -> CapabilitySpec | None:
+        return self.specs.get(step_id if kind == "step" else f"{step_id}/compensate")
 
     def request(self) -> PlanRequest:
         return PlanRequest.model_validate({"schema_version": "1", **self.plan})

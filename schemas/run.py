@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 from schemas.approvals import Approval
 from schemas.capabilities import CapabilitySpec
 from schemas.execute import KeptOutput
-from schemas.identity import ExecutionRef, nest_ref
+from schemas.identity import ExecutionRef, Submission, nest_ref
 from schemas.records import (
     Decision,
     ErrorTaxonomy,
@@ -67,6 +67,17 @@ class ExecuteWorkflowInput(BaseModel):
         """The flat shape (the ref's fields among the input's own), which histories
         of open runs hold, reads into the ref."""
         return nest_ref(data)
+
+    @model_validator(mode="after")
+    def _submission(self) -> ExecuteWorkflowInput:
+        """The ref carries the start's labels to the steps (the policy step's intake event),
+        always the input's own: a copy for another request (a requeue) names that one."""
+        own = Submission(
+            submitted_at=self.submitted_at, request_id=self.request_id, trace_id=self.trace_id
+        )
+        if self.ref.submission != own:
+            self.ref = self.ref.model_copy(update={"submission": own})
+        return self
 
 
 class PolicyInput(BaseModel):

@@ -180,6 +180,7 @@ class PlanClaims(BaseModel):
     idempotency_key: str | None
     idempotency_ttl_seconds: int
     plan_digest: str
+    specs_digest: str
     plan_hash: str
     dry_run: bool
     scopes: list[str]
@@ -199,6 +200,7 @@ class PlanClaims(BaseModel):
             idempotency_key=run.idempotency_key,
             idempotency_ttl_seconds=run.idempotency_ttl_seconds,
             plan_digest=input_digest(run.plan),
+            specs_digest=input_digest({k: _capability(v) for k, v in sorted(run.specs.items())}),
             plan_hash=run.plan_hash,
             dry_run=run.dry_run,
             scopes=list(run.scopes),

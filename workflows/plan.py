@@ -120,23 +120,22 @@ class ExecutePlan:
         if begun.finished:
             return self._ended(self._answer(begun.status, begun.error, replayed=not run.dry_run))
         approval = None
-        if begun.needs_approval:
-            approval = begun.approval or await self._ask(run, begun)
-            if approval.status == ApprovalStatus.PENDING:
-                approval = await self._await_decision(approval)
-            if approval.status != ApprovalStatus.APPROVED:
-                code = f"approval_{approval.status.value}"
-                error = ErrorBody(
-                    code=code,
+        failure: ErrorBody | None = None
+        try:
+            if begun.needs_approval:
+                approval = await self._approval(run, begun)
+            if approval is None or approval.status == ApprovalStatus.APPROVED:
+                failure = await self._steps(run, plan, approval)
+            else:
+                failure = ErrorBody(
+                    code=f"approval_{approval.status.value}",
                     message=f"The plan's approval {approval.id} was "
                     f"{approval.status.value}: no step ran.",
                 )
-                return await self._finish(run, PlanStatus.FAILED, error, approval)
-        try:
-            failure = await self._steps(run, plan, approval)
         except asyncio.CancelledError:
             self._cancelled_by = self._cancelled_by or "temporal"
-            failure = None
+            if self._pending is not None and self._decided is None:
+                await self._expire(self._pending)
         if self._cancelled_by is not None:
             failure = ErrorBody(
                 code=ErrorCode.PLAN_CANCELLED,
@@ -441,15 +440,33 @@ class ExecutePlan:
         )
         return requested
 
+    async def _approval(self, run: PlanWorkflowInput, begun: PlanBegun) -> Approval:
+        """The plan's approval: asked for (once: a reset finds it) and waited for."""
+        approval = begun.approval or await self._ask(run, begun)
+        if approval.status == ApprovalStatus.PENDING:
+            approval = await self._await_decision(approval)
+        return approval
+
     async def _await_decision(self, requested: Approval) -> Approval:
-        """Wait, durably, for a person's decision on the plan until the approval expires."""
+        """Wait, durably, for a person's decision on the plan until the approval expires
+        (or the plan is cancelled: the approval then expires unanswered)."""
         self._pending = requested
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(AWAITING_APPROVAL)])
         self._show(f"awaiting approval {requested.id} until {requested.expires_at}")
         remaining = requested.expires_at - workflow.now()
         if remaining > timedelta(0):
             with contextlib.suppress(builtins.TimeoutError):
-                await workflow.wait_condition(lambda: self._decided is not None, timeout=remaining)
+                await workflow.wait_condition(
+                    lambda: self._decided is not None or self._cancelled_by is not None,
+                    timeout=remaining,
+                )
+        if self._decided is None:
+            await self._expire(requested)
+        assert self._decided is not None
+        return self._decided
+
+    async def _expire(self, requested: Approval) -> None:
+        """Nobody decided in time (or the plan was cancelled): the approval expires."""
         self._closing = True
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._decided is None:
@@ -459,7 +476,6 @@ class ExecutePlan:
                 ApprovalRecorded,
             )
             self._decided = recorded.approval
-        return self._decided
 
     def _record_input(self, verdict: ApprovalVerdict) -> ApprovalRecordInput:
         assert self._run is not None
@@ -519,8 +535,6 @@ class ExecutePlan:
         """Stop the plan: a step calling its provider finishes, no later step starts (a
         plan waiting for approval stops waiting). The plan's id."""
         self._cancelled_by = by if not request.note else f"{by} ({request.note[:200]})"
-        if self._pending is not None and self._decided is None:
-            self._decided = self._pending.model_copy(update={"status": ApprovalStatus.EXPIRED})
         return self._plan_id
 
     @cancel_plan.validator

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from activities.evidence import Chain, step_id
+from activities.evidence import Chain, signal_id, step_id
 from schemas.capabilities import CapabilitySpec
 from schemas.events import AggregateType, EventDraft, EventType
 from schemas.records import OUTCOME_UNKNOWN, Decision, ExecutionStatus
@@ -33,12 +33,13 @@ class Draft:
     aggregate_id: str
     name: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    per_run: bool = True  # False: one per execution (``Chain.add``)
 
 
 def chained(chain: Chain, drafts: Iterable[Draft]) -> list[EventDraft]:
     """The chain's drafts, with ``drafts`` added in order."""
     for d in drafts:
-        chain.add(d.event_type, d.aggregate, d.aggregate_id, d.name, **d.data)
+        chain.add(d.event_type, d.aggregate, d.aggregate_id, d.name, per_run=d.per_run, **d.data)
     return chain.drafts
 
 
@@ -50,6 +51,37 @@ def synthetic(is_synthetic: bool) -> dict[str, Any]:
 def effect_id(receipt_id: str) -> str:
     """The adapter step's id: the aggregate of its step and effect events."""
     return step_id(receipt_id, ADAPTER_STEP)
+
+
+# Intake: the request an execution answers, received once, taken up by each run.
+
+
+def intake_events(inp: PolicyInput, resumed: bool) -> list[Draft]:
+    """The execution's ``SIGNAL_RECEIVED`` (one per execution: a run resuming it writes
+    the same event, which the log skips) and this run's ``SIGNAL_PROCESSING_STARTED``."""
+    ref = inp.ref
+    received: dict[str, Any] = {
+        "workflow_id": ref.workflow_id,
+        "capability_id": inp.capability.id,
+        "capability_version": inp.capability.version,
+        **synthetic(ref.is_synthetic),
+    }
+    if ref.submission is not None:
+        received |= {
+            "submitted_at": ref.submission.submitted_at.isoformat(),
+            "request_id": ref.submission.request_id,
+            "trace_id": ref.submission.trace_id,
+        }
+    signal = signal_id(ref.receipt_id)
+    return [
+        Draft(EventType.SIGNAL_RECEIVED, AggregateType.SIGNAL, signal, None, received, False),
+        Draft(
+            EventType.SIGNAL_PROCESSING_STARTED,
+            AggregateType.SIGNAL,
+            signal,
+            data={"workflow_id": ref.workflow_id, "resumed": resumed},
+        ),
+    ]
 
 
 # The policy step.
@@ -247,6 +279,7 @@ def outcome_events(inp: RecordInput) -> list[Draft]:
         drafts.append(
             Draft(EventType.RUN_COMPLETED, AggregateType.RUN, inp.ref.receipt_id, data=ended)
         )
+        drafts.append(_processed(inp))
         return drafts
     failed = {
         "receipt_status": inp.status,
@@ -255,7 +288,17 @@ def outcome_events(inp: RecordInput) -> list[Draft]:
         **synthetic(inp.ref.is_synthetic),
     }
     drafts.append(Draft(EventType.RUN_FAILED, AggregateType.RUN, inp.ref.receipt_id, data=failed))
+    drafts.append(_processed(inp))
     return drafts
+
+
+def _processed(inp: RecordInput) -> Draft:
+    """The intake's end: an outcome recorded (a success, a failure or a refusal alike).
+    The request's labels are the receipt's and the ``SIGNAL_RECEIVED``'s, not repeated."""
+    data = {"receipt_status": inp.status, "error_code": inp.error_code}
+    return Draft(
+        EventType.SIGNAL_PROCESSED, AggregateType.SIGNAL, signal_id(inp.ref.receipt_id), data=data
+    )
 
 
 def _step_outcome(inp: RecordInput) -> list[Draft]:

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.evidence import Chain
-from activities.execute.events import chained, policy_events
+from activities.evidence import Chain, signal_id
+from activities.execute.events import chained, intake_events, policy_events
 from schemas.approvals import ApprovalStatus
 from schemas.capabilities import CapabilitySpec
 from schemas.errors import ErrorCode
@@ -109,8 +109,9 @@ class PolicyStep:
                     type=ErrorCode.IDEMPOTENCY_KEY_BUSY,
                 )
             if existing is None:
-                outcome = await self._decide(session, inp, document, tenant, now, events=True)
-                return outcome.model_copy(update={"resumed": not claim.taken_now})
+                return await self._decide(
+                    session, inp, document, tenant, now, events=True, resumed=not claim.taken_now
+                )
             row = await _record_decision(
                 session,
                 inp,
@@ -153,6 +154,7 @@ class PolicyStep:
             if await tenants.get_tenant(session, inp.ref.tenant_id) is None:
                 return
             correlation = f"refused:{inp.ref.run_id}"
+            named: dict[str, Any] = {k: v[:300] for k, v in claimed.items() if db.storable(v)}
             chain = Chain(inp.ref.tenant_id, correlation, inp.ref.run_id, "moat.policy")
             chain.add(
                 EventType.RUN_FAILED,
@@ -160,7 +162,15 @@ class PolicyStep:
                 correlation,
                 error_code=START_NOT_SIGNED,
                 reason=reason,
-                **{k: v[:300] for k, v in claimed.items() if db.storable(v)},
+                **named,
+            )
+            # No request was accepted, so none was received: the intake only failed.
+            chain.add(
+                EventType.SIGNAL_PROCESSING_FAILED,
+                AggregateType.SIGNAL,
+                signal_id(correlation),
+                error_code=START_NOT_SIGNED,
+                reason=reason,
             )
             await event_log.append(session, chain.drafts)
 
@@ -173,6 +183,7 @@ class PolicyStep:
         now: datetime,
         *,
         events: bool,
+        resumed: bool = False,
     ) -> PolicyOutcome:
         denial: dict[str, Any] = {}
         decision, rule, reason, budget = await _evaluate(
@@ -201,9 +212,11 @@ class PolicyStep:
             )
             held = True
         outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
+        outcome = outcome.model_copy(update={"resumed": resumed})
         if events:
             chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
-            await event_log.append(session, chained(chain, policy_events(inp, row.id, outcome)))
+            drafts = intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
+            await event_log.append(session, chained(chain, drafts))
         return outcome
 
 
@@ -347,17 +360,7 @@ async def _evaluate(
             return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
         return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
     if mode == PolicyMode.STRICT and _requires_approval(document, inp):
-        rule = document.rule_for(inp.capability.id)
-        why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
-        if await _plan_approved(session, inp):
-            reason = f"{why}: approved with its plan ({inp.plan_approval_id})"
-            return Decision.ALLOW, RuleHit.PLAN_APPROVED, reason, budget
-        full = await _approvals_full(session, inp, now, limits)
-        if full is not None:
-            reason, details = full
-            denial.update(details)
-            return Decision.DENY, RuleHit.QUOTA_EXCEEDED, reason, budget
-        return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
+        return await _approval_verdict(session, inp, document, now, limits, denial, budget)
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
     if inp.ref.is_synthetic:
@@ -417,6 +420,30 @@ async def _approvals_full(
     if usage < limit:
         return None
     return exceeded(quota, limit, usage, "tenant" if own is not None else "default")
+
+
+async def _approval_verdict(
+    session: AsyncSession,
+    inp: PolicyInput,
+    document: PolicyVersion,
+    now: datetime,
+    limits: QuotaLimits,
+    denial: dict[str, Any],
+    budget: budgets.BudgetState | None,
+) -> Verdict:
+    """A call a person must approve under a strict policy: covered by its plan's approval,
+    refused when the tenant's calls waiting are at their quota, else waiting."""
+    rule = document.rule_for(inp.capability.id)
+    why = f"rule {rule.capability!r}" if rule else f"catalog entry {inp.capability.id}"
+    if await _plan_approved(session, inp):
+        reason = f"{why}: approved with its plan ({inp.plan_approval_id})"
+        return Decision.ALLOW, RuleHit.PLAN_APPROVED, reason, budget
+    full = await _approvals_full(session, inp, now, limits)
+    if full is not None:
+        reason, details = full
+        denial.update(details)
+        return Decision.DENY, RuleHit.QUOTA_EXCEEDED, reason, budget
+    return Decision.ALLOW, RuleHit.APPROVAL_REQUIRED, f"approval required by {why}", budget
 
 
 async def _plan_approved(session: AsyncSession, inp: PolicyInput) -> bool:

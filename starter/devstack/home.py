@@ -9,14 +9,15 @@ import os
 import secrets
 from pathlib import Path
 
-from schemas.scopes import DEFAULT_SCOPES, WEBHOOKS_WRITE
+from schemas.scopes import DEFAULT_SCOPES, PLANS_WRITE, WEBHOOKS_WRITE
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
 
 DEMO_TENANT = "demo"
 DEMO_KEY_NAME = "moat up"
 ADMIN_KEY_FILE = "admin_api_key"
-# The demo key also manages webhooks, so `moat webhook listen` works on the dev stack.
-DEMO_SCOPES = (*DEFAULT_SCOPES, WEBHOOKS_WRITE)
+# The demo key also manages webhooks, so `moat webhook listen` works on the dev stack, and
+# resumes and cancels plans.
+DEMO_SCOPES = (*DEFAULT_SCOPES, WEBHOOKS_WRITE, PLANS_WRITE)
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:

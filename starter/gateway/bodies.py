@@ -127,15 +127,6 @@ def execute_request(catalog: CapabilityCatalog, components: Components) -> dict[
     return request
 
 
-def plan_request(components: Components) -> dict[str, Any]:
-    """The body of ``POST /v1/plans``."""
-    request = hoisted(PlanRequest.model_json_schema(ref_template=REF), components)
-    properties = request["properties"]
-    properties["schema_version"]["enum"] = list(SUPPORTED_SCHEMA_VERSIONS)
-    _storable(properties["idempotency_key"])
-    return request
-
-
 def probe_request(
     catalog: CapabilityCatalog, components: Components, min_interval_seconds: int
 ) -> dict[str, Any]:
@@ -169,4 +160,49 @@ def probe_request(
         return {"anyOf": [value, {"type": "null"}], "description": "Null: the default."}, False
 
     _union(request, catalog, probed, input_of, components, "Probe")
+    return request
+
+
+def plan_request(catalog: CapabilityCatalog, components: Components) -> dict[str, Any]:
+    """The body of ``POST /v1/plans``: each step (and each ``compensate``) a union by
+    ``capability_id`` as an execution's body is, with the plan's own members beside it.
+    What no schema states (ids unique, ``when`` and references naming earlier steps, paths
+    a capability's output has) is checked at ingest: ``400 plan_invalid``."""
+    request = hoisted(PlanRequest.model_json_schema(ref_template=REF), components)
+    properties = request["properties"]
+    properties["schema_version"]["enum"] = list(SUPPORTED_SCHEMA_VERSIONS)
+    _storable(properties["idempotency_key"])
+    step = components["PlanStep"]["properties"]
+
+    def input_of(spec: CapabilitySpec) -> tuple[dict[str, Any], bool]:
+        return {"$ref": input_component(catalog, spec, components)}, True
+
+    def calls(prefix: str, extra: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        mapping: dict[str, list[str]] = {}
+        for spec in catalog.all():
+            member = _member(catalog, spec, input_of)
+            member["properties"].update(extra)
+            member["required"] = [*required, *member["required"]]
+            member["additionalProperties"] = False
+            for name in ("connection_id", "capability_version"):
+                if name in member["properties"]:
+                    _storable(member["properties"][name])
+            name = f"{prefix}.{spec.id}.{spec.version}"
+            components[name] = member
+            mapping.setdefault(spec.id, []).append(REF.format(model=name))
+        return {
+            "oneOf": [{"$ref": ref} for refs in mapping.values() for ref in refs],
+        }
+
+    undo = calls("PlanCompensation", {}, [])
+    components["PlanCompensationCall"] = undo
+    own = {
+        "id": step["id"],
+        "when": step["when"],
+        "compensate": {
+            "anyOf": [{"$ref": REF.format(model="PlanCompensationCall")}, {"type": "null"}]
+        },
+    }
+    components["PlanStepCall"] = calls("PlanStep", own, ["id"])
+    properties["steps"]["items"] = {"$ref": REF.format(model="PlanStepCall")}
     return request

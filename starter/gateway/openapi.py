@@ -78,14 +78,14 @@ def build(
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(defs)
     components["ExecuteRequest"] = bodies.execute_request(catalog, components)
-    components["PlanRequest"] = bodies.plan_request(components)
+    components["PlanRequest"] = bodies.plan_request(catalog, components)
     if "ProbeCreate" in components:
         components["ProbeCreate"] = bodies.probe_request(
             catalog, components, probe_min_interval_seconds
         )
-    for name, path in schema.get("paths", {}).items():
+    for path in schema.get("paths", {}).values():
         for operation in path.values():
-            _document_idempotency_header(operation, name)
+            _document_idempotency_header(operation)
             _document_cursor(operation)
             for status, response in operation.get("responses", {}).items():
                 if links := LINKS.get((operation.get("operationId", ""), status)):
@@ -140,15 +140,19 @@ def _document_cursor(operation: dict[str, Any]) -> None:
                     option["pattern"] = CURSOR_PATTERN
 
 
-def _document_idempotency_header(operation: dict[str, Any], path: str) -> None:
+def _document_idempotency_header(operation: dict[str, Any]) -> None:
     """The route checks the header's length itself (to answer `idempotency_key_invalid`);
-    the document still states the limits (a plan's key is shorter: its steps' keys add
-    to it)."""
-    longest = MAX_PLAN_KEY_LENGTH if path == "/v1/plans" else MAX_IDEMPOTENCY_KEY_LENGTH
+    the document still states the limits."""
     for parameter in operation.get("parameters", []):
         if parameter["in"] == "header" and parameter["name"] == "Idempotency-Key":
             schema = parameter["schema"]
             options = schema.get("anyOf", [schema])
+            # A plan's key leaves room for its steps' keys (``<key>/<step id>``).
+            longest = (
+                MAX_PLAN_KEY_LENGTH
+                if operation.get("operationId") == "run_plan"
+                else MAX_IDEMPOTENCY_KEY_LENGTH
+            )
             for option in options:
                 if option.get("type") == "string":
                     option.update(minLength=1, maxLength=longest)

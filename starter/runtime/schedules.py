@@ -1,6 +1,7 @@
 """Temporal Schedules Moat keeps: manifest retention (hourly), the partitions of
 ``outcome_events`` created ahead of their months (daily), the trust rollup's refresh (every
-minute) and one per synthetic probe."""
+minute), the sweep of runs an operator terminated or cancelled (every five minutes) and one
+per synthetic probe."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from schemas.cancels import CancelSweepInput
 from schemas.names import (
+    CANCEL_SWEEP_SCHEDULE_ID,
+    CANCEL_SWEEP_WORKFLOW,
     PARTITIONS_SCHEDULE_ID,
     PARTITIONS_WORKFLOW,
     PROBE_SCHEDULE_PREFIX,
@@ -106,6 +110,27 @@ async def ensure_trust_schedule(client: Client, settings: MoatSettings) -> str:
             ),
         )
     return TRUST_SCHEDULE_ID
+
+
+async def ensure_cancel_sweep_schedule(
+    client: Client, settings: MoatSettings, every: timedelta = timedelta(minutes=5)
+) -> str:
+    """Create the cancel sweep's schedule unless it exists; returns its id."""
+    with contextlib.suppress(ScheduleAlreadyRunningError):
+        await client.create_schedule(
+            CANCEL_SWEEP_SCHEDULE_ID,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    CANCEL_SWEEP_WORKFLOW,
+                    CancelSweepInput(),
+                    id=f"{CANCEL_SWEEP_SCHEDULE_ID}-run",
+                    task_queue=settings.task_queue,
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            ),
+        )
+    return CANCEL_SWEEP_SCHEDULE_ID
 
 
 def probe_schedule_id(probe_id: str) -> str:

@@ -1,6 +1,6 @@
 """``moat worker``: the process around the worker that ``worker.py`` builds. It checks the
 signing keyring before connecting to anything, connects to Temporal and Postgres, makes
-sure of the outcome partitions and the schedules (retention, partitions ahead), then
+sure of the outcome partitions and the schedules (retention, partitions ahead, cancel sweep), then
 polls until SIGINT/SIGTERM: the execution queue, and the delivery queue (webhook deliveries,
 synthetic probes) with its own worker, slots and HTTP pool."""
 
@@ -22,6 +22,7 @@ from starter.runtime.database import every_tenant
 from starter.runtime.loop import settle_heap
 from starter.runtime.outbox_relay import OutboxRelay
 from starter.runtime.schedules import (
+    ensure_cancel_sweep_schedule,
     ensure_partitions_schedule,
     ensure_retention_schedule,
     ensure_trust_schedule,
@@ -45,6 +46,7 @@ async def run(settings: MoatSettings) -> None:
         await ensure_retention_schedule(client, settings)
         await ensure_partitions_schedule(client, settings)
         await ensure_trust_schedule(client, settings)
+        await ensure_cancel_sweep_schedule(client, settings)
         await move_probe_schedules(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
         delivering = worker.delivery_worker(client, settings, sessions, keyring=keyring)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import rfc8785
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -29,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.approvals import ApprovalRef, ApprovalStatus, approval_id_for
+from schemas.canonical import MAX_JSON_DEPTH, json_depth
 from schemas.capabilities import ECHOED, CapabilityCatalog, CapabilitySpec
 from schemas.errors import ErrorCode
 from schemas.execute import MAX_IDEMPOTENCY_KEY_LENGTH, SUPPORTED_SCHEMA_VERSIONS, ErrorBody
@@ -38,6 +40,7 @@ from schemas.names import (
     IDEMPOTENCY_KEY_ATTRIBUTE,
     IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH,
     PLAN_WORKFLOW,
+    RECEIPT_ATTRIBUTE,
     TENANT_ATTRIBUTE,
 )
 from schemas.planrun import PlanResult, PlanWorkflowInput, Resume, plan_workflow_id
@@ -67,7 +70,7 @@ from starter.service import connections as connections_service
 from starter.service import json_body
 from starter.service.errors import MoatError, capability_not_found, field_errors
 from starter.service.scopes import require_scope
-from store import approvals, outputs, plans, tenancy
+from store import approvals, db, outputs, plans, tenancy
 from store.api_keys import AuthenticatedTenant
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
@@ -76,6 +79,7 @@ from workflows.fairness import tenant_priority
 
 TENANT_ATTR = SearchAttributeKey.for_keyword(TENANT_ATTRIBUTE)
 KEY_ATTR = SearchAttributeKey.for_keyword(IDEMPOTENCY_KEY_ATTRIBUTE)
+RECEIPT_ATTR = SearchAttributeKey.for_keyword(RECEIPT_ATTRIBUTE)
 # How often a running plan is looked at for an approval it waits for, while the gateway waits.
 APPROVAL_POLL_SECONDS = 0.25
 
@@ -126,7 +130,7 @@ class Plans:
                 f"Step {first.step!r} ({first.where}): {first.message}",
                 {"problems": [p.model_dump(exclude_none=True) for p in problems]},
             )
-        digest = plan_hash(request.document())
+        digest = _digest(request, key)
         if request.dry_run:
             return PreparedPlan(request, None, digest)
         return PreparedPlan(request, key or digest, digest)
@@ -141,7 +145,8 @@ class Plans:
     ) -> PlanAnswer:
         """Run the plan the body holds, or answer the plan its key already names."""
         prepared = self.prepare(body, header_key)
-        self._admit_scopes(tenant, prepared.request)
+        specs = self._specs(prepared.request)
+        self._admit_scopes(tenant, specs)
         async with tenancy.tenant_transaction(self._sessions, tenant.tenant_id) as session:
             await self._admit_connections(session, tenant.tenant_id, prepared.request)
             if prepared.idempotency_key is not None:
@@ -166,6 +171,7 @@ class Plans:
             dry_run=prepared.request.dry_run,
             scopes=list(tenant.scopes),
             api_key_id=tenant.key_id,
+            specs=specs,
         )
         handle = await self._start(run, WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
         return await self._wait(handle, tenant.tenant_id, run, wait_seconds, trace_id, prepared)
@@ -176,7 +182,11 @@ class Plans:
             update={"start_signature": self._start_keys.sign(PlanClaims.of(run, workflow_id))}
         )
         steps = ", ".join(s["capability_id"] for s in run.plan["steps"])
-        attributes = [SearchAttributePair(TENANT_ATTR, run.tenant_id)]
+        attributes = [
+            SearchAttributePair(TENANT_ATTR, run.tenant_id),
+            # A plan's run is found by its plan id as an execution's by its receipt id.
+            SearchAttributePair(RECEIPT_ATTR, run.plan_id),
+        ]
         if run.idempotency_key is not None:
             key = run.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH]
             attributes.append(SearchAttributePair(KEY_ATTR, key))
@@ -321,7 +331,7 @@ class Plans:
             }
         )
         assert run.idempotency_key == key and run.plan_hash == digest
-        self._admit_scopes(tenant, run.request())
+        self._admit_scopes(tenant, run.specs)
         handle = await self._start(run, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         return await self._wait(handle, tenant.tenant_id, run, wait_seconds, trace_id)
 
@@ -362,11 +372,21 @@ class Plans:
                 raise
         return await self.get(tenant.tenant_id, plan_id, trace_id)
 
-    def _admit_scopes(self, tenant: AuthenticatedTenant, request: PlanRequest) -> None:
+    def _specs(self, request: PlanRequest) -> dict[str, CapabilitySpec]:
+        """Each call's capability, resolved now: the run carries them."""
+        found: dict[str, CapabilitySpec] = {}
+        for step in request.steps:
+            for name, call in ((step.id, step), (f"{step.id}/compensate", step.compensate)):
+                if call is not None:
+                    spec = self._catalog.get(call.capability_id, call.capability_version)
+                    assert spec is not None
+                    found[name] = spec
+        return found
+
+    @staticmethod
+    def _admit_scopes(tenant: AuthenticatedTenant, specs: Mapping[str, CapabilitySpec]) -> None:
         """The caller's key must cover every call of the plan (steps and undos)."""
-        for call in _calls(request):
-            spec = self._catalog.get(call.capability_id, call.capability_version)
-            assert spec is not None
+        for spec in specs.values():
             require_scope(tenant.scopes, *capability_scopes(spec.id, spec.required_scopes))
 
     async def _admit_connections(
@@ -378,6 +398,26 @@ class Plans:
             row = await connections_service.admit(session, tenant_id, spec, call.connection_id)
             if not request.dry_run:
                 connections_service.refuse_revoked(row)
+
+
+def resume_request(body: bytes) -> ResumeRequest:
+    """A resume's body (``schema_validation_failed`` when it is not one)."""
+    try:
+        return ResumeRequest.model_validate(json_body.parse(body or b"{}"))
+    except ValidationError as err:
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "The body does not match the schema.",
+            {"errors": field_errors(err.errors())},
+        ) from err
+
+
+async def plans_store_row(session: AsyncSession, tenant_id: str, plan_id: str) -> PlanRow:
+    """The plan's row, in the caller's transaction; ``plan_not_found`` without one."""
+    row = await plans.get(session, tenant_id, plan_id)
+    if row is None:
+        raise plan_not_found(plan_id)
+    return row
 
 
 def plan_not_found(plan_id: str) -> MoatError:
@@ -530,6 +570,33 @@ def _caller_key(header: str | None, field: str | None) -> str | None:
             )
         return header
     return field
+
+
+def _digest(request: PlanRequest, key: str | None) -> str:
+    """The plan's digest, once what the schema does not state holds: inputs nested at most
+    ``MAX_JSON_DEPTH`` levels, RFC 8785 can canonicalize them, and text stored as it is
+    (key, connection ids, versions) holds no NUL or lone surrogate."""
+    document = request.document()
+    for call in _calls(request):
+        if json_depth(call.input) > MAX_JSON_DEPTH:
+            raise MoatError(
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                f"An input is nested deeper than {MAX_JSON_DEPTH} levels.",
+            )
+    stored = [key, *(c.connection_id for c in _calls(request))]
+    stored += [c.capability_version for c in _calls(request)]
+    if any(v is not None and not db.storable(v) for v in stored):
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "Text fields may not hold NUL characters or lone surrogates.",
+        )
+    try:
+        return plan_hash(document)
+    except (rfc8785.CanonicalizationError, RecursionError, UnicodeError) as err:
+        raise MoatError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"The plan cannot be canonicalized (RFC 8785): {err}",
+        ) from err
 
 
 def check(request: PlanRequest, catalog: CapabilityCatalog) -> list[Problem]:

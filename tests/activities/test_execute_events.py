@@ -12,13 +12,21 @@ from activities.execute.events import (
     attempt_failed,
     attempt_started,
     chained,
+    intake_events,
     outcome_events,
     policy_events,
 )
 from schemas.capabilities import CapabilitySpec, EffectType, RetrySettings
-from schemas.events import EventType, event_id
+from schemas.events import AggregateType, EventType, event_id
+from schemas.identity import Submission
 from schemas.records import OUTCOME_UNKNOWN, Decision, ExecutionStatus, PolicyMode, RuleHit
-from schemas.run import AdapterOutput, PolicyInput, PolicyOutcome, RecordInput
+from schemas.run import (
+    AdapterOutput,
+    ExecuteWorkflowInput,
+    PolicyInput,
+    PolicyOutcome,
+    RecordInput,
+)
 
 CAP = CapabilitySpec(
     id="demo.echo",
@@ -30,6 +38,7 @@ CAP = CapabilitySpec(
 )
 RECEIPT = "0190c0de-0000-7000-8000-000000000001"
 EFFECT = f"{RECEIPT}:{ADAPTER_STEP}"
+SIGNAL = f"{RECEIPT}:signal"
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
@@ -145,17 +154,68 @@ def test_outcomes_end_the_step_then_the_run() -> None:
         EventType.STEP_COMPLETED,
         EventType.EFFECT_COMPLETED,
         EventType.RUN_COMPLETED,
+        EventType.SIGNAL_PROCESSED,
     ]
     assert _types(outcome_events(_record())) == [
         EventType.STEP_FAILED,
         EventType.EFFECT_FAILED,
         EventType.RUN_FAILED,
+        EventType.SIGNAL_PROCESSED,
     ]
     unknown = outcome_events(_record(error_code=OUTCOME_UNKNOWN))
     assert EventType.EFFECT_DEAD_LETTERED in _types(unknown)
     denied = outcome_events(_record(adapter_called=False, status=ExecutionStatus.POLICY_DENIED))
-    assert _types(denied) == [EventType.RUN_FAILED]
+    assert _types(denied) == [EventType.RUN_FAILED, EventType.SIGNAL_PROCESSED]
     assert denied[0].data["policy_denied"] is True
+    assert denied[1].aggregate == AggregateType.SIGNAL and denied[1].aggregate_id == SIGNAL
+    assert denied[1].data["receipt_status"] == ExecutionStatus.POLICY_DENIED
+    assert denied[1].data["error_code"] is None
+
+
+def test_intake_is_received_once_per_execution_and_started_by_each_run() -> None:
+    inp = _policy_input()
+    submission = Submission(submitted_at=NOW, request_id="req-1", trace_id="tr-1")
+    inp = inp.model_copy(update={"ref": inp.ref.model_copy(update={"submission": submission})})
+    drafts = chained(Chain("t-1", RECEIPT, "run-1", "moat.policy"), intake_events(inp, False))
+    assert _types(drafts) == [EventType.SIGNAL_RECEIVED, EventType.SIGNAL_PROCESSING_STARTED]
+    received, started = drafts
+    assert {received.aggregate_type, started.aggregate_type} == {AggregateType.SIGNAL}
+    assert received.aggregate_id == started.aggregate_id == SIGNAL
+    assert received.causation_id is None and started.causation_id == received.id
+    assert received.event_data["submitted_at"] == NOW.isoformat()
+    assert (received.event_data["request_id"], received.event_data["trace_id"]) == (
+        "req-1",
+        "tr-1",
+    )
+    assert received.event_data["capability_id"] == CAP.id
+    # Another run of the execution (a resumed one) writes the same SIGNAL_RECEIVED (the log
+    # skips it) and a SIGNAL_PROCESSING_STARTED of its own.
+    again = chained(Chain("t-1", RECEIPT, "run-2", "moat.policy"), intake_events(inp, True))
+    assert again[0].id == received.id == event_id(RECEIPT, "", "SIGNAL_RECEIVED")
+    assert again[1].id != started.id and again[1].causation_id == received.id
+    assert again[1].event_data["resumed"] is True
+
+
+def test_a_ref_without_submission_is_received_without_its_labels() -> None:
+    [received, _] = intake_events(_policy_input(), False)
+    assert "request_id" not in received.data and received.data["workflow_id"] == "exec/t-1/x"
+
+
+def test_a_workflow_input_carries_its_own_labels_in_its_ref() -> None:
+    record = _record()
+    start = ExecuteWorkflowInput(
+        ref=record.ref,
+        capability=CAP,
+        input={},
+        request_id="req-2",
+        trace_id="tr-2",
+        submitted_at=NOW,
+    )
+    assert start.ref.submission == Submission(submitted_at=NOW, request_id="req-2", trace_id="tr-2")
+    # A copy for another request (a requeue) names that one once it is read again.
+    copied = start.model_copy(update={"request_id": "req-3"})
+    again = ExecuteWorkflowInput.model_validate(copied.model_dump(mode="json"))
+    assert again.ref.submission is not None and again.ref.submission.request_id == "req-3"
 
 
 def test_chained_events_are_caused_each_by_the_one_before() -> None:

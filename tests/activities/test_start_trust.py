@@ -107,7 +107,13 @@ def refusal_of(err: WorkflowFailureError) -> ApplicationError:
 async def refused_events(stack: Stack, tenant_id: str) -> list[OrchestrationEvent]:
     async with stack.sessions() as s:
         return list(
-            (await s.execute(select(OrchestrationEvent).filter_by(tenant_id=tenant_id)))
+            (
+                await s.execute(
+                    select(OrchestrationEvent)
+                    .filter_by(tenant_id=tenant_id)
+                    .order_by(OrchestrationEvent.sequence_number)
+                )
+            )
             .scalars()
             .all()
         )
@@ -162,10 +168,15 @@ async def test_an_unsigned_start_through_the_codec_is_refused(
     )
     # The attempt is on record for the tenant it named, apart from any real execution.
     events = await refused_events(stack, stack.tenant_id)
+    refused = f"refused:{handle.result_run_id}"
     assert [(e.event_type, e.correlation_id) for e in events] == [
-        ("RUN_FAILED", f"refused:{handle.result_run_id}")
+        ("RUN_FAILED", refused),
+        ("SIGNAL_PROCESSING_FAILED", refused),
     ]
     assert events[0].event_data["error_code"] == START_NOT_SIGNED
+    # Nothing was accepted, so nothing was received: the intake's end names the refusal.
+    assert events[1].causation_id == events[0].id
+    assert events[1].event_data["reason"] == "unsigned"
     assert events[0].event_data["claimed_receipt_id"] == arg.ref.receipt_id
 
 
@@ -214,7 +225,8 @@ async def test_a_signed_start_altered_is_refused(
     for tenant in (victim, stack.tenant_id):
         await assert_nothing_happened(stack, provider, "/altered", tenant, own.ref.idempotency_key)
     assert [e.event_type for e in await refused_events(stack, forged.ref.tenant_id)] == [
-        "RUN_FAILED"
+        "RUN_FAILED",
+        "SIGNAL_PROCESSING_FAILED",
     ]
 
 

@@ -50,6 +50,8 @@ async def test_show_prints_the_causal_tree(cli_env: Stack) -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     order = [
+        "SIGNAL_RECEIVED",
+        "SIGNAL_PROCESSING_STARTED",
         "RUN_STARTED",
         "POLICY_EVALUATED",
         "EFFECT_REQUESTED",
@@ -57,6 +59,7 @@ async def test_show_prints_the_causal_tree(cli_env: Stack) -> None:
         "STEP_COMPLETED",
         "EFFECT_COMPLETED",
         "RUN_COMPLETED",
+        "SIGNAL_PROCESSED",
     ]
     positions = [next(i for i, line in enumerate(lines) if name in line) for name in order]
     assert positions == sorted(positions)
@@ -74,7 +77,7 @@ async def test_show_prints_the_event_log_as_a_table_or_json(cli_env: Stack) -> N
     cells = [line.split("│") for line in table.output.splitlines() if line.startswith("│")]
     rows = [row for row in cells if row[1].strip().isdigit()]
     names = [row[3].strip() for row in rows]
-    assert names[0] == "RUN_STARTED" and "RUN_COMPLETED" in names
+    assert names[0] == "SIGNAL_RECEIVED" and "RUN_COMPLETED" in names
     sequence = [int(row[1]) for row in rows]
     assert sequence == sorted(sequence)
     assert "status COMPLETED" in table.output

@@ -196,7 +196,10 @@ async def test_openapi_documents_every_route_and_error(stack: Stack) -> None:
             for status, response in op["responses"].items():
                 if status.startswith(("4", "5")):
                     ref = response["content"]["application/json"]["schema"]["$ref"]
-                    assert ref.rsplit("/", 1)[1] in ("ErrorEnvelope", "Envelope"), (path, status)
+                    assert ref.rsplit("/", 1)[1] in ("ErrorEnvelope", "Envelope", "PlanEnvelope"), (
+                        path,
+                        status,
+                    )
     execute = paths["/v1/executions"]["post"]
     assert {"200", "202", "400", "401", "403", "404", "413", "422", "500", "502"} <= set(
         execute["responses"]

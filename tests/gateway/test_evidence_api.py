@@ -27,7 +27,7 @@ async def test_events_route(stack: Stack) -> None:
     )
     assert response.status_code == 200
     events = response.json()
-    assert events[0]["event_type"] == "RUN_STARTED"
+    assert events[0]["event_type"] == "SIGNAL_RECEIVED"
     assert events[-1]["event_type"] == "MANIFEST_WRITTEN"
     seqs = [e["sequence_number"] for e in events]
     assert seqs == sorted(seqs)

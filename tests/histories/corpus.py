@@ -21,6 +21,7 @@ from starter.runtime import observability
 from starter.runtime.codec import data_converter
 from workflows.execute import ExecuteCapability
 from workflows.partitions import OutcomePartitions
+from workflows.plan import ExecutePlan
 from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
 from workflows.trust import RefreshTrust
@@ -35,6 +36,7 @@ FOLDERS = {
     "OutcomePartitions": "outcome_partitions",
     "RefreshTrust": "trust_refresh",
     "RunProbe": "run_probe",
+    "ExecutePlan": "execute_plan",
 }
 # The workflows a production worker registers (worker.build_worker).
 WORKFLOWS: tuple[type, ...] = (
@@ -43,6 +45,7 @@ WORKFLOWS: tuple[type, ...] = (
     OutcomePartitions,
     RefreshTrust,
     RunProbe,
+    ExecutePlan,
 )
 
 

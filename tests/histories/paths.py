@@ -12,6 +12,7 @@ from typing import Any
 from schemas.names import (
     EXECUTE_WORKFLOW,
     PARTITIONS_WORKFLOW,
+    PLAN_WORKFLOW,
     PROBE_WORKFLOW,
     RETENTION_WORKFLOW,
     TRUST_REFRESH_WORKFLOW,
@@ -284,6 +285,142 @@ async def probe_runs(rec: Recorder) -> dict[str, Run]:
     return runs
 
 
+async def _post_plan(
+    rec: Recorder, gw: Gateway, plan: dict[str, Any], key: str, *, wait: int = 30
+) -> dict[str, Any]:
+    headers = {
+        "Authorization": f"Bearer {gw.api_key}",
+        "Idempotency-Key": key,
+        "Prefer": f"wait={wait}",
+    }
+    body = {"schema_version": "1", **plan}
+    response = await rec.http.post(f"{gw.url}/v1/plans", json=body, headers=headers)
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def _plan_key(rec: Recorder, gw: Gateway) -> str:
+    """A key of the path's tenant that may also resume and cancel plans."""
+    async with rec.sessions.begin() as session:
+        return await api_keys.create_api_key(
+            session, gw.tenant_id, scopes=["execute:*", "outputs:read", "plans:write"]
+        )
+
+
+async def _plan_latest(rec: Recorder, answer: dict[str, Any]) -> Run:
+    run = await rec.latest(answer)
+    return Run(PLAN_WORKFLOW, run.workflow_id, run.run_id)
+
+
+def _http_step(step_id: str, url: str, **extra: Any) -> dict[str, Any]:
+    return {"id": step_id, "capability_id": "test.http", "input": post(url), **extra}
+
+
+async def plan_executed(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    plan = {
+        "steps": [
+            {"id": "a", "capability_id": "demo.echo", "input": {"n": 1}},
+            {"id": "b", "capability_id": "demo.echo", "input": {"n": "${steps.a.output.n}"}},
+            {
+                "id": "c",
+                "capability_id": "demo.echo",
+                "input": {},
+                "when": {"step": "b", "status": "failed"},
+            },
+        ]
+    }
+    answer = await _post_plan(rec, gw, plan, "plan-executed")
+    assert answer["status"] == "executed", answer
+    return {"plan_executed": await _plan_latest(rec, answer)}
+
+
+async def plan_compensated(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    made = rec.provider.script("/plan-made", Step(201, {"id": 7}))
+    undo = rec.provider.script("/plan-undo", Step(200))
+    broken = rec.provider.script("/plan-broken", Step(400))
+    plan = {
+        "on_failure": "compensate",
+        "steps": [
+            _http_step(
+                "make",
+                made,
+                compensate={"capability_id": "test.http", "input": post(undo)},
+            ),
+            _http_step("break", broken),
+        ],
+    }
+    answer = await _post_plan(rec, gw, plan, "plan-compensated")
+    assert [s["status"] for s in answer["steps"]] == ["compensated", "failed"], answer
+    return {"plan_compensated": await _plan_latest(rec, answer)}
+
+
+async def plan_resumed(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    gw.api_key = await _plan_key(rec, gw)
+    first = rec.provider.script("/plan-first", Step(201))
+    then = rec.provider.script("/plan-then", Step(400), Step(201))
+    plan = {"steps": [_http_step("first", first), _http_step("then", then)]}
+    answer = await _post_plan(rec, gw, plan, "plan-resumed")
+    assert answer["status"] == "failed", answer
+    failed = await _plan_latest(rec, answer)
+    resumed = await rec.http.post(
+        f"{gw.url}/v1/plans/{answer['plan_id']}/resume",
+        json={"effect_did_not_happen": True, "note": "histories"},
+        headers={"Authorization": f"Bearer {gw.api_key}", "Prefer": "wait=30"},
+    )
+    assert resumed.json()["status"] == "executed", resumed.text
+    return {"plan_failed": failed, "plan_resumed": await _plan_latest(rec, answer)}
+
+
+async def plan_cancelled(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    gw.api_key = await _plan_key(rec, gw)
+    slow = rec.provider.script("/plan-slow", Step(201, delay=2.0))
+    never = rec.provider.script("/plan-never", Step(201))
+    plan = {"steps": [_http_step("slow", slow), _http_step("never", never)]}
+    answer = await _post_plan(rec, gw, plan, "plan-cancelled", wait=0)
+    for _ in range(200):
+        if rec.provider.calls_to("/plan-slow"):
+            break
+        await asyncio.sleep(0.05)
+    cancelled = await rec.http.post(
+        f"{gw.url}/v1/plans/{answer['plan_id']}/cancel",
+        json={"note": "histories"},
+        headers={"Authorization": f"Bearer {gw.api_key}"},
+    )
+    assert cancelled.status_code == 202, cancelled.text
+    return {"plan_cancelled": await _plan_latest(rec, answer)}
+
+
+async def plan_approved(rec: Recorder) -> dict[str, Run]:
+    gw = await rec.gateway()
+    rule = {"capability": "demo.*", "requires_approval": True, "approval_ttl_seconds": 3600}
+    async with rec.sessions.begin() as session:
+        await tenancy.set_tenant(session, gw.tenant_id)
+        await policy_versions.add(
+            session, gw.tenant_id, "strict", {"mode": "strict", "rules": [rule]}, "histories"
+        )
+        approver = await api_keys.create_api_key(session, gw.tenant_id, scopes=["approvals:write"])
+    plan = {
+        "steps": [
+            {"id": "a", "capability_id": "demo.echo", "input": {"n": 1}},
+            {"id": "b", "capability_id": "demo.echo", "input": {"n": 2}},
+        ]
+    }
+    answer = await _post_plan(rec, gw, plan, "plan-approved", wait=5)
+    approval = answer["approval"]
+    assert answer["status"] == "accepted" and approval, answer
+    decided = await rec.http.post(
+        f"{gw.url}/v1/approvals/{approval['id']}/approve",
+        json={"input_hash": approval["input_hash"], "policy_version": approval["policy_version"]},
+        headers={"Authorization": f"Bearer {approver}"},
+    )
+    assert decided.status_code == 200, decided.text
+    return {"plan_approved": await _plan_latest(rec, answer)}
+
+
 @dataclass(frozen=True)
 class RecordedPath:
     name: str
@@ -293,6 +430,10 @@ class RecordedPath:
 
 def _execute(name: str, about: str) -> RecordedPath:
     return RecordedPath(name, EXECUTE_WORKFLOW, about)
+
+
+def _plan(name: str, about: str) -> RecordedPath:
+    return RecordedPath(name, PLAN_WORKFLOW, about)
 
 
 DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {
@@ -416,4 +557,43 @@ DRIVERS: dict[Driver, tuple[RecordedPath, ...]] = {
         ),
     ),
 }
+DRIVERS.update(
+    {
+        plan_executed: (
+            _plan(
+                "plan_executed",
+                "three demo.echo steps: the second uses the first's output, the third is "
+                "skipped by its `when`",
+            ),
+        ),
+        plan_compensated: (
+            _plan(
+                "plan_compensated",
+                "on_failure compensate: the second step fails (400), the first is undone",
+            ),
+        ),
+        plan_resumed: (
+            _plan("plan_failed", "the second step fails (400): the plan ends failed"),
+            _plan(
+                "plan_resumed",
+                "the failed plan resumed: the first step found done, the second run again "
+                "under its next key",
+            ),
+        ),
+        plan_cancelled: (
+            _plan(
+                "plan_cancelled",
+                "cancelled through the update while its first step runs: that step "
+                "finishes, the second never starts",
+            ),
+        ),
+        plan_approved: (
+            _plan(
+                "plan_approved",
+                "strict policy: the plan asks once for approval (bound to its digest), a "
+                "person approves through the update, both steps run without asking",
+            ),
+        ),
+    }
+)
 PATHS = {path.name: path for paths in DRIVERS.values() for path in paths}

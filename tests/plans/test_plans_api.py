@@ -4,11 +4,15 @@ plans are refused before anything runs, and a failure undoes what was done."""
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from typing import Any
 
 import httpx
+import jwt
 
+from schemas.manifest import signing_input
 from schemas.names import REPLAYED_HEADER
 from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
@@ -143,3 +147,51 @@ async def test_a_failing_step_undoes_what_was_done(stack: Stack, provider: FakeP
     again = await post_plan(stack, plan, key=key)
     assert again.headers[REPLAYED_HEADER] == "true"
     assert len(provider.calls_to(undo.removeprefix(provider.base_url))) == 1
+
+    # The plan's signed manifest: each call in order, what failed and what was undone.
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    got = await stack.http.get(f"{stack.url}/v1/plans/{body['plan_id']}/manifest", headers=headers)
+    assert got.status_code == 200, got.text
+    manifest = json.loads(got.content)
+    assert manifest["correlation_id"] == body["plan_id"]
+    assert [(t["tool_name"], t["result"]["status"]) for t in manifest["tools"]] == [
+        ("http.request", "success"),
+        ("http.request", "success"),  # the undo of "make"
+        ("http.request", "failure"),
+    ]
+    outputs = manifest["outputs"]
+    assert outputs["partial_completion"] == {"completed_steps": ["make"], "total_steps": 2}
+    assert outputs["rolled_back"] == ["make"] and outputs["rollback_required"] is False
+    assert outputs["error_code"] == "provider_invalid_input"
+    assert outputs["steps"]["break"]["status"] == "failed"
+    jwks = (await stack.http.get(f"{stack.url}/.well-known/jwks.json")).json()
+    payload = base64.urlsafe_b64encode(signing_input(manifest)).rstrip(b"=").decode()
+    [signature] = manifest["signatures"]
+    header, _, sig = signature["signature"].split(".")
+    kid = json.loads(base64.urlsafe_b64decode(header + "==").decode())["kid"]
+    jwt.api_jws.PyJWS().decode_complete(
+        f"{header}.{payload}.{sig}",
+        key=jwt.PyJWKSet.from_dict(jwks)[kid],
+        algorithms=[signature["algorithm"]],
+    )
+    events = await stack.http.get(f"{stack.url}/v1/plans/{body['plan_id']}/events", headers=headers)
+    types = [e["event_type"] for e in events.json()]
+    assert types.count("STEP_COMPENSATED") == 1
+    assert types[-2:] == ["RUN_FAILED", "SIGNAL_PROCESSING_FAILED"]
+
+
+async def test_another_tenants_plan_is_not_found(stack: Stack) -> None:
+    answer = await post_plan(stack, echo_plan())
+    plan_id = answer.json()["plan_id"]
+    _, other_key = await stack.new_tenant()
+    headers = {"Authorization": f"Bearer {other_key}"}
+    for path in ("", "/events", "/manifest"):
+        seen = await stack.http.get(f"{stack.url}/v1/plans/{plan_id}{path}", headers=headers)
+        assert seen.status_code == 404, (path, seen.text)
+    for action in ("resume", "cancel"):
+        tried = await stack.http.post(
+            f"{stack.url}/v1/plans/{plan_id}/{action}",
+            json={"effect_did_not_happen": True} if action == "resume" else {},
+            headers=headers,
+        )
+        assert tried.status_code in (403, 404), (action, tried.text)

@@ -66,3 +66,39 @@ def test_a_delta_moves_a_run_as_apply_does(state: RunState, events: list[Event])
     for event in events:
         folded = apply(folded, event)
     assert delta(events).applied_to(state) == folded
+
+
+def _event(i: int, kind: EventType, **data: Any) -> Event:
+    return Event(
+        id=f"e-{i}",
+        tenant_id="t-1",
+        event_type=kind,
+        aggregate_type=AggregateType.RUN,
+        aggregate_id="r-1",
+        event_data=data,
+        correlation_id="r-1",
+        actor="test",
+        sequence_number=i,
+        occurred_at=T0 + timedelta(seconds=i),
+    )
+
+
+def test_a_cancelled_run_is_cancelled_until_a_later_run_records_it() -> None:
+    """An operator's cancel ends the run CANCELLED; a run resuming the execution later
+    starts it again and its outcome decides, as the events' order has it."""
+    cancelled = [
+        _event(1, EventType.RUN_STARTED, run_id="run-a"),
+        _event(2, EventType.SIGNAL_PROCESSING_STARTED, run_id="run-a"),
+        _event(3, EventType.RUN_CANCELLED, run_id="run-a", how="terminated"),
+    ]
+    state: RunState | None = None
+    for event in cancelled:
+        state = apply(state, event)
+    assert state is not None and state.status == RunStatus.CANCELLED
+    assert state.completed_at == T0 + timedelta(seconds=3)
+    resumed = [
+        _event(4, EventType.RUN_STARTED, run_id="run-b"),
+        _event(5, EventType.RUN_COMPLETED, run_id="run-b"),
+    ]
+    ended = delta(resumed).applied_to(state)
+    assert (ended.status, ended.run_id) == (RunStatus.COMPLETED, "run-b")

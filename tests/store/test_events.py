@@ -44,6 +44,8 @@ async def test_success_chain(stack: Stack, provider: FakeProvider) -> None:
     body = (await stack.execute("http.request", post(url), key="ev-ok")).json()
     events = await chain_of(stack, body["receipt_id"])
     assert [e.event_type for e in events] == [
+        "SIGNAL_RECEIVED",
+        "SIGNAL_PROCESSING_STARTED",
         "RUN_STARTED",
         "POLICY_EVALUATED",
         "EFFECT_REQUESTED",
@@ -53,10 +55,21 @@ async def test_success_chain(stack: Stack, provider: FakeProvider) -> None:
         "STEP_COMPLETED",
         "EFFECT_COMPLETED",
         "RUN_COMPLETED",
+        "SIGNAL_PROCESSED",
         "MANIFEST_WRITTEN",
     ]
     assert_causal(events, body["receipt_id"])
     assert {e.event_data["run_id"] for e in events} == {body["run_id"]}
+    # The intake: the request as the gateway received it, and the outcome it got.
+    received, processed = events[0], events[-2]
+    assert received.aggregate_type == "SIGNAL" and received.causation_id is None
+    assert received.aggregate_id == processed.aggregate_id == f"{body['receipt_id']}:signal"
+    assert received.event_data["trace_id"] == body["trace_id"]
+    assert received.event_data["request_id"] == body["receipt"]["request_id"]
+    assert received.event_data["capability_id"] == "http.request"
+    assert events[1].event_data["resumed"] is False
+    assert events[2].causation_id == events[1].id  # RUN_STARTED follows the intake
+    assert processed.event_data["receipt_status"] == "success"
     async with stack.sessions() as s:
         run = await event_log.get_run(s, stack.tenant_id, body["receipt_id"])
     assert run is not None and run.status == RunStatus.COMPLETED
@@ -69,6 +82,8 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
     body = (await fast.execute("test.http", post(url), key="ev-500")).json()
     events = await chain_of(fast, body["receipt_id"])
     assert [e.event_type for e in events] == [
+        "SIGNAL_RECEIVED",
+        "SIGNAL_PROCESSING_STARTED",
         "RUN_STARTED",
         "POLICY_EVALUATED",
         "EFFECT_REQUESTED",
@@ -87,6 +102,7 @@ async def test_retries_then_dead_letter_chain(fast: Stack, provider: FakeProvide
         "EFFECT_FAILED",
         "EFFECT_DEAD_LETTERED",
         "RUN_FAILED",
+        "SIGNAL_PROCESSED",
         "MANIFEST_WRITTEN",
     ]
     assert_causal(events, body["receipt_id"])
@@ -122,12 +138,16 @@ async def test_policy_denial_chain(stack: Stack, provider: FakeProvider) -> None
     body = (await stack.execute("http.request", post(url), key="ev-denied")).json()
     events = await chain_of(stack, body["receipt_id"])
     assert [e.event_type for e in events] == [
+        "SIGNAL_RECEIVED",
+        "SIGNAL_PROCESSING_STARTED",
         "RUN_STARTED",
         "POLICY_EVALUATED",
         "RUN_FAILED",
+        "SIGNAL_PROCESSED",
         "MANIFEST_WRITTEN",
     ]
-    assert events[1].event_data["rule_hit"] == "BUDGET_EXCEEDED"
+    assert events[3].event_data["rule_hit"] == "BUDGET_EXCEEDED"
+    assert events[5].event_data["receipt_status"] == "policy_denied"
     assert_causal(events, body["receipt_id"])
     async with stack.sessions() as s:
         run = await event_log.get_run(s, stack.tenant_id, body["receipt_id"])

@@ -576,3 +576,70 @@ def captured_spans() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         processor.shutdown()
+
+
+PLAN_TOKEN = _unique("sk-plan-")
+PLAN_PASSWORD = _unique("plan-horse-")
+
+
+async def test_a_plans_secrets_reach_no_store(
+    stack: Stack,
+    provider: FakeProvider,
+    postgres_server: EmbeddedPostgres,
+    temporal_on_disk: tuple[WorkflowEnvironment, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A plan carries its steps' raw inputs (the plan's row keeps them redacted, its
+    workflow input is sealed by the codec) and a step's answer flows into the next one's
+    input through a reference: no secret at rest anywhere, the plan's stores included."""
+    path = "/secrets/plan"
+    url = provider.script(path, Step(200, {"password": PLAN_PASSWORD, "id": 4}))
+    plan = {
+        "schema_version": "1",
+        "steps": [
+            {
+                "id": "login",
+                "capability_id": "http.request",
+                "input": {
+                    "method": "POST",
+                    "url": url,
+                    "headers": {"Authorization": f"Bearer {PLAN_TOKEN}"},
+                    "json": {"password": PLAN_PASSWORD},
+                },
+            },
+            {
+                "id": "use",
+                "capability_id": "http.request",
+                "input": {
+                    "method": "POST",
+                    "url": url,
+                    "json": {"id": "${steps.login.output.body.id}", "password": PLAN_PASSWORD},
+                },
+            },
+        ],
+    }
+    headers = {"Authorization": f"Bearer {stack.api_key}", "Idempotency-Key": "secret-plan"}
+    with captured_logs(caplog) as json_lines, captured_spans() as spans:
+        response = await stack.http.post(f"{stack.url}/v1/plans", json=plan, headers=headers)
+    assert response.status_code == 200, response.text
+    calls = provider.calls_to(path)
+    assert [c.body["password"] for c in calls] == [PLAN_PASSWORD] * 2
+    body = response.json()
+    plan_run = (await stack.client.get_workflow_handle(body["workflow_id"]).describe()).run_id
+    workflows = [(body["workflow_id"], plan_run or "")]
+    for step in body["steps"]:
+        shown = await stack.http.get(
+            f"{stack.url}/v1/executions/{step['receipt_id']}",
+            headers={"Authorization": f"Bearer {stack.api_key}"},
+        )
+        workflows.append((shown.json()["workflow_id"], shown.json()["run_id"]))
+    await assert_nowhere_at_rest(
+        (PLAN_TOKEN, PLAN_PASSWORD),
+        answer=response,
+        stack=stack,
+        workflows=workflows,
+        data_dir=postgres_server.data_dir,
+        temporal_dir=temporal_on_disk[1],
+        logs=caplog.text + json_lines.getvalue(),
+        spans=spans.get_finished_spans(),
+    )

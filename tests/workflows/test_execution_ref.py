@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from schemas.approvals import ApprovalRequestInput
 from schemas.capabilities import CapabilityCatalog
-from schemas.identity import REF_FIELDS, ExecutionRef
+from schemas.identity import REF_FIELDS, ExecutionRef, Submission
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_OUTCOME, REQUEST_APPROVAL
 from schemas.run import AdapterInput, ExecuteWorkflowInput, PolicyInput, RecordInput
 from schemas.settings import MoatSettings
@@ -71,6 +71,14 @@ async def test_every_recorded_input_decodes_with_its_identity_in_the_ref() -> No
             assert isinstance(decoded, model)
             ref = decoded.ref  # type: ignore[attr-defined]
             assert isinstance(ref, ExecutionRef)
+            if model is ExecuteWorkflowInput:
+                # A start's ref carries the start's own labels to its steps.
+                assert ref.submission == Submission(
+                    submitted_at=decoded.submitted_at,  # type: ignore[attr-defined]
+                    request_id=raw["request_id"],
+                    trace_id=raw["trace_id"],
+                )
+                ref = ref.model_copy(update={"submission": None})
             if "ref" in raw:
                 shapes.setdefault(model, set()).add("nested")
                 assert ref == ExecutionRef.model_validate(raw["ref"])
@@ -148,6 +156,9 @@ def test_a_flat_input_and_its_nested_form_are_one_input() -> None:
         idempotency_key="k",
         input_hash="sha256:" + "0" * 64,
         connection_id="conn-1",
+        submission=Submission(
+            submitted_at=datetime(2026, 1, 1, tzinfo=UTC), request_id="req", trace_id="0" * 32
+        ),
     )
     assert ExecuteWorkflowInput.model_validate(start.model_dump(mode="json")) == start
     adapter = AdapterInput.model_validate(

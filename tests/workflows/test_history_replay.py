@@ -22,13 +22,14 @@ from tests.histories.variants import (
 )
 from workflows.execute import DRY_RUN_STATUS_PATCH, FAILED_RUN_PATCH
 from workflows.partitions import OutcomePartitions
+from workflows.plan import ExecutePlan
 from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
 from workflows.trust import RefreshTrust
 
 CORPUS = corpus()
 # The workflows a variant of ExecuteCapability is replayed beside, unchanged.
-OTHERS = (ManifestRetention, OutcomePartitions, RefreshTrust, RunProbe)
+OTHERS = (ManifestRetention, OutcomePartitions, RefreshTrust, RunProbe, ExecutePlan)
 
 
 def _of(workflow_type: str) -> set[str]:

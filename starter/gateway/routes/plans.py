@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
-from schemas.names import REPLAYED_HEADER
+from schemas.events import Event
+from schemas.names import MANIFEST_SHA256_HEADER, REPLAYED_HEADER, RUN_ID_HEADER
 from schemas.plans import CancelRequest, PlanEnvelope, ResumeRequest
 from schemas.scopes import OUTPUTS_READ, PLANS_WRITE
 from starter.gateway import answering
 from starter.gateway.access import needs
-from starter.gateway.deps import CallerOnly, deps_of, sealer_of
+from starter.gateway.deps import Caller, CallerOnly, TenantSession, deps_of, sealer_of
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, plan_status
 from starter.runtime import observability
-from starter.service import PlanAnswer, Plans
+from starter.service import PlanAnswer, Plans, evidence
+from starter.service.plans import plan_not_found, plans_store_row, resume_request
+from store.manifests import ManifestStore
 
 router = APIRouter()
 
@@ -60,6 +63,22 @@ def _answer(answer: PlanAnswer | PlanEnvelope, applied: str | None = None) -> Re
         status_code=plan_status(envelope.status.value, code),
         headers=headers,
     )
+
+
+# The resume body as the document states it: the statement is required and must be true
+# (the handler refuses anything else with ``effect_statement_required``).
+RESUME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "effect_did_not_happen": {
+            "const": True,
+            "description": ResumeRequest.model_fields["effect_did_not_happen"].description,
+        },
+        "note": {"type": "string", "maxLength": 2000},
+    },
+    "required": ["effect_did_not_happen"],
+    "additionalProperties": False,
+}
 
 
 def _envelope(description: str) -> dict[str, Any]:
@@ -153,11 +172,16 @@ async def get_plan(request: Request, plan_id: str, caller: CallerOnly) -> Respon
         **documented_errors(400, 401, 403, 404, 409, 500),
     },
     dependencies=[needs(PLANS_WRITE, also="the scopes of every step")],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RESUME_SCHEMA}},
+        }
+    },
 )
 async def resume_plan(
     request: Request,
     plan_id: str,
-    body: ResumeRequest,
     caller: CallerOnly,
     prefer: PreferHeader = None,
 ) -> Response:
@@ -166,6 +190,7 @@ async def resume_plan(
     A compensated plan does not resume."""
     deps = deps_of(request)
     wait, applied = answering.wait_budget(prefer, deps.settings)
+    body = resume_request(await request.body())
     answer = await _plans(request).resume(
         caller, plan_id, body, wait, observability.current_trace_id()
     )
@@ -188,3 +213,61 @@ async def cancel_plan(
 ) -> Response:
     envelope = await _plans(request).cancel(caller, plan_id, body, observability.current_trace_id())
     return _answer(envelope)
+
+
+@router.get(
+    "/v1/plans/{plan_id}/events",
+    tags=["plans"],
+    summary="A plan's event log, in order",
+    response_model=list[Event],
+    responses=documented_errors(401, 404, 500),
+)
+async def get_plan_events(plan_id: str, session: TenantSession, caller: Caller) -> list[Event]:
+    """The plan's own events (`SIGNAL_*`, `RUN_*`, `RUN_CHECKPOINT_CREATED`, `STEP_SKIPPED`,
+    `STEP_COMPENSATED`, `RUN_CANCELLED`); each step's are its execution's
+    (`/v1/executions/{receipt_id}/events`)."""
+    events = await evidence.events_of(session, caller.tenant_id, plan_id)
+    if not events:
+        raise plan_not_found(plan_id)
+    return events
+
+
+@router.get(
+    "/v1/plans/{plan_id}/manifest",
+    tags=["plans"],
+    summary="The signed manifest of a plan's run",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The manifest file, byte for byte as stored: every step's tool call "
+            "in order, what the steps created (`artifacts`), outputs per step and, for a "
+            "failed plan, `partial_completion`, `rollback_required`, `rolled_back`.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **documented_errors(401, 403, 404, 500),
+    },
+    dependencies=[needs(OUTPUTS_READ)],
+)
+async def get_plan_manifest(
+    request: Request,
+    plan_id: str,
+    session: TenantSession,
+    caller: Caller,
+    run_id: Annotated[
+        str | None,
+        Query(max_length=64, description="A particular run's manifest. Default: the latest."),
+    ] = None,
+) -> Response:
+    """A resumed plan has a manifest per run; the latest is its current account."""
+    if run_id is None:
+        row = await plans_store_row(session, caller.tenant_id, plan_id)
+        run_id = row.run_id
+    indexed = await evidence.indexed_manifest(session, caller.tenant_id, plan_id, run_id)
+    stored = await evidence.read_manifest(
+        ManifestStore(deps_of(request).settings.manifests_dir), indexed
+    )
+    return Response(
+        stored.data,
+        media_type="application/json",
+        headers={MANIFEST_SHA256_HEADER: stored.sha256, RUN_ID_HEADER: stored.run_id},
+    )
