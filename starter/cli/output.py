@@ -106,16 +106,33 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _field_errors(details: dict[str, Any]) -> str:
-    """A refusal's field errors (``details.errors``), said after its message."""
+def _field_errors(details: dict[str, Any], message: str = "") -> str:
+    """A refusal's field errors (``details.errors``, else an invalid plan's
+    ``details.problems``), said after its message."""
     errors = details.get("errors")
     if not isinstance(errors, list) or not errors:
-        return ""
+        return _problems(details, message)
     said = [
         f"{'.'.join(str(p) for p in e.get('loc', [])) or 'body'}: {e.get('msg', '')}"
         for e in errors
         if isinstance(e, dict)
     ]
+    return ": " + "; ".join(said)
+
+
+def _problems(details: dict[str, Any], message: str) -> str:
+    """An invalid plan's problems (``details.problems``), each with its step, place and
+    reference, and what is wrong unless ``message`` says it already."""
+    problems = details.get("problems")
+    if not isinstance(problems, list) or not problems:
+        return ""
+    said = []
+    for p in (p for p in problems if isinstance(p, dict)):
+        where = f"step {p.get('step')} {p.get('where')}"
+        if p.get("reference"):
+            where += f" {p['reference']}"
+        why = str(p.get("message", ""))
+        said.append(where if why and why in message else f"{where}: {why}")
     return ": " + "; ".join(said)
 
 
@@ -128,7 +145,7 @@ def say_error(
 ) -> None:
     """Say one failure: two lines on stderr, or with ``--json`` one object on stdout."""
     hint = _one_line(hint or _help_hint() or "")
-    message = _one_line(message + _field_errors(details or {}))
+    message = _one_line(message + _field_errors(details or {}, message))
     if wants_json():
         error = {"code": code, "message": message, "hint": hint, "details": details or {}}
         print_json({"error": error | extra})

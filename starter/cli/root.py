@@ -31,6 +31,8 @@ COMMANDS = (
          "Execute a capability through the gateway and print a summary: status, receipt, "
          "replay or not, the output, the run in the Temporal UI. --json: the whole envelope.",
          role="AsTenant"),
+    Lazy("plan", "starter.cli.plans:plan_app",
+         "Plans: several capability calls as one durable run."),
     Lazy("capabilities", "starter.cli.capabilities:capabilities",
          "The capabilities the gateway executes; with an ID, one of them and its input schema.",
          role="AsTenant"),

@@ -31,6 +31,13 @@ HINTS = {
     "approval_not_found": "see `moat approvals list`",
     "capability_not_found": "`moat capabilities` lists them",
     "webhook_url_not_allowed": "an operator can allow-list the host (MOAT_HTTP_ALLOW_HOSTS)",
+    "plan_not_found": "give the plan id `moat plan run` printed",
+    "plan_invalid": "fix the steps named: a reference names an earlier step's output, "
+    "${steps.<id>.output.<path>}",
+    "plan_not_resumable": "only a failed plan resumes; see it with `moat plan show ID`",
+    "plan_finished": "nothing left to cancel; see it with `moat plan show ID`",
+    "effect_statement_required": "check that the failed step's effect did not take place, "
+    "then pass --effect-did-not-happen",
 }
 
 

@@ -1,6 +1,6 @@
 """The MCP server: lists the catalog's capabilities as tools and executes a tool call
 through the gateway with the agents' client, so every call is an ordinary Moat execution
-(idempotent, policy-checked, with a receipt).
+(idempotent, policy-checked, with a receipt); ``moat_run_plan`` runs several as one plan.
 
 Over stdio it speaks for the tenant of ``MOAT_API_KEY``. Over Streamable HTTP each request
 carries the tenant's API key as a bearer token, checked with the gateway before the MCP
@@ -28,11 +28,15 @@ from schemas.ids import is_receipt_id
 from starter.mcp.tools import (
     CONNECTION_ARGUMENT,
     KEY_ARGUMENT,
+    PLAN_TOOL,
+    PLAN_TOOL_SPEC,
     STATUS_TOOL,
     STATUS_TOOL_SPEC,
     derived_key,
+    derived_plan_key,
     error_of,
     needs_connection,
+    plan_result_of,
     result_of,
     tool_name,
     tool_of,
@@ -87,7 +91,7 @@ class MoatTools:
     async def list_tools(self, api_key: str | None) -> types.ListToolsResult:
         catalog = await self.catalog(api_key)
         return types.ListToolsResult(
-            tools=[*(tool_of(c) for c in catalog.values()), STATUS_TOOL_SPEC]
+            tools=[*(tool_of(c) for c in catalog.values()), STATUS_TOOL_SPEC, PLAN_TOOL_SPEC]
         )
 
     async def call_tool(
@@ -95,6 +99,8 @@ class MoatTools:
     ) -> types.CallToolResult:
         client = self.client(api_key)
         try:
+            if name == PLAN_TOOL:
+                return await self._run_plan(client, arguments)
             if name == STATUS_TOOL:
                 receipt_id = arguments.get("receipt_id")
                 if not isinstance(receipt_id, str) or not receipt_id:
@@ -125,6 +131,26 @@ class MoatTools:
         except MoatError as error:
             return error_of(error)
         return result_of(result)
+
+    async def _run_plan(
+        self, client: AsyncMoatClient, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """The plan the arguments describe, run once per key (a key derived from the plan
+        when none is given); the gateway checks the steps."""
+        plan = {k: v for k, v in arguments.items() if k in ("steps", "on_failure")}
+        if not isinstance(plan.get("steps"), list):
+            raise MCPError(code=types.INVALID_PARAMS, message="steps must be a list of steps")
+        key = arguments.get(KEY_ARGUMENT)
+        if not isinstance(key, str) or not key:
+            key = derived_plan_key(plan)
+        result = await client.run_plan(
+            plan,
+            idempotency_key=key,
+            wait_seconds=self._wait_seconds,
+            dry_run=arguments.get("dry_run") is True,
+            poll=False,
+        )
+        return plan_result_of(result)
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """A bearer token is good when the gateway takes it as an API key."""
@@ -168,7 +194,8 @@ def build_server(tools: MoatTools) -> Server[Any]:
         instructions=(
             "Each tool runs a Moat capability once per idempotency key and answers its "
             "envelope (status, receipt_id, output). An 'accepted' answer is still running: "
-            f"ask with {STATUS_TOOL} instead of calling the tool again."
+            f"ask with {STATUS_TOOL} instead of calling the tool again. {PLAN_TOOL} runs "
+            "several capabilities as one plan, each step once."
         ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,

@@ -5,6 +5,9 @@ hosts accept only ``[A-Za-z0-9_-]`` in a tool name), its description and input s
 catalog's, plus one optional argument, ``idempotency_key``. Without it the key is derived
 from the canonical arguments (RFC 8785), so a model repeating the same call gets the stored
 receipt instead of a second effect.
+
+One more tool, ``moat_run_plan``, runs several calls as one plan (``POST /v1/plans``), each
+step once; without a key, the plan's key is derived from its canonical steps the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 
 import mcp_types as types
 import rfc8785
-from moat_client import CapabilityInfo, ExecutionResult, MoatError
+from moat_client import CapabilityInfo, ExecutionResult, MoatError, PlanResult
+
+from schemas.plans import MAX_PLAN_KEY_LENGTH, MAX_STEPS, STEP_ID_PATTERN, OnFailure, StepStatus
 
 KEY_ARGUMENT = "idempotency_key"
 CONNECTION_ARGUMENT = "connection_id"
@@ -44,6 +49,77 @@ STATUS_TOOL_SPEC = types.Tool(
         "type": "object",
         "properties": {"receipt_id": {"type": "string", "description": "From the earlier call."}},
         "required": ["receipt_id"],
+        "additionalProperties": False,
+    },
+)
+
+
+PLAN_TOOL = "moat_run_plan"
+_CALL_PROPERTIES: dict[str, Any] = {
+    "capability_id": {"type": "string", "description": "The capability, e.g. demo.echo."},
+    "input": {
+        "type": "object",
+        "description": "The capability's input. A string may be ${steps.<id>.output.<path>}: "
+        "an earlier step's output (exactly one reference: the value with its JSON type; "
+        "inside longer text: the value as text).",
+    },
+    "connection_id": {"type": "string", "description": "Optional. The connection to use."},
+}
+_STEP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {
+            "type": "string",
+            "pattern": STEP_ID_PATTERN,
+            "description": "Unique in the plan; references name it.",
+        },
+        **_CALL_PROPERTIES,
+        "when": {
+            "type": "object",
+            "description": "Optional. Run only if an earlier step ended in one of these "
+            "statuses; otherwise the step is skipped.",
+            "properties": {
+                "step": {"type": "string"},
+                "status": {"type": "array", "items": {"enum": [s.value for s in StepStatus]}},
+            },
+            "required": ["step", "status"],
+        },
+        "compensate": {
+            "type": "object",
+            "description": "Optional. The call that undoes this step (with on_failure "
+            "'compensate'); it may use ${steps.<this id>.output...}.",
+            "properties": _CALL_PROPERTIES,
+            "required": ["capability_id", "input"],
+        },
+    },
+    "required": ["id", "capability_id", "input"],
+}
+PLAN_TOOL_SPEC = types.Tool(
+    name=PLAN_TOOL,
+    title="Run a Moat plan",
+    description=(
+        "Run several Moat capability calls as one durable plan, in order, each step exactly "
+        "once with its own receipt. A later step may use an earlier step's output through "
+        "${steps.<id>.output.<path>}. Answers the plan: status (executed, failed, planned, "
+        "accepted) and each step's status, receipt_id, output and error. The same plan again "
+        "(same arguments, or the same idempotency_key) runs nothing twice."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "steps": {"type": "array", "minItems": 1, "maxItems": MAX_STEPS, "items": _STEP_SCHEMA},
+            "on_failure": {
+                "enum": [o.value for o in OnFailure],
+                "description": "stop (default): the plan ends failed at the failing step. "
+                "compensate: each executed step with a compensate call is undone, last first.",
+            },
+            "dry_run": {
+                "type": "boolean",
+                "description": "Check each step's policy and references only: nothing runs.",
+            },
+            KEY_ARGUMENT: {**_KEY_SCHEMA, "maxLength": MAX_PLAN_KEY_LENGTH},
+        },
+        "required": ["steps"],
         "additionalProperties": False,
     },
 )
@@ -94,6 +170,13 @@ def derived_key(
     return "mcp:sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
+def derived_plan_key(plan: dict[str, Any]) -> str:
+    """The key of a plan without one: the same canonical steps and failure rule, the same
+    key."""
+    canonical = rfc8785.dumps({"plan": plan})
+    return "mcp:plan:sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
 def _text(value: Any) -> list[types.ContentBlock]:
     return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False, indent=1))]
 
@@ -128,6 +211,33 @@ def result_of(result: ExecutionResult) -> types.CallToolResult:
     )
 
 
+def plan_result_of(result: PlanResult) -> types.CallToolResult:
+    """The plan's envelope as structured content; a failed plan is a tool error, and a plan
+    still going says how to ask again without running anything twice."""
+    envelope = json.loads(result.envelope.model_dump_json())
+    if result.status != "accepted":
+        return types.CallToolResult(
+            content=_text(envelope), structured_content=envelope, is_error=result.status == "failed"
+        )
+    ask = (
+        f"call {PLAN_TOOL} again with the same arguments and "
+        f"idempotency_key={result.envelope.idempotency_key!r}: it runs nothing twice"
+    )
+    approval = result.approval
+    if approval is not None and approval.status == "pending":
+        note = (
+            f"Accepted, waiting for a person's approval of the whole plan ({approval.id}, until "
+            f"{approval.expires_at.isoformat()}): no step has run yet. Tell the user approval "
+            f"{approval.id} is needed; to see how it stands, {ask}."
+        )
+    else:
+        note = f"Accepted: plan {result.plan_id} is still running. To see how it stands, {ask}."
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=note), *_text(envelope)],
+        structured_content=envelope,
+    )
+
+
 def error_of(error: MoatError) -> types.CallToolResult:
     """A Moat refusal as a tool error, led by its stable code and naming failing fields."""
     body = {
@@ -143,6 +253,11 @@ def error_of(error: MoatError) -> types.CallToolResult:
         ".".join(str(part) for part in problem.get("loc", ()) if part not in ("body", "input"))
         + f": {problem.get('msg', '')}"
         for problem in error.details.get("errors", ())
+        if isinstance(problem, dict)
+    ]
+    fields += [
+        f"step {problem.get('step')} {problem.get('where')}: {problem.get('message', '')}"
+        for problem in error.details.get("problems", ())
         if isinstance(problem, dict)
     ]
     if fields:

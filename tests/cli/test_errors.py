@@ -73,6 +73,12 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             1,
             says="did you mean 'demo.echo'?",
         ),
+        "plan run": Case(["plan", "run", "--file", missing], "unreadable_file", 2),
+        "plan show": Case(["plan", "show", "pln_nosuch"], "plan_not_found", 1),
+        "plan resume": Case(
+            ["plan", "resume", "pln_nosuch", "--effect-did-not-happen"], "plan_not_found", 1
+        ),
+        "plan cancel": Case(["plan", "cancel", "pln_nosuch"], "plan_not_found", 1),
         "capabilities": Case(
             ["capabilities", "demo.ecko"],
             "capability_not_found",

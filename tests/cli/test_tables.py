@@ -13,12 +13,22 @@ from typing import Any
 
 import pytest
 import typer
+from moat_client import PlanEnvelope, PlanResult
 from moat_client.models import Receipt, ReceiptPage
 from rich.console import Console
 
 from schemas.connections import ConnectionInfo
 from schemas.probes import ProbeInfo
-from starter.cli import approvals, connections, dead_letters, receipts, status, trust, webhooks
+from starter.cli import (
+    approvals,
+    connections,
+    dead_letters,
+    plans,
+    receipts,
+    status,
+    trust,
+    webhooks,
+)
 
 RECEIPT = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 OTHER_RECEIPT = "0193a1b2-c3d4-7e5f-8a9b-ffffffffffff"
@@ -155,6 +165,32 @@ def list_connections(monkeypatch: pytest.MonkeyPatch) -> None:
     connections.list_(tenant="demo", as_json=False)
 
 
+def show_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's steps (its run link, a soft-wrapped line as `moat execute`'s, is left out)."""
+    error = {"code": "provider_rate_limited", "message": LONG, "details": {}}
+    steps = [
+        {"id": "open-the-issue", "status": "compensated", "receipt_id": RECEIPT,
+         "compensation_receipt_id": OTHER_RECEIPT},
+        {"id": "tell-the-channel-about-it", "status": "failed", "receipt_id": DELIVERY,
+         "error": error},
+        {"id": "tell-the-customer", "status": "skipped"},
+    ]  # fmt: skip
+    envelope = PlanEnvelope.model_validate(
+        {
+            "plan_id": PLAN,
+            "status": "failed",
+            "steps": [{"capability_id": "github.create_issue_comment", **s} for s in steps],
+            "trace_id": "t",
+            "error": error,
+        }
+    )
+    client = SimpleNamespace(get_plan=lambda _: PlanResult(502, envelope, False))
+    monkeypatch.setattr(plans, "agent_client", lambda _: client)
+    monkeypatch.setattr(plans, "gateway_answers", lambda _: nullcontext())
+    plans.show(PLAN, as_json=False)
+
+
+PLAN = "pln_0123456789abcdef0123456789"
 UI_LINK = "http://127.0.0.1:8233/namespaces/moat/workflows"
 
 
@@ -180,6 +216,7 @@ COMMANDS: dict[str, tuple[ModuleType, Callable[[pytest.MonkeyPatch], None], list
     "probe list": (trust, list_probes, [PROBE, CONNECTION]),
     "webhook list": (webhooks, list_webhooks, [WEBHOOK]),
     "connection list": (connections, list_connections, [CONNECTION]),
+    "plan show": (plans, show_plan, [PLAN, RECEIPT, OTHER_RECEIPT, DELIVERY]),
 }
 
 

@@ -1,7 +1,9 @@
-"""Catalog entries as tools, the key a call without one gets, and the ids the status tool
-takes (no server needed)."""
+"""Catalog entries as tools, the key a call without one gets, the ids the status tool takes,
+and the plan tool (no server needed)."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import mcp_types as types
@@ -9,8 +11,16 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from moat_client import CapabilityInfo
 
+from schemas.plans import MAX_PLAN_KEY_LENGTH
 from starter.mcp import MoatTools
-from starter.mcp.tools import STATUS_TOOL, derived_key, tool_of
+from starter.mcp.tools import (
+    PLAN_TOOL,
+    PLAN_TOOL_SPEC,
+    STATUS_TOOL,
+    derived_key,
+    derived_plan_key,
+    tool_of,
+)
 
 ENTRY = {
     "id": "slack.post_message",
@@ -82,3 +92,54 @@ async def test_the_status_tool_refuses_what_is_not_a_receipt_id_and_sends_nothin
         "receipt_id must be the receipt_id a tool call answered"
     )
     assert sent == []
+
+
+PLAN_STEPS = [
+    {"id": "a", "capability_id": "demo.echo", "input": {"x": 1}},
+    {"id": "b", "capability_id": "demo.echo", "input": {"y": "${steps.a.output.x}"}},
+]
+
+
+def test_the_plan_tool_takes_steps_and_a_key_short_enough_for_step_keys() -> None:
+    schema = PLAN_TOOL_SPEC.input_schema
+    assert PLAN_TOOL_SPEC.name == PLAN_TOOL == "moat_run_plan"
+    assert schema["required"] == ["steps"]
+    assert set(schema["properties"]) == {"steps", "on_failure", "dry_run", "idempotency_key"}
+    assert schema["properties"]["idempotency_key"]["maxLength"] == MAX_PLAN_KEY_LENGTH
+    assert "${steps." in (PLAN_TOOL_SPEC.description or "")
+    key = derived_plan_key({"steps": PLAN_STEPS})
+    assert key == derived_plan_key({"steps": [dict(reversed(s.items())) for s in PLAN_STEPS]})
+    assert key != derived_plan_key({"steps": PLAN_STEPS, "on_failure": "compensate"})
+    assert key.startswith("mcp:plan:sha256:") and len(key) <= MAX_PLAN_KEY_LENGTH
+
+
+async def test_a_plan_call_sends_the_plan_under_a_derived_key_and_says_how_to_ask_again() -> None:
+    sent: list[httpx.Request] = []
+    answer = {"plan_id": "pln_1", "status": "accepted", "trace_id": "t", "steps": []}
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        key = request.headers["Idempotency-Key"]
+        return httpx.Response(202, json={**answer, "idempotency_key": key})
+
+    tools = MoatTools(
+        "http://gateway.test",
+        "moat_x_y",
+        http=httpx.AsyncClient(transport=httpx.MockTransport(gateway)),
+    )
+    try:
+        arguments = {"steps": PLAN_STEPS, "dry_run": False}
+        accepted = await tools.call_tool(None, PLAN_TOOL, arguments)
+        with pytest.raises(MCPError) as refused:
+            await tools.call_tool(None, PLAN_TOOL, {"steps": "all of them"})
+    finally:
+        await tools.aclose()
+    assert refused.value.code == types.INVALID_PARAMS
+    assert [(r.method, r.url.path) for r in sent] == [("POST", "/v1/plans")]
+    assert json.loads(sent[0].content) == {"schema_version": "1", "steps": PLAN_STEPS}
+    key = derived_plan_key({"steps": PLAN_STEPS})
+    assert sent[0].headers["Idempotency-Key"] == key
+    assert not accepted.is_error and accepted.structured_content is not None
+    assert accepted.structured_content["plan_id"] == "pln_1"
+    note = accepted.content[0].text  # type: ignore[union-attr]
+    assert "still running" in note and PLAN_TOOL in note and key in note

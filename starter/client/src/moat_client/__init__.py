@@ -9,7 +9,8 @@
 A retry with the same idempotency key never causes a second side effect: it returns the
 first execution's receipt (``result.replayed`` is then True). The client retries network
 errors, timeouts and 5xx with the same key by itself, and polls runs that outlast the
-gateway's wait. ``AsyncMoatClient`` is the same for asyncio; ``SendLog`` keeps a local
+gateway's wait. ``run_plan`` runs several calls as one durable plan, each step once.
+``AsyncMoatClient`` is the same for asyncio; ``SendLog`` keeps a local
 record of every send (``client.send``).
 
 The client is its own distribution (``moat-client``, httpx and pydantic only) and imports
@@ -18,7 +19,7 @@ nothing of the server, so an agent installs it without Temporal or PostgreSQL.
 
 from moat_client._async import AsyncMoatClient
 from moat_client._config import ConfigurationError, RetryPolicy, configured
-from moat_client._results import REPLAYED_HEADER, ExecutionResult
+from moat_client._results import REPLAYED_HEADER, ExecutionResult, PlanResult
 from moat_client._sync import MoatClient
 from moat_client.codes import ClientErrorCode, ErrorCode
 from moat_client.errors import (
@@ -45,6 +46,9 @@ from moat_client.models import (
     EnvelopeStatus,
     ErrorBody,
     Plan,
+    PlanEnvelope,
+    PlanStatus,
+    PlanStep,
     ProbeSpec,
     Receipt,
     ReceiptPage,
@@ -83,6 +87,10 @@ __all__ = [
     "MoatError",
     "NotFound",
     "Plan",
+    "PlanEnvelope",
+    "PlanResult",
+    "PlanStatus",
+    "PlanStep",
     "PolicyDenied",
     "ProbeSpec",
     "Receipt",

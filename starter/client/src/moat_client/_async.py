@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -12,7 +12,7 @@ import httpx
 from moat_client._calls import Routes, payload_chars
 from moat_client._config import RetryPolicy
 from moat_client._flows import Call, Flow, Reply, Sleep
-from moat_client._results import ExecutionResult
+from moat_client._results import ExecutionResult, PlanResult
 from moat_client.errors import MoatError
 from moat_client.models import CapabilityInfo, Receipt, ReceiptPage
 from moat_client.sendlog import SendLog, SendOutcome
@@ -371,6 +371,130 @@ class AsyncMoatClient(Routes):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    async def run_plan(
+        self,
+        plan: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        wait_seconds: float | None = None,
+        dry_run: bool = False,
+        poll: bool = True,
+        retry: RetryPolicy | None = None,
+    ) -> PlanResult:
+        """Run a plan: several capability calls as one durable run, each step once.
+
+        Each step runs as an execution of its own under the key ``<plan key>/<step id>``, so
+        a retry of the plan (the client's, after a network error, or yours with the same
+        key) repeats no step that completed. A step's input may use an earlier step's output
+        through ``${steps.<id>.output.<path>}``. A failing step is not raised: the result's
+        ``status`` is ``failed`` and its ``error`` the step's.
+
+        Args:
+            plan: The plan as ``POST /v1/plans`` takes it: ``steps`` (each ``id``,
+                ``capability_id``, ``input``, optionally ``connection_id``, ``when``,
+                ``compensate``), optionally ``on_failure`` and ``idempotency_key``;
+                ``schema_version`` defaults to ``"1"``.
+            idempotency_key: The plan's key, sent as ``Idempotency-Key`` (it replaces the
+                plan's own); None: the plan's ``idempotency_key``, else the gateway derives
+                one from the plan.
+            wait_seconds: How long the gateway waits for the plan, as for ``execute``.
+            dry_run: Check every step's policy and references only (status ``planned``,
+                each step's ``decision``): nothing runs and the key stays free.
+            poll: Poll an ``accepted`` plan until it ends (or waits for a person's
+                approval, or the retry policy's deadline passes); False returns it as it is.
+            retry: This call's retry policy; None for the client's.
+
+        Returns:
+            The plan's result: ``executed``, ``failed``, ``planned``, or ``accepted`` (still
+            running at the deadline, waiting for its ``approval``, or ``poll`` False).
+
+        Raises:
+            InvalidRequest: The plan is malformed: ``plan_invalid`` (``details["problems"]``
+                name each step, where and reference), ``schema_validation_failed``.
+            IdempotencyKeyReused: The key was used before for another plan.
+            Unauthenticated: No API key, or an unknown or revoked one.
+            GatewayUnavailable: No usable answer before the deadline; send the plan again
+                with the same key.
+            MoatError: Any other refusal, with the gateway's ``code``.
+        """
+        return await self._drive(
+            self._run_plan_flow(
+                plan,
+                idempotency_key=idempotency_key,
+                wait_seconds=wait_seconds,
+                dry_run=dry_run,
+                poll=poll,
+                retry=retry,
+            )
+        )
+
+    async def get_plan(self, plan_id: str) -> PlanResult:
+        """Read how a plan stands, once (no polling).
+
+        Args:
+            plan_id: The plan's id, as ``run_plan`` gave it.
+
+        Returns:
+            Its result: ``accepted`` while it runs, then its final answer.
+
+        Raises:
+            ValueError: ``plan_id`` is empty, ``.`` or ``..``.
+            NotFound: No such plan for this tenant (``plan_not_found``).
+            GatewayUnavailable: No usable answer before the retry policy's deadline.
+            MoatError: Any other refusal, with the gateway's ``code``.
+        """
+        return await self._drive(self._get_plan_flow(plan_id))
+
+    async def resume_plan(
+        self,
+        plan_id: str,
+        *,
+        effect_did_not_happen: bool,
+        note: str = "",
+        wait_seconds: float | None = None,
+    ) -> PlanResult:
+        """Continue a failed plan from its first unfinished step; completed steps are not
+        repeated. The failed step runs again under a new key, so only resume when its
+        effect did not take place. Needs scope ``plans:write``; sent once, never retried.
+
+        Args:
+            plan_id: The plan's id.
+            effect_did_not_happen: Your statement that the failed step's effect did not take
+                place; the gateway refuses a resume without it.
+            note: Why, for the record.
+            wait_seconds: How long the gateway waits for the plan, as for ``run_plan``.
+
+        Returns:
+            The plan: ``executed`` or ``failed`` when it ended within the wait, else
+            ``accepted`` (poll it with ``get_plan``).
+
+        Raises:
+            InvalidRequest: ``effect_statement_required``: ``effect_did_not_happen`` is False.
+            NotFound: No such plan for this tenant (``plan_not_found``).
+            MoatError: ``plan_not_resumable`` (the plan is running, executed or compensated),
+                ``scope_missing``, or any other refusal.
+        """
+        body = {"effect_did_not_happen": effect_did_not_happen, "note": note}
+        return await self._drive(self._plan_action_flow(plan_id, "resume", body, wait_seconds))
+
+    async def cancel_plan(self, plan_id: str, *, note: str = "") -> PlanResult:
+        """Stop a plan: a step already calling its provider finishes, no later step starts.
+        Needs scope ``plans:write``; sent once, never retried.
+
+        Args:
+            plan_id: The plan's id.
+            note: Why, for the record.
+
+        Returns:
+            The plan, ``accepted`` until it has stopped: poll it with ``get_plan``.
+
+        Raises:
+            NotFound: No such plan for this tenant (``plan_not_found``).
+            MoatError: ``plan_finished`` (nothing left to cancel), ``scope_missing``, or any
+                other refusal.
+        """
+        return await self._drive(self._plan_action_flow(plan_id, "cancel", {"note": note}))
 
     async def capabilities(self) -> list[CapabilityInfo]:
         """Read the capabilities the gateway offers.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -12,7 +13,7 @@ import httpx
 from moat_client import _flows
 from moat_client._config import RetryPolicy, resolve
 from moat_client._flows import Call, Flow
-from moat_client._results import ExecutionResult
+from moat_client._results import ExecutionResult, PlanResult
 from moat_client.models import CapabilityInfo, Receipt, ReceiptPage
 
 # Added to the gateway's wait for the read timeout, so the client never hangs up first.
@@ -158,6 +159,49 @@ class Routes:
                 params[name] = when.isoformat()
         call = Call("GET", "/v1/receipts", params=params)
         return _flows.read(call, self.retry, ReceiptPage.model_validate)
+
+    def _run_plan_flow(
+        self,
+        plan: Mapping[str, Any],
+        *,
+        idempotency_key: str | None,
+        wait_seconds: float | None,
+        dry_run: bool,
+        poll: bool,
+        retry: RetryPolicy | None,
+    ) -> Flow[PlanResult]:
+        body: dict[str, Any] = {"schema_version": "1", **plan}
+        headers = {}
+        if idempotency_key is not None:
+            # The key given wins over the plan's own: the request names one key only.
+            body.pop("idempotency_key", None)
+            headers["Idempotency-Key"] = idempotency_key
+        if dry_run:
+            body["dry_run"] = True
+        wait, timeout = read_timeout(self.timeout, wait_seconds)
+        headers["Prefer"] = f"wait={wait:g}"
+        call = Call("POST", "/v1/plans", json=body, headers=headers, timeout=timeout)
+        key = idempotency_key or body.get("idempotency_key")
+        return _flows.plan(call, retry or self.retry, key if isinstance(key, str) else None, poll)
+
+    def _get_plan_flow(self, plan_id: str) -> Flow[PlanResult]:
+        call = Call("GET", f"/v1/plans/{path_segment('plan_id', plan_id)}")
+        return _flows.plan(call, self.retry, None, poll=False)
+
+    def _plan_action_flow(
+        self, plan_id: str, action: str, body: dict[str, Any], wait_seconds: float | None = None
+    ) -> Flow[PlanResult]:
+        """A resume (which waits for the plan as ``run_plan`` does) or a cancel, sent once:
+        sent again after it took effect, it would be refused (the plan already running
+        again, or finished)."""
+        url = f"/v1/plans/{path_segment('plan_id', plan_id)}/{action}"
+        headers, timeout = {}, None
+        if action == "resume":
+            wait, timeout = read_timeout(self.timeout, wait_seconds)
+            headers["Prefer"] = f"wait={wait:g}"
+        call = Call("POST", url, json=body, headers=headers, timeout=timeout)
+        once = RetryPolicy(deadline=self.retry.deadline, max_attempts=1, rng=self.retry.rng)
+        return _flows.plan(call, once, None, poll=False)
 
     def _capabilities_flow(self) -> Flow[list[CapabilityInfo]]:
         return _flows.read(

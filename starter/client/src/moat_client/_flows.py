@@ -20,7 +20,7 @@ import httpx
 from pydantic import ValidationError
 
 from moat_client._config import RetryPolicy
-from moat_client._results import REPLAYED_HEADER, ExecutionResult
+from moat_client._results import REPLAYED_HEADER, ExecutionResult, PlanResult
 from moat_client.codes import ErrorCode
 from moat_client.errors import (
     ApprovalRequired,
@@ -29,7 +29,14 @@ from moat_client.errors import (
     MoatError,
     error_for,
 )
-from moat_client.models import Envelope, EnvelopeStatus, ErrorBody, ErrorEnvelope
+from moat_client.models import (
+    Envelope,
+    EnvelopeStatus,
+    ErrorBody,
+    ErrorEnvelope,
+    PlanEnvelope,
+    PlanStatus,
+)
 
 T = TypeVar("T")
 
@@ -77,10 +84,11 @@ def _json(response: httpx.Response) -> Any:
 
 
 def _is_recorded_outcome(response: httpx.Response) -> bool:
-    """A gateway's 502 for a provider's failure carries its receipt: an outcome, cached
-    under the key, which a retry would only read again. A proxy's 502 carries none."""
+    """A gateway's 502 for a provider's failure carries its receipt (a failed plan, its
+    plan id): an outcome, cached under the key, which a retry would only read again. A
+    proxy's 502 carries none."""
     body = _json(response)
-    return isinstance(body, dict) and bool(body.get("receipt_id"))
+    return isinstance(body, dict) and bool(body.get("receipt_id") or body.get("plan_id"))
 
 
 def _retryable(reply: Reply) -> bool:
@@ -173,25 +181,13 @@ def execute(
     ``ApprovalRequired`` at once, since a person decides it, not the clock."""
     deadline = time.monotonic() + policy.deadline
     while True:
-        remaining = RetryPolicy(
-            base_delay=policy.base_delay,
-            max_delay=policy.max_delay,
-            deadline=max(0.0, deadline - time.monotonic()),
-            max_attempts=policy.max_attempts,
-            poll_interval=policy.poll_interval,
-            rng=policy.rng,
-        )
-        response = yield from exchange(call, remaining, key)
+        response = yield from exchange(call, _remaining(policy, deadline), key)
         result = execution_result(response)
         if result.status != EnvelopeStatus.ACCEPTED or not poll:
             return result
         if result.approval is not None and stop_at_approval:
             raise ApprovalRequired(result.envelope)
-        wait = policy.poll_interval
-        if wait is None:
-            wait = _retry_after(response)
-        if wait is None:
-            wait = 1.0
+        wait = _poll_wait(policy, response)
         if time.monotonic() + wait > deadline:
             raise ExecutionPending(
                 result.envelope,
@@ -199,11 +195,74 @@ def execute(
                 "ask again later with its receipt_id",
             )
         yield Sleep(wait)
-        # Only a path on the same gateway: the API key goes with every poll.
-        location = response.headers.get("Location", "")
-        if not location.startswith("/") or location.startswith("//"):
-            location = f"/v1/executions/{quote(result.receipt_id or '', safe='')}"
-        call = Call("GET", location)
+        call = Call("GET", _location(response, f"/v1/executions/{result.receipt_id or ''}"))
+
+
+def _remaining(policy: RetryPolicy, deadline: float) -> RetryPolicy:
+    """``policy`` with what is left until ``deadline`` (a monotonic time) as its deadline."""
+    return RetryPolicy(
+        base_delay=policy.base_delay,
+        max_delay=policy.max_delay,
+        deadline=max(0.0, deadline - time.monotonic()),
+        max_attempts=policy.max_attempts,
+        poll_interval=policy.poll_interval,
+        rng=policy.rng,
+    )
+
+
+def _poll_wait(policy: RetryPolicy, response: httpx.Response) -> float:
+    """Seconds before the next poll: the policy's, else the gateway's ``Retry-After``,
+    else 1."""
+    wait = policy.poll_interval
+    if wait is None:
+        wait = _retry_after(response)
+    return 1.0 if wait is None else wait
+
+
+def _location(response: httpx.Response, fallback: str) -> str:
+    """Where to poll: the answer's ``Location`` when it is a path on the same gateway (the
+    API key goes with every poll), else ``fallback`` (its last segment percent-encoded)."""
+    location: str = response.headers.get("Location", "")
+    if location.startswith("/") and not location.startswith("//"):
+        return location
+    head, _, last = fallback.rpartition("/")
+    return f"{head}/{quote(last, safe='')}"
+
+
+def plan_result(response: httpx.Response) -> PlanResult:
+    """The result a plans answer describes (a failed plan's comes with its failing step's
+    HTTP status), or the refusal raised."""
+    body = _json(response)
+    if not isinstance(body, dict) or "plan_id" not in body:
+        raise refusal(response)
+    try:
+        envelope = PlanEnvelope.model_validate(body)
+    except ValidationError:
+        raise refusal(response) from None
+    if response.status_code >= 400 and envelope.status != PlanStatus.FAILED:
+        raise refusal(response)
+    replayed = envelope.replayed or response.headers.get(REPLAYED_HEADER) == "true"
+    return PlanResult(response.status_code, envelope, replayed)
+
+
+def plan(call: Call, policy: RetryPolicy, key: str | None, poll: bool) -> Flow[PlanResult]:
+    """A plans call, retried with the same key; with ``poll``, an ``accepted`` plan is
+    polled at its ``Location`` until it ends, waits for a person's approval (a person
+    decides it, not the clock), or the deadline passes: then its last answer, still
+    ``accepted``."""
+    deadline = time.monotonic() + policy.deadline
+    while True:
+        response = yield from exchange(call, _remaining(policy, deadline), key)
+        result = plan_result(response)
+        if result.status != PlanStatus.ACCEPTED or not poll:
+            return result
+        if result.approval is not None and result.approval.status == "pending":
+            return result
+        wait = _poll_wait(policy, response)
+        if time.monotonic() + wait > deadline:
+            return result
+        yield Sleep(wait)
+        call = Call("GET", _location(response, f"/v1/plans/{result.plan_id}"))
 
 
 def read(call: Call, policy: RetryPolicy, parse: Callable[[Any], T]) -> Flow[T]:

@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     WEBHOOK_URL_NOT_ALLOWED = "webhook_url_not_allowed"
     EFFECT_STATEMENT_REQUIRED = "effect_statement_required"
     CAPABILITY_NOT_PROBEABLE = "capability_not_probeable"
+    PLAN_INVALID = "plan_invalid"
     # Who asks may not do it.
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
@@ -49,6 +50,7 @@ class ErrorCode(StrEnum):
     POLICY_VERSION_NOT_FOUND = "policy_version_not_found"
     CAPABILITY_NOT_FOUND = "capability_not_found"
     EXECUTION_NOT_FOUND = "execution_not_found"
+    PLAN_NOT_FOUND = "plan_not_found"
     RECEIPT_NOT_FOUND = "receipt_not_found"
     MANIFEST_NOT_FOUND = "manifest_not_found"
     TENANT_NOT_FOUND = "tenant_not_found"
@@ -67,6 +69,11 @@ class ErrorCode(StrEnum):
     NOT_ACCEPTABLE = "not_acceptable"
     CONFLICT = "conflict"
     DEAD_LETTER_CLOSED = "dead_letter_closed"
+    # Resume of a plan that is running, executed or compensated; cancel of a finished one.
+    PLAN_NOT_RESUMABLE = "plan_not_resumable"
+    PLAN_FINISHED = "plan_finished"
+    # A plan stopped by a person before it finished.
+    PLAN_CANCELLED = "plan_cancelled"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"

@@ -56,7 +56,7 @@ class Forbidden(MoatError):
 
 
 class NotFound(MoatError):
-    """No such capability, execution, receipt or route for this tenant."""
+    """No such capability, execution, receipt, plan or route for this tenant."""
 
 
 class IdempotencyKeyReused(MoatError):
@@ -152,12 +152,15 @@ _BY_CODE: dict[str, type[MoatError]] = {
     ErrorCode.UNSUPPORTED_SCHEMA_VERSION: InvalidRequest,
     ErrorCode.IDEMPOTENCY_KEY_INVALID: InvalidRequest,
     ErrorCode.INVALID_CURSOR: InvalidRequest,
+    ErrorCode.PLAN_INVALID: InvalidRequest,
+    ErrorCode.EFFECT_STATEMENT_REQUIRED: InvalidRequest,
     ErrorCode.PAYLOAD_TOO_LARGE: InvalidRequest,
     ErrorCode.UNAUTHENTICATED: Unauthenticated,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.CAPABILITY_NOT_FOUND: NotFound,
     ErrorCode.EXECUTION_NOT_FOUND: NotFound,
     ErrorCode.RECEIPT_NOT_FOUND: NotFound,
+    ErrorCode.PLAN_NOT_FOUND: NotFound,
     ErrorCode.NOT_FOUND: NotFound,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReused,
     ErrorCode.POLICY_DENIED: PolicyDenied,

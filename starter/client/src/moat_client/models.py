@@ -195,3 +195,50 @@ class CapabilityInfo(BaseModel):
     probe: ProbeSpec | None = Field(
         default=None, description="How it may be probed with no side effect; None: never."
     )
+
+
+class PlanStatus(StrEnum):
+    """Where a plan stands: ``planned`` answers a dry run, ``accepted`` a plan still running
+    or waiting for a person's approval (poll it), ``executed`` and ``failed`` a finished one."""
+
+    ACCEPTED = "accepted"
+    PLANNED = "planned"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class PlanStep(BaseModel):
+    """One step of a plan as it stands: its execution's ``receipt_id`` and, once it
+    executed, its ``output``; a dry run's ``decision`` instead."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    status: str = Field(description="pending, executed, failed, skipped or compensated.")
+    capability_id: str
+    receipt_id: str | None = None
+    output: Any = None
+    error: ErrorBody | None = None
+    decision: dict[str, Any] | None = None
+    compensation_receipt_id: str | None = None
+
+
+class PlanEnvelope(BaseModel):
+    """Every answer of the plans API that describes a plan, finished or not."""
+
+    model_config = ConfigDict(extra="allow")
+
+    plan_id: str
+    status: PlanStatus
+    steps: list[PlanStep]
+    trace_id: str
+    idempotency_key: str | None = None
+    workflow_id: str | None = None
+    replayed: bool = False
+    error: ErrorBody | None = Field(
+        default=None, description="failed only: the failing step's error."
+    )
+    approval: ApprovalRef | None = Field(
+        default=None, description="accepted only: the approval of the whole plan it waits for."
+    )
+    on_failure: str = Field(default="stop", description="stop or compensate.")
