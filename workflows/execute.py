@@ -6,8 +6,6 @@ need was resolved at ingest and travels in ``ExecuteWorkflowInput``.
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -66,7 +64,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         downstream_idempotency_key,
     )
-    from schemas.start import DECISION_NOT_SIGNED, input_digest
+    from schemas.start import input_digest
+    from workflows.approval import ApprovalGate
     from workflows.fairness import tenant_priority
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
@@ -98,10 +97,7 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
 class ExecuteCapability:
     def __init__(self) -> None:
         self._req: ExecuteWorkflowInput | None = None
-        self._pending: Approval | None = None
-        self._decided: Approval | None = None
-        # Set once the run stops waiting: no decision is taken any more.
-        self._closing = False
+        self._approval = ApprovalGate()
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
@@ -207,30 +203,21 @@ class ExecuteCapability:
         )
         if requested.status != ApprovalStatus.PENDING:
             return requested
-        self._pending = requested
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(AWAITING_APPROVAL)])
         self._show(req, f"awaiting approval {requested.id} until {requested.expires_at}")
-        remaining = requested.expires_at - workflow.now()
-        if remaining > timedelta(0):
-            # The timer is the expiry: nobody decided in time.
-            with contextlib.suppress(builtins.TimeoutError):
-                await workflow.wait_condition(lambda: self._decided is not None, timeout=remaining)
-        if self._decided is None:
-            self._closing = True
-            await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._decided is None:
-            recorded: ApprovalRecorded = await self._bookkeeping(
-                RECORD_APPROVAL,
-                self._record_input(ApprovalVerdict(approval_id=requested.id, action="expire")),
-                ApprovalRecorded,
-                req.local_activities,
-            )
-            self._decided = recorded.approval
-        self._closing = True
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        decided = self._decided
+        decided = await self._approval.wait(requested, self._expire)
         self._show(req, f"approval {decided.id} {decided.status.value}")
         return decided
+
+    async def _expire(self, verdict: ApprovalVerdict) -> ApprovalRecorded:
+        assert self._req is not None
+        recorded: ApprovalRecorded = await self._bookkeeping(
+            RECORD_APPROVAL,
+            self._record_input(verdict),
+            ApprovalRecorded,
+            self._req.local_activities,
+        )
+        return recorded
 
     def _record_input(self, verdict: ApprovalVerdict) -> ApprovalRecordInput:
         assert self._req is not None
@@ -252,44 +239,12 @@ class ExecuteCapability:
             ApprovalRecorded,
             self._req.local_activities,
         )
-        if recorded.refusal is not None:
-            raise ApplicationError(
-                f"{recorded.refusal}: the approval was not decided",
-                type=recorded.refusal,
-                non_retryable=True,
-            )
-        if self._decided is None and recorded.approval.status != ApprovalStatus.PENDING:
-            self._decided = recorded.approval
-        return recorded.approval
+        return self._approval.keep(recorded)
 
     @decide_approval.validator
     def _check_decision(self, verdict: ApprovalVerdict) -> None:
-        """Refused before anything is recorded: a decision for another approval or one no
-        longer pending, or on another call or policy version than the one waiting."""
-        pending = self._pending
-        if (
-            pending is None
-            or pending.id != verdict.approval_id
-            or self._decided is not None
-            or self._closing
-            or verdict.action == "expire"
-        ):
-            raise ApplicationError(
-                "the approval is not pending", type=ErrorCode.APPROVAL_NOT_PENDING
-            )
-        if not verdict.signature:
-            # Checked in full (keyring, approver rules) by the activity that records it.
-            raise ApplicationError(
-                "the decision is not signed by a Moat gateway", type=DECISION_NOT_SIGNED
-            )
-        if (verdict.input_hash, verdict.policy_version) != (
-            pending.input_hash,
-            pending.policy_version,
-        ):
-            raise ApplicationError(
-                "the decision names another call or policy version than the one waiting",
-                type=ErrorCode.APPROVAL_MISMATCH,
-            )
+        """Refused before anything is recorded (``ApprovalGate.check``)."""
+        self._approval.check(verdict)
 
     def _show(self, req: ExecuteWorkflowInput, doing: str) -> None:
         """The run's one line in the Web UI: what it executes and where it is. Metadata

@@ -12,8 +12,6 @@ Deterministic orchestration only; activities are named, not imported.
 from __future__ import annotations
 
 import asyncio
-import builtins
-import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -84,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.records import ExecutionStatus, Receipt
     from schemas.redaction import redact
     from schemas.run import ExecuteResult
+    from workflows.approval import ApprovalGate
     from workflows.fairness import tenant_priority
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
@@ -105,9 +104,7 @@ class ExecutePlan:
         self._outputs: dict[str, Any] = {}
         self._cancelled_by: str | None = None
         self._finished = False
-        self._pending: Approval | None = None
-        self._decided: Approval | None = None
-        self._closing = False
+        self._approval_gate = ApprovalGate(subject="plan")
         # Each call as it ran (resolved input), in order: the manifest's tools.
         self._calls: list[dict[str, Any]] = []
 
@@ -136,8 +133,8 @@ class ExecutePlan:
                 )
         except asyncio.CancelledError:
             self._cancelled_by = self._cancelled_by or "temporal"
-            if self._pending is not None and self._decided is None:
-                await self._expire(self._pending)
+            if self._approval_gate.pending is not None:
+                await self._approval_gate.expire(self._expire)
         if self._cancelled_by is not None:
             failure = ErrorBody(
                 code=ErrorCode.PLAN_CANCELLED,
@@ -466,32 +463,17 @@ class ExecutePlan:
     async def _await_decision(self, requested: Approval) -> Approval:
         """Wait, durably, for a person's decision on the plan until the approval expires
         (or the plan is cancelled: the approval then expires unanswered)."""
-        self._pending = requested
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(AWAITING_APPROVAL)])
         self._show(f"awaiting approval {requested.id} until {requested.expires_at}")
-        remaining = requested.expires_at - workflow.now()
-        if remaining > timedelta(0):
-            with contextlib.suppress(builtins.TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self._decided is not None or self._cancelled_by is not None,
-                    timeout=remaining,
-                )
-        if self._decided is None:
-            await self._expire(requested)
-        assert self._decided is not None
-        return self._decided
+        return await self._approval_gate.wait(
+            requested, self._expire, stop=lambda: self._cancelled_by is not None
+        )
 
-    async def _expire(self, requested: Approval) -> None:
-        """Nobody decided in time (or the plan was cancelled): the approval expires."""
-        self._closing = True
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._decided is None:
-            recorded: ApprovalRecorded = await self._bookkeeping(
-                RECORD_APPROVAL,
-                self._record_input(ApprovalVerdict(approval_id=requested.id, action="expire")),
-                ApprovalRecorded,
-            )
-            self._decided = recorded.approval
+    async def _expire(self, verdict: ApprovalVerdict) -> ApprovalRecorded:
+        recorded: ApprovalRecorded = await self._bookkeeping(
+            RECORD_APPROVAL, self._record_input(verdict), ApprovalRecorded
+        )
+        return recorded
 
     def _record_input(self, verdict: ApprovalVerdict) -> ApprovalRecordInput:
         assert self._run is not None
@@ -508,41 +490,11 @@ class ExecutePlan:
         recorded: ApprovalRecorded = await self._bookkeeping(
             RECORD_APPROVAL, self._record_input(verdict), ApprovalRecorded
         )
-        if recorded.refusal is not None:
-            raise ApplicationError(
-                f"{recorded.refusal}: the approval was not decided",
-                type=recorded.refusal,
-                non_retryable=True,
-            )
-        if self._decided is None and recorded.approval.status != ApprovalStatus.PENDING:
-            self._decided = recorded.approval
-        return recorded.approval
+        return self._approval_gate.keep(recorded)
 
     @decide_approval.validator
     def _check_decision(self, verdict: ApprovalVerdict) -> None:
-        pending = self._pending
-        if (
-            pending is None
-            or pending.id != verdict.approval_id
-            or self._decided is not None
-            or self._closing
-            or verdict.action == "expire"
-        ):
-            raise ApplicationError(
-                "the approval is not pending", type=ErrorCode.APPROVAL_NOT_PENDING
-            )
-        if not verdict.signature:
-            raise ApplicationError(
-                "the decision is not signed by a Moat gateway", type=ErrorCode.DECISION_NOT_SIGNED
-            )
-        if (verdict.input_hash, verdict.policy_version) != (
-            pending.input_hash,
-            pending.policy_version,
-        ):
-            raise ApplicationError(
-                "the decision names another plan or policy version than the one waiting",
-                type=ErrorCode.APPROVAL_MISMATCH,
-            )
+        self._approval_gate.check(verdict)
 
     # An operator's cancel.
 
