@@ -205,11 +205,16 @@ def _ids(step: PlanStep) -> list[str]:
 
 
 def _error(step: PlanStep) -> str:
-    """A step's error code, or for a dry run its policy decision."""
+    """A step's error code, or for a dry run its policy decision (and a person's approval
+    when the step needs one: ``allow: approval``)."""
     if step.error is not None:
         return escape(step.error.code)
     decision = (step.decision or {}).get("decision")
-    return escape(str(decision)) if decision else ""
+    if not decision:
+        return ""
+    if (step.decision or {}).get("rule_hit") == "APPROVAL_REQUIRED":
+        return escape(f"{decision}: approval")
+    return escape(str(decision))
 
 
 def steps_table(steps: list[PlanStep]) -> Table:

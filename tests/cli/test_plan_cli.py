@@ -139,3 +139,16 @@ async def test_refusals_are_said_one_way(
     code, out, _ = await moat(["plan", "cancel", plan_id, "--json"], capsys)
     error = json.loads(out)["error"]
     assert code == 1 and error["code"] == "plan_finished" and error["http_status"] == 409
+
+
+def test_a_dry_run_says_which_steps_wait_for_a_person() -> None:
+    from moat_client.models import PlanStep
+
+    from starter.cli.plans import _error
+
+    def step(rule: str) -> PlanStep:
+        decision = {"decision": "allow", "rule_hit": rule, "mode": "strict"}
+        return PlanStep(id="a", status="pending", capability_id="x", decision=decision)
+
+    assert _error(step("APPROVAL_REQUIRED")) == "allow: approval"
+    assert _error(step("ALLOWED")) == "allow"
