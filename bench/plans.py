@@ -142,13 +142,20 @@ class PlanCalls:
 
 async def plan_time(client: Client, workflow_id: str) -> dict[str, float]:
     """Where one plan's time went, from its history: its steps' executions (child started
-    to completed), its own steps (regular activities scheduled to completed, and its
-    workflow tasks, where local activities run), and the rest (queueing, child starts), in
-    ms."""
+    to completed), its own steps (regular activities scheduled to completed, and the
+    workflow tasks that ran local activities), and the rest (other workflow tasks, queueing,
+    child starts), in ms."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     events = history.events
     at = {e.event_id: e.event_time.ToMicroseconds() / 1000 for e in events}
     children = activities = 0.0
+    # The workflow tasks that ran local activities: each is followed by their markers.
+    with_markers = {
+        events[i].event_id
+        for i in range(len(events) - 1)
+        if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        and events[i + 1].event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    }
     for e in events:
         if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
             child = e.child_workflow_execution_completed_event_attributes
@@ -156,7 +163,7 @@ async def plan_time(client: Client, workflow_id: str) -> dict[str, float]:
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             activity = e.activity_task_completed_event_attributes
             activities += at[e.event_id] - at[activity.scheduled_event_id]
-        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+        elif e.event_id in with_markers:
             # Local activities (the plan's bookkeeping by default) run inside its tasks.
             task = e.workflow_task_completed_event_attributes
             activities += at[e.event_id] - at[task.started_event_id]
