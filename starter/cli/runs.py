@@ -14,7 +14,8 @@ from rich.tree import Tree
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.errors import ErrorCode
-from schemas.events import EffectOrigin, Event, effect_origin
+from schemas.events import EffectOrigin, Event, EventType, effect_origin
+from schemas.planrun import PLAN_CAPABILITY
 from schemas.settings import MoatSettings
 from starter.cli.identity import AsOperator
 from starter.cli.output import AsJson, id_argument, out, print_json, refusals
@@ -154,7 +155,11 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, vie
         out.print(causal_tree(receipt_id, events))
     else:
         out.print(event_table(receipt_id, events))
-    if run is not None:
+    if run is not None and _is_plan(events):
+        # A plan's steps are executions of their own (their ids in its checkpoints).
+        checkpoints = sum(e.event_type == EventType.RUN_CHECKPOINT_CREATED for e in events)
+        out.print(f"plan: status {run.status.value}, checkpoints {checkpoints}")
+    elif run is not None:
         origin = effect_origin(events)
         out.print(
             f"status {run.status.value}, steps {run.total_steps} "
@@ -162,6 +167,15 @@ async def _show(settings: MoatSettings, receipt_id: str, tenant: str | None, vie
             + (f", effect {origin.value}" if origin is not None else "")
         )
     return 0
+
+
+def _is_plan(events: list[Event]) -> bool:
+    """Whether the events are a plan's (its run started as ``moat.plan``)."""
+    return any(
+        e.event_type == EventType.RUN_STARTED
+        and e.event_data.get("capability_id") == PLAN_CAPABILITY
+        for e in events
+    )
 
 
 def event_table(receipt_id: str, events: list[Event]) -> Table:
@@ -186,7 +200,7 @@ def causal_tree(receipt_id: str, events: list[Event]) -> Tree:
     ids = {e.id for e in events}
     for event in events:
         children[event.causation_id if event.causation_id in ids else None].append(event)
-    root = Tree(f"[bold]execution {receipt_id}[/]")
+    root = Tree(f"[bold]{'plan' if _is_plan(events) else 'execution'} {receipt_id}[/]")
 
     def grow(node: Tree, parent: str | None) -> None:
         for event in children.get(parent, []):

@@ -130,3 +130,19 @@ async def _invoke(args: list[str]):  # type: ignore[no-untyped-def]
 
     # The command runs its own event loop; keep it off the test's loop.
     return await asyncio.to_thread(runner.invoke, runs_app, args)
+
+
+async def test_show_names_a_plan_and_its_checkpoints(cli_env: Stack) -> None:
+    plan = {
+        "schema_version": "1",
+        "steps": [
+            {"id": "a", "capability_id": "demo.echo", "input": {"n": 1}},
+            {"id": "b", "capability_id": "demo.echo", "input": {"n": "${steps.a.output.n}"}},
+        ],
+    }
+    headers = {"Authorization": f"Bearer {cli_env.api_key}"}
+    body = (await cli_env.http.post(f"{cli_env.url}/v1/plans", json=plan, headers=headers)).json()
+    result = await _invoke(["show", body["plan_id"], "--tree"])
+    assert result.exit_code == 0, result.output
+    assert f"plan {body['plan_id']}" in result.output
+    assert "plan: status COMPLETED, checkpoints 2" in result.output
