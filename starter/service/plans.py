@@ -301,6 +301,14 @@ class Plans:
             if row is None:
                 raise plan_not_found(plan_id)
             steps = [StepState.model_validate(s) for s in row.steps]
+            error = row.error or {}
+            if error.get("code") in (ErrorCode.APPROVAL_REJECTED, ErrorCode.APPROVAL_EXPIRED):
+                raise MoatError(
+                    ErrorCode.PLAN_NOT_RESUMABLE,
+                    f"Plan {plan_id} ended {error['code']}: a person did not approve it, so "
+                    "it does not resume. Send it again under a new key to ask again.",
+                    {"plan_id": plan_id, "status": row.status},
+                )
             if row.status != PlanStatus.FAILED.value or any(
                 s.status == StepStatus.COMPENSATED for s in steps
             ):

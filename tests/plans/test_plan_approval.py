@@ -104,3 +104,35 @@ async def test_a_plan_cancelled_while_it_waits_for_approval_runs_nothing(
             select(ApprovalRow.status).filter_by(id=body["approval"]["id"])
         )
     assert status == "expired"
+
+
+async def test_a_rejected_plan_runs_nothing_and_does_not_resume(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    writer = await new_key(stack, ["policy:write"])
+    await put_policy(stack, writer, strict())
+    run = uuid.uuid4().hex
+    url = provider.script(f"/rejected/{run}", Step(201))
+    plan = {
+        "steps": [
+            {
+                "id": "one",
+                "capability_id": "http.request",
+                "input": {"method": "POST", "url": url, "json": {}},
+            }
+        ]
+    }
+    answer = await post_plan(stack, plan, key=f"plan-{run}", wait=10)
+    body = answer.json()
+    approver = await new_key(stack, ["approvals:write", "approvals:read"])
+    rejected = await decide(stack, approver, body["approval"], action="reject")
+    assert rejected.status_code == 200, rejected.text
+    done = await until_done(stack, body["plan_id"])
+    assert done["error"]["code"] == "approval_rejected"
+    assert [s["status"] for s in done["steps"]] == ["pending"]
+    shown = await get_plan(stack, body["plan_id"])
+    assert shown.status_code == 403  # the failing code's status, as the POST answers it
+    again = await plan_action(stack, body["plan_id"], "resume", {"effect_did_not_happen": True})
+    assert again.status_code == 409, again.text
+    assert again.json()["error"]["code"] == "plan_not_resumable"
+    assert not provider.calls_to(f"/rejected/{run}")
