@@ -28,6 +28,10 @@ async def post_plan(
     return await stack.http.post(f"{stack.url}/v1/plans", json=body, headers=headers)
 
 
+def echo(step_id: str, value: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": step_id, "capability_id": "demo.echo", "input": value, **extra}
+
+
 def echo_plan() -> dict[str, Any]:
     return {
         "steps": [
@@ -197,3 +201,27 @@ async def test_another_tenants_plan_is_not_found(stack: Stack) -> None:
             headers=headers,
         )
         assert tried.status_code in (403, 404), (action, tried.text)
+
+
+async def test_a_failure_a_later_step_waits_for_is_handled(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    run = uuid.uuid4().hex
+    broken = provider.script(f"/check/{run}", Step(status=400, body={"error": "down"}))
+    plan = {
+        "steps": [
+            {
+                "id": "check",
+                "capability_id": "http.request",
+                "input": {"method": "POST", "url": broken, "json": {}},
+            },
+            echo("page", {"to": "on-call"}, when={"step": "check", "status": "failed"}),
+            echo("after", {"n": 1}),
+        ]
+    }
+    answer = await post_plan(stack, plan)
+    body = answer.json()
+    assert answer.status_code == 200, answer.text
+    assert body["status"] == "executed" and body["error"] is None
+    assert [s["status"] for s in body["steps"]] == ["failed", "executed", "executed"]
+    assert body["steps"][0]["error"]["code"] == "provider_invalid_input"
