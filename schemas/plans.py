@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -342,3 +343,23 @@ class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     note: str = Field(default="", max_length=2000)
+
+
+class PlanSummary(BaseModel):
+    """A plan in a list: where it stands, without its steps' outputs."""
+
+    plan_id: str
+    status: PlanStatus
+    idempotency_key: str | None = None
+    steps: dict[StepStatus, int] = Field(description="How many steps are in each status.")
+    error_code: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class PlanList(BaseModel):
+    items: list[PlanSummary]
+    next_cursor: str | None = Field(
+        default=None,
+        description="Opaque cursor of the next page (pass it as `cursor`); null on the last.",
+    )

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.db import table_of
 from store.models import PlanRow
+from store.pages import keyset
 
 PLANS = table_of(PlanRow)
 
@@ -90,11 +91,15 @@ async def add_resume(session: AsyncSession, row: PlanRow, entry: dict[str, Any])
 
 
 async def newest(
-    session: AsyncSession, tenant_id: str, *, limit: int = 50, before: datetime | None = None
+    session: AsyncSession,
+    tenant_id: str,
+    status: str | None,
+    limit: int,
+    after: tuple[Any, ...] | None = None,
 ) -> list[PlanRow]:
-    """The tenant's plans, newest first."""
+    """The tenant's plans, newest first (``after``: the sort key to start after)."""
     query = select(PlanRow).where(PlanRow.tenant_id == tenant_id)
-    if before is not None:
-        query = query.where(PlanRow.created_at < before)
-    rows = await session.scalars(query.order_by(PlanRow.created_at.desc()).limit(limit))
-    return list(rows)
+    if status is not None:
+        query = query.where(PlanRow.status == status)
+    query = keyset(query, (PlanRow.created_at, PlanRow.id), after, limit, newest_first=True)
+    return list((await session.scalars(query)).all())

@@ -52,6 +52,7 @@ from schemas.plans import (
     PlanStatus,
     PlanStep,
     PlanStepAnswer,
+    PlanSummary,
     Problem,
     ResumeRequest,
     StepState,
@@ -412,6 +413,30 @@ def resume_request(body: bytes) -> ResumeRequest:
             "The body does not match the schema.",
             {"errors": field_errors(err.errors())},
         ) from err
+
+
+async def listed(
+    session: AsyncSession, tenant_id: str, status: PlanStatus | None, limit: int, after: Any
+) -> list[PlanSummary]:
+    """The tenant's plans, newest first, as a list shows them."""
+    rows = await plans.newest(session, tenant_id, status.value if status else None, limit, after)
+    return [_summary(row) for row in rows]
+
+
+def _summary(row: PlanRow) -> PlanSummary:
+    counts: dict[StepStatus, int] = {}
+    for step in row.steps:
+        status = StepStatus(step.get("status", StepStatus.PENDING))
+        counts[status] = counts.get(status, 0) + 1
+    return PlanSummary(
+        plan_id=row.id,
+        status=PlanStatus(row.status),
+        idempotency_key=row.idempotency_key,
+        steps=counts,
+        error_code=(row.error or {}).get("code"),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
 async def plans_store_row(session: AsyncSession, tenant_id: str, plan_id: str) -> PlanRow:

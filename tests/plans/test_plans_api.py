@@ -225,3 +225,37 @@ async def test_a_failure_a_later_step_waits_for_is_handled(
     assert body["status"] == "executed" and body["error"] is None
     assert [s["status"] for s in body["steps"]] == ["failed", "executed", "executed"]
     assert body["steps"][0]["error"]["code"] == "provider_invalid_input"
+
+
+async def test_plans_are_listed_newest_first_by_page_and_status(
+    stack: Stack, provider: FakeProvider
+) -> None:
+    made = []
+    for n in range(3):
+        answer = await post_plan(stack, {"steps": [echo("a", {"n": n})]})
+        made.append(answer.json()["plan_id"])
+    failing = {"steps": [echo("a", {"n": 1}), echo("b", {"v": "${steps.a.output.status}"})]}
+    failing["steps"][0]["capability_id"] = "http.request"
+    refused = provider.script(f"/refused/{uuid.uuid4().hex}", Step(status=400))
+    failing["steps"][0]["input"] = {"method": "GET", "url": refused}
+    failed = (await post_plan(stack, failing)).json()
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    first = await stack.http.get(f"{stack.url}/v1/plans?limit=2", headers=headers)
+    assert first.status_code == 200, first.text
+    page = first.json()
+    assert [p["plan_id"] for p in page["items"]] == [failed["plan_id"], made[2]]
+    assert page["items"][1]["steps"] == {"executed": 1} and page["items"][1]["status"] == "executed"
+    rest = await stack.http.get(
+        f"{stack.url}/v1/plans", params={"limit": 2, "cursor": page["next_cursor"]}, headers=headers
+    )
+    assert [p["plan_id"] for p in rest.json()["items"]] == [made[1], made[0]]
+    only = await stack.http.get(f"{stack.url}/v1/plans?status=failed", headers=headers)
+    [item] = only.json()["items"]
+    assert item["plan_id"] == failed["plan_id"]
+    assert item["error_code"] == "provider_invalid_input"
+    assert item["steps"] == {"failed": 1, "pending": 1}
+    _, other_key = await stack.new_tenant()
+    theirs = await stack.http.get(
+        f"{stack.url}/v1/plans", headers={"Authorization": f"Bearer {other_key}"}
+    )
+    assert theirs.json()["items"] == []

@@ -3,21 +3,30 @@ resume a failed one, cancel a running one. The rules are ``service.plans``'."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from schemas.events import Event
 from schemas.names import MANIFEST_SHA256_HEADER, REPLAYED_HEADER, RUN_ID_HEADER
-from schemas.plans import CancelRequest, PlanEnvelope, ResumeRequest
+from schemas.plans import (
+    CancelRequest,
+    PlanEnvelope,
+    PlanList,
+    PlanStatus,
+    PlanSummary,
+    ResumeRequest,
+)
 from schemas.scopes import OUTPUTS_READ, PLANS_WRITE
 from starter.gateway import answering
 from starter.gateway.access import needs
 from starter.gateway.deps import Caller, CallerOnly, TenantSession, deps_of, sealer_of
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, plan_status
+from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit
 from starter.runtime import observability
-from starter.service import PlanAnswer, Plans, evidence
-from starter.service.plans import plan_not_found, plans_store_row, resume_request
+from starter.service import PlanAnswer, Plans, evidence, pages
+from starter.service.plans import listed, plan_not_found, plans_store_row, resume_request
 from store.manifests import ManifestStore
 
 router = APIRouter()
@@ -138,6 +147,32 @@ async def run_plan(
         observability.current_trace_id(),
     )
     return _answer(answer, applied)
+
+
+@router.get(
+    "/v1/plans",
+    tags=["plans"],
+    summary="The tenant's plans, newest first",
+    response_model=PlanList,
+    responses=documented_errors(400, 401, 500),
+    dependencies=[needs(OUTPUTS_READ)],
+)
+async def list_plans(
+    session: TenantSession,
+    caller: Caller,
+    status: PlanStatus | None = None,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+) -> PlanList:
+    """Each plan's status, how many of its steps are in each status, and its error code;
+    `GET /v1/plans/{plan_id}` has its steps."""
+    after = pages.after(cursor, (datetime, str))
+    rows = await listed(session, caller.tenant_id, status, limit + 1, after)
+    return PlanList(**pages.cut(rows, limit, _plan_key))
+
+
+def _plan_key(item: PlanSummary) -> tuple[datetime, str]:
+    return (item.created_at, item.plan_id)
 
 
 @router.get(
