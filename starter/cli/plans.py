@@ -18,7 +18,8 @@ from rich.table import Table
 
 from starter.cli.agent import agent_client, gateway_answers
 from starter.cli.identity import AsTenant
-from starter.cli.output import AsJson, id_column, out, usage
+from starter.cli.output import AsJson, id_column, out, print_json, usage
+from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 
 if TYPE_CHECKING:
@@ -92,6 +93,45 @@ def run(
         )
     _answer(result, settings, as_json, time.monotonic() - started)
     raise typer.Exit(0 if result.ok or _would_run(result) else 1)
+
+
+@plan_app.command("list", cls=AsTenant)
+def list_plans(
+    status: Annotated[
+        str | None,
+        typer.Option(help="accepted, planned, executed or failed (default: every plan)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Where the previous page ended.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """The tenant's plans, newest first, a page at a time."""
+    params = {"status": status, "limit": limit, "cursor": cursor}
+    page = call(local_settings(), "GET", "/v1/plans", params=params)
+    if as_json:
+        print_json(page)
+        return
+    out.print(plans_table(page["items"]))
+    more = f" (more: --cursor {page['next_cursor']})" if page.get("next_cursor") else ""
+    out.print(f"{len(page['items'])} plans{more}")
+
+
+def plans_table(items: list[dict[str, Any]]) -> Table:
+    """One plan a row: its id whole, when, its status (and error), its steps by status."""
+    table = Table()
+    id_column(table, "plan", [p["plan_id"] for p in items])
+    for name in ("time (UTC)", "status", "steps"):
+        table.add_column(name)
+    for p in items:
+        status = p["status"] + (f"\n[dim]{p['error_code']}[/]" if p.get("error_code") else "")
+        steps = ", ".join(f"{n} {name}" for name, n in sorted(p["steps"].items()))
+        table.add_row(
+            p["plan_id"],
+            p["created_at"][:19].replace("T", " "),
+            f"[{PLAN_COLOURS.get(p['status'], 'white')}]{status}[/]",
+            escape(steps),
+        )
+    return table
 
 
 @plan_app.command("show", cls=AsTenant)

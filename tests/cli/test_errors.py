@@ -79,6 +79,7 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             ["plan", "resume", "pln_nosuch", "--effect-did-not-happen"], "plan_not_found", 1
         ),
         "plan cancel": Case(["plan", "cancel", "pln_nosuch"], "plan_not_found", 1),
+        "plan list": Case(["plan", "list", "--cursor", "not-a-cursor"], "invalid_cursor", 1),
         "capabilities": Case(
             ["capabilities", "demo.ecko"],
             "capability_not_found",

@@ -152,3 +152,23 @@ def test_a_dry_run_says_which_steps_wait_for_a_person() -> None:
 
     assert _error(step("APPROVAL_REQUIRED")) == "allow: approval"
     assert _error(step("ALLOWED")) == "allow"
+
+
+async def test_plan_list_shows_the_newest_first(
+    cli_env: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = []
+    for n in range(2):
+        key = f"cli-list-{n}-{uuid.uuid4().hex[:8]}"
+        run = ["plan", "run", "--file", plan_file(tmp_path, echo_plan(key)), "--key", key]
+        code, out, _ = await moat([*run, "--json"], capsys)
+        assert code == 0
+        ids.append(json.loads(out)["plan_id"])
+    code, out, err = await moat(["plan", "list", "--limit", "1"], capsys)
+    assert code == 0 and err == "", err
+    assert ids[1] in out and ids[0] not in out  # whole, at 80 columns
+    assert "3 executed" in out and "(more: --cursor " in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    cursor = out.rsplit("--cursor ", 1)[1].rstrip(")\n")
+    code, rest, _ = await moat(["plan", "list", "--cursor", cursor, "--json"], capsys)
+    assert code == 0 and json.loads(rest)["items"][0]["plan_id"] == ids[0]
