@@ -18,27 +18,23 @@ Run: ``python -m bench.plans`` (``--help`` for the knobs).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import random
 import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import temporalio
 from rich.console import Console
 from rich.table import Table
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from bench.speed import load, percentile, sequential, temporal_actions
+from bench.speed import load, percentile, sequential, stamp, temporal_actions, write
 from bench.speed_stack import speed_stack
 from starter.runtime import loop
 
@@ -294,21 +290,9 @@ def main() -> None:
     if not console.is_terminal:
         console.width = max(console.width, 100)
     report = loop.run(measure(args, console))
-    report["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    report["settings"] = vars(args)
-    report["environment"] = {
-        "python": platform.python_version(),
-        "temporalio": temporalio.__version__,
-        "event_loop": "uvloop" if loop.loop_factory() else "asyncio",
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "postgres": "embedded, durable (fsync on, synchronous_commit on)",
-        "temporal": "dev server, SQLite file",
-    }
+    stamp(report, args, "dev server, SQLite file")
     render(report, console)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"written to {RESULTS}")
+    write(report, RESULTS, console)
 
 
 if __name__ == "__main__":

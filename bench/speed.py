@@ -702,6 +702,13 @@ def main() -> None:
     # than the gateway it measures (B1's client is on it too).
     report = loop.run(measure(args, console))
     report["ratios"] = ratios(report)
+    stamp(report, args, "dev server, SQLite file, transferProcessorMaxPollRPS=1000")
+    render(report, console)
+    write(report, RESULTS, console)
+
+
+def stamp(report: dict[str, Any], args: argparse.Namespace, temporal: str) -> None:
+    """When, with which settings and on what the report was measured."""
     report["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     report["settings"] = vars(args)
     report["environment"] = {
@@ -711,12 +718,14 @@ def main() -> None:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "postgres": "embedded, durable (fsync on, synchronous_commit on)",
-        "temporal": "dev server, SQLite file, transferProcessorMaxPollRPS=1000",
+        "temporal": temporal,
     }
-    render(report, console)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"written to {RESULTS}")
+
+
+def write(report: dict[str, Any], path: Path, console: Console) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"written to {path}")
 
 
 if __name__ == "__main__":

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from typing import Any
 
 import httpx
 
 from schemas.events import Event
-from starter.devstack.temporal import temporal_binary
 from store import events as event_log
 from store import tenancy
 from tests.support.stack import Stack
+from tests.workflows.test_replay import temporal_reset
 
 
 async def post_plan(
@@ -63,31 +62,7 @@ async def reset_plan(stack: Stack, workflow_id: str, kind: str) -> str:
     """``temporal workflow reset`` of the plan's current run; the new run's id once it ended."""
     handle = stack.client.get_workflow_handle(workflow_id)
     run_id = (await handle.describe()).run_id
-    target = stack.client.service_client.config.target_host
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [
-            str(temporal_binary()),
-            "workflow",
-            "reset",
-            "--address",
-            target,
-            "--namespace",
-            stack.settings.temporal_namespace,
-            "--workflow-id",
-            workflow_id,
-            "--run-id",
-            run_id or "",
-            "--type",
-            kind,
-            "--reason",
-            "ops replay test",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    await temporal_reset(stack, workflow_id, run_id or "", kind)
     for _ in range(200):
         description = await handle.describe()
         if description.run_id != run_id and description.close_time is not None:

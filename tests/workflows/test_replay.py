@@ -41,8 +41,8 @@ def manifest_path(stack: Stack, tenant_id: str, run_id: str) -> Path:
     return stack.settings.manifests_dir / tenant_id / run_id / "manifest.json"
 
 
-async def reset(stack: Stack, workflow_id: str, run_id: str, kind: str) -> str:
-    """Reset through the CLI; returns the new run's id once that run has finished."""
+async def temporal_reset(stack: Stack, workflow_id: str, run_id: str, kind: str) -> None:
+    """``temporal workflow reset`` of the run, as an operator types it."""
     target = stack.client.service_client.config.target_host
     proc = await asyncio.to_thread(
         subprocess.run,
@@ -68,6 +68,11 @@ async def reset(stack: Stack, workflow_id: str, run_id: str, kind: str) -> str:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+async def reset(stack: Stack, workflow_id: str, run_id: str, kind: str) -> str:
+    """Reset through the CLI; returns the new run's id once that run has finished."""
+    await temporal_reset(stack, workflow_id, run_id, kind)
     handle = stack.client.get_workflow_handle(workflow_id, result_type=ExecuteResult)
     for _ in range(100):
         description = await handle.describe()
