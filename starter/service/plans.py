@@ -70,6 +70,7 @@ from starter.service import approvals as approvals_service
 from starter.service import connections as connections_service
 from starter.service import json_body
 from starter.service.errors import MoatError, capability_not_found, field_errors
+from starter.service.executions.ingest import caller_key
 from starter.service.scopes import require_scope
 from store import approvals, db, outputs, plans, tenancy
 from store.api_keys import AuthenticatedTenant
@@ -122,7 +123,13 @@ class Plans:
     def prepare(self, body: bytes, header_key: str | None) -> PreparedPlan:
         """The body as a checked plan (``plan_invalid`` with every problem found)."""
         request = _request(json_body.parse(body))
-        key = _caller_key(header_key, request.idempotency_key)
+        key = caller_key(
+            header_key,
+            request.idempotency_key,
+            longest=MAX_PLAN_KEY_LENGTH,
+            whose="A plan's ",
+            why=f" (its steps' keys add to it, up to {MAX_IDEMPOTENCY_KEY_LENGTH})",
+        )
         problems = check(request, self._catalog)
         if problems:
             first = problems[0]
@@ -580,23 +587,6 @@ def _request(raw: object) -> PlanRequest:
             {"supported": list(SUPPORTED_SCHEMA_VERSIONS)},
         )
     return request
-
-
-def _caller_key(header: str | None, field: str | None) -> str | None:
-    if header is not None:
-        if not header or len(header) > MAX_PLAN_KEY_LENGTH:
-            raise MoatError(
-                ErrorCode.IDEMPOTENCY_KEY_INVALID,
-                f"A plan's Idempotency-Key must be 1 to {MAX_PLAN_KEY_LENGTH} characters "
-                f"(its steps' keys add to it, up to {MAX_IDEMPOTENCY_KEY_LENGTH}).",
-            )
-        if field is not None and field != header:
-            raise MoatError(
-                ErrorCode.IDEMPOTENCY_KEY_INVALID,
-                "The Idempotency-Key header and the idempotency_key field differ.",
-            )
-        return header
-    return field
 
 
 def _digest(request: PlanRequest, key: str | None) -> str:

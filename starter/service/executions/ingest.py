@@ -73,7 +73,7 @@ async def prepare_aside(
 
 def _prepare(body: bytes, header_key: str | None, catalog: CapabilityCatalog) -> Prepared:
     req = _request(json_body.parse(body))
-    key = _caller_key(header_key, req.idempotency_key)
+    key = caller_key(header_key, req.idempotency_key)
     spec = catalog.get(req.capability_id, req.capability_version)
     if spec is None:
         raise capability_not_found(catalog, req.capability_id, req.capability_version)
@@ -159,12 +159,21 @@ def _check_limits(prepared: Prepared) -> None:
         )
 
 
-def _caller_key(header: str | None, field: str | None) -> str | None:
+def caller_key(
+    header: str | None,
+    field: str | None,
+    *,
+    longest: int = MAX_IDEMPOTENCY_KEY_LENGTH,
+    whose: str = "",
+    why: str = "",
+) -> str | None:
+    """The key the caller gave: the ``Idempotency-Key`` header (1 to ``longest``
+    characters), which the body's ``idempotency_key`` must agree with, else that field."""
     if header is not None:
-        if not header or len(header) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        if not header or len(header) > longest:
             raise MoatError(
                 ErrorCode.IDEMPOTENCY_KEY_INVALID,
-                f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+                f"{whose}Idempotency-Key must be 1 to {longest} characters{why}.",
             )
         if field is not None and field != header:
             raise MoatError(
