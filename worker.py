@@ -19,11 +19,7 @@ from activities import (
     ApprovalActivities,
     CancelSweep,
     DeliveryActivities,
-    GithubAdapter,
-    GithubCloseIssueAdapter,
-    GithubRateLimitAdapter,
     HostGuard,
-    HttpAdapter,
     ManifestActivities,
     PartitionActivities,
     PlanActivities,
@@ -31,15 +27,11 @@ from activities import (
     ProbeActivities,
     RecordStep,
     RetentionActivities,
-    SlackAdapter,
-    SlackAuthTestAdapter,
-    SlackDeleteMessageAdapter,
     StoreConnectionResolver,
     TrustActivities,
-    WebhookAdapter,
-    echo_adapter,
     http_client,
 )
+from activities.adapters.plugins import AdapterContext, make_adapters
 from activities.provider_buckets import ProviderBuckets
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
@@ -88,16 +80,9 @@ def build_worker(
     """The worker with the built-in adapters; ``adapters`` adds to or replaces them by
     name (tests plant adapters that fail in ways a real provider cannot be made to)."""
     guard = HostGuard(settings.http_allow_hosts)
+    catalog = catalog or CapabilityCatalog()
     by_name: dict[str, Adapter] = {
-        "http": HttpAdapter(http, guard, max_response_bytes=settings.http_max_response_bytes),
-        "echo": echo_adapter,
-        "webhook": WebhookAdapter(http, guard),
-        "slack": SlackAdapter(http, guard),
-        "github": GithubAdapter(http, guard),
-        "slack_auth_test": SlackAuthTestAdapter(http, guard),
-        "github_rate_limit": GithubRateLimitAdapter(http, guard),
-        "github_close_issue": GithubCloseIssueAdapter(http, guard),
-        "slack_delete_message": SlackDeleteMessageAdapter(http, guard),
+        **make_adapters(catalog, AdapterContext(http, guard, settings)),
         **(adapters or {}),
     }
     # A provider's Retry-After holds back every worker's calls on that tenant's connection.
@@ -126,12 +111,8 @@ def build_worker(
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
     cancels = CancelSweep(sessions, client)
-    probes = ProbeActivities(
-        sessions, catalog or CapabilityCatalog(), start_keys, settings.local_activities
-    )
-    plans = PlanActivities(
-        sessions, start_keys, sealer, catalog or CapabilityCatalog(), store, signing
-    )
+    probes = ProbeActivities(sessions, catalog, start_keys, settings.local_activities)
+    plans = PlanActivities(sessions, start_keys, sealer, catalog, store, signing)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -277,7 +279,8 @@ INPUT_MODELS: dict[str, type[BaseModel]] = {
 # → what is below it (a dict: known members; None: any value, not checked further).
 # ``ECHOED``: the output is the step's own input.
 ECHOED = "input"
-OutputShape = dict[str, Any] | str
+# None: the output is open (a plan's references into it are not checked).
+OutputShape = dict[str, Any] | str | None
 _ANSWER: dict[str, Any] = dict.fromkeys(
     ("status", "headers", "body", "truncated", "received_bytes", "sha256")
 )
@@ -443,13 +446,57 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
 )
 
 
-class CapabilityCatalog:
-    """Capabilities by id and version; the newest version answers when none is asked for."""
+@dataclass(frozen=True)
+class Capability:
+    """A capability as a package declares it to Moat (``docs/adapters.md``): the manifest,
+    the model its input is checked against, what its output holds, and where its adapter is
+    made. A distribution lists its declarations under the entry point group
+    ``moat.capabilities`` (``schemas.registry``); the built-ins are declared the same way.
 
-    def __init__(self, specs: tuple[CapabilitySpec, ...] = BUILTIN_CAPABILITIES) -> None:
+    ``adapter`` is the import path (``package.module:factory``) of a callable that takes an
+    ``AdapterContext`` and returns the adapter. Only a worker imports it: the gateway, the
+    CLI and the MCP server read the declaration alone."""
+
+    spec: CapabilitySpec
+    input_model: type[BaseModel]
+    adapter: str
+    output_shape: OutputShape = None
+
+
+def _declared(spec: CapabilitySpec, factory: str) -> Capability:
+    return Capability(
+        spec=spec,
+        input_model=INPUT_MODELS[spec.adapter],
+        adapter=f"activities.adapters.builtin:{factory}",
+        output_shape=OUTPUT_SHAPES[spec.adapter],
+    )
+
+
+# The built-in capabilities as the entry point ``builtin`` of ``moat.capabilities`` names
+# them (pyproject.toml): each spec with its adapter's factory (``activities.adapters.builtin``).
+BUILTINS: tuple[Capability, ...] = tuple(
+    _declared(spec, spec.adapter) for spec in BUILTIN_CAPABILITIES
+)
+
+
+class CapabilityCatalog:
+    """Capabilities by id and version; the newest version answers when none is asked for.
+
+    Without ``specs``: every capability installed (``schemas.registry.installed``). With
+    them: those alone, each a ``CapabilitySpec`` whose adapter an installed declaration
+    names, or a ``Capability`` declared on the spot (a test's, a conformance run's)."""
+
+    def __init__(self, specs: Iterable[CapabilitySpec | Capability] | None = None) -> None:
+        from schemas.registry import installed
+
+        declared = installed()
+        self._declarations: dict[str, Capability] = {c.spec.adapter: c for c in declared}
         self._specs: dict[str, dict[str, CapabilitySpec]] = {}
-        for spec in specs:
-            self._specs.setdefault(spec.id, {})[spec.version] = spec
+        for item in declared if specs is None else specs:
+            if isinstance(item, Capability):
+                self._declarations[item.spec.adapter] = item
+                item = item.spec
+            self._specs.setdefault(item.id, {})[item.version] = item
 
     def get(self, capability_id: str, version: str | None = None) -> CapabilitySpec | None:
         versions = self._specs.get(capability_id)
@@ -467,12 +514,20 @@ class CapabilityCatalog:
         found = difflib.get_close_matches(capability_id, list(self._specs), n=1, cutoff=0.6)
         return found[0] if found else None
 
+    def declaration(self, adapter: str) -> Capability:
+        """The declaration of the adapter ``adapter`` (a spec's ``adapter``)."""
+        return self._declarations[adapter]
+
+    def declarations(self) -> list[Capability]:
+        """Every adapter a worker of this catalog makes, one declaration each."""
+        return list(self._declarations.values())
+
     def input_model(self, spec: CapabilitySpec) -> type[BaseModel]:
-        return INPUT_MODELS[spec.adapter]
+        return self._declarations[spec.adapter].input_model
 
     def output_shape(self, spec: CapabilitySpec) -> OutputShape:
-        """What the capability's output holds (``OUTPUT_SHAPES``)."""
-        return OUTPUT_SHAPES[spec.adapter]
+        """What the capability's output holds (its declaration's ``output_shape``)."""
+        return self._declarations[spec.adapter].output_shape
 
     def input_schema(self, spec: CapabilitySpec) -> dict[str, Any]:
         """The JSON Schema of the capability's input, as the API lists and documents it."""

@@ -1,0 +1,135 @@
+"""How a worker makes the adapters its catalog declares, and the shape an adapter may take
+(``docs/adapters.md``).
+
+An adapter is either
+
+- a callable ``(AdapterInput, Credential | None) -> AdapterOutput`` that does everything
+  itself (the built-ins), or
+- an object with ``call(inp, credential)`` and, for a ``reconcile`` capability,
+  ``find(inp, credential)``. Moat drives it (``driven``): before any attempt that may repeat
+  an earlier one, ``find`` looks for the earlier attempt's effect by the downstream key, and
+  its answer (marked ``reconciled``) stands for the call; otherwise ``call`` performs the
+  effect. A look-up that fails, or a call that ends without an answer on the last attempt,
+  ends ``outcome_unknown``: never a blind repeat. A capability with a side effect and the
+  strategy ``none`` has nothing to look with: a call without an answer ends
+  ``outcome_unknown`` at once.
+
+Either way an adapter keeps no state between calls, fails with ``fail(...)`` in its own
+words, sends every request through ``send`` (the host guard, the byte cap on answers, the
+secret scrubbed), and opens any other connection only to an address ``HostGuard.pin``
+admits.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import httpx
+from temporalio.exceptions import ApplicationError
+
+from activities.adapters.base import Adapter
+from activities.adapters.guard import HostGuard
+from activities.adapters.reconcile import AMBIGUOUS, call_failed, lookup_failed, outcome_unknown
+from schemas.capabilities import Capability, CapabilityCatalog, EffectType, IdempotencyStrategy
+from schemas.connections import Credential
+from schemas.run import AdapterInput, AdapterOutput
+from schemas.settings import MoatSettings
+
+
+@dataclass(frozen=True)
+class AdapterContext:
+    """What a worker gives an adapter's factory, once: the HTTP client every adapter shares
+    (no cookies kept, no redirects followed), the host guard with the worker's allow-list,
+    and the worker's settings."""
+
+    http: httpx.AsyncClient
+    guard: HostGuard
+    settings: MoatSettings
+
+
+@runtime_checkable
+class CallAdapter(Protocol):
+    async def call(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput: ...
+
+
+@runtime_checkable
+class FindAdapter(CallAdapter, Protocol):
+    async def find(
+        self, inp: AdapterInput, credential: Credential | None
+    ) -> AdapterOutput | None: ...
+
+
+class AdapterLoadError(RuntimeError):
+    """A declaration whose adapter cannot be made: the message names it."""
+
+
+def driven(adapter: CallAdapter, declaration: Capability) -> Adapter:
+    """A ``call``/``find`` adapter as the adapter step calls it."""
+    spec = declaration.spec
+    finder = adapter if isinstance(adapter, FindAdapter) else None
+    finds = spec.idempotency == IdempotencyStrategy.RECONCILE and finder is not None
+    if spec.idempotency == IdempotencyStrategy.RECONCILE and finder is None:
+        raise AdapterLoadError(
+            f"{spec.id} is a reconcile capability: its adapter ({declaration.adapter}) must "
+            "have find(inp, credential) beside call(inp, credential)"
+        )
+    what = f"{spec.id}'s effect"
+    # No key, no look-up: a repeat after a call that may have landed would be blind.
+    blind = spec.idempotency == IdempotencyStrategy.NONE and spec.effect_type != EffectType.NONE
+
+    async def run(inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
+        looked = False
+        if finds and finder is not None and inp.repeat:
+            looked = True
+            try:
+                found = await finder.find(inp, credential)
+            except ApplicationError as err:
+                raise lookup_failed(inp, err, f"the look-up for {what}") from None
+            if found is not None:
+                return found.model_copy(update={"reconciled": True})
+        try:
+            out = await adapter.call(inp, credential)
+        except ApplicationError as err:
+            if finds:
+                raise call_failed(inp, err, what) from None
+            if blind and err.type in AMBIGUOUS:
+                raise outcome_unknown(f"{what} ended without an answer ({err.type})") from None
+            raise
+        return out.model_copy(update={"reconciled": False}) if looked else out
+
+    return run
+
+
+def load_factory(path: str) -> object:
+    """The callable ``package.module:name`` names."""
+    module, _, name = path.partition(":")
+    try:
+        target: object = importlib.import_module(module)
+        for part in name.split(".") if name else ():
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as err:
+        raise AdapterLoadError(f"the adapter factory {path!r} cannot be imported: {err}") from err
+    if not name or not callable(target):
+        raise AdapterLoadError(f"the adapter factory {path!r} is not a `module:callable` path")
+    return target
+
+
+def make_adapters(catalog: CapabilityCatalog, ctx: AdapterContext) -> Mapping[str, Adapter]:
+    """One adapter per declaration of ``catalog``, by adapter name."""
+    made: dict[str, Adapter] = {}
+    for declaration in catalog.declarations():
+        factory = load_factory(declaration.adapter)
+        adapter = factory(ctx)  # type: ignore[operator]
+        if isinstance(adapter, CallAdapter):
+            made[declaration.spec.adapter] = driven(adapter, declaration)
+        elif callable(adapter):
+            made[declaration.spec.adapter] = adapter
+        else:
+            raise AdapterLoadError(
+                f"{declaration.adapter} made a {type(adapter).__name__}: an adapter is an "
+                "object with call(inp, credential) (and find for reconcile) or a callable"
+            )
+    return made
