@@ -19,11 +19,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail, parse_input
 from activities.adapters.guard import HostGuard
+from activities.adapters.plugins import Driven
 from activities.adapters.reconcile import (
     base_url,
-    call_failed,
     credential_of,
-    lookup_failed,
     outcome_unknown,
     window_start,
 )
@@ -45,70 +44,12 @@ def mark(key: str) -> str:
     return f"<!-- moat:{key} -->"
 
 
-class GithubAdapter:
+class _GithubRestApi:
+    """A REST API caller with the worker's HTTP client and host guard."""
+
     def __init__(self, client: httpx.AsyncClient, guard: HostGuard) -> None:
         self._client = client
         self._guard = guard
-
-    async def __call__(
-        self, inp: AdapterInput, credential: Credential | None = None
-    ) -> AdapterOutput:
-        issue = parse_input(inp, GithubCreateIssueInput)
-        cred = credential_of(inp, credential, ConnectionType.GITHUB)
-        repo_url = _issues_url(cred, issue.owner, issue.repo)
-        looked = False
-        if inp.repeat:
-            looked = True
-            try:
-                found = await self._find(inp, repo_url, cred)
-            except ApplicationError as err:
-                raise lookup_failed(inp, err, f"the issues of {issue.owner}/{issue.repo}") from None
-            if found is not None:
-                return _output(found, reconciled=True)
-        body: dict[str, Any] = {
-            "title": issue.title,
-            "body": (issue.body + "\n\n" if issue.body else "") + mark(inp.idempotency_key),
-        }
-        if issue.labels is not None:
-            body["labels"] = issue.labels
-        if issue.assignees is not None:
-            body["assignees"] = issue.assignees
-        try:
-            created = await self._call(inp, "POST", repo_url, cred, json=body)
-        except ApplicationError as err:
-            raise call_failed(inp, err, "creating the issue") from None
-        if not isinstance(created, dict):
-            raise fail(ErrorTaxonomy.UNKNOWN, "GitHub answered 201 without an issue")
-        return _output(created, reconciled=False if looked else None)
-
-    async def _find(
-        self, inp: AdapterInput, repo_url: str, cred: Credential
-    ) -> dict[str, Any] | None:
-        start = window_start(inp)
-        wanted = mark(inp.idempotency_key)
-        params = {
-            "state": "all",
-            "sort": "created",
-            "direction": "desc",
-            "since": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "per_page": str(PER_PAGE),
-        }
-        for page in range(1, LIST_PAGES + 1):
-            items = await self._call(
-                inp, "GET", repo_url, cred, params={**params, "page": str(page)}, reading=True
-            )
-            if not isinstance(items, list):
-                raise fail(ErrorTaxonomy.UNKNOWN, "GitHub's issue list was not a list")
-            for item in items:
-                if not isinstance(item, dict) or "pull_request" in item:
-                    continue
-                if (item.get("body") or "").rstrip().endswith(wanted):
-                    return item
-            if len(items) < PER_PAGE or _created_before(items[-1], start):
-                return None
-        raise outcome_unknown(
-            f"more than {LIST_PAGES * PER_PAGE} issues changed since the execution started"
-        )
 
     async def _call(
         self,
@@ -148,7 +89,67 @@ class GithubAdapter:
         raise refusal
 
 
-class GithubCloseIssueAdapter(GithubAdapter):
+class GithubAdapter(_GithubRestApi, Driven):
+    """``github.create_issue``: ``call`` creates the issue with the key's mark at the end of
+    its body; ``find`` lists the repository's newest issues for it."""
+
+    def looks_in(self, inp: AdapterInput) -> str:
+        return f"the issues of {inp.input.get('owner')}/{inp.input.get('repo')}"
+
+    async def find(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput | None:
+        issue = parse_input(inp, GithubCreateIssueInput)
+        cred = credential_of(inp, credential, ConnectionType.GITHUB)
+        found = await self._find(inp, _issues_url(cred, issue.owner, issue.repo), cred)
+        return None if found is None else _output(found, reconciled=True)
+
+    async def call(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
+        issue = parse_input(inp, GithubCreateIssueInput)
+        cred = credential_of(inp, credential, ConnectionType.GITHUB)
+        body: dict[str, Any] = {
+            "title": issue.title,
+            "body": (issue.body + "\n\n" if issue.body else "") + mark(inp.idempotency_key),
+        }
+        if issue.labels is not None:
+            body["labels"] = issue.labels
+        if issue.assignees is not None:
+            body["assignees"] = issue.assignees
+        repo_url = _issues_url(cred, issue.owner, issue.repo)
+        created = await self._call(inp, "POST", repo_url, cred, json=body)
+        if not isinstance(created, dict):
+            raise fail(ErrorTaxonomy.UNKNOWN, "GitHub answered 201 without an issue")
+        return _output(created, reconciled=None)
+
+    async def _find(
+        self, inp: AdapterInput, repo_url: str, cred: Credential
+    ) -> dict[str, Any] | None:
+        start = window_start(inp)
+        wanted = mark(inp.idempotency_key)
+        params = {
+            "state": "all",
+            "sort": "created",
+            "direction": "desc",
+            "since": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "per_page": str(PER_PAGE),
+        }
+        for page in range(1, LIST_PAGES + 1):
+            items = await self._call(
+                inp, "GET", repo_url, cred, params={**params, "page": str(page)}, reading=True
+            )
+            if not isinstance(items, list):
+                raise fail(ErrorTaxonomy.UNKNOWN, "GitHub's issue list was not a list")
+            for item in items:
+                if not isinstance(item, dict) or "pull_request" in item:
+                    continue
+                if (item.get("body") or "").rstrip().endswith(wanted):
+                    return item
+            if len(items) < PER_PAGE or _created_before(items[-1], start):
+                return None
+        raise outcome_unknown(
+            f"more than {LIST_PAGES * PER_PAGE} issues changed since the execution started"
+        )
+
+
+class GithubCloseIssueAdapter(_GithubRestApi):
     """``github.close_issue``: GitHub's ``PATCH /repos/{owner}/{repo}/issues/{number}`` with
     ``{"state": "closed"}``, exactly once by nature: GitHub answers a closed issue's close
     with the issue, still closed, so every attempt sends the same call and a repeat changes
@@ -170,7 +171,7 @@ class GithubCloseIssueAdapter(GithubAdapter):
         return recorded(200, {k: issue.get(k) for k in ("number", "html_url", "state")})
 
 
-class GithubRateLimitAdapter(GithubAdapter):
+class GithubRateLimitAdapter(_GithubRestApi):
     """``github.rate_limit``: GitHub's ``GET /rate_limit``, which changes nothing and is not
     counted against the limit, so a probe of a GitHub connection can call it on a schedule.
     Refusals map as for creating an issue (401: the connection's token)."""

@@ -12,7 +12,8 @@ An adapter is either
   effect. A look-up that fails, or a call that ends without an answer on the last attempt,
   ends ``outcome_unknown``: never a blind repeat. A capability with a side effect and the
   strategy ``none`` has nothing to look with: a call without an answer ends
-  ``outcome_unknown`` at once.
+  ``outcome_unknown`` at once. ``looks_in(inp)``, when the adapter has it, names what the
+  look-up reads for a failure's message (``the history of channel C1``).
 
 Either way an adapter keeps no state between calls, fails with ``fail(...)`` in its own
 words, sends every request through ``send`` (the host guard, the byte cap on answers, the
@@ -67,40 +68,67 @@ class AdapterLoadError(RuntimeError):
 
 
 def driven(adapter: CallAdapter, declaration: Capability) -> Adapter:
-    """A ``call``/``find`` adapter as the adapter step calls it."""
+    """A ``call``/``find`` adapter as the adapter step calls it (``drive``); refused when a
+    ``reconcile`` capability's adapter cannot look (no ``find``)."""
     spec = declaration.spec
-    finder = adapter if isinstance(adapter, FindAdapter) else None
-    finds = spec.idempotency == IdempotencyStrategy.RECONCILE and finder is not None
-    if spec.idempotency == IdempotencyStrategy.RECONCILE and finder is None:
+    if spec.idempotency == IdempotencyStrategy.RECONCILE and not isinstance(adapter, FindAdapter):
         raise AdapterLoadError(
             f"{spec.id} is a reconcile capability: its adapter ({declaration.adapter}) must "
             "have find(inp, credential) beside call(inp, credential)"
         )
-    what = f"{spec.id}'s effect"
-    # No key, no look-up: a repeat after a call that may have landed would be blind.
-    blind = spec.idempotency == IdempotencyStrategy.NONE and spec.effect_type != EffectType.NONE
 
     async def run(inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
-        looked = False
-        if finds and finder is not None and inp.repeat:
-            looked = True
-            try:
-                found = await finder.find(inp, credential)
-            except ApplicationError as err:
-                raise lookup_failed(inp, err, f"the look-up for {what}") from None
-            if found is not None:
-                return found.model_copy(update={"reconciled": True})
-        try:
-            out = await adapter.call(inp, credential)
-        except ApplicationError as err:
-            if finds:
-                raise call_failed(inp, err, what) from None
-            if blind and err.type in AMBIGUOUS:
-                raise outcome_unknown(f"{what} ended without an answer ({err.type})") from None
-            raise
-        return out.model_copy(update={"reconciled": False}) if looked else out
+        return await drive(adapter, inp, credential)
 
     return run
+
+
+async def drive(
+    adapter: CallAdapter, inp: AdapterInput, credential: Credential | None
+) -> AdapterOutput:
+    """One attempt of a ``call``/``find`` adapter under its capability's strategy."""
+    spec = inp.capability
+    finder = adapter if isinstance(adapter, FindAdapter) else None
+    finds = spec.idempotency == IdempotencyStrategy.RECONCILE and finder is not None
+    # No key, no look-up: a repeat after a call that may have landed would be blind.
+    blind = spec.idempotency == IdempotencyStrategy.NONE and spec.effect_type != EffectType.NONE
+    what = f"{spec.id}'s call"
+    looked = False
+    if finder is not None and finds and inp.repeat:
+        looked = True
+        try:
+            found = await finder.find(inp, credential)
+        except ApplicationError as err:
+            raise lookup_failed(inp, err, _looks_in(adapter, inp)) from None
+        if found is not None:
+            return found.model_copy(update={"reconciled": True})
+    try:
+        out = await adapter.call(inp, credential)
+    except ApplicationError as err:
+        if finds:
+            raise call_failed(inp, err, what) from None
+        if blind and err.type in AMBIGUOUS:
+            raise outcome_unknown(f"{what} ended without an answer ({err.type})") from None
+        raise
+    return out.model_copy(update={"reconciled": False}) if looked else out
+
+
+def _looks_in(adapter: object, inp: AdapterInput) -> str:
+    """What the look-up reads, for its failure's message: the adapter's ``looks_in(inp)``
+    when it has one."""
+    looks_in = getattr(adapter, "looks_in", None)
+    return str(looks_in(inp)) if callable(looks_in) else f"what {inp.capability.id} looks in"
+
+
+class Driven:
+    """A ``call``/``find`` adapter callable as the adapter step calls adapters (``drive``):
+    what a test or a bench does with it directly is what the worker does."""
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        assert isinstance(self, CallAdapter)
+        return await drive(self, inp, credential)
 
 
 def load_factory(path: str) -> object:

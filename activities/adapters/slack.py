@@ -17,12 +17,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail, parse_input
 from activities.adapters.guard import HostGuard
+from activities.adapters.plugins import Driven
 from activities.adapters.reconcile import (
     MARK_EVENT_TYPE,
     base_url,
-    call_failed,
     credential_of,
-    lookup_failed,
     outcome_unknown,
     window_start,
 )
@@ -65,27 +64,60 @@ _GONE = frozenset({"message_not_found"})
 _CANNOT_READ = _AUTH | _NOT_FOUND
 
 
-class SlackAdapter:
+class _SlackWebApi:
+    """A Web API caller with the worker's HTTP client and host guard."""
+
     def __init__(self, client: httpx.AsyncClient, guard: HostGuard) -> None:
         self._client = client
         self._guard = guard
 
-    async def __call__(
-        self, inp: AdapterInput, credential: Credential | None = None
-    ) -> AdapterOutput:
+    async def _call(
+        self,
+        inp: AdapterInput,
+        method: str,
+        url: str,
+        cred: Credential,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        reading: bool = False,
+        done: frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
+        """One Web API call's JSON when ``ok``, or when its ``error`` is one of ``done``;
+        Slack's other refusals as Moat failures."""
+        request = SendRequest(
+            method,
+            url,
+            headers={"Authorization": f"Bearer {cred.secret}"},
+            credential=cred,
+            timeout=inp.capability.timeout_seconds,
+            allow_hosts=inp.http_allow_hosts,
+            json_body=json,
+            params=params,
+        )
+        answer = await send(self._client, self._guard, request)
+        return _web_api_result(answer, reading=reading, done=done)
+
+
+class SlackAdapter(_SlackWebApi, Driven):
+    """``slack.post_message``: ``call`` posts with the key in the message's metadata;
+    ``find`` reads the channel's history (or the thread's replies) for it."""
+
+    def looks_in(self, inp: AdapterInput) -> str:
+        return f"the history of channel {inp.input.get('channel')}"
+
+    async def find(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput | None:
+        msg = parse_input(inp, SlackPostMessageInput)
+        cred = credential_of(inp, credential, ConnectionType.SLACK)
+        found = await self._find(inp, base_url(cred, DEFAULT_BASE_URL), cred, msg)
+        if found is None:
+            return None
+        return recorded(200, {"channel": found[0], "ts": found[1], "reconciled": True})
+
+    async def call(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
         msg = parse_input(inp, SlackPostMessageInput)
         cred = credential_of(inp, credential, ConnectionType.SLACK)
         api = base_url(cred, DEFAULT_BASE_URL)
-        looked = False
-        if inp.repeat:
-            looked = True
-            try:
-                found = await self._find(inp, api, cred, msg)
-            except ApplicationError as err:
-                raise lookup_failed(inp, err, f"the history of channel {msg.channel}") from None
-            if found is not None:
-                out = recorded(200, {"channel": found[0], "ts": found[1], "reconciled": True})
-                return out.model_copy(update={"reconciled": True})
         body: dict[str, Any] = {
             "channel": msg.channel,
             "text": msg.text,
@@ -98,14 +130,10 @@ class SlackAdapter:
             body["blocks"] = msg.blocks
         if msg.thread_ts is not None:
             body["thread_ts"] = msg.thread_ts
-        try:
-            answer = await self._call(inp, "POST", f"{api}/chat.postMessage", cred, json=body)
-        except ApplicationError as err:
-            raise call_failed(inp, err, "chat.postMessage") from None
-        out = recorded(
+        answer = await self._call(inp, "POST", f"{api}/chat.postMessage", cred, json=body)
+        return recorded(
             200, {"channel": answer.get("channel"), "ts": answer.get("ts"), "reconciled": False}
         )
-        return out.model_copy(update={"reconciled": False if looked else None})
 
     async def _find(
         self,
@@ -146,35 +174,8 @@ class SlackAdapter:
             f"{HISTORY_PAGES * HISTORY_PAGE} messages since the execution started"
         )
 
-    async def _call(
-        self,
-        inp: AdapterInput,
-        method: str,
-        url: str,
-        cred: Credential,
-        *,
-        json: Any = None,
-        params: dict[str, str] | None = None,
-        reading: bool = False,
-        done: frozenset[str] = frozenset(),
-    ) -> dict[str, Any]:
-        """One Web API call's JSON when ``ok``, or when its ``error`` is one of ``done``;
-        Slack's other refusals as Moat failures."""
-        request = SendRequest(
-            method,
-            url,
-            headers={"Authorization": f"Bearer {cred.secret}"},
-            credential=cred,
-            timeout=inp.capability.timeout_seconds,
-            allow_hosts=inp.http_allow_hosts,
-            json_body=json,
-            params=params,
-        )
-        answer = await send(self._client, self._guard, request)
-        return _web_api_result(answer, reading=reading, done=done)
 
-
-class SlackDeleteMessageAdapter(SlackAdapter):
+class SlackDeleteMessageAdapter(_SlackWebApi):
     """``slack.delete_message``: Slack's ``chat.delete``, exactly once by nature: a deleted
     message stays deleted. Slack answers a repeat ``message_not_found``, which on an attempt
     that may repeat an earlier one means that one deleted it (``already_deleted``); on a
@@ -196,7 +197,7 @@ class SlackDeleteMessageAdapter(SlackAdapter):
         return recorded(200, {"channel": channel, "ts": msg.ts, "already_deleted": gone})
 
 
-class SlackAuthTestAdapter(SlackAdapter):
+class SlackAuthTestAdapter(_SlackWebApi):
     """``slack.auth_test``: Slack's ``auth.test``, which needs no scope and changes nothing,
     so a probe of a Slack connection can call it on a schedule. Refusals map as for
     ``chat.postMessage`` (``invalid_auth``, ``token_revoked``: the connection's credential)."""
