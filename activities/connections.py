@@ -15,7 +15,7 @@ from urllib.parse import quote, quote_plus
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from schemas.connections import ConnectionType, Credential, Origin
+from schemas.connections import Credential, Origin
 from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
 from schemas.redaction import REDACTED
@@ -77,7 +77,7 @@ class StoreConnectionResolver:
             )
         return Credential(
             connection_id=row.id,
-            type=ConnectionType(row.type),
+            type=row.type,
             secret=secret,
             config=dict(row.config),
             fingerprint=row.fingerprint,

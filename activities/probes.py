@@ -70,7 +70,7 @@ class ProbeActivities:
         if refusal is not None:
             return ProbeStart(skipped=f"capability_not_probeable: {refusal}")
         if row.connection_id is not None and (
-            connection is None or connection.type not in {t.value for t in spec.connection_types}
+            connection is None or connection.type not in spec.connection_types
         ):
             return ProbeStart(skipped="connection_not_usable: gone, or of a type it does not take")
         payload = {

@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from schemas.capabilities import EffectType, IdempotencyStrategy, ProbeSpec, RetrySettings
-from schemas.connections import ConnectionType
 from schemas.execute import Envelope, ErrorBody
 from schemas.hosts import AllowHosts
 from schemas.records import PolicyMode, Receipt
@@ -49,7 +48,7 @@ class CapabilityInfo(BaseModel):
     required_scopes: list[str]
     timeout_seconds: float
     requires_approval: bool
-    connection_types: list[ConnectionType] = Field(
+    connection_types: list[str] = Field(
         default_factory=list,
         description="Connection types a request may name with `connection_id`; empty: none.",
     )

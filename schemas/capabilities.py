@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, fiel
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
-from schemas.connections import ConnectionType
+from schemas.connections import ConnectionKind, ConnectionType, ConnectionTypeName
 from schemas.jsonvalues import CANONICAL_JSON, CanonicalAny, marker, model_schema
 
 # The most of a provider's answer ``http.request`` reads (``MOAT_HTTP_MAX_RESPONSE_BYTES``).
@@ -100,7 +100,7 @@ class CapabilitySpec(BaseModel):
     requires_approval: bool = False
     idempotency: IdempotencyStrategy = IdempotencyStrategy.NONE
     # Connection types the adapter accepts; empty: the capability takes no connection.
-    connection_types: tuple[ConnectionType, ...] = ()
+    connection_types: tuple[ConnectionTypeName, ...] = ()
     # True: the adapter cannot act without a connection, so a call naming none is refused
     # before anything is claimed or started (``connection_required``).
     connection_required: bool = False
@@ -461,6 +461,8 @@ class Capability:
     input_model: type[BaseModel]
     adapter: str
     output_shape: OutputShape = None
+    # Connection types of the package's own that the spec's ``connection_types`` name.
+    connection_kinds: tuple[ConnectionKind, ...] = ()
 
 
 def _declared(spec: CapabilitySpec, factory: str) -> Capability:

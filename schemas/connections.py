@@ -7,7 +7,7 @@ decrypted by the adapter activity at the moment of the call and handed to the ad
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -30,6 +30,9 @@ from schemas.jsonvalues import SECRET_KEY_PATTERN, STORABLE_JSON, STORABLE_TEXT_
 
 
 class ConnectionType(StrEnum):
+    """Moat's own connection types; an installed package may declare more
+    (``ConnectionKind``)."""
+
     WEBHOOK = "webhook"
     SLACK = "slack"
     GITHUB = "github"
@@ -41,6 +44,45 @@ DEFAULT_BASE_URLS: dict[ConnectionType, str] = {
     ConnectionType.SLACK: "https://slack.com/api",
     ConnectionType.GITHUB: "https://api.github.com",
 }
+
+# A connection type's name: a built-in's, or one an installed package declares.
+CONNECTION_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+ConnectionTypeName = Annotated[str, Field(pattern=CONNECTION_TYPE_PATTERN, max_length=40)]
+
+
+@dataclass(frozen=True)
+class ConnectionKind:
+    """A connection type: what its credential is for, where its secret may go when the
+    config names nowhere (``default_base_url``; None: the config must name an origin), and
+    what else its config must hold (``check_config``: the config normalized, or a
+    ``PydanticCustomError``/``ValueError`` saying what is wrong, never repeating a value).
+    ``http`` False: the secret is not sent over HTTP (an SMTP password), so the origin
+    rules do not apply and ``check_config`` says where it may go.
+
+    A package declares its own beside its capabilities (``Capability.connection_kinds``)."""
+
+    name: str
+    description: str = ""
+    default_base_url: str | None = None
+    check_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    http: bool = True
+
+
+BUILTIN_KINDS: tuple[ConnectionKind, ...] = (
+    ConnectionKind("webhook", "A tenant's endpoint that takes Standard Webhooks deliveries."),
+    ConnectionKind("slack", "A Slack bot token.", DEFAULT_BASE_URLS[ConnectionType.SLACK]),
+    ConnectionKind("github", "A GitHub token.", DEFAULT_BASE_URLS[ConnectionType.GITHUB]),
+    ConnectionKind("http_bearer", "A bearer token for an HTTP API the config names."),
+)
+
+
+def connection_kind(name: str) -> ConnectionKind | None:
+    """The installed connection type ``name`` (``schemas.registry.connection_kinds``)."""
+    from schemas.registry import connection_kinds
+
+    return connection_kinds().get(name)
+
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_ALLOWED_ORIGINS = 20
 
@@ -99,7 +141,7 @@ def parse_origin(text: str, *, path_allowed: bool = False) -> Origin:
     return Origin(scheme, entry.host, DEFAULT_PORTS[scheme] if port is None else port)
 
 
-def bound_origins(type: ConnectionType, config: Mapping[str, Any]) -> tuple[Origin, ...]:
+def bound_origins(type: str, config: Mapping[str, Any]) -> tuple[Origin, ...]:
     """The origins a connection's secret may be sent to: ``config.allowed_origins`` when
     given, else ``config.base_url``'s origin, else the provider's default; none (the secret
     goes nowhere) for a connection that names none, or names one that does not parse."""
@@ -109,8 +151,9 @@ def bound_origins(type: ConnectionType, config: Mapping[str, Any]) -> tuple[Orig
             if not isinstance(allowed, list):
                 return ()
             return tuple(parse_origin(str(o)) for o in allowed)
-        base = config.get("base_url") or DEFAULT_BASE_URLS.get(type)
-        if not isinstance(base, str):
+        kind = connection_kind(type)
+        base = config.get("base_url") or (kind.default_base_url if kind else None)
+        if not isinstance(base, str) or (kind is not None and not kind.http):
             return ()
         return (parse_origin(base, path_allowed=True),)
     except ValueError:
@@ -122,7 +165,7 @@ class Credential:
     """A decrypted connection, alive for one adapter call."""
 
     connection_id: str
-    type: ConnectionType
+    type: str
     secret: str = field(repr=False)
     config: Mapping[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
@@ -219,16 +262,30 @@ _PORT = (
 _URL_START = r"^\s*[Hh][Tt][Tt][Pp][Ss]?://"
 ORIGIN_PATTERN = rf"{_URL_START}(?:{_HOST}){_PORT}/?\s*$"
 BASE_URL_PATTERN = rf"{_URL_START}(?:{_HOST}){_PORT}(?:/[^?#]*)?$"
-# The types with no origin of their own must name one.
-_NAMES_ITS_ORIGIN: JsonDict = {
-    "if": {"properties": {"type": {"enum": ["webhook", "http_bearer"]}}},
-    "then": {
+
+
+def _types_schema(schema: JsonDict) -> None:
+    """The installed connection types, and the rule that those with no origin of their own
+    name one, as the schema of ``ConnectionCreate`` says them (computed when it is made)."""
+    from schemas.registry import connection_kinds
+
+    kinds = connection_kinds()
+    properties = schema.get("properties")
+    type_schema = properties.get("type") if isinstance(properties, dict) else None
+    if isinstance(type_schema, dict):
+        type_schema["enum"] = list[Any](sorted(kinds))
+    must_name: list[Any] = sorted(
+        k.name for k in kinds.values() if k.http and not k.default_base_url
+    )
+    schema["if"] = {"properties": {"type": {"enum": must_name}}}
+    schema["then"] = {
         "required": ["config"],
         "properties": {
             "config": {"anyOf": [{"required": ["base_url"]}, {"required": ["allowed_origins"]}]}
         },
-    },
-}
+    }
+
+
 CONFIG_SCHEMA: JsonDict = {
     "additionalProperties": marker(STORABLE_JSON),
     "propertyNames": {"pattern": STORABLE_TEXT_PATTERN, "not": {"pattern": SECRET_KEY_PATTERN}},
@@ -254,10 +311,14 @@ class ConnectionCreate(BaseModel):
 
     # A refused value may be the secret: the error text never shows it.
     model_config = ConfigDict(
-        extra="forbid", hide_input_in_errors=True, json_schema_extra=_NAMES_ITS_ORIGIN
+        extra="forbid", hide_input_in_errors=True, json_schema_extra=_types_schema
     )
 
-    type: ConnectionType
+    type: ConnectionTypeName = Field(
+        description="What the credential is for: a built-in type (webhook, slack, github, "
+        "http_bearer) or one an installed package declares (GET /v1/capabilities lists the "
+        "types each capability takes)."
+    )
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     secret: Secret = Field(description="The credential. Never returned by any route.")
     config: Annotated[dict[str, Any], AfterValidator(_config)] = Field(
@@ -281,14 +342,33 @@ class ConnectionCreate(BaseModel):
         return self
 
 
-def checked_origins(type: ConnectionType, config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with ``allowed_origins`` normalized (and deduplicated); refused when
-    ``base_url`` or an origin does not parse, when ``base_url`` lies outside
+def checked_origins(type: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` checked by its type (``ConnectionKind.check_config``) and with
+    ``allowed_origins`` normalized (and deduplicated); refused when the type is not
+    installed, when ``base_url`` or an origin does not parse, when ``base_url`` lies outside
     ``allowed_origins``, or when a connection with no default origin names none."""
 
     def refuse(message: str, **context: Any) -> PydanticCustomError:
         return PydanticCustomError("connection_origins", message, context)
 
+    kind = connection_kind(type)
+    if kind is None:
+        from schemas.registry import connection_kinds
+
+        raise PydanticCustomError(
+            "connection_type_unknown",
+            "no connection type {type} is installed; the types are {known}",
+            {"type": type, "known": ", ".join(sorted(connection_kinds()))},
+        )
+    if kind.check_config is not None:
+        try:
+            config = kind.check_config(config)
+        except ValueError as err:
+            if isinstance(err, PydanticCustomError):
+                raise
+            raise refuse("config: {why}", why=str(err)) from None
+    if not kind.http:
+        return config
     base = config.get("base_url")
     base_origin: Origin | None = None
     if base is not None:
@@ -319,11 +399,11 @@ def checked_origins(type: ConnectionType, config: dict[str, Any]) -> dict[str, A
                 origin=str(base_origin),
             )
         config = {**config, "allowed_origins": list(dict.fromkeys(str(o) for o in origins))}
-    elif base_origin is None and type not in DEFAULT_BASE_URLS:
+    elif base_origin is None and kind.default_base_url is None:
         raise refuse(
             "a {type} connection must name where its secret may be sent: config.base_url, or "
             "config.allowed_origins (a list of https://host[:port] origins)",
-            type=type.value,
+            type=type,
         )
     return config
 
@@ -341,7 +421,7 @@ class ConnectionInfo(BaseModel):
 
     id: str
     tenant_id: str
-    type: ConnectionType
+    type: str
     name: str
     config: dict[str, Any]
     fingerprint: str = Field(

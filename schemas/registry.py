@@ -1,5 +1,6 @@
 """The capabilities installed: every ``Capability`` declared under the entry point group
-``moat.capabilities``, the built-ins among them (``docs/adapters.md``).
+``moat.capabilities``, the built-ins among them (``docs/adapters.md``), and the connection
+types they declare.
 
 A distribution adds capabilities by naming, under that group, a ``Capability`` or a sequence
 of them::
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 
 from schemas.capabilities import BUILTINS, Capability
+from schemas.connections import BUILTIN_KINDS, ConnectionKind
 
 GROUP = "moat.capabilities"
 BUILTIN_ENTRY_POINT = "builtin"
@@ -96,3 +98,20 @@ def _load(point: EntryPoint) -> tuple[Capability, ...]:
             f"them, not {type(wrong[0] if wrong else value).__name__}"
         )
     return caps
+
+
+@functools.cache
+def connection_kinds() -> dict[str, ConnectionKind]:
+    """Every connection type installed by name: Moat's own and those the installed
+    capabilities declare (``Capability.connection_kinds``); one name declared two ways is
+    refused."""
+    kinds: dict[str, ConnectionKind] = {k.name: k for k in BUILTIN_KINDS}
+    for cap in installed():
+        for kind in cap.connection_kinds:
+            known = kinds.setdefault(kind.name, kind)
+            if known != kind:
+                raise CapabilityRegistryError(
+                    f"the connection type {kind.name!r} of {cap.spec.id} is declared otherwise "
+                    "by another installed package or by Moat; name it otherwise"
+                )
+    return kinds

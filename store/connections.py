@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.connections import ConnectionInfo, ConnectionType
+from schemas.connections import ConnectionInfo
 from store.db import storable
 from store.keyrings.connections import (
     LEGACY_FINGERPRINT_PREFIX,
@@ -39,7 +39,7 @@ def to_info(row: ConnectionRow) -> ConnectionInfo:
     return ConnectionInfo(
         id=row.id,
         tenant_id=row.tenant_id,
-        type=ConnectionType(row.type),
+        type=row.type,
         name=row.name,
         config=dict(row.config),
         fingerprint=row.fingerprint,
@@ -69,7 +69,7 @@ async def create_connection(
     cipher: ConnectionCipher,
     *,
     tenant_id: str,
-    type: ConnectionType,
+    type: str,
     name: str,
     secret: str,
     config: dict[str, Any],
@@ -78,7 +78,7 @@ async def create_connection(
     row = ConnectionRow(
         id=connection_id,
         tenant_id=tenant_id,
-        type=type.value,
+        type=type,
         name=name,
         config=config,
         **_sealed_columns(cipher, (tenant_id, connection_id), secret),

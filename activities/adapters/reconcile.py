@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import Credential
 from schemas.errors import ErrorCode
 from schemas.records import OUTCOME_UNKNOWN, ErrorTaxonomy
 from schemas.run import AdapterInput
@@ -53,14 +53,12 @@ def window_start(inp: AdapterInput, now: datetime | None = None) -> datetime:
     return (now or datetime.now(UTC)) - FALLBACK_LOOKBACK
 
 
-def credential_of(
-    inp: AdapterInput, credential: Credential | None, kind: ConnectionType
-) -> Credential:
+def credential_of(inp: AdapterInput, credential: Credential | None, kind: str) -> Credential:
     """The call's credential, which must be of ``kind``."""
     if credential is None:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
-            f"{inp.capability.id} needs a connection of type {kind.value}: create one "
+            f"{inp.capability.id} needs a connection of type {kind}: create one "
             "(moat connection add) and name it in the request's connection_id",
             code=ErrorCode.CONNECTION_REQUIRED,
             retryable=False,
@@ -68,7 +66,7 @@ def credential_of(
     if credential.type != kind:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
-            f"{inp.capability.id} takes a {kind.value} connection, not {credential.type.value}",
+            f"{inp.capability.id} takes a {kind} connection, not {credential.type}",
             code=ErrorCode.CONNECTION_TYPE_MISMATCH,
             retryable=False,
         )

@@ -14,7 +14,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from schemas.connections import ConnectionCreate, ConnectionInfo, ConnectionRotate, ConnectionType
+from schemas.connections import ConnectionCreate, ConnectionInfo, ConnectionRotate
 from schemas.settings import MoatSettings
 from starter.cli.identity import AsOperator
 from starter.cli.output import AsJson, fail, id_column, out, print_json, run, usage
@@ -72,7 +72,7 @@ def _show(info: ConnectionInfo, as_json: bool) -> None:
     for name, value in (
         ("id", info.id),
         ("tenant_id", info.tenant_id),
-        ("type", info.type.value),
+        ("type", info.type),
         ("name", info.name),
         ("config", json.dumps(info.config)),
         ("fingerprint", info.fingerprint),
@@ -96,7 +96,14 @@ async def _add(settings: MoatSettings, tenant: str, body: ConnectionCreate) -> C
 @connection_app.command("add", cls=AsOperator)
 def add(
     tenant: TenantArg,
-    type_: Annotated[ConnectionType, typer.Option("--type", help="What the credential is for.")],
+    type_: Annotated[
+        str,
+        typer.Option(
+            "--type",
+            help="What the credential is for: webhook, slack, github, http_bearer, or a type "
+            "an installed package declares (moat capabilities lists each one's types).",
+        ),
+    ],
     name: Annotated[str, typer.Option("--name", help="A label, e.g. the workspace.")],
     config: Annotated[
         str,
@@ -144,7 +151,7 @@ def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     for c in found:
         revoked = f"{c.revoked_at:%F %T}" if c.revoked_at else ""
         table.add_row(
-            c.name, c.type.value, c.fingerprint, c.last4, f"{c.created_at:%F %T}", revoked, c.id
+            c.name, c.type, c.fingerprint, c.last4, f"{c.created_at:%F %T}", revoked, c.id
         )
     out.print(table)
 

@@ -56,7 +56,7 @@ def _connection(spec: CapabilitySpec) -> dict[str, Any] | None:
     if not spec.connection_types:
         return {"type": "null", "description": f"{spec.id} takes no connection."}
     if spec.connection_required:
-        types = ", ".join(t.value for t in spec.connection_types)
+        types = ", ".join(spec.connection_types)
         return {"type": "string", "description": f"{spec.id} needs a connection: {types}."}
     return None
 

@@ -149,7 +149,7 @@ async def admit(
             f"No connection {connection_id[:80]!r}: `GET /v1/connections` lists yours.",
             {"connection_id": connection_id[:80]},
         )
-    accepted = [t.value for t in spec.connection_types]
+    accepted = list(spec.connection_types)
     if row.type not in accepted:
         takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
         raise MoatError(
@@ -163,7 +163,7 @@ async def admit(
 def required(spec: CapabilitySpec) -> MoatError:
     """The refusal of a call to ``spec`` that names no connection, saying which types fit
     and how to add one."""
-    accepted = [t.value for t in spec.connection_types]
+    accepted = list(spec.connection_types)
     kind = accepted[0] if accepted else "TYPE"
     return MoatError(
         ErrorCode.CONNECTION_REQUIRED,

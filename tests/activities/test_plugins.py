@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail
@@ -30,7 +30,7 @@ from schemas.capabilities import (
     IdempotencyStrategy,
     RetrySettings,
 )
-from schemas.connections import Credential
+from schemas.connections import ConnectionCreate, ConnectionKind, Credential
 from schemas.ids import uuid7
 from schemas.records import OUTCOME_UNKNOWN, ErrorTaxonomy
 from schemas.registry import CapabilityRegistryError, checked, installed
@@ -226,3 +226,78 @@ def test_an_entry_point_naming_anything_but_declarations_is_refused() -> None:
         _load(broken)
     fine = EntryPoint("builtin", "schemas.capabilities:BUILTINS", GROUP)
     assert _load(fine) == BUILTINS
+
+
+def _acme_region(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("region") not in ("eu", "us"):
+        raise ValueError("region must be eu or us")
+    return config
+
+
+ACME_KIND = ConnectionKind("acme_crm", "An ACME CRM API token.", check_config=_acme_region)
+
+
+@pytest.fixture
+def acme_installed(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The registry as if a package declaring ``acme.test`` and its connection type were
+    installed."""
+    from schemas import registry
+
+    declared = Capability(
+        spec=_spec(IdempotencyStrategy.RECONCILE).model_copy(
+            update={"connection_types": ("acme_crm",)}
+        ),
+        input_model=TicketInput,
+        adapter="tests.activities.test_plugins:Tickets",
+        connection_kinds=(ACME_KIND,),
+    )
+    monkeypatch.setattr(registry, "installed", lambda: (*BUILTINS, declared))
+    registry.connection_kinds.cache_clear()
+    yield declared
+    registry.connection_kinds.cache_clear()
+
+
+def test_a_connection_type_nobody_installed_is_refused_naming_those_that_are() -> None:
+    with pytest.raises(ValidationError) as refused:
+        ConnectionCreate(type="acme_crm", name="n", secret="s3cret")
+    message = str(refused.value)
+    assert "no connection type acme_crm is installed" in message
+    assert "github, http_bearer, slack, webhook" in message
+
+
+def test_a_package_declares_its_own_connection_type(acme_installed: Capability) -> None:
+    made = ConnectionCreate(
+        type="acme_crm",
+        name="n",
+        secret="s3cret",
+        config={"region": "eu", "base_url": "https://crm.acme.test/api"},
+    )
+    assert made.type == "acme_crm"
+    # Its own rule, then the origin rules of a type with no default origin.
+    with pytest.raises(ValidationError, match="region must be eu or us"):
+        ConnectionCreate(type="acme_crm", name="n", secret="s3cret", config={"region": "mars"})
+    with pytest.raises(ValidationError, match="must name where its secret may be sent"):
+        ConnectionCreate(type="acme_crm", name="n", secret="s3cret", config={"region": "us"})
+    schema = ConnectionCreate.model_json_schema()
+    assert "acme_crm" in schema["properties"]["type"]["enum"]
+    assert "acme_crm" in schema["if"]["properties"]["type"]["enum"]
+    assert "slack" not in schema["if"]["properties"]["type"]["enum"]
+
+
+def test_one_connection_type_declared_two_ways_is_refused(
+    acme_installed: Capability, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schemas import registry
+
+    rival = Capability(
+        spec=_spec(IdempotencyStrategy.NONE).model_copy(
+            update={"id": "rival.test", "adapter": "rival"}
+        ),
+        input_model=TicketInput,
+        adapter="rival:make",
+        connection_kinds=(ConnectionKind("acme_crm", "Someone else's."),),
+    )
+    monkeypatch.setattr(registry, "installed", lambda: (*BUILTINS, acme_installed, rival))
+    registry.connection_kinds.cache_clear()
+    with pytest.raises(CapabilityRegistryError, match=r"'acme_crm' of rival\.test"):
+        registry.connection_kinds()
