@@ -34,12 +34,15 @@ class ConnectionType(StrEnum):
     SLACK = "slack"
     GITHUB = "github"
     HTTP_BEARER = "http_bearer"
+    SMTP = "smtp"
+    RESEND = "resend"
 
 
 # Where a provider connection's secret goes when its config names no ``base_url``.
 DEFAULT_BASE_URLS: dict[ConnectionType, str] = {
     ConnectionType.SLACK: "https://slack.com/api",
     ConnectionType.GITHUB: "https://api.github.com",
+    ConnectionType.RESEND: "https://api.resend.com",
 }
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_ALLOWED_ORIGINS = 20
@@ -289,6 +292,13 @@ def checked_origins(type: ConnectionType, config: dict[str, Any]) -> dict[str, A
     def refuse(message: str, **context: Any) -> PydanticCustomError:
         return PydanticCustomError("connection_origins", message, context)
 
+    if type in (ConnectionType.SMTP, ConnectionType.RESEND):
+        # Email connections: their own config (``schemas.email``); an smtp one has no origin.
+        from schemas.email import checked_resend_config, checked_smtp_config
+
+        if type == ConnectionType.SMTP:
+            return checked_smtp_config(config)
+        config = checked_resend_config(config)
     base = config.get("base_url")
     base_origin: Origin | None = None
     if base is not None:
