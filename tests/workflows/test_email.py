@@ -72,7 +72,9 @@ async def test_an_email_is_sent_once_and_its_message_id_is_in_the_manifest(
         headers={"Authorization": f"Bearer {stack.api_key}"},
     )
     assert manifest.status_code == 200, manifest.text
-    assert message_id in manifest.text
+    [tool] = manifest.json()["tools"]
+    assert tool["tool_name"] == "email.send"
+    assert tool["result"]["data"]["message_id"] == message_id, tool
 
 
 async def test_a_dropped_answer_leaves_one_message_found_over_imap(

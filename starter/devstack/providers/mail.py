@@ -230,3 +230,37 @@ class _Handler:
         elif reply.misbehave == Misbehaviour.LATE:
             await asyncio.sleep(self.fake.late_seconds)
         return "250 OK: filed"
+
+
+def main() -> None:
+    """``python -m starter.devstack.providers.mail``: the pair on 127.0.0.1 until SIGTERM
+    or Ctrl-C, for trying ``email.send`` against ``moat up`` (``docs/email.md``)."""
+    import argparse
+    import signal
+    import threading
+
+    parser = argparse.ArgumentParser(prog="python -m starter.devstack.providers.mail")
+    parser.add_argument("--smtp", type=int, default=2525, help="SMTP port (default 2525)")
+    parser.add_argument("--imap", type=int, default=2143, help="IMAP port (default 2143)")
+    parser.add_argument("--control", type=int, default=8790, help="/_fake/ routes' port")
+    parser.add_argument("--username", default="agent")
+    parser.add_argument("--password", default="mail-test-password")
+    args = parser.parse_args()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    fake = FakeMail(args.username, args.password, smtp_port=args.smtp, imap_port=args.imap)
+    fake.start(args.control)
+    try:
+        print(  # noqa: T201 (a command's own output)
+            f"SMTP 127.0.0.1:{fake.smtp_port}  IMAP 127.0.0.1:{fake.imap_port}  "
+            f"control {fake.base_url}  login {fake.username} / {fake.password}",
+            flush=True,
+        )
+        stop.wait()
+    finally:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
