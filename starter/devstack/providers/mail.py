@@ -30,6 +30,7 @@ from proxyprotocol.reader import ProxyProtocolReader
 from pymap.backend.dict import DictBackend
 from pymap.imap import IMAPServer
 from pymap.parsing.message import AppendMessage
+from pysasl.hashing import Cleartext
 
 from starter.devstack.providers.server import FakeServer, Misbehaviour, Reply, Request
 
@@ -132,8 +133,13 @@ class FakeMail(FakeServer):
             host=host,
             port=0,
         )
+        # A test login needs no slow password hash (PBKDF2 by default: ~0.2 s a LOGIN).
         backend, config = await DictBackend.init(
-            args, secure_auth=False, reject_dnsbl=False, ssl_context=self._tls
+            args,
+            secure_auth=False,
+            reject_dnsbl=False,
+            ssl_context=self._tls,
+            hash_context=Cleartext(),
         )
         config.apply_context()
         self._backend = backend
