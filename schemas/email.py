@@ -119,9 +119,22 @@ class SmtpConfig(BaseModel):
         description="`none` (no encryption: the password in clear) is refused at call time "
         "unless the host is on the worker's or the tenant's allow-list.",
     )
-    username: str = Field(pattern=_USERNAME_PATTERN)
+    username: str | None = Field(
+        default=None,
+        pattern=_USERNAME_PATTERN,
+        description="The login (SMTP AUTH, and IMAP's). None: no login, for a relay that "
+        "takes mail without one (the secret is then unused).",
+    )
     sender: Address = Field(alias="from")
     imap: ImapConfig | None = None
+
+    @model_validator(mode="after")
+    def _imap_logs_in(self) -> SmtpConfig:
+        if self.imap is not None and self.username is None:
+            raise PydanticCustomError(
+                "imap_needs_username", "config.imap logs in with config.username: give one"
+            )
+        return self
 
     @property
     def sender_domain(self) -> str:

@@ -120,11 +120,12 @@ class EmailAdapter:
             # have sent it ended the execution).
             return None
         target = await self._imap_target(inp, config.imap)
+        username = config.username or ""  # SmtpConfig requires one with imap
         try:
             found = await asyncio.to_thread(
                 find_message_id,
                 target,
-                config.username,
+                username,
                 cred.secret,
                 message_id,
                 inp.capability.timeout_seconds,
@@ -169,7 +170,15 @@ class EmailAdapter:
         """The vetted address of ``host`` (None: allow-listed by name, connected to as is).
         Without encryption the password would cross the network in clear: only to a host an
         operator allow-listed."""
-        address = await self._guard.check(host, port, inp.http_allow_hosts)
+        try:
+            address = await self._guard.check(host, port, inp.http_allow_hosts)
+        except ApplicationError as err:
+            if err.type != ErrorTaxonomy.NETWORK_ERROR.value:
+                raise
+            # The name did not resolve: nothing was sent.
+            raise fail(
+                ErrorTaxonomy.NETWORK_ERROR, err.message, more={NOT_PERFORMED: True}
+            ) from None
         if security == "none" and not self._guard.allow_listed(
             host, port, inp.http_allow_hosts, address
         ):

@@ -117,9 +117,14 @@ class _Session:
 
 
 async def submit(
-    target: SmtpTarget, username: str, password: str, envelope: Envelope, deadline: float
+    target: SmtpTarget,
+    username: str | None,
+    password: str,
+    envelope: Envelope,
+    deadline: float,
 ) -> tuple[int, str]:
-    """Submit ``envelope``: its final reply (code, text). Raises ``SmtpError``; a timeout
+    """Submit ``envelope``, logging in as ``username`` unless it is None: the final reply
+    (code, text). Raises ``SmtpError``; a timeout
     past ``deadline`` seconds is one, marked ``after_data`` when the message's last byte had
     gone."""
     state = {"after_data": False}
@@ -132,7 +137,7 @@ async def submit(
 
 async def _exchange(
     target: SmtpTarget,
-    username: str,
+    username: str | None,
     password: str,
     envelope: Envelope,
     state: dict[str, bool],
@@ -140,7 +145,8 @@ async def _exchange(
     session = await _open(target)
     try:
         await _hello(session, target)
-        await _login(session, username, password)
+        if username is not None:
+            await _login(session, username, password)
         await session.command("MAIL", f"MAIL FROM:<{envelope.sender}>", 250)
         for rcpt in envelope.recipients:
             await session.command("RCPT", f"RCPT TO:<{rcpt}>", 250, 251)

@@ -300,6 +300,50 @@ async def test_starttls_checks_the_certificate_for_the_configured_name(
     assert len(mail_tls.logins) == logins
 
 
+async def _loopback(host: str, port: int) -> list[str]:
+    assert host == MAIL_HOST
+    return ["127.0.0.1"]
+
+
+async def test_imap_over_starttls_reconciles_a_lost_answer(
+    mail_tls: FakeMail, mail_certificate: TestCertificate, http: httpx.AsyncClient
+) -> None:
+    config = smtp_config(mail_tls, host=MAIL_HOST)
+    config["imap"] |= {"host": MAIL_HOST, "security": "starttls"}
+    cred = Credential("con_tls", ConnectionType.SMTP, mail_tls.password, config)
+    adapter = _adapter(http, HostGuard([], _loopback), tls=mail_certificate.trust())
+    inp = _input(_allow(mail_tls))
+    mail_tls.fail_next(1, Misbehaviour.DROP)
+    await _fails(adapter, inp, cred)
+    out = await adapter(_again(inp, 2), cred)
+    assert out.reconciled is True
+    assert len(mail_tls.sent(out.output["message_id"])) == 1
+
+
+async def test_smtp_over_tls_from_the_first_byte(
+    mail_certificate: TestCertificate, http: httpx.AsyncClient
+) -> None:
+    with FakeMail(tls=mail_certificate.server(), implicit_tls=True) as implicit:
+        config = smtp_config(implicit, imap=False, host=MAIL_HOST) | {"security": "tls"}
+        cred = Credential("con_tls", ConnectionType.SMTP, implicit.password, config)
+        adapter = _adapter(http, HostGuard([], _loopback), tls=mail_certificate.trust())
+        out = await adapter(_input([implicit.smtp_allow_entry]), cred)
+        assert len(implicit.sent(out.output["message_id"])) == 1
+
+
+async def test_a_connection_without_username_logs_in_nowhere(
+    mail: FakeMail, http: httpx.AsyncClient
+) -> None:
+    config = smtp_config(mail, imap=False)
+    del config["username"]
+    logins = len(mail.logins)
+    cred = Credential("con_relay", ConnectionType.SMTP, "unused", config)
+    err = await _fails(_adapter(http), _input(_allow(mail)), cred)
+    # This server takes no mail without a login: MAIL is refused, nothing was sent.
+    assert err.type == "provider_auth_failure" and err.message.endswith("MAIL with 530")
+    assert len(mail.logins) == logins
+
+
 async def test_an_unreachable_server_is_a_retryable_failure_before_sending(
     http: httpx.AsyncClient,
 ) -> None:
@@ -345,6 +389,7 @@ def test_inputs_that_could_inject_or_overflow_are_refused_without_echo(bad: dict
         {"host": "mail test", "username": "u", "from": "a@b.test"},
         {"host": "mail.test", "username": "u", "from": "a@b.test", "port": 0},
         {"host": "mail.test", "username": "u", "from": "a@b.test", "imap": {"port": 993}},
+        {"host": "mail.test", "from": "a@b.test", "imap": {"host": "imap.test"}},
         {
             "host": "mail.test",
             "username": "u",
