@@ -4,7 +4,8 @@
 on loopback, plain (``security: none``, so its port must be allow-listed). ``mail_tls``: the
 same over STARTTLS with a certificate for ``MAIL_HOST``, which ``trust`` verifies.
 
-``SmtpConformanceFake`` and ``ResendConformanceFake`` implement the conformance kit's
+``SmtpConformanceFake`` and ``ResendConformanceFake`` (fixtures ``smtp_conformance``,
+``resend_conformance``) implement the conformance kit's
 provider-fake protocol (``allow_entry``, ``effects``, ``lose_answers``, ``rate_limit``,
 ``call_times``); ``connection`` gives the connection (type, secret, config) the kit's runs
 create to reach them.
@@ -186,3 +187,15 @@ class ResendConformanceFake:
 
 # Both classes are the conformance kit's ``EmailConformanceFake``s.
 EmailConformanceFake = SmtpConformanceFake | ResendConformanceFake
+
+
+@pytest.fixture(scope="module")
+def smtp_conformance(mail: FakeMail) -> SmtpConformanceFake:
+    """The module's mail pair as the conformance kit drives it (IMAP look-ups on)."""
+    return SmtpConformanceFake(mail)
+
+
+@pytest.fixture(scope="module")
+def resend_conformance() -> Iterator[ResendConformanceFake]:
+    with FakeResend() as fake:
+        yield ResendConformanceFake(fake)
