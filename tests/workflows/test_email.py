@@ -8,6 +8,7 @@ nothing; the Message-ID is in the signed manifest."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -153,6 +154,24 @@ async def test_the_message_id_is_derived_from_the_downstream_key(
     expected = message_id_for(tool["idempotency_token"], "moat.test")
     assert envelope["output"]["message_id"] == expected
     assert len(mail.sent(expected)) == 1
+
+
+async def test_a_duplicate_storm_with_a_dropped_answer_sends_one_message(
+    stack: Stack, mail: FakeMail
+) -> None:
+    con = await _smtp(stack, mail)
+    key = f"storm-{uuid.uuid4().hex}"
+    mail.fail_next(1, Misbehaviour.DROP)
+    responses = await asyncio.gather(
+        *(
+            stack.execute("email.send", _email("storm"), key=key, connection_id=con)
+            for _ in range(50)
+        )
+    )
+    assert {r.status_code for r in responses} == {200}
+    assert len({r.json()["receipt_id"] for r in responses}) == 1
+    [message_id] = {r.json()["output"]["message_id"] for r in responses}
+    assert len(mail.sent(message_id)) == 1
 
 
 async def test_resend_lost_answer_leaves_one_email(stack: Stack, resend: FakeResend) -> None:
