@@ -121,17 +121,22 @@ class EmailAdapter:
             return None
         target = await self._imap_target(inp, config.imap)
         username = config.username or ""  # SmtpConfig requires one with imap
+        timeout = inp.capability.timeout_seconds
         try:
-            found = await asyncio.to_thread(
-                find_message_id,
-                target,
-                username,
-                cred.secret,
-                message_id,
-                inp.capability.timeout_seconds,
+            # The socket's timeout bounds each read; this bounds the whole look-up.
+            found = await asyncio.wait_for(
+                asyncio.to_thread(
+                    find_message_id, target, username, cred.secret, message_id, timeout
+                ),
+                timeout,
             )
         except ImapError as err:
             raise _imap_failure(err, config.imap) from None
+        except TimeoutError:
+            raise fail(
+                ErrorTaxonomy.TIMEOUT,
+                f"the IMAP look-up in {config.imap.host} took longer than {timeout}s",
+            ) from None
         if not found:
             return None
         return _output(message_id, mail.recipients(), None, reconciled=True)
