@@ -42,7 +42,7 @@ class ConnectionType(StrEnum):
 DEFAULT_BASE_URLS: dict[ConnectionType, str] = {
     ConnectionType.SLACK: "https://slack.com/api",
     ConnectionType.GITHUB: "https://api.github.com",
-    ConnectionType.RESEND: "https://api.resend.com",
+    ConnectionType.RESEND: "https://api.resend.com",  # schemas.email.RESEND_BASE_URL
 }
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_ALLOWED_ORIGINS = 20

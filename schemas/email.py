@@ -16,7 +16,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from schemas.capabilities import Capability, CapabilitySpec, EffectType, IdempotencyStrategy
-from schemas.connections import ConnectionType
 
 # An address as SMTP carries it without extensions: ASCII, a dot-atom local part (no quoted
 # forms) and a DNS domain of at least two labels. No white space, angle bracket, comma, CR or
@@ -33,6 +32,10 @@ Address = Annotated[
 HEADER_TEXT_PATTERN = r"^[^\x00-\x08\x0a-\x1f\x7f]*$"
 _HEADER_TEXT = re.compile(HEADER_TEXT_PATTERN)
 MAX_RECIPIENTS = 50
+# The connection types email.send takes, and Resend's API when the config names no base_url.
+SMTP = "smtp"
+RESEND = "resend"
+RESEND_BASE_URL = "https://api.resend.com"
 MAX_BODY_CHARS = 1_000_000
 # An SMTP server's host name, or an IP address: no white space or control characters.
 _HOST_PATTERN = r"^[A-Za-z0-9._:\[\]-]{1,253}$"
@@ -204,7 +207,7 @@ EMAIL_SEND = CapabilitySpec(
     effect_type=EffectType.SEND_EMAIL,
     timeout_seconds=30.0,
     idempotency=IdempotencyStrategy.RECONCILE,
-    connection_types=(ConnectionType.SMTP, ConnectionType.RESEND),
+    connection_types=(SMTP, RESEND),
     connection_required=True,
 )
 

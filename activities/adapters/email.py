@@ -36,12 +36,7 @@ from temporalio.exceptions import ApplicationError
 from activities.adapters.base import fail, parse_input
 from activities.adapters.guard import HostGuard
 from activities.adapters.plugins import AdapterContext
-from activities.adapters.reconcile import (
-    NOT_PERFORMED,
-    base_url,
-    credential_of,
-    outcome_unknown,
-)
+from activities.adapters.reconcile import NOT_PERFORMED, base_url, outcome_unknown
 from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
 from activities.adapters.sender import SendRequest, send
 from activities.adapters.smtp import (
@@ -54,13 +49,20 @@ from activities.adapters.smtp import (
     submit,
 )
 from activities.connections import Scrubber
-from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
-from schemas.email import EmailSendInput, ImapConfig, ResendConfig, SmtpConfig
+from schemas.connections import Credential
+from schemas.email import (
+    RESEND,
+    RESEND_BASE_URL,
+    SMTP,
+    EmailSendInput,
+    ImapConfig,
+    ResendConfig,
+    SmtpConfig,
+)
 from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
-DEFAULT_RESEND_URL = DEFAULT_BASE_URLS[ConnectionType.RESEND]
 # SMTP replies that ask to come back later (RFC 5321: service closing, mailbox busy, local
 # error, insufficient storage or too many recipients): the provider's form of a rate limit.
 SMTP_LATER = frozenset({421, 450, 451, 452})
@@ -99,14 +101,18 @@ class EmailAdapter:
     async def call(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
         mail = parse_input(inp, EmailSendInput)
         cred = _credential(inp, credential)
-        if cred.type == ConnectionType.RESEND:
+        if cred.type == RESEND:
             return await self._resend(inp, mail, cred)
         return await self._smtp(inp, mail, cred)
+
+    def looks_in(self, inp: AdapterInput) -> str:
+        """What ``find`` reads, for a failed look-up's message."""
+        return "the smtp connection's IMAP mailbox (config.imap) for the message's Message-ID"
 
     async def find(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput | None:
         mail = parse_input(inp, EmailSendInput)
         cred = _credential(inp, credential)
-        if cred.type == ConnectionType.RESEND:
+        if cred.type == RESEND:
             return None  # Resend answers a repeated key with the first email
         config = _config(inp, cred, SmtpConfig)
         message_id = message_id_for(inp.idempotency_key, config.sender_domain)
@@ -211,7 +217,7 @@ class EmailAdapter:
                 body[name] = value
         request = SendRequest(
             "POST",
-            f"{base_url(cred, DEFAULT_RESEND_URL)}/emails",
+            f"{base_url(cred, RESEND_BASE_URL)}/emails",
             headers={"Authorization": f"Bearer {cred.secret}"},
             credential=cred,
             timeout=inp.capability.timeout_seconds,
@@ -230,9 +236,23 @@ class EmailAdapter:
 
 
 def _credential(inp: AdapterInput, credential: Credential | None) -> Credential:
-    if credential is not None and credential.type == ConnectionType.RESEND:
-        return credential
-    return credential_of(inp, credential, ConnectionType.SMTP)
+    """The call's credential: an smtp or a resend connection."""
+    if credential is None:
+        raise fail(
+            ErrorTaxonomy.GATEWAY_ERROR,
+            f"{inp.capability.id} needs a connection of type {SMTP} or {RESEND}: create one "
+            "(moat connection add) and name it in the request's connection_id",
+            code=ErrorCode.CONNECTION_REQUIRED,
+            retryable=False,
+        )
+    if credential.type not in (SMTP, RESEND):
+        raise fail(
+            ErrorTaxonomy.GATEWAY_ERROR,
+            f"{inp.capability.id} takes an {SMTP} or a {RESEND} connection, not {credential.type}",
+            code=ErrorCode.CONNECTION_TYPE_MISMATCH,
+            retryable=False,
+        )
+    return credential
 
 
 def _config(inp: AdapterInput, cred: Credential, model: type[M]) -> M:
@@ -244,7 +264,7 @@ def _config(inp: AdapterInput, cred: Credential, model: type[M]) -> M:
         )
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
-            f"the {cred.type.value} connection's config is not usable: {where}",
+            f"the {cred.type} connection's config is not usable: {where}",
             code=ErrorCode.CONNECTION_INVALID,
             retryable=False,
         ) from None

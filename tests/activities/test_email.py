@@ -23,7 +23,7 @@ from activities.adapters.base import Adapter
 from activities.adapters.email import EmailAdapter, message_id_for
 from activities.adapters.plugins import driven
 from schemas.capabilities import RetrySettings
-from schemas.connections import ConnectionCreate, ConnectionType, Credential
+from schemas.connections import ConnectionCreate, Credential
 from schemas.email import CAPABILITIES, EmailSendInput
 from schemas.ids import uuid7
 from schemas.records import OUTCOME_UNKNOWN
@@ -71,7 +71,7 @@ def _allow(mail: FakeMail) -> list[str]:
 def _smtp(mail: FakeMail, *, imap: bool = True, password: str | None = None) -> Credential:
     return Credential(
         "con_smtp",
-        ConnectionType.SMTP,
+        "smtp",
         password or mail.password,
         smtp_config(mail, imap=imap),
     )
@@ -260,7 +260,7 @@ async def test_an_unencrypted_server_must_be_allow_listed(
 
     cred = Credential(
         "con_smtp",
-        ConnectionType.SMTP,
+        "smtp",
         "pw",
         {"host": "smtp.example.com", "port": 25, "security": "none", "username": "u"}
         | {"from": SENDER},
@@ -286,7 +286,7 @@ async def test_starttls_checks_the_certificate_for_the_configured_name(
     guard = HostGuard([], loopback)
     cred = Credential(
         "con_tls",
-        ConnectionType.SMTP,
+        "smtp",
         mail_tls.password,
         smtp_config(mail_tls, imap=False, host=MAIL_HOST),
     )
@@ -310,7 +310,7 @@ async def test_imap_over_starttls_reconciles_a_lost_answer(
 ) -> None:
     config = smtp_config(mail_tls, host=MAIL_HOST)
     config["imap"] |= {"host": MAIL_HOST, "security": "starttls"}
-    cred = Credential("con_tls", ConnectionType.SMTP, mail_tls.password, config)
+    cred = Credential("con_tls", "smtp", mail_tls.password, config)
     adapter = _adapter(http, HostGuard([], _loopback), tls=mail_certificate.trust())
     inp = _input(_allow(mail_tls))
     mail_tls.fail_next(1, Misbehaviour.DROP)
@@ -325,7 +325,7 @@ async def test_smtp_over_tls_from_the_first_byte(
 ) -> None:
     with FakeMail(tls=mail_certificate.server(), implicit_tls=True) as implicit:
         config = smtp_config(implicit, imap=False, host=MAIL_HOST) | {"security": "tls"}
-        cred = Credential("con_tls", ConnectionType.SMTP, implicit.password, config)
+        cred = Credential("con_tls", "smtp", implicit.password, config)
         adapter = _adapter(http, HostGuard([], _loopback), tls=mail_certificate.trust())
         out = await adapter(_input([implicit.smtp_allow_entry]), cred)
         assert len(implicit.sent(out.output["message_id"])) == 1
@@ -337,7 +337,7 @@ async def test_a_connection_without_username_logs_in_nowhere(
     config = smtp_config(mail, imap=False)
     del config["username"]
     logins = len(mail.logins)
-    cred = Credential("con_relay", ConnectionType.SMTP, "unused", config)
+    cred = Credential("con_relay", "smtp", "unused", config)
     err = await _fails(_adapter(http), _input(_allow(mail)), cred)
     # This server takes no mail without a login: MAIL is refused, nothing was sent.
     assert err.type == "provider_auth_failure" and err.message.endswith("MAIL with 530")
@@ -349,7 +349,7 @@ async def test_an_unreachable_server_is_a_retryable_failure_before_sending(
 ) -> None:
     cred = Credential(
         "con_x",
-        ConnectionType.SMTP,
+        "smtp",
         "pw",
         {"host": "127.0.0.1", "port": 9, "security": "none", "username": "u", "from": SENDER},
     )
@@ -400,23 +400,21 @@ def test_inputs_that_could_inject_or_overflow_are_refused_without_echo(bad: dict
 )
 def test_an_smtp_connection_config_is_checked_when_created(config: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
-        ConnectionCreate(type=ConnectionType.SMTP, name="mail", secret="pw", config=config)
+        ConnectionCreate(type="smtp", name="mail", secret="pw", config=config)
 
 
 def test_an_smtp_connection_needs_no_base_url() -> None:
     made = ConnectionCreate(
-        type=ConnectionType.SMTP,
+        type="smtp",
         name="mail",
         secret="pw",
         config={"host": "mail.test", "username": "u", "from": "a@b.test"},
     )
     assert made.config["host"] == "mail.test"
-    resend = ConnectionCreate(
-        type=ConnectionType.RESEND, name="r", secret="re_x", config={"from": "a@b.test"}
-    )
+    resend = ConnectionCreate(type="resend", name="r", secret="re_x", config={"from": "a@b.test"})
     assert resend.config == {"from": "a@b.test"}
     with pytest.raises(ValidationError):
-        ConnectionCreate(type=ConnectionType.RESEND, name="r", secret="re_x", config={})
+        ConnectionCreate(type="resend", name="r", secret="re_x", config={})
 
 
 # --- Resend -------------------------------------------------------------------------------
@@ -429,9 +427,7 @@ def resend() -> Any:
 
 
 def _resend(fake: FakeResend, key: str = RESEND_KEY) -> Credential:
-    return Credential(
-        "con_resend", ConnectionType.RESEND, key, {"base_url": fake.base_url, "from": SENDER}
-    )
+    return Credential("con_resend", "resend", key, {"base_url": fake.base_url, "from": SENDER})
 
 
 async def test_resend_sends_once_with_the_downstream_key(
