@@ -72,6 +72,15 @@ class HostGuard:
                 raise _refused(host, port, str(address or text))
         return addresses[0]
 
+    def allow_listed(
+        self, host: str, port: int, tenant_allow: Iterable[str] = (), address: str | None = None
+    ) -> bool:
+        """Whether an allow-list entry names ``host`` on ``port``, or ``address`` (the one
+        ``check`` vetted for it): more than a public address, an operator's choice."""
+        allow = self._allow + _entries(tenant_allow)
+        names = [canonical_host(host)] + ([canonical_host(address)] if address else [])
+        return any(entry.admits(name, port) for entry in allow for name in names)
+
 
 def _refused(host: str, port: int, address: str) -> ApplicationError:
     """The refusal of ``host`` on ``port``: it names both, and the entry an operator adds

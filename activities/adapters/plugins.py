@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import Adapter
 from activities.adapters.guard import HostGuard
-from activities.adapters.reconcile import AMBIGUOUS, call_failed, lookup_failed, outcome_unknown
+from activities.adapters.reconcile import ambiguous, call_failed, lookup_failed, outcome_unknown
 from schemas.capabilities import Capability, CapabilityCatalog, EffectType, IdempotencyStrategy
 from schemas.connections import Credential
 from schemas.run import AdapterInput, AdapterOutput
@@ -107,7 +107,7 @@ async def drive(
     except ApplicationError as err:
         if finds:
             raise call_failed(inp, err, what) from None
-        if blind and err.type in AMBIGUOUS:
+        if blind and ambiguous(err):
             raise outcome_unknown(f"{what} ended without an answer ({err.type})") from None
         raise
     return out.model_copy(update={"reconciled": False}) if looked else out

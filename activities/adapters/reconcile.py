@@ -38,6 +38,14 @@ AMBIGUOUS = frozenset(
         ErrorTaxonomy.UNKNOWN.value,
     }
 )
+# A failure's detail saying the provider was not given the effect (an SMTP refusal, or a
+# connection lost, before the message's last byte): ambiguous by type, yet safe to repeat.
+NOT_PERFORMED = "not_performed"
+
+
+def ambiguous(err: ApplicationError) -> bool:
+    """Whether the call that failed so may have taken effect."""
+    return err.type in AMBIGUOUS and _details(err).get(NOT_PERFORMED) is not True
 
 
 def window_start(inp: AdapterInput, now: datetime | None = None) -> datetime:
@@ -119,7 +127,7 @@ def call_failed(inp: AdapterInput, err: ApplicationError, what: str) -> Applicat
     """The effect's own call failed. If it may have taken effect and no attempt is left to
     look for it, the outcome is unknown; otherwise the failure stands (a retry looks
     first)."""
-    if err.type in AMBIGUOUS and last_attempt(inp):
+    if ambiguous(err) and last_attempt(inp):
         details = _details(err)
         status = details.get("http_status")
         return outcome_unknown(

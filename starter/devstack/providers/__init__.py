@@ -3,6 +3,7 @@ a Standard Webhooks receiver), written from the providers' public API references
 start them, and so does ``moat up --fake-providers`` for an offline walk-through."""
 
 from starter.devstack.providers.github import FakeGithub
+from starter.devstack.providers.resend import FakeResend
 from starter.devstack.providers.server import FakeServer, Misbehaviour, Reply, Request
 from starter.devstack.providers.slack import FakeSlack
 from starter.devstack.providers.webhook import Delivery, FakeWebhookReceiver
@@ -10,6 +11,7 @@ from starter.devstack.providers.webhook import Delivery, FakeWebhookReceiver
 __all__ = [
     "Delivery",
     "FakeGithub",
+    "FakeResend",
     "FakeServer",
     "FakeSlack",
     "FakeWebhookReceiver",
