@@ -1,8 +1,8 @@
 """Reconcile cost: what the look-up before a repeated attempt costs a ``reconcile`` adapter.
 
-The Slack and GitHub adapters against their local fakes (``starter.devstack.providers``),
-called directly with a credential, as the activity calls them. For each provider, series
-of calls of one kind:
+The Slack, GitHub and email (SMTP, looking back over IMAP) adapters against their local fakes
+(``starter.devstack.providers``), called directly with a credential, as the activity calls
+them. For each provider, series of calls of one kind:
 
 * ``first attempt`` — attempt 1: the post alone, no look-up;
 * ``repeat, found`` — attempt 2 after an attempt whose answer was lost: the look-up finds
@@ -10,9 +10,12 @@ of calls of one kind:
 * ``repeat, not found`` — attempt 2 (or a resumed run's first) when nothing was created:
   look-up, then post;
 * ``repeat, not found, deep`` — the same with ``--depth`` other items created since the
-  execution started (Slack pages its history 200 messages at a time, GitHub 100 issues).
+  execution started (Slack pages its history 200 messages at a time, GitHub 100 issues;
+  IMAP's SEARCH runs at the server).
 
-For each: provider round trips per call (counted by the fake) and latency (median, p95).
+For each: provider round trips per call (counted by the fake: HTTP requests; for email, SMTP
+transactions plus IMAP sessions, each a LOGIN, SELECT, SEARCH and LOGOUT) and latency
+(median, p95).
 Prints a table and one JSON line; saves it to ``bench/results/reconcile.json``.
 Run: ``python -m bench.reconcile_cost [--n 200] [--depth 450]``.
 """
@@ -34,21 +37,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
-from activities import GithubAdapter, HostGuard, SlackAdapter, http_client
+from activities import Adapter, GithubAdapter, HostGuard, SlackAdapter, http_client
+from activities.adapters.email import EmailAdapter
+from activities.adapters.plugins import driven
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionType, Credential
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.run import AdapterInput
 from starter.devstack.providers import FakeGithub, FakeServer, FakeSlack
+from starter.devstack.providers.mail import FakeMail
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reconcile.json"
 
 
-def _input(capability_id: str, data: dict[str, Any], allow: str, attempt: int) -> AdapterInput:
+def _input(
+    capability_id: str, data: dict[str, Any], allow: str | list[str], attempt: int
+) -> AdapterInput:
     spec = CapabilityCatalog().get(capability_id)
     assert spec is not None
     return AdapterInput(
@@ -57,22 +66,31 @@ def _input(capability_id: str, data: dict[str, Any], allow: str, attempt: int) -
         input=data,
         idempotency_key=f"moat-{uuid.uuid4().hex}",
         trace_id="0" * 32,
-        http_allow_hosts=[allow],
+        http_allow_hosts=[allow] if isinstance(allow, str) else allow,
         attempt=attempt,
     )
 
 
+# What a provider counts as round trips: HTTP requests for Slack and GitHub; SMTP
+# transactions and IMAP sessions (each LOGIN, SELECT, SEARCH and LOGOUT) for email.
+Counter = Callable[[], int]
+
+
+def _requests(fake: FakeServer) -> Counter:
+    return lambda: len(fake.requests)
+
+
 async def _series(
-    fake: FakeServer, n: int, call: Callable[[int], Awaitable[None]]
+    trips_of: Counter, n: int, call: Callable[[int], Awaitable[None]]
 ) -> dict[str, Any]:
     times: list[float] = []
     trips = 0
     for i in range(n):
-        before = len(fake.requests)
+        before = trips_of()
         start = time.perf_counter()
         await call(i)
         times.append((time.perf_counter() - start) * 1000)
-        trips += len(fake.requests) - before
+        trips += trips_of() - before
     times.sort()
     return {
         "n": n,
@@ -82,100 +100,154 @@ async def _series(
     }
 
 
+Series = list[tuple[str, Counter, Callable[[int], Awaitable[None]], bool]]
+
+
+async def _found(
+    adapter: Adapter, inp: AdapterInput, cred: Credential, trips: Counter, lose: Callable[[], None]
+) -> None:
+    """A first attempt whose answer is lost, then the repeat that finds its effect: only the
+    repeat is measured (its time and round trips into ``_measured``)."""
+    lose()
+    with contextlib.suppress(Exception):
+        await adapter(inp, cred)
+    before = trips()
+    start = time.perf_counter()
+    out = await adapter(inp.model_copy(update={"attempt": 2}), cred)
+    assert out.reconciled is True
+    _measured.append(((time.perf_counter() - start) * 1000, trips() - before))
+
+
+async def _slack(http: httpx.AsyncClient, slack: FakeSlack, depth: int) -> Series:
+    adapter = SlackAdapter(http, HostGuard([]))
+    cred = Credential("con_b", ConnectionType.SLACK, "xoxb-bench", {"base_url": slack.base_url})
+    trips = _requests(slack)
+
+    def message(channel: str, attempt: int) -> AdapterInput:
+        data = {"channel": channel, "text": "bench"}
+        return _input("slack.post_message", data, slack.allow_entry, attempt)
+
+    async def first(i: int) -> None:
+        await adapter(message(f"CF{i}", 1), cred)
+
+    async def found(i: int) -> None:
+        await _found(adapter, message(f"CR{i}", 1), cred, trips, lambda: slack.fail_next(1))
+
+    async def not_found(i: int) -> None:
+        await adapter(message(f"CN{i}", 2), cred)
+
+    for _ in range(depth):
+        await adapter(message("CDEEP", 1), cred)
+
+    async def deep(i: int) -> None:
+        await adapter(message("CDEEP", 2), cred)
+
+    return [
+        ("slack first attempt", trips, first, False),
+        ("slack repeat, found", trips, found, True),
+        ("slack repeat, not found", trips, not_found, False),
+        (f"slack repeat, not found, {depth} deep", trips, deep, False),
+    ]
+
+
+async def _github(http: httpx.AsyncClient, github: FakeGithub, depth: int) -> Series:
+    adapter = GithubAdapter(http, HostGuard([]))
+    cred = Credential("con_b", ConnectionType.GITHUB, "ghp_bench", {"base_url": github.base_url})
+    trips = _requests(github)
+
+    def issue(repo: str, attempt: int) -> AdapterInput:
+        data = {"owner": "bench", "repo": repo, "title": "bench"}
+        return _input("github.create_issue", data, github.allow_entry, attempt)
+
+    async def first(i: int) -> None:
+        await adapter(issue(f"f{i}", 1), cred)
+
+    async def found(i: int) -> None:
+        await _found(adapter, issue(f"r{i}", 1), cred, trips, lambda: github.fail_next(1))
+
+    async def not_found(i: int) -> None:
+        await adapter(issue(f"n{i}", 2), cred)
+
+    for _ in range(depth):
+        await adapter(issue("deep", 1), cred)
+
+    async def deep(i: int) -> None:
+        await adapter(issue("deep", 2), cred)
+
+    return [
+        ("github first attempt", trips, first, False),
+        ("github repeat, found", trips, found, True),
+        ("github repeat, not found", trips, not_found, False),
+        (f"github repeat, not found, {depth} deep", trips, deep, False),
+    ]
+
+
+async def _email(http: httpx.AsyncClient, mail: FakeMail, depth: int) -> Series:
+    """``email.send`` over SMTP, looking back over IMAP in the Sent mailbox, which holds
+    ``depth`` other messages for the deep series (IMAP's SEARCH runs at the server)."""
+    declaration = CapabilityCatalog().declaration("email")
+    adapter = driven(EmailAdapter(http, HostGuard([])), declaration)
+    imap = {"host": "127.0.0.1", "port": mail.imap_port, "security": "none", "mailbox": "Sent"}
+    config = {
+        "host": "127.0.0.1",
+        "port": mail.smtp_port,
+        "security": "none",
+        "username": mail.username,
+        "from": "bench@moat.test",
+        "imap": imap,
+    }
+    cred = Credential("con_b", "smtp", mail.password, config)
+    allow = [mail.smtp_allow_entry, mail.imap_allow_entry]
+
+    def trips() -> int:
+        return len(mail.transactions) + len(mail.imap_sessions)
+
+    def message(attempt: int) -> AdapterInput:
+        data = {"to": ["someone@moat.test"], "subject": "bench", "text": "bench"}
+        return _input("email.send", data, allow, attempt)
+
+    async def first(i: int) -> None:
+        await adapter(message(1), cred)
+
+    async def found(i: int) -> None:
+        await _found(adapter, message(1), cred, trips, lambda: mail.fail_next(1))
+
+    async def not_found(i: int) -> None:
+        await adapter(message(2), cred)
+
+    return [
+        ("email first attempt", trips, first, False),
+        ("email repeat, found", trips, found, True),
+        ("email repeat, not found", trips, not_found, False),
+    ]
+
+
+async def _email_deep(http: httpx.AsyncClient, mail: FakeMail, depth: int) -> Series:
+    """The email look-up that finds nothing with ``depth`` messages in the mailbox."""
+    series = await _email(http, mail, depth)
+    send = series[0][2]
+    for i in range(max(0, depth - len(mail.sent()))):
+        await send(i)
+    _, trips, not_found, _ = series[2]
+    return [(f"email repeat, not found, {depth} deep", trips, not_found, False)]
+
+
 async def run(n: int, depth: int) -> dict[str, Any]:
     load_before = os.getloadavg()
     http = http_client()
     results: dict[str, dict[str, Any]] = {}
-    with FakeSlack() as slack, FakeGithub() as github:
-        guard = HostGuard([])
-        s_adapter = SlackAdapter(http, guard)
-        s_cred = Credential(
-            "con_b", ConnectionType.SLACK, "xoxb-bench", {"base_url": slack.base_url}
-        )
-        g_adapter = GithubAdapter(http, guard)
-        g_cred = Credential(
-            "con_b", ConnectionType.GITHUB, "ghp_bench", {"base_url": github.base_url}
-        )
-
-        def slack_in(channel: str, attempt: int) -> AdapterInput:
-            data = {"channel": channel, "text": "bench"}
-            return _input("slack.post_message", data, slack.allow_entry, attempt)
-
-        def github_in(repo: str, attempt: int) -> AdapterInput:
-            data = {"owner": "bench", "repo": repo, "title": "bench"}
-            return _input("github.create_issue", data, github.allow_entry, attempt)
-
-        async def slack_first(i: int) -> None:
-            await s_adapter(slack_in(f"CF{i}", 1), s_cred)
-
-        async def slack_found(i: int) -> None:
-            inp = slack_in(f"CR{i}", 1)
-            slack.fail_next(1)
-            with contextlib.suppress(Exception):
-                await s_adapter(inp, s_cred)
-            before = len(slack.requests)
-            start = time.perf_counter()
-            out = await s_adapter(inp.model_copy(update={"attempt": 2}), s_cred)
-            assert out.reconciled is True
-            # Only the repeated attempt is measured: drop the lost first call from the count.
-            _measured.append(((time.perf_counter() - start) * 1000, len(slack.requests) - before))
-
-        async def slack_not_found(i: int) -> None:
-            await s_adapter(slack_in(f"CN{i}", 2), s_cred)
-
-        deep_channel = "CDEEP"
-        for _ in range(depth):
-            await s_adapter(slack_in(deep_channel, 1), s_cred)
-
-        async def slack_deep(i: int) -> None:
-            await s_adapter(slack_in(deep_channel, 2), s_cred)
-
-        async def github_first(i: int) -> None:
-            await g_adapter(github_in(f"f{i}", 1), g_cred)
-
-        async def github_found(i: int) -> None:
-            inp = github_in(f"r{i}", 1)
-            github.fail_next(1)
-            with contextlib.suppress(Exception):
-                await g_adapter(inp, g_cred)
-            before = len(github.requests)
-            start = time.perf_counter()
-            out = await g_adapter(inp.model_copy(update={"attempt": 2}), g_cred)
-            assert out.reconciled is True
-            _measured.append(((time.perf_counter() - start) * 1000, len(github.requests) - before))
-
-        async def github_not_found(i: int) -> None:
-            await g_adapter(github_in(f"n{i}", 2), g_cred)
-
-        for _ in range(depth):
-            await g_adapter(github_in("deep", 1), g_cred)
-
-        async def github_deep(i: int) -> None:
-            await g_adapter(github_in("deep", 2), g_cred)
-
-        plan: list[tuple[str, FakeServer, Callable[[int], Awaitable[None]], bool]] = [
-            ("slack first attempt", slack, slack_first, False),
-            ("slack repeat, found", slack, slack_found, True),
-            ("slack repeat, not found", slack, slack_not_found, False),
-            (f"slack repeat, not found, {depth} deep", slack, slack_deep, False),
-            ("github first attempt", github, github_first, False),
-            ("github repeat, found", github, github_found, True),
-            ("github repeat, not found", github, github_not_found, False),
-            (f"github repeat, not found, {depth} deep", github, github_deep, False),
+    with FakeSlack() as slack, FakeGithub() as github, FakeMail() as mail:
+        makers: list[Callable[[], Awaitable[Series]]] = [
+            lambda: _slack(http, slack, depth),
+            lambda: _github(http, github, depth),
+            lambda: _email(http, mail, depth),
+            lambda: _email_deep(http, mail, depth),
         ]
-        for name, fake, call, self_timed in plan:
-            for i in range(min(10, n)):  # warm-up (connections, code paths)
-                await call(-1 - i)
-            _measured.clear()
-            result = await _series(fake, n, call)
-            if self_timed:
-                times = sorted(t for t, _ in _measured)
-                result.update(
-                    round_trips=sum(k for _, k in _measured) / len(_measured),
-                    median_ms=round(statistics.median(times), 2),
-                    p95_ms=round(times[max(0, math.ceil(0.95 * len(times)) - 1)], 2),
-                )
-            results[name] = result
+        for make in makers:
+            for name, trips, call, self_timed in await make():
+                for i in range(min(10, n)):  # warm-up (connections, code paths)
+                    await call(-1 - i)
+                results[name] = await _measure(trips, n, call, self_timed)
     await http.aclose()
     return {
         "at": datetime.now(UTC).isoformat(),
@@ -184,6 +256,21 @@ async def run(n: int, depth: int) -> dict[str, Any]:
         "machine": {"python": platform.python_version(), "load_before": load_before},
         "series": results,
     }
+
+
+async def _measure(
+    trips: Counter, n: int, call: Callable[[int], Awaitable[None]], self_timed: bool
+) -> dict[str, Any]:
+    _measured.clear()
+    result = await _series(trips, n, call)
+    if self_timed:
+        times = sorted(t for t, _ in _measured)
+        result.update(
+            round_trips=sum(k for _, k in _measured) / len(_measured),
+            median_ms=round(statistics.median(times), 2),
+            p95_ms=round(times[max(0, math.ceil(0.95 * len(times)) - 1)], 2),
+        )
+    return result
 
 
 _measured: list[tuple[float, int]] = []

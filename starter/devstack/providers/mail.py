@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import logging
 import ssl
 import time
 import warnings
@@ -39,6 +40,8 @@ SENT = "Sent"
 warnings.filterwarnings(
     "ignore", message="Requiring AUTH while not requiring TLS", category=UserWarning
 )
+# aiosmtpd logs the same on every session, and a deprecation of its own on every login.
+logging.getLogger("mail.log").setLevel(logging.ERROR)
 
 
 class FakeMail(FakeServer):
@@ -64,6 +67,7 @@ class FakeMail(FakeServer):
         self.messages: list[dict[str, Any]] = []  # every message filed, in order
         self.transactions: list[float] = []  # time.monotonic() of every MAIL FROM
         self.logins: list[str] = []  # every AUTH's login name, accepted or not
+        self.imap_sessions: list[float] = []  # time.monotonic() of every IMAP connection
         self._refuse: list[int] = []
         self._backend: DictBackend | None = None
         self._servers: list[asyncio.Server] = []
@@ -148,7 +152,13 @@ class FakeMail(FakeServer):
         imap = ProxyProtocolReader(config.proxy_protocol).get_callback(
             IMAPServer(backend.login, config)
         )
-        imap_server = await asyncio.start_server(imap, host, self.imap_port)
+
+        async def counted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with self.lock:
+                self.imap_sessions.append(time.monotonic())
+            await imap(reader, writer)
+
+        imap_server = await asyncio.start_server(counted, host, self.imap_port)
         smtp_server = await asyncio.get_running_loop().create_server(
             self._smtp, host, self.smtp_port, ssl=self._tls if self._implicit_tls else None
         )
