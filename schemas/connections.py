@@ -34,12 +34,14 @@ class ConnectionType(StrEnum):
     SLACK = "slack"
     GITHUB = "github"
     HTTP_BEARER = "http_bearer"
+    NOTION = "notion"
 
 
 # Where a provider connection's secret goes when its config names no ``base_url``.
 DEFAULT_BASE_URLS: dict[ConnectionType, str] = {
     ConnectionType.SLACK: "https://slack.com/api",
     ConnectionType.GITHUB: "https://api.github.com",
+    ConnectionType.NOTION: "https://api.notion.com/v1",
 }
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_ALLOWED_ORIGINS = 20
