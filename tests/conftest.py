@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.support.browser",
     "tests.support.tls",
     "tests.support.sandbox",
+    "tests.support.notion",
 ]
 
 # Fixtures that start (or stand on) the session's real servers.

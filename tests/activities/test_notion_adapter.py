@@ -9,7 +9,6 @@ Moat with Notion's ``code`` and ``message`` kept."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -31,12 +30,6 @@ from starter.devstack.providers import FakeNotion, Misbehaviour
 TOKEN = "ntn_adapter_test_token"
 OLD, NEW = "2022-06-28", "2025-09-03"
 MARK = "Moat key"
-
-
-@pytest.fixture(scope="module")
-def notion() -> Iterator[FakeNotion]:
-    with FakeNotion() as fake:
-        yield fake
 
 
 @pytest.fixture(autouse=True)

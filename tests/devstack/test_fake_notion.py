@@ -17,12 +17,6 @@ OLD, NEW = "2022-06-28", "2025-09-03"
 TOKEN = "ntn_fake_contract"
 
 
-@pytest.fixture(scope="module")
-def notion() -> Iterator[FakeNotion]:
-    with FakeNotion() as fake:
-        yield fake
-
-
 @pytest.fixture
 def api(notion: FakeNotion) -> Iterator[httpx.Client]:
     notion.reset()

@@ -23,11 +23,13 @@ database or page not shared with the integration (``unshared``) is 404
 ``object_not_found``, as one it does not know. Errors are Notion's body: ``{"object":
 "error", "status", "code", "message", "request_id"}``.
 
-Misbehaviours: ``rate_limit(count, retry_after)``: the next ``count`` API calls are 429
-``rate_limited`` with ``Retry-After``; ``error_next``: the next calls answer these statuses
-(409 ``conflict_error``, 500, 502, 503, 504) with no effect; ``fail_next``: the next
-creates or updates are performed and their answer lost. ``create_times``/``update_times``
-hold ``time.monotonic()`` of each call that reached ``POST``/``PATCH /v1/pages``.
+Misbehaviours: ``rate_limit(count, retry_after)``: the next ``count`` API calls (or only
+creates and updates) are 429 ``rate_limited`` with ``Retry-After``; ``error_next``: the
+next calls answer these statuses (409 ``conflict_error``, 500, 502, 503, 504) with no
+effect; ``fail_next``: the next creates or updates are performed and their answer lost.
+``create_times``/``update_times`` hold ``time.monotonic()`` of each call that reached
+``POST``/``PATCH /v1/pages``, and ``answered`` every API call's time, method, path and
+status.
 """
 
 from __future__ import annotations
@@ -114,8 +116,11 @@ class FakeNotion(FakeServer):
         self.sources: dict[str, str] = {}  # data source id -> database id
         self.pages: dict[str, dict[str, Any]] = {}
         self.rate_limited_next = 0
+        self.rate_limit_effects_only = False
         self.retry_after = 1
         self.error_next: list[int] = []
+        # (time.monotonic(), method, path, status) of every API call answered.
+        self.answered: list[tuple[float, str, str, int]] = []
         self.create_times: list[float] = []
         self.update_times: list[float] = []
         self._clock = 0
@@ -158,9 +163,12 @@ class FakeNotion(FakeServer):
         with self.lock:
             return [p for p in self.pages.values() if p["_database"] == db]
 
-    def rate_limit(self, count: int, retry_after: int) -> None:
+    def rate_limit(self, count: int, retry_after: int, *, effects_only: bool = False) -> None:
+        """The next ``count`` API calls (``effects_only``: creates and updates of pages) are
+        refused 429 ``rate_limited`` with ``Retry-After: retry_after``."""
         with self.lock:
             self.rate_limited_next = count
+            self.rate_limit_effects_only = effects_only
             self.retry_after = retry_after
 
     def reset(self) -> None:
@@ -169,6 +177,7 @@ class FakeNotion(FakeServer):
             self.pages.clear()
             self.rate_limited_next = 0
             self.error_next.clear()
+            self.answered.clear()
             self.create_times.clear()
             self.update_times.clear()
 
@@ -189,17 +198,21 @@ class FakeNotion(FakeServer):
 
     async def handle(self, request: Request) -> Reply:
         with self.lock:
+            effect = True
             if request.method == "POST" and request.path == "/v1/pages":
                 self.create_times.append(time.monotonic())
             elif request.method == "PATCH" and _PAGE.match(request.path):
                 self.update_times.append(time.monotonic())
+            else:
+                effect = False
             try:
-                version = self._admit(request)
-                return self._serve(request, version)
+                reply = self._serve(request, self._admit(request, effect))
             except NotionError as refused:
-                return refused.reply
+                reply = refused.reply
+            self.answered.append((time.monotonic(), request.method, request.path, reply.status))
+            return reply
 
-    def _admit(self, request: Request) -> str:
+    def _admit(self, request: Request, effect: bool) -> str:
         """The request's Notion-Version, once the request may be served at all."""
         version = request.headers.get("notion-version")
         if not version:
@@ -219,7 +232,7 @@ class FakeNotion(FakeServer):
         token = request.bearer()
         if not token or token in self.bad_tokens:
             raise NotionError(401, "unauthorized", "API token is invalid.")
-        if self.rate_limited_next > 0:
+        if self.rate_limited_next > 0 and (effect or not self.rate_limit_effects_only):
             self.rate_limited_next -= 1
             raise NotionError(
                 429,
