@@ -26,6 +26,7 @@ from schemas.ids import uuid7
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import AdapterInput
 from starter.devstack.providers import FakeNotion, Misbehaviour
+from tests.support.notion import NotionConformanceFake
 
 TOKEN = "ntn_adapter_test_token"
 OLD, NEW = "2022-06-28", "2025-09-03"
@@ -375,3 +376,28 @@ async def test_a_repeated_move_to_the_trash_finds_the_page_there(
     with pytest.raises(ApplicationError) as refused:
         await adapter(_input("notion.update_page", change, notion.allow_entry), cred)
     assert refused.value.type == "provider_invalid_input"
+
+
+async def test_the_conformance_fake_counts_what_the_kit_checks(
+    notion_conformance: NotionConformanceFake, http: httpx.AsyncClient
+) -> None:
+    """``NotionConformanceFake`` as the kit drives it: a lost answer leaves one effect, a
+    rate limit refuses the effect's call, and each call to the effect endpoint is timed."""
+    fake = notion_conformance
+    adapter = _create(http)
+    cred = Credential("con_kit", ConnectionType.NOTION, TOKEN, fake.connection_config())
+    inp = _input("notion.create_page", fake.input(), fake.allow_entry)
+    assert fake.effects() == 0 and fake.call_times() == []
+    fake.lose_answers(1)
+    with pytest.raises(ApplicationError):
+        await adapter(inp, cred)
+    assert (await adapter(_again(inp), cred)).reconciled is True
+    assert fake.effects() == 1 and len(fake.call_times()) == 1
+    assert fake.rate_limit(1, 2) is True
+    other = _input("notion.create_page", fake.input("two"), fake.allow_entry)
+    with pytest.raises(ApplicationError) as limited:
+        await adapter(other, cred)
+    assert limited.value.next_retry_delay == timedelta(seconds=2)
+    assert fake.effects() == 1 and len(fake.call_times()) == 2
+    assert (await adapter(_again(other), cred)).reconciled is False
+    assert fake.effects() == 2 and len(fake.call_times()) == 3
