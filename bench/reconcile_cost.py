@@ -13,6 +13,7 @@ of calls of one kind:
   execution started (Slack pages its history 200 messages at a time, GitHub 100 issues).
 
 For each: provider round trips per call (counted by the fake) and latency (median, p95).
+The same series for ``notion.create_page``, under each Notion version: ``bench.notion_cost``.
 Prints a table and one JSON line; saves it to ``bench/results/reconcile.json``.
 Run: ``python -m bench.reconcile_cost [--n 200] [--depth 450]``.
 """
@@ -38,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from activities import GithubAdapter, HostGuard, SlackAdapter, http_client
+from bench import notion_cost
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionType, Credential
 from schemas.identity import ExecutionRef
@@ -176,6 +178,7 @@ async def run(n: int, depth: int) -> dict[str, Any]:
                     p95_ms=round(times[max(0, math.ceil(0.95 * len(times)) - 1)], 2),
                 )
             results[name] = result
+    results.update(await notion_cost.series(http, n, depth))
     await http.aclose()
     return {
         "at": datetime.now(UTC).isoformat(),
