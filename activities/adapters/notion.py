@@ -219,9 +219,10 @@ def refusal(answer: ProviderResponse) -> ApplicationError:
     said = answer.said()
     body = said if isinstance(said, dict) else {}
     code = str(body.get("code") or "")
-    if code not in _CODES:
-        code = _BY_STATUS.get(status) or ("internal_server_error" if status >= 500 else "")
-    taxonomy, retryable, meaning = _CODES.get(code, (_INVALID, False, "Notion refused the call"))
+    known = code if code in _CODES else _BY_STATUS.get(status)
+    if known is None and status >= 500:
+        known = "internal_server_error"
+    taxonomy, retryable, meaning = _CODES.get(known or "", (_INVALID, False, "Notion refused it"))
     retry_after = None
     if status in _RETRY_AFTER_STATUSES:
         retry_after = parse_retry_after(answer.response.headers.get("retry-after"))

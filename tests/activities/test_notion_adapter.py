@@ -8,6 +8,7 @@ Moat with Notion's ``code`` and ``message`` kept."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -18,8 +19,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities import HostGuard, http_client
 from activities.adapters.base import Adapter
-from activities.adapters.notion import NotionCreatePage, NotionUpdatePage
+from activities.adapters.notion import NotionCreatePage, NotionUpdatePage, refusal
 from activities.adapters.plugins import driven
+from activities.adapters.responses import Body, ProviderResponse
 from schemas.capabilities import CapabilityCatalog, RetrySettings
 from schemas.connections import ConnectionType, Credential
 from schemas.ids import uuid7
@@ -401,3 +403,30 @@ async def test_the_conformance_fake_counts_what_the_kit_checks(
     assert fake.effects() == 1 and len(fake.call_times()) == 2
     assert (await adapter(_again(other), cred)).reconciled is False
     assert fake.effects() == 2 and len(fake.call_times()) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "taxonomy", "retryable"),
+    [
+        (400, {"object": "error", "status": 400, "code": "invalid_grant", "message": "m"},
+         "provider_invalid_input", False),
+        (403, {"object": "error", "status": 403, "code": "new_code", "message": "m"},
+         "provider_auth_failure", False),
+        (502, None, "provider_server_error", True),
+        (599, {"code": "odd"}, "provider_server_error", True),
+    ],
+)  # fmt: skip
+def test_an_unknown_code_maps_by_its_status(
+    status: int, body: dict[str, Any] | None, taxonomy: str, retryable: bool
+) -> None:
+    content = b"<html>bad gateway</html>" if body is None else json.dumps(body).encode()
+    answer = ProviderResponse(
+        httpx.Response(status, content=content),
+        Body(content, len(content), "sha256:" + "0" * 64, 4096),
+    )
+    err = refusal(answer)
+    assert (err.type, err.non_retryable) == (taxonomy, not retryable)
+    if body is not None:
+        assert f"HTTP {status}, {body['code']})" in err.message
+    else:
+        assert _details(err)["provider_response"] == "<html>bad gateway</html>"
