@@ -29,8 +29,9 @@ values twice leaves the same page. Notion refuses to edit a page in the trash, s
 that moves a page to the trash and is refused finds the page there (``GET``) and answers it.
 
 Notion's refusals (``{"object": "error", "status", "code", "message"}``) map onto the
-taxonomy in ``_CODES``; a failure is worded by Moat and keeps Notion's ``code`` and
-``message`` in its provider response.
+taxonomy in ``_CODES``; a failure is worded by Moat and keeps Notion's ``status``,
+``code``, ``message`` and ``request_id`` in its provider response, with ``Retry-After`` as
+``retry_after_seconds`` when Notion sent one.
 """
 
 from __future__ import annotations
@@ -226,7 +227,12 @@ def refusal(answer: ProviderResponse) -> ApplicationError:
     retry_after = None
     if status in _RETRY_AFTER_STATUSES:
         retry_after = parse_retry_after(answer.response.headers.get("retry-after"))
-    kept = {k: body[k] for k in ("status", "code", "message", "request_id") if k in body}
+    kept: dict[str, Any] = {
+        k: body[k] for k in ("status", "code", "message", "request_id") if k in body
+    }
+    if retry_after is not None:
+        # The header, which the caller needs when no retry waits for it (no mark property).
+        kept["retry_after_seconds"] = int(retry_after.total_seconds())
     return fail(
         taxonomy,
         f"{meaning} (Notion answered HTTP {status}" + (f", {code})" if code else ")"),
@@ -408,7 +414,6 @@ def _final(err: ApplicationError) -> ApplicationError:
         http_status=details.get("http_status"),
         retryable=False,
         provider_response=details.get("provider_response"),
-        more={"retry_after_seconds": int(wait.total_seconds())} if wait is not None else None,
     )
 
 

@@ -160,3 +160,22 @@ async def test_capabilities_show_the_notion_strategies(stack: Stack) -> None:
     shown = {c["id"]: (c["idempotency"], c["connection_types"], c["effect_type"]) for c in caps}
     assert shown["notion.create_page"] == ("reconcile", ["notion"], "SOR_UPDATE")
     assert shown["notion.update_page"] == ("natural", ["notion"], "SOR_UPDATE")
+
+
+async def test_without_a_mark_a_rate_limit_is_final_and_creates_nothing(
+    stack: Stack, notion: FakeNotion
+) -> None:
+    con = await _connection(stack, notion, mark=None, version="2022-06-28")
+    db = notion.add_database(PROPERTIES)
+    notion.rate_limit(1, 30)
+    r = await stack.execute(
+        "notion.create_page", {"database_id": db, "title": "Later"}, connection_id=con
+    )
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "provider_rate_limited"
+    said = error["details"]["provider_response"]
+    assert said["code"] == "rate_limited" and said["retry_after_seconds"] == 30
+    assert notion.pages_in(db) == []
+    events = await _events(stack, r.json()["receipt_id"])
+    assert [e.event_type for e in events].count(EventType.TOOL_CALLED) == 1
