@@ -21,6 +21,7 @@ from schemas.notion import CREATE_PAGE, UPDATE_PAGE
 from starter.devstack.providers import FakeNotion, Misbehaviour
 from store import events as event_log
 from store import tenancy
+from tests.plans.support import post_plan
 from tests.support.notion import PROPERTIES, connection_config
 from tests.support.stack import Stack, StackFactory
 from tests.workflows.test_replay import manifest_path, reset
@@ -179,3 +180,45 @@ async def test_without_a_mark_a_rate_limit_is_final_and_creates_nothing(
     assert notion.pages_in(db) == []
     events = await _events(stack, r.json()["receipt_id"])
     assert [e.event_type for e in events].count(EventType.TOOL_CALLED) == 1
+
+
+async def test_a_plan_undoes_its_page_by_moving_it_to_the_trash(
+    stack: Stack, notion: FakeNotion
+) -> None:
+    """``notion.update_page`` with ``archived: true`` as ``notion.create_page``'s
+    compensation, the page's id taken from the step's output (the page's answer lost)."""
+    con = await _connection(stack, notion)
+    db = notion.add_database(PROPERTIES)
+    plan = {
+        "on_failure": "compensate",
+        "steps": [
+            {
+                "id": "page",
+                "capability_id": "notion.create_page",
+                "connection_id": con,
+                "input": {"database_id": db, "title": "Draft", "content": ["Body"]},
+                "compensate": {
+                    "capability_id": "notion.update_page",
+                    "connection_id": con,
+                    "input": {"page_id": "${steps.page.output.page_id}", "archived": True},
+                },
+            },
+            {
+                "id": "status",
+                "capability_id": "notion.update_page",
+                "connection_id": con,
+                "input": {
+                    "page_id": "${steps.page.output.page_id}",
+                    "properties": {"Nope": {"rich_text": []}},  # refused, for good
+                },
+            },
+        ],
+    }
+    notion.fail_next(1)  # the page's answer is lost; the retry finds it
+    answer = await post_plan(stack, plan, key=f"plan-{db}")
+    body = answer.json()
+    assert body["status"] == "failed", answer.text
+    assert [s["status"] for s in body["steps"]] == ["compensated", "failed"]
+    [page] = notion.pages_in(db)
+    assert page["in_trash"] is True
+    assert body["steps"][0]["output"]["page_id"] == page["id"]
