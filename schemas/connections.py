@@ -41,7 +41,7 @@ class ConnectionType(StrEnum):
 DEFAULT_BASE_URLS: dict[ConnectionType, str] = {
     ConnectionType.SLACK: "https://slack.com/api",
     ConnectionType.GITHUB: "https://api.github.com",
-    ConnectionType.NOTION: "https://api.notion.com/v1",
+    ConnectionType.NOTION: "https://api.notion.com/v1",  # schemas.notion.DEFAULT_BASE_URL
 }
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_ALLOWED_ORIGINS = 20

@@ -23,6 +23,9 @@ from schemas.capabilities import Capability, CapabilitySpec, EffectType, Idempot
 from schemas.connections import ConnectionType
 from schemas.jsonvalues import CanonicalAny
 
+# The connection type, and where its token goes when its config names no ``base_url``.
+NOTION = "notion"
+DEFAULT_BASE_URL = "https://api.notion.com/v1"
 NOTION_VERSIONS = ("2022-06-28", "2025-09-03")
 DEFAULT_NOTION_VERSION = "2025-09-03"
 # The id Notion gives the title property of every database (a property may be named by
@@ -31,18 +34,36 @@ DEFAULT_TITLE_PROPERTY = "title"
 # Notion's limits: the characters of one rich-text object, the blocks of one request.
 MAX_TEXT = 2000
 MAX_BLOCKS = 100
+MAX_PROPERTY_NAME = 200
 
 # A Notion id: a UUID, with or without its dashes.
 NOTION_ID_PATTERN = (
     r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 )
 NotionId = Annotated[str, Field(pattern=NOTION_ID_PATTERN, max_length=36)]
-PropertyName = Annotated[str, Field(min_length=1, max_length=200)]
+PropertyName = Annotated[str, Field(min_length=1, max_length=MAX_PROPERTY_NAME)]
 # A property value object as Notion takes it (``{"rich_text": [...]}``, ``{"select":
 # {"name": ...}}``, …): passed on as it is.
 PropertyValues = dict[PropertyName, dict[str, CanonicalAny]]
 # One block of content: a paragraph's plain text, or a Notion block object as it is.
 ContentItem = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | dict[str, CanonicalAny]
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A ``notion`` connection's config as the adapter reads it; ValueError naming the key
+    that it cannot use (never repeating its value)."""
+    version = config.get("notion_version")
+    if version is not None and version not in NOTION_VERSIONS:
+        raise ValueError(f"notion_version must be one of {', '.join(NOTION_VERSIONS)}")
+    for key in ("mark_property", "title_property"):
+        value = config.get(key)
+        if value is not None and not (
+            isinstance(value, str) and 0 < len(value) <= MAX_PROPERTY_NAME
+        ):
+            raise ValueError(
+                f"{key} must be a property's name or id (1 to {MAX_PROPERTY_NAME} characters)"
+            )
+    return config
 
 
 class NotionCreatePageInput(BaseModel):

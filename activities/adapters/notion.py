@@ -48,19 +48,19 @@ from activities.adapters.plugins import AdapterContext
 from activities.adapters.reconcile import AMBIGUOUS, base_url, credential_of, outcome_unknown
 from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
 from activities.adapters.sender import SendRequest, send
-from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
+from schemas.connections import ConnectionType, Credential
 from schemas.errors import ErrorCode
 from schemas.notion import (
+    DEFAULT_BASE_URL,
     DEFAULT_NOTION_VERSION,
     DEFAULT_TITLE_PROPERTY,
-    NOTION_VERSIONS,
     NotionCreatePageInput,
     NotionUpdatePageInput,
+    check_config,
 )
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
-DEFAULT_BASE_URL = DEFAULT_BASE_URLS[ConnectionType.NOTION]
 DATA_SOURCES_VERSION = "2025-09-03"
 PAGE_SIZE = 100
 # How many pages of query results a look-up reads before it gives up (outcome unknown).
@@ -129,23 +129,19 @@ def connection_of(
     inp: AdapterInput, credential: Credential | None
 ) -> tuple[Credential, NotionConnection]:
     """The call's ``notion`` credential and its config read, refused when the config holds
-    a value Moat cannot use."""
+    a value Moat cannot use (``schemas.notion.check_config``)."""
     cred = credential_of(inp, credential, ConnectionType.NOTION)
-    config = cred.config
-    version = config.get("notion_version") or DEFAULT_NOTION_VERSION
-    if version not in NOTION_VERSIONS:
-        raise _connection_invalid(
-            f"config.notion_version must be one of {', '.join(NOTION_VERSIONS)}"
-        )
-    names: dict[str, str | None] = {}
-    for field, default in (("mark_property", None), ("title_property", DEFAULT_TITLE_PROPERTY)):
-        value = config.get(field) or default
-        if value is not None and not (isinstance(value, str) and 0 < len(value) <= 200):
-            raise _connection_invalid(f"config.{field} must be a property name (a string)")
-        names[field] = value
-    title = names["title_property"] or DEFAULT_TITLE_PROPERTY
-    api = base_url(cred, DEFAULT_BASE_URL)
-    return cred, NotionConnection(api, version, names["mark_property"], title)
+    config = dict(cred.config)
+    try:
+        check_config(config)
+    except ValueError as err:
+        raise _connection_invalid(f"config.{err}") from None
+    return cred, NotionConnection(
+        api=base_url(cred, DEFAULT_BASE_URL),
+        version=config.get("notion_version") or DEFAULT_NOTION_VERSION,
+        mark=config.get("mark_property") or None,
+        title=config.get("title_property") or DEFAULT_TITLE_PROPERTY,
+    )
 
 
 def _connection_invalid(message: str) -> ApplicationError:
@@ -316,6 +312,10 @@ class NotionCreatePage(NotionApi):
         except ApplicationError as err:
             raise (_once(err) if conn.mark is None else err) from None
         return _page_output(created, reconciled=False)
+
+    def looks_in(self, inp: AdapterInput) -> str:
+        """What ``find`` reads, for a failed look-up's message."""
+        return f"the pages of Notion database {inp.input.get('database_id')}"
 
     async def find(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput | None:
         page = parse_input(inp, NotionCreatePageInput)

@@ -25,6 +25,7 @@ from activities.adapters.responses import Body, ProviderResponse
 from schemas.capabilities import CapabilityCatalog, RetrySettings
 from schemas.connections import ConnectionType, Credential
 from schemas.ids import uuid7
+from schemas.notion import check_config
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import AdapterInput
 from starter.devstack.providers import FakeNotion, Misbehaviour
@@ -430,3 +431,28 @@ def test_an_unknown_code_maps_by_its_status(
         assert f"HTTP {status}, {body['code']})" in err.message
     else:
         assert _details(err)["provider_response"] == "<html>bad gateway</html>"
+
+
+@pytest.mark.parametrize(
+    ("config", "refused"),
+    [
+        ({}, None),
+        ({"notion_version": OLD, "mark_property": MARK, "title_property": "Task"}, None),
+        ({"notion_version": "2021-08-16-secretish"}, "notion_version"),
+        ({"mark_property": 7}, "mark_property"),
+        ({"title_property": ""}, "title_property"),
+        ({"mark_property": "x" * 201}, "mark_property"),
+    ],
+)
+def test_a_connections_config_is_checked_without_repeating_it(
+    config: dict[str, Any], refused: str | None
+) -> None:
+    """The check a ``notion`` connection's config passes (``schemas.notion.check_config``):
+    the adapter's, and the one a connection's creation can run."""
+    if refused is None:
+        assert check_config(config) == config
+        return
+    with pytest.raises(ValueError) as err:
+        check_config(config)
+    assert str(err.value).startswith(refused)
+    assert "secretish" not in str(err.value)
