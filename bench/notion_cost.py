@@ -32,7 +32,7 @@ from activities.adapters.base import Adapter
 from activities.adapters.notion import NotionCreatePage
 from activities.adapters.plugins import driven
 from schemas.capabilities import CapabilityCatalog
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import Credential
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.run import AdapterInput
@@ -91,7 +91,7 @@ async def _version(
     adapter: Adapter, fake: FakeNotion, version: str, n: int, depth: int
 ) -> dict[str, dict[str, Any]]:
     config = {"base_url": f"{fake.base_url}/v1", "notion_version": version, "mark_property": MARK}
-    cred = Credential("con_b", ConnectionType.NOTION, "ntn_bench", config)
+    cred = Credential("con_b", "notion", "ntn_bench", config)
     props = {"Name": "title", MARK: "rich_text"}
     db, deep = fake.add_database(props), fake.add_database(props)
     for _ in range(depth):

@@ -23,7 +23,7 @@ from activities.adapters.notion import NotionCreatePage, NotionUpdatePage, refus
 from activities.adapters.plugins import driven
 from activities.adapters.responses import Body, ProviderResponse
 from schemas.capabilities import CapabilityCatalog, RetrySettings
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import Credential
 from schemas.ids import uuid7
 from schemas.notion import check_config
 from schemas.records import OUTCOME_UNKNOWN
@@ -76,7 +76,7 @@ def _cred(notion: FakeNotion, version: str = NEW, mark: str | None = MARK) -> Cr
     config: dict[str, Any] = {"base_url": f"{notion.base_url}/v1", "notion_version": version}
     if mark is not None:
         config["mark_property"] = mark
-    return Credential("con_test", ConnectionType.NOTION, TOKEN, config)
+    return Credential("con_test", "notion", TOKEN, config)
 
 
 def _create(http: httpx.AsyncClient) -> Adapter:
@@ -301,7 +301,7 @@ async def test_title_and_mark_belong_to_the_connection(
         with pytest.raises(ApplicationError) as refused:
             await _create(http)(inp, _cred(notion))
         assert refused.value.type == "schema_validation_failed" and refused.value.non_retryable
-    bad = Credential("con_test", ConnectionType.NOTION, TOKEN, {"notion_version": "2021-08-16"})
+    bad = Credential("con_test", "notion", TOKEN, {"notion_version": "2021-08-16"})
     inp = _input("notion.create_page", {"database_id": db, "title": "t"}, notion.allow_entry)
     with pytest.raises(ApplicationError) as invalid:
         await _create(http)(inp, bad)
@@ -388,7 +388,7 @@ async def test_the_conformance_fake_counts_what_the_kit_checks(
     rate limit refuses the effect's call, and each call to the effect endpoint is timed."""
     fake = notion_conformance
     adapter = _create(http)
-    cred = Credential("con_kit", ConnectionType.NOTION, TOKEN, fake.connection_config())
+    cred = Credential("con_kit", "notion", TOKEN, fake.connection_config())
     inp = _input("notion.create_page", fake.input(), fake.allow_entry)
     assert fake.effects() == 0 and fake.call_times() == []
     fake.lose_answers(1)
