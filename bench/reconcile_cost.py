@@ -16,6 +16,7 @@ them. For each provider, series of calls of one kind:
 For each: provider round trips per call (counted by the fake: HTTP requests; for email, SMTP
 transactions plus IMAP sessions, each a LOGIN, SELECT, SEARCH and LOGOUT) and latency
 (median, p95).
+The same series for ``notion.create_page``, under each Notion version: ``bench.notion_cost``.
 Prints a table and one JSON line; saves it to ``bench/results/reconcile.json``.
 Run: ``python -m bench.reconcile_cost [--n 200] [--depth 450]``.
 """
@@ -44,6 +45,7 @@ from rich.table import Table
 from activities import Adapter, GithubAdapter, HostGuard, SlackAdapter, http_client
 from activities.adapters.email import EmailAdapter
 from activities.adapters.plugins import driven
+from bench import notion_cost
 from schemas.capabilities import CapabilityCatalog
 from schemas.connections import ConnectionType, Credential
 from schemas.identity import ExecutionRef
@@ -248,6 +250,7 @@ async def run(n: int, depth: int) -> dict[str, Any]:
                 for i in range(min(10, n)):  # warm-up (connections, code paths)
                     await call(-1 - i)
                 results[name] = await _measure(trips, n, call, self_timed)
+    results.update(await notion_cost.series(http, n, depth))
     await http.aclose()
     return {
         "at": datetime.now(UTC).isoformat(),

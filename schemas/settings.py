@@ -92,6 +92,9 @@ class MoatSettings(BaseSettings):
         le=65535,
         description="Port of the fake webhook receiver (as the fake Slack's).",
     )
+    fake_notion_port: int = Field(
+        default=8704, ge=1, le=65535, description="Port of the fake Notion (as the fake Slack's)."
+    )
     gateway_url: str | None = Field(
         default=None, description="Where `moat execute` sends requests. Unset: the local gateway."
     )

@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.support.tls",
     "tests.support.sandbox",
     "tests.support.mail",
+    "tests.support.notion",
 ]
 
 # Fixtures that start (or stand on) the session's real servers.

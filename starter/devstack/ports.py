@@ -26,11 +26,12 @@ FAKE_PROVIDERS = {
     "slack": "fake_slack_port",
     "github": "fake_github_port",
     "webhook": "fake_webhook_port",
+    "notion": "fake_notion_port",
 }
 # Where ``moat webhook listen`` receives deliveries by default; ``moat up`` allows it.
 LISTEN_PORT = 8799
 # Where a fake's API lives under its root, for a connection's ``base_url``.
-FAKE_API_PATHS = {"slack": "/api"}
+FAKE_API_PATHS = {"slack": "/api", "notion": "/v1"}
 # How far above a taken default to look for a free port, before asking the system for one:
 # nearby ports are easier to read and to remember.
 NEARBY = 20

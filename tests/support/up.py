@@ -31,6 +31,7 @@ PORT_FIELDS = (
     "fake_slack_port",
     "fake_github_port",
     "fake_webhook_port",
+    "fake_notion_port",
 )
 DEFAULT_PORTS = {field: int(MoatSettings.model_fields[field].default) for field in PORT_FIELDS}
 

@@ -1,5 +1,6 @@
-"""``python -m starter.devstack.providers --slack PORT --github PORT --webhook PORT``: the
-provider fakes on 127.0.0.1 until SIGTERM or Ctrl-C (``moat up --fake-providers`` runs it)."""
+"""``python -m starter.devstack.providers --slack PORT --github PORT --webhook PORT
+[--notion PORT]``: the provider fakes on 127.0.0.1 until SIGTERM or Ctrl-C (``moat up
+--fake-providers`` runs it). The fake Notion starts with a demo database."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import signal
 import threading
 from types import FrameType
 
-from starter.devstack.providers import FakeGithub, FakeServer, FakeSlack, FakeWebhookReceiver
+from starter.devstack.providers import (
+    FakeGithub,
+    FakeNotion,
+    FakeServer,
+    FakeSlack,
+    FakeWebhookReceiver,
+)
 
 
 def main() -> None:
@@ -16,12 +23,15 @@ def main() -> None:
     parser.add_argument("--slack", type=int, required=True)
     parser.add_argument("--github", type=int, required=True)
     parser.add_argument("--webhook", type=int, required=True)
+    parser.add_argument("--notion", type=int)
     args = parser.parse_args()
     fakes: list[tuple[FakeServer, int]] = [
         (FakeSlack(), args.slack),
         (FakeGithub(), args.github),
         (FakeWebhookReceiver(), args.webhook),
     ]
+    if args.notion is not None:
+        fakes.append((FakeNotion(demo=True), args.notion))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
