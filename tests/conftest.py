@@ -21,7 +21,9 @@ pytest_plugins = [
 ]
 
 # Fixtures that start (or stand on) the session's real servers.
-SERVER_FIXTURES = frozenset({"postgres_server", "temporal"})
+SERVER_FIXTURES = frozenset(
+    {"postgres_server", "temporal", "moat_postgres_server", "moat_temporal"}
+)
 # Folders whose tests start servers themselves.
 SERVER_FOLDERS = (Path(__file__).parent / "devstack", Path(__file__).parent / "browser")
 
