@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 pytest_plugins = [
+    # The conformance kit (its checks run in tests/conformance), whose servers the suite's
+    # fixtures name (tests/support/stack.py).
+    "moat.testing",
     "tests.support.stack",
     "tests.support.browser",
     "tests.support.tls",
