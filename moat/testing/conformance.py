@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import pytest
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from moat.testing import evidence
 from moat.testing.stack import Stack
@@ -30,6 +31,7 @@ from schemas.capabilities import (
     RetrySettings,
 )
 from schemas.connections import ConnectionType
+from schemas.names import CALL_ADAPTER
 from schemas.records import OUTCOME_UNKNOWN, ErrorTaxonomy
 from starter.devstack import temporal_binary
 
@@ -322,8 +324,40 @@ async def failures_worded(run: KitRun, how: str) -> None:
     body = answer.json()
     assert body.get("status") != "executed", f"the provider refused, yet: {answer.text[:300]}"
     error = body.get("error") or {}
-    problem = wording_problem(error.get("code"), error.get("message"))
-    assert problem is None, problem
+    worded = [(error.get("code"), error.get("message"))]
+    worded += await adapter_failures(run.stack, body["workflow_id"], body["run_id"])
+    assert len(worded) > 1, "no attempt of the adapter failed"
+    for code, message in worded:
+        problem = wording_problem(code, message)
+        assert problem is None, problem
+
+
+async def adapter_failures(stack: Stack, workflow_id: str, run_id: str) -> list[tuple[str, str]]:
+    """Each failed attempt of the run's adapter step as the adapter raised it: its type
+    (the error code) and message, decoded from Temporal's history."""
+    handle = stack.client.get_workflow_handle(workflow_id, run_id=run_id)
+    history = await handle.fetch_history()
+    adapter_steps = {
+        e.event_id
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == CALL_ADAPTER
+    }
+    out: list[tuple[str, str]] = []
+    for event in history.events:
+        if not event.HasField("activity_task_failed_event_attributes"):
+            continue
+        failed = event.activity_task_failed_event_attributes
+        if failed.scheduled_event_id not in adapter_steps:
+            continue
+        err: BaseException | None = await stack.client.data_converter.decode_failure(failed.failure)
+        while isinstance(err, ActivityError):
+            err = err.cause
+        if isinstance(err, ApplicationError):
+            out.append((err.type or "", err.message))
+        else:
+            out.append((type(err).__name__, str(err)))
+    return out
 
 
 async def no_secret_at_rest(run: KitRun) -> None:
