@@ -1,13 +1,20 @@
 """Installed, the package adds ``acme.create_ticket`` to Moat without a change to Moat's
-code: the catalog, ``GET /v1/capabilities`` and the MCP server's tools list it."""
+code: the catalog, ``GET /v1/capabilities``, the MCP server's tools and ``moat
+capabilities`` list it."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 import pytest
+from typer.testing import CliRunner
 
 from moat.testing import Stack, StackFactory
 from schemas.capabilities import CapabilityCatalog
 from schemas.registry import installed
+from starter.cli import app as cli
 from starter.mcp import MoatTools
 
 
@@ -43,3 +50,20 @@ async def test_the_mcp_server_offers_it_as_a_tool(moat_make_stack: StackFactory)
         listed = {tool.name: tool for tool in (await tools.list_tools(None)).tools}
     assert "acme_create_ticket" in listed
     assert listed["acme_create_ticket"].title == "acme.create_ticket"
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_cli_shows_it(
+    moat_make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    async with moat_make_stack() as stack:
+        monkeypatch.setenv("MOAT_HOME", str(tmp_path))
+        monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
+        monkeypatch.setenv("MOAT_API_KEY", stack.api_key)
+        # The CLI blocks; the gateway answers on this test's loop, so it runs in a thread.
+        shown = await asyncio.to_thread(
+            CliRunner().invoke, cli, ["capabilities", "acme.create_ticket", "--json"]
+        )
+    assert shown.exit_code == 0, shown.output
+    [listed] = json.loads(shown.stdout)
+    assert listed["id"] == "acme.create_ticket" and listed["idempotency"] == "reconcile"
