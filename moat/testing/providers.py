@@ -2,7 +2,10 @@
 each a thin ``ProviderFake`` over a ``FakeServer``, counting the effects the provider holds
 and the calls that reached its effect endpoint, and making it lose answers, rate-limit or
 refuse. ``FakeIdempotentApi`` is a provider for ``http.request``: an API that dedupes on
-``Idempotency-Key`` as the IETF draft asks."""
+``Idempotency-Key`` as the IETF draft asks.
+
+``FakeServer``, ``Reply`` and ``Request`` are the base an adapter package's own HTTP fake is
+built on (``examples/acme-crm``)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,17 @@ from starter.devstack.providers import (
     Reply,
     Request,
 )
+
+__all__ = [
+    "FakeIdempotentApi",
+    "FakeServer",
+    "GithubConformanceFake",
+    "IdempotentApiConformanceFake",
+    "Reply",
+    "Request",
+    "SlackConformanceFake",
+    "WebhookConformanceFake",
+]
 
 
 class _OverServer:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from starter.devstack.providers import FakeServer, Reply, Request
+from moat.testing.providers import FakeServer, Reply, Request
 
 
 class FakeAcme(FakeServer):
