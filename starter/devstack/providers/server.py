@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from http import HTTPStatus
@@ -36,6 +37,8 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]  # names lower-cased
     body: bytes
+    # ``time.monotonic()`` when the request was read (when a retry came, in tests).
+    at: float = field(default_factory=time.monotonic)
 
     def json(self) -> Any:
         try:

@@ -4,7 +4,8 @@
 is no second event. It does not check signatures: tests check them with the reference
 library, so a wrong signature is caught by code Moat did not write.
 
-``status_next`` makes the next deliveries answer that status without taking them.
+``status_next`` makes the next deliveries answer that status without taking them (a 429 with
+``Retry-After: retry_after``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class FakeWebhookReceiver(FakeServer):
         self.deliveries: list[Delivery] = []  # every attempt that arrived
         self.events: dict[str, Delivery] = {}  # one per webhook-id
         self.status_next: list[int] = []
+        self.retry_after = 1
 
     def reset(self) -> None:
         with self.lock:
@@ -52,7 +54,9 @@ class FakeWebhookReceiver(FakeServer):
         with self.lock:
             self.deliveries.append(delivery)
             if self.status_next:
-                return Reply(self.status_next.pop(0), {"error": "scripted refusal"})
+                status = self.status_next.pop(0)
+                wait = {"Retry-After": str(self.retry_after)} if status == 429 else {}
+                return Reply(status, {"error": "scripted refusal"}, wait)
             if not delivery.id:
                 return Reply(400, {"error": "webhook-id missing"})
             if delivery.id in self.events:

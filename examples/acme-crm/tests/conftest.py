@@ -1,0 +1,3 @@
+"""The conformance kit, opted in: its servers, fixtures and checks."""
+
+pytest_plugins = ["moat.testing"]
