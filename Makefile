@@ -9,15 +9,13 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-unit lint docs hooks bench bench-plans bench-modes bench-noisy bench-cli chaos lock \
+.PHONY: up test test-example test-unit lint docs hooks bench bench-plans bench-modes bench-noisy bench-cli chaos lock \
 	clean frameworks lock-frameworks
 
-$(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml examples/acme-crm/pyproject.toml
+$(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e ./starter/client
-	# The example adapter package (docs/adapters.md), as a third party's would be installed.
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e ./examples/acme-crm
 	touch $(STAMP)
 
 # The repository's git hooks (.githooks/: a commit subject of at most 72 characters).
@@ -31,11 +29,19 @@ hooks:
 up: $(STAMP) hooks
 	$(BIN)/moat up $(if $(FAKE_PROVIDERS),--fake-providers)
 
-# Then the example adapter package's own suite (its conformance kit run), as its author
-# would run it: from its folder, with its own pytest configuration.
+# Then the example adapter package's own suite (test-example).
 test: $(STAMP) frameworks hooks
 	$(BIN)/pytest
-	cd examples/acme-crm && $(CURDIR)/$(BIN)/pytest
+	$(MAKE) --no-print-directory test-example
+
+# The example adapter package (examples/acme-crm, docs/adapters.md) installed as a third
+# party's would be, its suite (its conformance kit run) run as its author would run it, from
+# its folder, then uninstalled again: `moat up` lists Moat's own capabilities only.
+test-example: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e ./examples/acme-crm
+	cd examples/acme-crm && $(CURDIR)/$(BIN)/pytest; status=$$?; \
+		$(CURDIR)/$(BIN)/pip uninstall --quiet --disable-pip-version-check -y moat-acme-crm; \
+		exit $$status
 
 # One virtual environment per agent framework (tests/client/test_frameworks.py), each from its
 # hash-checked lock with the client's source on its path. The stamp holds the lock's SHA-256:

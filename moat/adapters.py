@@ -40,7 +40,7 @@ from schemas.capabilities import (
     ProbeSpec,
     RetrySettings,
 )
-from schemas.connections import ConnectionType, Credential
+from schemas.connections import ConnectionKind, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 
@@ -50,6 +50,7 @@ __all__ = [
     "AdapterOutput",
     "Capability",
     "CapabilitySpec",
+    "ConnectionKind",
     "ConnectionType",
     "Credential",
     "EffectType",

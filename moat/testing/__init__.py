@@ -26,6 +26,7 @@ from moat.testing.conformance import (
     ConnectionSpec,
     KitRun,
     ProviderFake,
+    allow_entries,
     duplicate_storm,
     failures_worded,
     kit_declaration,
@@ -94,7 +95,7 @@ class _KitRunContext:
         self._context = self._make_stack(
             catalog=catalog,
             worker_catalog=catalog,
-            http_allow_hosts=[self._conformance.fake.allow_entry],
+            http_allow_hosts=allow_entries(self._conformance.fake),
         )
         stack: Stack = await self._context.__aenter__()  # type: ignore[attr-defined]
         connection_id = await _connect(stack, self._conformance)

@@ -49,7 +49,9 @@ class ProviderFake(Protocol):
 
     @property
     def allow_entry(self) -> str:
-        """The host-guard entry that admits the fake (``127.0.0.1:port``)."""
+        """The host-guard entry that admits the fake (``127.0.0.1:port``). A fake that
+        listens on more than one port (SMTP and IMAP) also has ``allow_entries``, every
+        entry the adapter needs."""
         ...
 
     def effects(self) -> int:
@@ -405,3 +407,10 @@ async def _workflows(stack: Stack) -> AsyncIterator[WorkflowExecution]:
                 yield wf
             return
         await asyncio.sleep(0.05)
+
+
+def allow_entries(fake: ProviderFake) -> list[str]:
+    """The host-guard entries a run needs for ``fake``: its ``allow_entries`` when it has
+    them, else its ``allow_entry``."""
+    entries = getattr(fake, "allow_entries", None)
+    return list(entries) if entries else [fake.allow_entry]

@@ -22,7 +22,16 @@ from moat.testing.providers import (
     SlackConformanceFake,
     WebhookConformanceFake,
 )
-from starter.devstack.providers import FakeGithub, FakeSlack, FakeWebhookReceiver
+from starter.devstack.providers import (
+    FakeGithub,
+    FakeNotion,
+    FakeResend,
+    FakeSlack,
+    FakeWebhookReceiver,
+)
+from starter.devstack.providers.mail import FakeMail
+from tests.support.mail import ResendConformanceFake, SmtpConformanceFake
+from tests.support.notion import NotionConformanceFake
 
 
 def _unique(prefix: str) -> str:
@@ -131,6 +140,55 @@ def _github_close(github: FakeGithub) -> Conformance:
     )
 
 
+@pytest.fixture(scope="module")
+def resend() -> Iterator[FakeResend]:
+    with FakeResend() as fake:
+        yield fake
+
+
+EMAIL = {"to": ["someone@example.com"], "subject": "kit", "text": "One message per key."}
+
+
+def _smtp(mail: FakeMail) -> Conformance:
+    """SMTP with the sent mailbox read back over IMAP: a lost answer is reconciled."""
+    fake = SmtpConformanceFake(mail)
+    kind, secret, config = fake.connection()
+    return Conformance(
+        capability="email.send",
+        input=EMAIL,
+        fake=fake,
+        connection=ConnectionSpec(kind, secret, config),
+        refuse=lambda count: mail.refuse_next(count, 451),
+    )
+
+
+def _resend(resend: FakeResend) -> Conformance:
+    fake = ResendConformanceFake(resend, api_key=_unique("re_"))
+    kind, secret, config = fake.connection()
+    return Conformance(
+        capability="email.send",
+        input=EMAIL,
+        fake=fake,
+        connection=ConnectionSpec(kind, secret, config),
+    )
+
+
+def _notion(notion: FakeNotion) -> Conformance:
+    fake = NotionConformanceFake(notion)
+
+    def refuse(count: int) -> None:
+        with notion.lock:
+            notion.error_next[:] = [500] * count
+
+    return Conformance(
+        capability="notion.create_page",
+        input=fake.input("kit"),
+        fake=fake,
+        connection=ConnectionSpec("notion", _unique("ntn_"), fake.connection_config()),
+        refuse=refuse,
+    )
+
+
 CASES: dict[str, Callable[[pytest.FixtureRequest], Conformance]] = {
     "http.request": lambda r: _http(r.getfixturevalue("idempotent_api")),
     "webhook.post": lambda r: _webhook(r.getfixturevalue("receiver")),
@@ -138,6 +196,9 @@ CASES: dict[str, Callable[[pytest.FixtureRequest], Conformance]] = {
     "slack.delete_message": lambda r: _slack_delete(r.getfixturevalue("slack")),
     "github.create_issue": lambda r: _github(r.getfixturevalue("github")),
     "github.close_issue": lambda r: _github_close(r.getfixturevalue("github")),
+    "email.send/smtp": lambda r: _smtp(r.getfixturevalue("mail")),
+    "email.send/resend": lambda r: _resend(r.getfixturevalue("resend")),
+    "notion.create_page": lambda r: _notion(r.getfixturevalue("notion")),
 }
 
 

@@ -27,7 +27,7 @@ def moat_conformance(acme: FakeAcme) -> Conformance:
         fake=fake,
         # A token no other test uses: the kit searches every store for it.
         connection=ConnectionSpec(
-            "http_bearer", f"acme-{uuid.uuid4().hex}", {"base_url": acme.base_url}
+            "acme_crm", f"acme-{uuid.uuid4().hex}", {"base_url": acme.base_url}
         ),
         refuse=fake.refuse,
     )

@@ -22,7 +22,6 @@ from moat.adapters import (
     AdapterContext,
     AdapterInput,
     AdapterOutput,
-    ConnectionType,
     Credential,
     ErrorTaxonomy,
     ProviderResponse,
@@ -32,7 +31,7 @@ from moat.adapters import (
     recorded,
     send,
 )
-from moat_acme_crm.capabilities import CreateTicketInput
+from moat_acme_crm.capabilities import ACME_CRM, CreateTicketInput
 
 # The most of an answer the adapter reads: a ticket, or a page of them.
 MAX_ANSWER_BYTES = 256 * 1024
@@ -87,10 +86,11 @@ def make(ctx: AdapterContext) -> AcmeTickets:
 
 
 def _credential(inp: AdapterInput, credential: Credential | None) -> Credential:
-    if credential is None or credential.type != ConnectionType.HTTP_BEARER:
+    if credential is None or credential.type != ACME_CRM.name:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
-            f"{inp.capability.id} needs an http_bearer connection whose base_url is Acme's API",
+            f"{inp.capability.id} needs an acme_crm connection, whose base_url is the tenant's "
+            "Acme API",
             code="acme_connection_required",
             retryable=False,
         )

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from moat.adapters import (
     Capability,
     CapabilitySpec,
-    ConnectionType,
+    ConnectionKind,
     EffectType,
     IdempotencyStrategy,
     RetrySettings,
@@ -25,6 +25,10 @@ class CreateTicketInput(BaseModel):
     customer_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
 
 
+# The package's own connection type: an Acme API token, sent only to the tenant's Acme API,
+# which the connection's config names (``base_url``; Acme has no address of its own).
+ACME_CRM = ConnectionKind("acme_crm", "An Acme CRM API token; config.base_url: the tenant's API.")
+
 CREATE_TICKET = Capability(
     spec=CapabilitySpec(
         id="acme.create_ticket",
@@ -36,12 +40,13 @@ CREATE_TICKET = Capability(
         timeout_seconds=15.0,
         retry=RetrySettings(max_retries=3, base_delay_seconds=1.0),
         idempotency=IdempotencyStrategy.RECONCILE,
-        connection_types=(ConnectionType.HTTP_BEARER,),
+        connection_types=(ACME_CRM.name,),
         connection_required=True,
     ),
     input_model=CreateTicketInput,
     adapter="moat_acme_crm.adapter:make",
     output_shape=dict.fromkeys(("ticket_id", "url", "reconciled")),
+    connection_kinds=(ACME_CRM,),
 )
 
 CAPABILITIES = (CREATE_TICKET,)
