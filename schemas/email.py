@@ -156,32 +156,28 @@ class ResendConfig(BaseModel):
 
 
 def checked_smtp_config(config: dict[str, Any]) -> dict[str, Any]:
-    """An ``smtp`` connection's config, refused (naming fields and error types, never a
-    value) when it does not match ``SmtpConfig``."""
-    try:
-        SmtpConfig.model_validate(config)
-    except ValidationError as err:
-        where = "; ".join(
-            f"config.{'.'.join(str(p) for p in e['loc'])} ({e['type']})" for e in err.errors()
-        )
-        raise PydanticCustomError(
-            "connection_config", "an smtp connection's config is invalid: {where}", {"where": where}
-        ) from None
-    return config
+    """An ``smtp`` connection's config, refused when it does not match ``SmtpConfig``."""
+    return _checked(SmtpConfig, SMTP, config)
 
 
 def checked_resend_config(config: dict[str, Any]) -> dict[str, Any]:
     """A ``resend`` connection's config: ``from`` is required, as an address."""
+    return _checked(ResendConfig, RESEND, config)
+
+
+def _checked(model: type[BaseModel], kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` when ``model`` takes it; else refused naming fields and error types, never
+    a value."""
     try:
-        ResendConfig.model_validate(config)
+        model.model_validate(config)
     except ValidationError as err:
         where = "; ".join(
             f"config.{'.'.join(str(p) for p in e['loc'])} ({e['type']})" for e in err.errors()
         )
         raise PydanticCustomError(
             "connection_config",
-            "a resend connection's config is invalid: {where}",
-            {"where": where},
+            "this {kind} connection's config is invalid: {where}",
+            {"kind": kind, "where": where},
         ) from None
     return config
 
