@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalVerdict,
         key_actor,
     )
+    from schemas.capabilities import EffectType
     from schemas.errors import ErrorCode
     from schemas.execute import EnvelopeStatus
     from schemas.identity import ExecutionRef
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         WRITE_MANIFEST,
     )
     from schemas.records import (
+        OUTCOME_UNKNOWN,
         RESPONSE_TRUNCATED,
         Decision,
         ErrorTaxonomy,
@@ -424,6 +426,9 @@ def _failed(
 ) -> tuple[RecordInput, ToolCall]:
     """The record and manifest entry of an adapter call that failed for good."""
     taxonomy, error_code, http_status = _classify(err.cause)
+    unsettled = _unsettled(req, err.cause)
+    if unsettled:
+        taxonomy, error_code = ErrorTaxonomy.TIMEOUT, OUTCOME_UNKNOWN
     status = (
         ExecutionStatus.TIMEOUT if taxonomy == ErrorTaxonomy.TIMEOUT else ExecutionStatus.FAILURE
     )
@@ -441,9 +446,25 @@ def _failed(
     )
     max_attempts = req.capability.retry_settings.max_retries + 1
     attempts = _attempt_of(err.cause) or (max_attempts if exhausted else 1)
-    return failed, tool.model_copy(
-        update={"error": _tool_error(err.cause, error_code), "attempts": attempts}
-    )
+    message = _UNSETTLED if unsettled else _tool_error(err.cause, error_code)
+    return failed, tool.model_copy(update={"error": message, "attempts": attempts})
+
+
+_UNSETTLED = (
+    f"{OUTCOME_UNKNOWN}: the last attempt failed in Moat's own steps, not at the provider, "
+    "so nothing settled whether an attempt took effect; it was not retried so as not to do "
+    "it twice. Check the provider; if nothing was done, execute again with a new key"
+)
+
+
+def _unsettled(req: ExecuteWorkflowInput, cause: BaseException | None) -> bool:
+    """Whether the final failure leaves the effect unknown: the attempt failed in Moat's own
+    steps (its event writes, the connection's look-up: a fault its adapter did not word) and
+    retryably, so an attempt before it, or this one, may have reached the provider, and
+    none looked. A capability with no effect has nothing to leave unknown."""
+    if req.capability.effect_type == EffectType.NONE or not isinstance(cause, ApplicationError):
+        return False
+    return not cause.non_retryable and "error_code" not in _details(cause)
 
 
 def _succeeded(

@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import standardwebhooks
+from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from typer.testing import CliRunner
 
+from activities.execute.adapter import AdapterStep
 from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, RetrySettings
 from schemas.events import EffectOrigin, Event, EventType, effect_origin
 from starter.cli.runs import runs_app
@@ -241,6 +243,39 @@ async def test_history_refused_ends_outcome_unknown(stack: Stack, slack: FakeSla
     assert manifest["outputs"]["outcome_unknown"] is True
     assert manifest["outputs"]["compensating_action_ref"]
     assert manifest["outputs"]["status"] == "timeout"
+
+
+async def test_a_last_attempt_failing_in_moat_after_a_lost_answer_is_outcome_unknown(
+    stack: Stack, slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos campaign's find: an attempt posts and loses its answer, then every later
+    attempt fails in Moat's own steps (PostgreSQL down as it writes its start event) before
+    it can look. Nothing settled whether the message exists: never a plain failure."""
+    real = AdapterStep._adapter_events
+
+    async def down_after_the_first(self: AdapterStep, *args: Any) -> None:
+        if activity.info().attempt > 1:
+            raise ConnectionError("the database is down")
+        await real(self, *args)
+
+    monkeypatch.setattr(AdapterStep, "_adapter_events", down_after_the_first)
+    con = await _slack_connection(stack, slack)
+    channel = _channel()
+    slack.fail_next(1)
+    r = await stack.execute(
+        "slack.post_message", {"channel": channel, "text": "?"}, connection_id=con
+    )
+    envelope = r.json()
+    assert len(slack.posted(channel)) == 1
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "outcome_unknown", envelope["error"]
+    assert envelope["receipt"]["error_code"] == "outcome_unknown"
+    events = await _events(stack, envelope["receipt_id"])
+    assert effect_origin(events) == EffectOrigin.OUTCOME_UNKNOWN
+    manifest = json.loads(manifest_path(stack, stack.tenant_id, envelope["run_id"]).read_text())
+    assert manifest["outputs"]["outcome_unknown"] is True
+    [tool] = manifest["tools"]
+    assert tool["result"]["error"].startswith("outcome_unknown: the last attempt failed in Moat's own")
 
 
 async def test_capabilities_show_their_strategy(stack: Stack) -> None:
