@@ -33,7 +33,7 @@ from rich.table import Table
 from sqlalchemy import func, select
 from temporalio.client import Client
 
-from bench.chaos_tools import NATURAL, TOOLS, provider_of
+from bench.chaos_tools import NATURAL, RECONCILE, TOOLS, provider_of
 from schemas.names import EXECUTE_WORKFLOW
 from starter.cli.manifests import VALID, check_manifest
 from starter.runtime.database import owner_transaction
@@ -124,7 +124,7 @@ def evaluate(
     mixed = [k.key for k in answered if len(k.statuses) > 1]
     v.info("executed / failed (provider kept failing)", f"{len(succeeded)} / {len(failed)}")
     v.expect("keys answered both executed and failed", len(mixed), 0, not mixed, _names(mixed))
-    for capability in dict.fromkeys(k.capability for k in keys):
+    for capability in sorted({k.capability for k in keys}, key=_in_tools_order):
         mine = [k for k in answered if k.capability == capability and len(k.statuses) == 1]
         if any(k.strategy == NATURAL for k in mine):
             _natural(v, capability, mine, undone or {})
@@ -170,8 +170,11 @@ def _created(
     executed = [k for k in keys if k.statuses == {"executed"}]
     unknown = [k for k in keys if k.statuses == {"failed"} and k.outcome_unknown]
     failed = [k for k in keys if k.statuses == {"failed"} and not k.outcome_unknown]
+    # An answer the look-up found: the earlier attempt's effect, its answer lost.
+    found = sum(1 for k in executed if k.output is not None and k.output.get("reconciled") is True)
     v.info(f"{capability} ({strategy}): executed / outcome_unknown / failed",
-           f"{len(executed)} / {len(unknown)} / {len(failed)}")  # fmt: skip
+           f"{len(executed)} / {len(unknown)} / {len(failed)}"
+           + (f"; {found} found by a look-up" if strategy == RECONCILE else ""))  # fmt: skip
     not_one = [k.key for k in executed if len(effects.get(k.key, [])) != 1]
     counts = Counter(len(effects.get(k.key, [])) for k in executed)
     v.expect(f"{capability}: effects per executed key", _spread(counts), "exactly 1",
@@ -218,6 +221,12 @@ def _natural(
     ]
     v.expect(f"{capability}: repeats failed as refusals (the state was reached)",
              len(refused), 0, not refused, _names(refused))  # fmt: skip
+
+
+def _in_tools_order(capability: str) -> tuple[int, str]:
+    """Each tool's capability, then its undo, in the order of ``TOOLS``."""
+    order = [c for t in TOOLS for c in (t.capability, t.undo.capability if t.undo else "")]
+    return (order.index(capability) if capability in order else len(order), capability)
 
 
 async def check(

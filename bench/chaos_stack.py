@@ -139,7 +139,9 @@ async def chaos_stack(
     try:
         async with serve_asgi(provider) as provider_url, _serving(fakes):
             provider.base_url = provider_url
-            allowed = [provider.allow_entry, *(f.allow_entry for f in fakes.values())]
+            # A fake serving on several ports (SMTP and IMAP) names each, comma-separated.
+            entries = ",".join([provider.allow_entry, *(f.allow_entry for f in fakes.values())])
+            allowed = [entry for entry in entries.split(",") if entry]
             pg = EmbeddedPostgres(root / "pg", free_port(), log_file=logs / "postgres.log")
             url = await asyncio.to_thread(pg.start)
             temporal = TemporalDevServer(free_port(), free_port(), NAMESPACE,

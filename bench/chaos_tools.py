@@ -56,7 +56,10 @@ class FaultyFake(Provider, Protocol):
     same ``lose_answers`` and ``rate_limit``)."""
 
     @property
-    def allow_entry(self) -> str: ...
+    def allow_entry(self) -> str:
+        """The host guard's entry admitting the fake (``127.0.0.1:port``); a fake serving on
+        several ports names each, comma-separated."""
+        ...
 
     def start(self) -> object: ...
 
@@ -331,10 +334,10 @@ async def inject(
         if effects >= next_loss and fake.lose_answers(1):
             next_loss = effects + _gap(rng, faults.lost_answer)
         if calls >= next_limit and fake.rate_limit(1, faults.retry_after_seconds):
-            injected[f"{fake.name} 429"] += 1
+            injected[f"{fake.name} rate limited"] += 1
             next_limit = calls + _gap(rng, faults.rate_limited)
         if calls >= next_error and fake.server_errors(1):
-            injected[f"{fake.name} 5xx"] += 1
+            injected[f"{fake.name} server error"] += 1
             next_error = calls + _gap(rng, faults.server_error)
 
 

@@ -218,7 +218,14 @@ def _mixed_failures(
 
 def test_reconcile_keys_hold_one_effect_or_outcome_unknown_never_two() -> None:
     assert _mixed_failures() == set()
-    _, _, effects, _ = _mixed_run()
+    keys, observed, effects, undone = _mixed_run()
+    keys[0].output = {"ts": "1.5", "reconciled": True}
+    verdict = evaluate(keys, observed, effects, {}, (0, ""), undone=undone)
+    rows = {row["check"]: row["found"] for row in verdict.rows}
+    assert rows["slack.post_message (reconcile): executed / outcome_unknown / failed"] == (
+        "1 / 1 / 0; 1 found by a look-up"
+    )
+    assert rows["undo keys not sent (their key did not execute)"] == 1
     assert _mixed_failures(effects={**effects, "p": ["1.5", "1.6"]}) == {
         "slack.post_message: effects per executed key",
         "slack.post_message: the answer names the key's own effect",
