@@ -1,11 +1,14 @@
 """Chaos campaign: one effect per key and a receipt for every execution, whatever fails.
 
 Starts its own stack (``bench.chaos_stack``: PostgreSQL, Temporal dev server on a file
-store, 2 gateways, 3 workers, all separate processes) and the fake provider
-(``bench.chaos_provider``: dedupes on ``Idempotency-Key``, counts effects per key, injects
-500s, 429s with ``Retry-After``, answers slower than the timeout, and effects whose answer
-is cut off). Many concurrent callers drive ``--executions`` executions of ``http.request``
-against it, retrying with the same key on any error; 10 % of the keys are sent 2-5 times at
+store, 2 gateways, 3 workers, all separate processes) and the providers, never killed: for
+``http.request`` (``provider_key``) ``bench.chaos_provider`` (dedupes on ``Idempotency-Key``,
+counts effects per key, injects 500s, 429s with ``Retry-After``, answers slower than the
+timeout, and effects whose answer is cut off); for Slack and GitHub (``reconcile``, and the
+``natural`` undos) the devstack's fakes, with lost answers, rate limits and server errors
+armed at their shares (``bench.chaos_tools``, which declares the mix). Many concurrent
+callers drive ``--executions`` executions, each key calling a capability drawn by its
+share, retrying with the same key on any error; 10 % of the keys are sent 2-5 times at
 once across both gateways. Meanwhile a random worker is killed with SIGKILL every few
 seconds (started again after a pause), one gateway is killed and restarted, the Temporal
 server is killed (SIGKILL) and PostgreSQL crashed (immediate shutdown), once each, and both are
@@ -189,11 +192,15 @@ class Campaign:
                 continue
             tool = self.tools[k.capability]
             if tool.undo is not None and k.statuses == {"executed"} and k.output is not None:
-                undo.input = tool.undo.input(k.input, k.output)
-                await self._execute(undo)
-            else:
-                undo.sent = False  # nothing to undo
-                self.progress.answered()
+                try:
+                    undo.input = tool.undo.input(k.input, k.output)
+                except (KeyError, TypeError):
+                    k.unexpected.append(f"an answer with nothing to undo: {k.output}")
+                else:
+                    await self._execute(undo)
+                    continue
+            undo.sent = False  # nothing to undo
+            self.progress.answered()
 
     async def _execute(self, k: Key) -> None:
         await asyncio.gather(*(self._send(k, n) for n in range(k.senders)))
