@@ -173,7 +173,7 @@ def _created(
     # An answer the look-up found: the earlier attempt's effect, its answer lost.
     found = sum(1 for k in executed if k.output is not None and k.output.get("reconciled") is True)
     v.info(f"{capability} ({strategy}): executed / outcome_unknown / failed",
-           f"{len(executed)} / {len(unknown)} / {len(failed)}"
+           f"{len(executed)} / {len(unknown)} / {len(failed)}{_codes(failed)}"
            + (f"; {found} found by a look-up" if strategy == RECONCILE else ""))  # fmt: skip
     not_one = [k.key for k in executed if len(effects.get(k.key, [])) != 1]
     counts = Counter(len(effects.get(k.key, [])) for k in executed)
@@ -195,7 +195,7 @@ def _created(
     v.expect(f"{capability}: outcome_unknown keys, at most 1 effect each",
              f"{len(unknown)} ({held} with its effect)", "<= 1 effect each", not over,
              _names(over))  # fmt: skip
-    after_failure = [k.key for k in failed if effects.get(k.key)]
+    after_failure = [f"{k.key}{_codes([k])}" for k in failed if effects.get(k.key)]
     v.expect(f"{capability}: effects behind a failure receipt", len(after_failure), 0,
              not after_failure, _names(after_failure))  # fmt: skip
 
@@ -206,10 +206,8 @@ def _natural(
     """An executed undo left the state asked, changed once; no repeat failed as a refusal."""
     executed = [k for k in keys if k.statuses == {"executed"}]
     failed = [k for k in keys if k.statuses == {"failed"}]
-    codes = Counter(code for k in failed for code in k.error_codes)
-    why = ", ".join(f"{code} {n}" for code, n in sorted(codes.items()))
     v.info(f"{capability} (natural): executed / failed",
-           f"{len(executed)} / {len(failed)}" + (f" ({why})" if why else ""))  # fmt: skip
+           f"{len(executed)} / {len(failed)}{_codes(failed)}")  # fmt: skip
     wrong = [k.key for k in executed if undone.get(k.key) != (True, 1)]
     v.expect(f"{capability}: executed keys in the state asked, changed once",
              f"{len(executed) - len(wrong)}/{len(executed)}", "all", not wrong,
@@ -221,6 +219,13 @@ def _natural(
     ]
     v.expect(f"{capability}: repeats failed as refusals (the state was reached)",
              len(refused), 0, not refused, _names(refused))  # fmt: skip
+
+
+def _codes(failed: Sequence[Key]) -> str:
+    """The error codes of failed keys, e.g. `` (provider_rate_limited 2)``."""
+    codes = Counter(code for k in failed for code in k.error_codes)
+    why = ", ".join(f"{code} {n}" for code, n in sorted(codes.items()))
+    return f" ({why})" if why else ""
 
 
 def _in_tools_order(capability: str) -> tuple[int, str]:
