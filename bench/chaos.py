@@ -65,6 +65,7 @@ class Key:
     undo: Key | None = None
     target: Key | None = None
     sent: bool = True
+    seconds: float | None = None  # from the first send to the last sender's final answer
 
     @property
     def answered(self) -> bool:
@@ -203,7 +204,9 @@ class Campaign:
             self.progress.answered()
 
     async def _execute(self, k: Key) -> None:
+        start = time.monotonic()
         await asyncio.gather(*(self._send(k, n) for n in range(k.senders)))
+        k.seconds = time.monotonic() - start
         self.progress.answered()
 
     async def _send(self, k: Key, sender: int) -> None:

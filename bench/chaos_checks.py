@@ -174,7 +174,8 @@ def _created(
     found = sum(1 for k in executed if k.output is not None and k.output.get("reconciled") is True)
     v.info(f"{capability} ({strategy}): executed / outcome_unknown / failed",
            f"{len(executed)} / {len(unknown)} / {len(failed)}{_codes(failed)}"
-           + (f"; {found} found by a look-up" if strategy == RECONCILE else ""))  # fmt: skip
+           + (f"; {found} found by a look-up" if strategy == RECONCILE else "")
+           + _latency(keys))  # fmt: skip
     not_one = [k.key for k in executed if len(effects.get(k.key, [])) != 1]
     counts = Counter(len(effects.get(k.key, [])) for k in executed)
     v.expect(f"{capability}: effects per executed key", _spread(counts), "exactly 1",
@@ -207,7 +208,7 @@ def _natural(
     executed = [k for k in keys if k.statuses == {"executed"}]
     failed = [k for k in keys if k.statuses == {"failed"}]
     v.info(f"{capability} (natural): executed / failed",
-           f"{len(executed)} / {len(failed)}{_codes(failed)}")  # fmt: skip
+           f"{len(executed)} / {len(failed)}{_codes(failed)}{_latency(keys)}")  # fmt: skip
     wrong = [k.key for k in executed if undone.get(k.key) != (True, 1)]
     v.expect(f"{capability}: executed keys in the state asked, changed once",
              f"{len(executed) - len(wrong)}/{len(executed)}", "all", not wrong,
@@ -219,6 +220,15 @@ def _natural(
     ]
     v.expect(f"{capability}: repeats failed as refusals (the state was reached)",
              len(refused), 0, not refused, _names(refused))  # fmt: skip
+
+
+def _latency(keys: Sequence[Key]) -> str:
+    """Median and 95th percentile of the keys' time to a final answer, retries included."""
+    times = sorted(k.seconds for k in keys if k.seconds is not None)
+    if not times:
+        return ""
+    p95 = times[min(len(times) - 1, int(0.95 * len(times)))]
+    return f"; answered in {times[len(times) // 2]:.1f} s median, {p95:.1f} s p95"
 
 
 def _codes(failed: Sequence[Key]) -> str:
