@@ -1,11 +1,14 @@
 """Chaos campaign: one effect per key and a receipt for every execution, whatever fails.
 
 Starts its own stack (``bench.chaos_stack``: PostgreSQL, Temporal dev server on a file
-store, 2 gateways, 3 workers, all separate processes) and the fake provider
-(``bench.chaos_provider``: dedupes on ``Idempotency-Key``, counts effects per key, injects
-500s, 429s with ``Retry-After``, answers slower than the timeout, and effects whose answer
-is cut off). Many concurrent callers drive ``--executions`` executions of ``http.request``
-against it, retrying with the same key on any error; 10 % of the keys are sent 2-5 times at
+store, 2 gateways, 3 workers, all separate processes) and the providers, never killed: for
+``http.request`` (``provider_key``) ``bench.chaos_provider`` (dedupes on ``Idempotency-Key``,
+counts effects per key, injects 500s, 429s with ``Retry-After``, answers slower than the
+timeout, and effects whose answer is cut off); for Slack and GitHub (``reconcile``, and the
+``natural`` undos) the devstack's fakes, with lost answers, rate limits and server errors
+armed at their shares (``bench.chaos_tools``, which declares the mix). Many concurrent
+callers drive ``--executions`` executions, each key calling a capability drawn by its
+share, retrying with the same key on any error; 10 % of the keys are sent 2-5 times at
 once across both gateways. Meanwhile a random worker is killed with SIGKILL every few
 seconds (started again after a pause), one gateway is killed and restarted, the Temporal
 server is killed (SIGKILL) and PostgreSQL crashed (immediate shutdown), once each, and both are
@@ -25,6 +28,7 @@ import os
 import platform
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +40,8 @@ from rich.console import Console
 from bench.chaos_checks import Verdict, check, render, stale_attempts
 from bench.chaos_provider import ChaosProvider, Faults
 from bench.chaos_stack import ChaosStack, Member, chaos_stack
+from bench.chaos_tools import NATURAL, PROVIDER_KEY, PROVIDERS, TOOLS, FakeFaults, inject
+from schemas.records import OUTCOME_UNKNOWN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chaos-latest.json"
 FINAL_STATUSES = frozenset({"executed", "failed"})
@@ -43,17 +49,31 @@ FINAL_STATUSES = frozenset({"executed", "failed"})
 
 @dataclass
 class Key:
-    """One idempotency key and what its callers were answered."""
+    """One idempotency key, the capability it calls, and what its callers were answered.
+    An undo key (``natural``) is sent only once its ``target``'s key executed."""
 
     key: str
     senders: int
     receipt_ids: set[str] = field(default_factory=set)  # every one it was answered, 202 too
     statuses: set[str] = field(default_factory=set)
     unexpected: list[str] = field(default_factory=list)  # answers no retry should get
+    capability: str = "http.request"
+    strategy: str = PROVIDER_KEY
+    input: dict[str, Any] = field(default_factory=dict)
+    output: dict[str, Any] | None = None  # an executed answer's
+    error_codes: set[str] = field(default_factory=set)  # a failed answer's
+    undo: Key | None = None
+    target: Key | None = None
+    sent: bool = True
+    seconds: float | None = None  # from the first send to the last sender's final answer
 
     @property
     def answered(self) -> bool:
         return bool(self.statuses & FINAL_STATUSES)
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return OUTCOME_UNKNOWN in self.error_codes
 
 
 @dataclass
@@ -94,8 +114,11 @@ class Campaign:
         self.stack, self.args, self.console = stack, args, console
         self.rng = random.Random(args.seed)
         self.tag = f"chaos-{self.rng.getrandbits(32):08x}"
-        self.keys = [Key(f"{self.tag}-{i:06d}", self._senders()) for i in range(args.executions)]
+        self.tools = {t.capability: t for t in TOOLS if t.provider in args.providers}
+        self.first = self._draw_keys(args.executions)
+        self.keys = [k for first in self.first for k in (first, first.undo) if k is not None]
         self.progress = Progress(len(self.keys))
+        self.injected: Counter[str] = Counter()
         self.events: list[Event] = []
         self.outages: set[asyncio.Task[None]] = set()
         self.started = time.monotonic()
@@ -108,16 +131,45 @@ class Campaign:
     def _senders(self) -> int:
         return self.rng.randint(2, 5) if self.rng.random() < self.args.duplicates else 1
 
+    def _draw_keys(self, executions: int) -> list[Key]:
+        """``executions`` keys, each calling a tool drawn by its share; a tool's undo takes
+        the next key for its share of them."""
+        tools = list(self.tools.values())
+        weights = [t.share for t in tools]
+        first: list[Key] = []
+        made = 0
+        while made < executions:
+            tool = self.rng.choices(tools, weights)[0]
+            k = self._key(made, tool.capability, tool.strategy)
+            k.input = tool.input(k.key, self.stack.provider_urls[tool.provider])
+            made += 1
+            if tool.undo and made < executions and self.rng.random() < tool.undo.share:
+                k.undo = self._key(made, tool.undo.capability, NATURAL)
+                k.undo.target = k
+                made += 1
+            first.append(k)
+        return first
+
+    def _key(self, n: int, capability: str, strategy: str) -> Key:
+        return Key(f"{self.tag}-{n:06d}", self._senders(), capability=capability,
+                   strategy=strategy)  # fmt: skip
+
     async def run(self) -> None:
         queue: asyncio.Queue[Key] = asyncio.Queue()
-        for k in self.keys:
+        for k in self.first:
             queue.put_nowait(k)
         callers = [asyncio.create_task(self._caller(queue)) for _ in range(self.args.callers)]
         milestones = asyncio.create_task(self._milestones())
+        faults = FakeFaults().scaled(self.args.fault_scale)
         chaos = [
             asyncio.create_task(self._kill_workers()),
             asyncio.create_task(self._report_progress()),
-        ]
+            *(
+                asyncio.create_task(inject(fake, faults, random.Random(self.rng.random()),
+                                           self.injected))
+                for fake in self.stack.fakes.values()
+            ),
+        ]  # fmt: skip
         try:
             await asyncio.gather(*callers)
             # A restart under way finishes (a server left down would fail the checks);
@@ -135,8 +187,27 @@ class Campaign:
     async def _caller(self, queue: asyncio.Queue[Key]) -> None:
         while not queue.empty():
             k = queue.get_nowait()
-            await asyncio.gather(*(self._send(k, n) for n in range(k.senders)))
+            await self._execute(k)
+            undo = k.undo
+            if undo is None:
+                continue
+            tool = self.tools[k.capability]
+            if tool.undo is not None and k.statuses == {"executed"} and k.output is not None:
+                try:
+                    undo.input = tool.undo.input(k.input, k.output)
+                except (KeyError, TypeError):
+                    k.unexpected.append(f"an answer with nothing to undo: {k.output}")
+                else:
+                    await self._execute(undo)
+                    continue
+            undo.sent = False  # nothing to undo
             self.progress.answered()
+
+    async def _execute(self, k: Key) -> None:
+        start = time.monotonic()
+        await asyncio.gather(*(self._send(k, n) for n in range(k.senders)))
+        k.seconds = time.monotonic() - start
+        self.progress.answered()
 
     async def _send(self, k: Key, sender: int) -> None:
         """Send ``k`` until it gets a final answer, retrying with the same key on anything
@@ -144,15 +215,14 @@ class Campaign:
         moves to the next one."""
         if sender:
             await asyncio.sleep(self.rng.uniform(0, 0.3))
-        body = {
+        body: dict[str, Any] = {
             "schema_version": "1",
-            "capability_id": "http.request",
-            "input": {
-                "method": "POST",
-                "url": f"{self.stack.provider.base_url}/effects",
-                "json": {"key": k.key},
-            },
+            "capability_id": k.capability,
+            "input": k.input,
         }
+        provider = self.tools[k.target.capability if k.target else k.capability].provider
+        if provider in self.stack.connections:
+            body["connection_id"] = self.stack.connections[provider]
         headers = {"Authorization": f"Bearer {self.stack.api_key}", "Idempotency-Key": k.key}
         attempt, delay = sender, 0.2
         while time.monotonic() < self.give_up_at:
@@ -180,6 +250,11 @@ class Campaign:
         status = envelope.get("status") if isinstance(envelope, dict) else None
         if resp.status_code in (200, 502) and status in FINAL_STATUSES:
             k.statuses.add(str(status))
+            if status == "executed" and isinstance(envelope.get("output"), dict):
+                k.output = k.output or envelope["output"]
+            error = envelope.get("error")
+            if status == "failed" and isinstance(error, dict):
+                k.error_codes.add(str(error.get("code")))
             if envelope.get("receipt_id"):
                 k.receipt_ids.add(str(envelope["receipt_id"]))
             return True
@@ -254,8 +329,12 @@ async def campaign(args: argparse.Namespace, console: Console) -> dict[str, Any]
     load_before = os.getloadavg()
     faults = Faults().scaled(args.fault_scale)
     provider = ChaosProvider(faults, args.seed)
-    console.log("starting PostgreSQL, Temporal, 2 gateways, 3 workers and the provider…")
-    async with chaos_stack(provider, keep=args.keep) as stack:
+    fakes = {name: make(args.seed) for name, make in PROVIDERS.items() if name in args.providers}
+    console.log(
+        "starting PostgreSQL, Temporal, 2 gateways, 3 workers and the providers "
+        f"({', '.join(args.providers)})…"
+    )
+    async with chaos_stack(provider, fakes, keep=args.keep) as stack:
         console.log(f"stack up in {time.monotonic() - started:.1f} s, under {stack.root}")
         run = Campaign(stack, args, console)
         await run.run()
@@ -295,7 +374,8 @@ async def campaign(args: argparse.Namespace, console: Console) -> dict[str, Any]
         },
         "requests": run.progress.requests,
         "retried_answers": run.progress.errors,
-        "faults_injected": dict(provider.injected),
+        "capabilities": dict(Counter(k.capability for k in run.keys if k.sent)),
+        "faults_injected": _faults(provider, run),
         "worker_kills": sum(w.kills for w in stack.workers),
         "events": [
             {"at_s": round(e.at, 1), "what": e.what, "seconds": round(e.seconds, 1)}
@@ -306,6 +386,16 @@ async def campaign(args: argparse.Namespace, console: Console) -> dict[str, Any]
         "invariants": verdict.rows,
         "_verdict": verdict,
     }
+
+
+def _faults(provider: ChaosProvider, run: Campaign) -> dict[str, int]:
+    """Every fault the providers served: the http provider's draws, the fakes' armed rate
+    limits and server errors, and their answers lost (dropped, or late)."""
+    found = {f"http {what}": n for what, n in provider.injected.items()}
+    found.update(run.injected)
+    for fake in run.stack.fakes.values():
+        found.update({f"{fake.name} {how}": n for how, n in fake.lost().items()})
+    return dict(sorted(found.items()))
 
 
 def main() -> None:
@@ -344,6 +434,14 @@ def main() -> None:
         help="after the load, how long unfinished executions may take to finish",
     )
     parser.add_argument("--seed", type=int, default=14, help="seed of keys, faults and kills")
+    names = sorted({t.provider for t in TOOLS})
+    parser.add_argument(
+        "--providers",
+        nargs="+",
+        choices=names,
+        default=names,
+        help="the providers whose capabilities the keys call (default: all)",
+    )
     parser.add_argument(
         "--keep", action="store_true", help="keep the stack's folder (logs, data) afterwards"
     )
@@ -357,7 +455,7 @@ def main() -> None:
     )
     console = Console()
     if not console.is_terminal:
-        console.width = max(console.width, 100)
+        console.width = max(console.width, 130)
     report = asyncio.run(campaign(args, console))
     verdict: Verdict = report.pop("_verdict")
     render(report, verdict, console)

@@ -1,7 +1,18 @@
 """What the chaos campaign checks once the load has stopped: a drain, then every invariant
 from Moat's own records (PostgreSQL, Temporal, the manifests on disk) against what the
-callers were answered and what the provider saw. Prints the table; ``Verdict.ok`` is the
-campaign's exit status."""
+callers were answered and what the providers hold. Prints the table; ``Verdict.ok`` is the
+campaign's exit status.
+
+The effects are checked per capability, by its idempotency strategy:
+
+* ``provider_key`` and ``reconcile`` (an effect created per key): an executed key has
+  exactly one effect at the provider, the one its answer names; a key that ended
+  ``outcome_unknown`` has at most one; any other failure, none. Never two.
+* ``natural`` (an undo: delete a message, close an issue): an executed key left the provider
+  in the state asked, changed by exactly one call (the repeats found it done and were
+  answered as done); a key failed with the provider's "not found" / "invalid" while the
+  state was reached means a repeat was taken for an error.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +33,7 @@ from rich.table import Table
 from sqlalchemy import func, select
 from temporalio.client import Client
 
+from bench.chaos_tools import NATURAL, RECONCILE, TOOLS, provider_of
 from schemas.names import EXECUTE_WORKFLOW
 from starter.cli.manifests import VALID, check_manifest
 from starter.runtime.database import owner_transaction
@@ -65,6 +77,11 @@ class Observed:
     replayed_manifests: Mapping[str, int] = field(default_factory=dict)
 
 
+# What a provider answers a repeat of an undo already done: a natural capability must take
+# it as done, not fail with it.
+REPEAT_REFUSALS = frozenset({"provider_not_found", "provider_invalid_input"})
+
+
 def evaluate(
     keys: Sequence[Key],
     observed: Observed,
@@ -72,14 +89,21 @@ def evaluate(
     manifest_verdicts: Mapping[str, bool],
     rebuild: tuple[int, str],
     requests: int | None = None,
+    undone: Mapping[str, tuple[bool, int]] | None = None,
 ) -> Verdict:
-    """Every invariant, from the callers' answers (``keys``), Moat's records and the
-    provider's effects per key. Pure, so a test can hand it a broken run."""
+    """Every invariant, from the callers' answers (``keys``), Moat's records, the effects
+    per key the providers hold (``effects``: campaign key → an id per effect) and, for an
+    undo key, the provider's state (``undone``: reached, changes). Pure, so a test can hand
+    it a broken run."""
     v = Verdict()
     if requests is not None:
         v.info("requests sent", requests)
+    skipped = [k for k in keys if not k.sent]
+    keys = [k for k in keys if k.sent]
     dup = sum(1 for k in keys if k.senders > 1)
     v.info("keys", f"{len(keys)} ({dup} sent 2-5 times at once)")
+    if skipped:
+        v.info("undo keys not sent (their key did not execute)", len(skipped))
     answered = [k for k in keys if k.answered]
     v.expect("keys answered", len(answered), len(keys), len(answered) == len(keys),
              _names(k.key for k in keys if not k.answered))  # fmt: skip
@@ -100,19 +124,19 @@ def evaluate(
     mixed = [k.key for k in answered if len(k.statuses) > 1]
     v.info("executed / failed (provider kept failing)", f"{len(succeeded)} / {len(failed)}")
     v.expect("keys answered both executed and failed", len(mixed), 0, not mixed, _names(mixed))
-    not_one = [k.key for k in succeeded if len(effects.get(k.key, [])) != 1]
-    counts = Counter(len(effects.get(k.key, [])) for k in succeeded)
-    v.expect("provider effects per executed key", _spread(counts), "exactly 1", not not_one,
-             _names(not_one))  # fmt: skip
-    after_failure = [k.key for k in failed if effects.get(k.key)]
-    v.expect("effects behind a failure receipt", len(after_failure), 0, not after_failure,
-             _names(after_failure))  # fmt: skip
+    for capability in sorted({k.capability for k in keys}, key=_in_tools_order):
+        mine = [k for k in answered if k.capability == capability and len(k.statuses) == 1]
+        if any(k.strategy == NATURAL for k in mine):
+            _natural(v, capability, mine, undone or {})
+        elif mine:
+            _created(v, capability, mine[0].strategy, mine, effects)
     duplicates = sum(max(0, len(found) - 1) for found in effects.values())
-    v.expect("duplicate effects", duplicates, 0, duplicates == 0,
+    v.expect("duplicate effects (every capability)", duplicates, 0, duplicates == 0,
              _names(k for k, found in effects.items() if len(found) > 1))  # fmt: skip
-    two_keys = [k for k, found in effects.items() if len(set(found)) > 1]
-    v.expect("provider keys per campaign key", "1" if not two_keys else ">1", 1, not two_keys,
-             _names(two_keys))  # fmt: skip
+    http = {k.key for k in keys if k.capability == "http.request"}
+    two_keys = [k for k, found in effects.items() if k in http and len(set(found)) > 1]
+    v.expect("http.request: Idempotency-Keys per campaign key",
+             "1" if not two_keys else ">1", 1, not two_keys, _names(two_keys))  # fmt: skip
     v.expect("executions never finished (after the drain)",
              observed.running_workflows + observed.unfinished_runs, 0,
              observed.running_workflows + observed.unfinished_runs == 0,
@@ -137,6 +161,89 @@ def evaluate(
     return v
 
 
+def _created(
+    v: Verdict, capability: str, strategy: str, keys: Sequence[Key],
+    effects: Mapping[str, list[str]],
+) -> None:  # fmt: skip
+    """One effect per executed key, the one answered; at most one per ``outcome_unknown``
+    key; none behind any other failure."""
+    executed = [k for k in keys if k.statuses == {"executed"}]
+    unknown = [k for k in keys if k.statuses == {"failed"} and k.outcome_unknown]
+    failed = [k for k in keys if k.statuses == {"failed"} and not k.outcome_unknown]
+    # An answer the look-up found: the earlier attempt's effect, its answer lost.
+    found = sum(1 for k in executed if k.output is not None and k.output.get("reconciled") is True)
+    v.info(f"{capability} ({strategy}): executed / outcome_unknown / failed",
+           f"{len(executed)} / {len(unknown)} / {len(failed)}{_codes(failed)}"
+           + (f"; {found} found by a look-up" if strategy == RECONCILE else "")
+           + _latency(keys))  # fmt: skip
+    not_one = [k.key for k in executed if len(effects.get(k.key, [])) != 1]
+    counts = Counter(len(effects.get(k.key, [])) for k in executed)
+    v.expect(f"{capability}: effects per executed key", _spread(counts), "exactly 1",
+             not not_one, _names(not_one))  # fmt: skip
+    tool = next((t for t in TOOLS if t.capability == capability), None)
+    if tool is not None and tool.answer_id is not None:
+        answer_id = tool.answer_id
+        wrong = [
+            k.key
+            for k in executed
+            if k.output is None or effects.get(k.key, []) != [answer_id(k.output)]
+        ]
+        v.expect(f"{capability}: the answer names the key's own effect",
+                 f"{len(executed) - len(wrong)}/{len(executed)}", "all", not wrong,
+                 _names(wrong))  # fmt: skip
+    over = [k.key for k in unknown if len(effects.get(k.key, [])) > 1]
+    held = sum(1 for k in unknown if effects.get(k.key))
+    v.expect(f"{capability}: outcome_unknown keys, at most 1 effect each",
+             f"{len(unknown)} ({held} with its effect)", "<= 1 effect each", not over,
+             _names(over))  # fmt: skip
+    after_failure = [f"{k.key}{_codes([k])}" for k in failed if effects.get(k.key)]
+    v.expect(f"{capability}: effects behind a failure receipt", len(after_failure), 0,
+             not after_failure, _names(after_failure))  # fmt: skip
+
+
+def _natural(
+    v: Verdict, capability: str, keys: Sequence[Key], undone: Mapping[str, tuple[bool, int]]
+) -> None:
+    """An executed undo left the state asked, changed once; no repeat failed as a refusal."""
+    executed = [k for k in keys if k.statuses == {"executed"}]
+    failed = [k for k in keys if k.statuses == {"failed"}]
+    v.info(f"{capability} (natural): executed / failed",
+           f"{len(executed)} / {len(failed)}{_codes(failed)}{_latency(keys)}")  # fmt: skip
+    wrong = [k.key for k in executed if undone.get(k.key) != (True, 1)]
+    v.expect(f"{capability}: executed keys in the state asked, changed once",
+             f"{len(executed) - len(wrong)}/{len(executed)}", "all", not wrong,
+             _names(f"{k}: {undone.get(k)}" for k in wrong))  # fmt: skip
+    refused = [
+        k.key
+        for k in failed
+        if k.error_codes & REPEAT_REFUSALS and undone.get(k.key, (False, 0))[0]
+    ]
+    v.expect(f"{capability}: repeats failed as refusals (the state was reached)",
+             len(refused), 0, not refused, _names(refused))  # fmt: skip
+
+
+def _latency(keys: Sequence[Key]) -> str:
+    """Median and 95th percentile of the keys' time to a final answer, retries included."""
+    times = sorted(k.seconds for k in keys if k.seconds is not None)
+    if not times:
+        return ""
+    p95 = times[min(len(times) - 1, int(0.95 * len(times)))]
+    return f"; answered in {times[len(times) // 2]:.1f} s median, {p95:.1f} s p95"
+
+
+def _codes(failed: Sequence[Key]) -> str:
+    """The error codes of failed keys, e.g. `` (provider_rate_limited 2)``."""
+    codes = Counter(code for k in failed for code in k.error_codes)
+    why = ", ".join(f"{code} {n}" for code, n in sorted(codes.items()))
+    return f" ({why})" if why else ""
+
+
+def _in_tools_order(capability: str) -> tuple[int, str]:
+    """Each tool's capability, then its undo, in the order of ``TOOLS``."""
+    order = [c for t in TOOLS for c in (t.capability, t.undo.capability if t.undo else "")]
+    return (order.index(capability) if capability in order else len(order), capability)
+
+
 async def check(
     stack: ChaosStack, keys: Sequence[Key], requests: int, *, drain_until: float
 ) -> Verdict:
@@ -146,8 +253,16 @@ async def check(
     jwks = Keyring.load(stack.settings.signing_keyring_path).jwks()
     verdicts = await asyncio.to_thread(_verify_manifests, observed.manifests, jwks)
     rebuild = await asyncio.to_thread(_rebuild_verify, stack)
-    effects = stack.provider.effects_by_key()
-    return evaluate(keys, observed, effects, verdicts, rebuild, requests)
+    providers = stack.providers
+    effects: dict[str, list[str]] = {}
+    for provider in providers.values():
+        effects.update(provider.created())
+    undone = {
+        k.key: providers[provider_of(k.target.capability)].undone(k.input)
+        for k in keys
+        if k.sent and k.target is not None
+    }
+    return evaluate(keys, observed, effects, verdicts, rebuild, requests, undone)
 
 
 async def _drain(stack: ChaosStack, until: float) -> int:
