@@ -34,6 +34,7 @@ EXPECTED = {
     "fake slack": ("not_authed",),
     "fake github": ("Bad credentials",),
     "fake webhook": ("POST only",),
+    "fake notion": ("Notion-Version",),
 }
 
 
