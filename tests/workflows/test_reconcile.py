@@ -275,7 +275,7 @@ async def test_a_last_attempt_failing_in_moat_after_a_lost_answer_is_outcome_unk
     manifest = json.loads(manifest_path(stack, stack.tenant_id, envelope["run_id"]).read_text())
     assert manifest["outputs"]["outcome_unknown"] is True
     [tool] = manifest["tools"]
-    assert tool["result"]["error"].startswith("outcome_unknown: the last attempt failed in Moat's own")
+    assert tool["result"]["error"].startswith("outcome_unknown: the last attempt failed in Moat")
 
 
 async def test_capabilities_show_their_strategy(stack: Stack) -> None:
