@@ -16,7 +16,8 @@ The rules an adapter keeps (the conformance kit, ``moat.testing``, checks them):
 - no state between calls: one adapter object serves every tenant and every attempt;
 - every outbound HTTP call through ``send`` (the host guard, the byte cap on answers, the
   connection's secret scrubbed from what comes back); any other connection only to an
-  address ``HostGuard.pin`` admits;
+  address ``HostGuard.check`` answers for the host and port (the address it vetted, to
+  connect to in place of the name);
 - failures in its own words, through ``fail`` with an ``ErrorTaxonomy`` value (or a stable
   code), never a library's exception text, which may hold a secret;
 - what it returns through ``recorded`` (redacted, hashed as the receipt holds it);
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from activities.adapters.base import fail, parse_input
 from activities.adapters.guard import HostGuard
-from activities.adapters.plugins import AdapterContext
+from activities.adapters.plugins import AdapterContext, Driven
 from activities.adapters.reconcile import outcome_unknown
 from activities.adapters.responses import ProviderResponse, recorded
 from activities.adapters.sender import SendRequest, send
@@ -53,6 +54,7 @@ __all__ = [
     "ConnectionKind",
     "ConnectionType",
     "Credential",
+    "Driven",
     "EffectType",
     "ErrorTaxonomy",
     "HostGuard",

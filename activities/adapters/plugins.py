@@ -17,8 +17,8 @@ An adapter is either
 
 Either way an adapter keeps no state between calls, fails with ``fail(...)`` in its own
 words, sends every request through ``send`` (the host guard, the byte cap on answers, the
-secret scrubbed), and opens any other connection only to an address ``HostGuard.pin``
-admits.
+secret scrubbed), and opens any other connection only to the address ``HostGuard.check``
+answers for its host and port.
 """
 
 from __future__ import annotations
