@@ -57,7 +57,9 @@ class ConnectionKind:
     what else its config must hold (``check_config``: the config normalized, or a
     ``PydanticCustomError``/``ValueError`` saying what is wrong, never repeating a value).
     ``http`` False: the secret is not sent over HTTP (an SMTP password), so the origin
-    rules do not apply and ``check_config`` says where it may go.
+    rules do not apply and ``check_config`` says where it may go. ``config_schema``: the
+    JSON Schema of the config ``check_config`` takes, which the route's schema states for
+    the type (``$defs`` inlined).
 
     A package declares its own beside its capabilities (``Capability.connection_kinds``)."""
 
@@ -66,6 +68,7 @@ class ConnectionKind:
     default_base_url: str | None = None
     check_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     http: bool = True
+    config_schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 BUILTIN_KINDS: tuple[ConnectionKind, ...] = (
@@ -284,6 +287,35 @@ def _types_schema(schema: JsonDict) -> None:
             "config": {"anyOf": [{"required": ["base_url"]}, {"required": ["allowed_origins"]}]}
         },
     }
+    own: list[Any] = [
+        {
+            "if": {"required": ["type"], "properties": {"type": {"const": kind.name}}},
+            "then": {"required": ["config"], "properties": {"config": inlined(kind.config_schema)}},
+        }
+        for kind in sorted(kinds.values(), key=lambda k: k.name)
+        if kind.config_schema is not None
+    ]
+    if own:
+        schema["allOf"] = own
+
+
+def inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` references replaced by what they name (a schema set
+    inside another document, whose root is not its own)."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    inlined_schema: dict[str, Any] = walk(schema)
+    return inlined_schema
 
 
 CONFIG_SCHEMA: JsonDict = {

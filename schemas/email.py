@@ -215,9 +215,14 @@ CONNECTION_KINDS: tuple[ConnectionKind, ...] = (
         "mailbox it files sent mail in.",
         check_config=checked_smtp_config,
         http=False,
+        config_schema=SmtpConfig.model_json_schema(),
     ),
     ConnectionKind(
-        RESEND, "A Resend API key.", RESEND_BASE_URL, check_config=checked_resend_config
+        RESEND,
+        "A Resend API key.",
+        RESEND_BASE_URL,
+        check_config=checked_resend_config,
+        config_schema=ResendConfig.model_json_schema(),
     ),
 )
 
