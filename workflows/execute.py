@@ -451,18 +451,24 @@ def _failed(
 
 
 _UNSETTLED = (
-    f"{OUTCOME_UNKNOWN}: the last attempt failed in Moat's own steps, not at the provider, "
-    "so nothing settled whether an attempt took effect; it was not retried so as not to do "
-    "it twice. Check the provider; if nothing was done, execute again with a new key"
+    f"{OUTCOME_UNKNOWN}: the last attempt failed in Moat's own steps or timed out without a "
+    "word, not at the provider, so nothing settled whether an attempt took effect; it was "
+    "not retried so as not to do it twice. Check the provider; if nothing was done, execute "
+    "again with a new key"
 )
 
 
 def _unsettled(req: ExecuteWorkflowInput, cause: BaseException | None) -> bool:
-    """Whether the final failure leaves the effect unknown: the attempt failed in Moat's own
-    steps (its event writes, the connection's look-up: a fault its adapter did not word) and
-    retryably, so an attempt before it, or this one, may have reached the provider, and
-    none looked. A capability with no effect has nothing to leave unknown."""
-    if req.capability.effect_type == EffectType.NONE or not isinstance(cause, ApplicationError):
+    """Whether the final failure leaves the effect unknown: the attempt timed out without a
+    word (its worker died or stalled, after the provider may have acted), or failed in
+    Moat's own steps (its event writes, the connection's look-up: a fault its adapter did
+    not word) and retryably, so an attempt before it, or this one, may have reached the
+    provider, and none looked. A capability with no effect has nothing to leave unknown."""
+    if req.capability.effect_type == EffectType.NONE:
+        return False
+    if isinstance(cause, TimeoutError):
+        return True  # the attempt never reported: its worker died or stalled mid-call
+    if not isinstance(cause, ApplicationError):
         return False
     return not cause.non_retryable and "error_code" not in _details(cause)
 

@@ -26,8 +26,15 @@ from temporalio.client import WorkflowExecutionStatus
 from typer.testing import CliRunner
 
 from activities.execute.adapter import AdapterStep
-from schemas.capabilities import BUILTIN_CAPABILITIES, CapabilityCatalog, RetrySettings
+from schemas.capabilities import (
+    BUILTIN_CAPABILITIES,
+    CapabilityCatalog,
+    CapabilitySpec,
+    EffectType,
+    RetrySettings,
+)
 from schemas.events import EffectOrigin, Event, EventType, effect_origin
+from schemas.run import AdapterInput, AdapterOutput
 from starter.cli.runs import runs_app
 from starter.devstack.providers import FakeGithub, FakeSlack, FakeWebhookReceiver, Misbehaviour
 from store import events as event_log
@@ -276,6 +283,38 @@ async def test_a_last_attempt_failing_in_moat_after_a_lost_answer_is_outcome_unk
     assert manifest["outputs"]["outcome_unknown"] is True
     [tool] = manifest["tools"]
     assert tool["result"]["error"].startswith("outcome_unknown: the last attempt failed in Moat")
+
+
+SLEEPY = CapabilitySpec(
+    id="test.sleepy",
+    version="1.0.0",
+    adapter="sleepy",
+    adapter_id="sleepy-adapter-v1",
+    effect_type=EffectType.API_CALL,
+    timeout_seconds=0.2,
+    retry=RetrySettings(max_retries=0, base_delay_seconds=0.05),
+)
+
+
+async def test_a_last_attempt_that_times_out_without_a_word_is_outcome_unknown(
+    make_stack: StackFactory,
+) -> None:
+    """The chaos campaign's second find: a last attempt whose worker died after the provider
+    acted ends in Temporal's start-to-close timeout; the effect may exist, so the outcome is
+    unknown, not a plain timeout."""
+    acted = asyncio.Event()
+
+    async def acts_then_stalls(inp: AdapterInput, credential: object = None) -> AdapterOutput:
+        acted.set()
+        await asyncio.sleep(6.0)  # past the attempt's start-to-close timeout (5.2 s)
+        raise AssertionError("unreachable")
+
+    async with make_stack(adapters={"sleepy": acts_then_stalls}) as stack:
+        result = await stack.start_direct(SLEEPY, {"anything": 1})
+    receipt = result.receipt
+    assert acted.is_set() and receipt is not None
+    assert receipt.status == "timeout"
+    assert receipt.error_code == "outcome_unknown"
 
 
 async def test_capabilities_show_their_strategy(stack: Stack) -> None:
