@@ -331,3 +331,8 @@ def test_natural_keys_reach_the_state_once_and_take_a_repeat_as_done() -> None:
     }
     # Failed before anything was deleted: no refusal of a repeat.
     assert _mixed_failures(keys=keys, undone={**undone, "d": (False, 0)}) == set()
+    keys[1].error_codes = {"network_error"}  # the answer lost, the message deleted: a figure
+    verdict = evaluate(keys, _mixed_run()[1], _mixed_run()[2], {}, (0, ""), undone=undone)
+    rows = {row["check"]: row for row in verdict.rows}
+    reached = rows["slack.delete_message: failed keys whose state was reached all the same"]
+    assert reached["found"] == "1: d (network_error 1)" and reached["ok"] is None
