@@ -4,9 +4,10 @@ Starts its own stack (``bench.chaos_stack``: PostgreSQL, Temporal dev server on 
 store, 2 gateways, 3 workers, all separate processes) and the providers, never killed: for
 ``http.request`` (``provider_key``) ``bench.chaos_provider`` (dedupes on ``Idempotency-Key``,
 counts effects per key, injects 500s, 429s with ``Retry-After``, answers slower than the
-timeout, and effects whose answer is cut off); for Slack and GitHub (``reconcile``, and the
-``natural`` undos) the devstack's fakes, with lost answers, rate limits and server errors
-armed at their shares (``bench.chaos_tools``, which declares the mix). Many concurrent
+timeout, and effects whose answer is cut off); for Slack, GitHub, email over SMTP and Notion
+(``reconcile``, and the ``natural`` undos) the devstack's fakes, with lost answers, rate
+limits and server errors armed at their shares (``bench.chaos_tools``, which declares the
+mix). Many concurrent
 callers drive ``--executions`` executions, each key calling a capability drawn by its
 share, retrying with the same key on any error; 10 % of the keys are sent 2-5 times at
 once across both gateways. Meanwhile a random worker is killed with SIGKILL every few

@@ -220,6 +220,10 @@ def _natural(
     ]
     v.expect(f"{capability}: repeats failed as refusals (the state was reached)",
              len(refused), 0, not refused, _names(refused))  # fmt: skip
+    # A figure: a natural change repeated under any key changes nothing more.
+    reached = [f"{k.key}{_codes([k])}" for k in failed if undone.get(k.key, (False, 0))[0]]
+    v.info(f"{capability}: failed keys whose state was reached all the same",
+           f"{len(reached)}" + (f": {_names(reached)}" if reached else ""))  # fmt: skip
 
 
 def _latency(keys: Sequence[Key]) -> str:

@@ -7,9 +7,10 @@ effect can be undone, the ``Undo`` (a ``natural`` capability) sent for a share o
 executed keys. A provider joins by one class with the ``Provider`` methods (and the
 ``FaultyFake`` ones when the campaign injects its faults from outside: lost answers, rate
 limits, server errors), named in ``PROVIDERS``. Every effect carries its campaign key where
-the provider keeps it (the text of a message, the title of an issue, the JSON body of a
-request), so effects are counted per key from the provider's own state, read in-process:
-the fakes run on threads of the campaign's process and are never killed.
+the provider keeps it (the text of a message, the title of an issue or a page, the subject
+of an email, the JSON body of a request), so effects are counted per key from the
+provider's own state, read in-process: the fakes run on threads of the campaign's process
+and are never killed.
 """
 
 from __future__ import annotations
@@ -24,14 +25,31 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bench.chaos_provider import ChaosProvider
-from starter.devstack.providers import FakeGithub, FakeServer, FakeSlack, Misbehaviour, Reply
+from starter.devstack.providers import (
+    FakeGithub,
+    FakeNotion,
+    FakeServer,
+    FakeSlack,
+    Misbehaviour,
+    Reply,
+)
+from starter.devstack.providers.mail import FakeMail
+from starter.devstack.providers.notion import notion_id
 
 PROVIDER_KEY, RECONCILE, NATURAL = "provider_key", "reconcile", "natural"
-# A late answer comes after the adapter's timeout (10 s for Slack and GitHub) has passed.
+# A late answer comes after the adapter's timeout (10 s for Slack and GitHub) has passed;
+# a fake of a capability with a longer timeout sets its own (``answer_late_seconds``).
 LATE_SECONDS = 12.0
 # Shared by many keys, so a look-up must tell its own effect from the others'.
 SLACK_CHANNELS = ("C0CHAOS0A", "C0CHAOS0B", "C0CHAOS0C")
 GITHUB_OWNER, GITHUB_REPOS = "chaos", ("alpha", "beta", "gamma")
+MAIL_SENDER, MAIL_RECIPIENTS = "agent@chaos.test", ("ops@chaos.test", "oncall@chaos.test")
+# SMTP's forms of the faults, refused at RCPT TO with nothing filed: "try later" (Moat's
+# rate limit, with no wait named) and a transient failure of the server.
+SMTP_LATER, SMTP_TRANSIENT = 451, 455
+NOTION_MARK = "Moat key"
+NOTION_PROPERTIES = {"Name": "title", NOTION_MARK: "rich_text", "Status": "select"}
+NOTION_DATABASES = ("c4a0500011114f0e8a0c0000000000a1", "c4a0500011114f0e8a0c0000000000b2")
 
 
 class Provider(Protocol):
@@ -92,12 +110,15 @@ class FaultyFake(Provider, Protocol):
 class _Ledger(FakeServer):
     """Keeps every effect's answer (``acted``) and counts the answers lost."""
 
+    # A late answer comes this long after the call: past the capabilities' timeout.
+    answer_late_seconds = LATE_SECONDS
+
     def __init__(self, seed: int) -> None:
         super().__init__()
         self.acts: list[tuple[str, dict[str, Any]]] = []
         self._lost: Counter[str] = Counter()
         self._rng = random.Random(seed)
-        self.late_seconds = LATE_SECONDS
+        self.late_seconds = self.answer_late_seconds
 
     def acted(self, reply: Reply) -> Reply:
         reply = super().acted(reply)
@@ -124,7 +145,7 @@ class _Ledger(FakeServer):
             if self._fail_next > 0:
                 return False
             mode = Misbehaviour.LATE if self._rng.random() < 0.25 else Misbehaviour.DROP
-            self.fail_next(count, mode, LATE_SECONDS)
+            self.fail_next(count, mode, self.answer_late_seconds)
             return True
 
     def lost(self) -> Counter[str]:
@@ -212,6 +233,122 @@ class ChaosGithub(_Ledger, FakeGithub):
         return closed, self.closes_of(owner, repo, number)
 
 
+class ChaosMail(_Ledger, FakeMail):
+    """``email.send`` over SMTP (subject: the campaign key), its look-up in the IMAP ``Sent``
+    mailbox the fake files every accepted message in. A lost answer: the message is filed,
+    then the connection dropped before the reply to the end of ``DATA`` (or the reply comes
+    after the capability's 30 s timeout)."""
+
+    answer_late_seconds = 32.0
+
+    def _kind(self, body: dict[str, Any]) -> str:
+        return "send"
+
+    @property
+    def allow_entry(self) -> str:
+        """SMTP's and IMAP's ports (the connection says ``security: none``: allow-listed)."""
+        return f"{self.smtp_allow_entry},{self.imap_allow_entry}"
+
+    def connection(self) -> dict[str, Any]:
+        config = {
+            "host": "127.0.0.1", "port": self.smtp_port, "security": "none",
+            "username": self.username, "from": MAIL_SENDER,
+            "imap": {"host": "127.0.0.1", "port": self.imap_port, "security": "none",
+                     "mailbox": "Sent"},
+        }  # fmt: skip
+        return {"type": "smtp", "name": "chaos-smtp", "secret": self.password, "config": config}
+
+    def requests_seen(self) -> int:
+        """SMTP transactions (``MAIL FROM``): where the refusals are served."""
+        with self.lock:
+            return len(self.transactions)
+
+    def _refuse_once(self, count: int, code: int) -> bool:
+        with self.lock:
+            if self._refuse:
+                return False
+            self.refuse_next(count, code)
+            return True
+
+    def rate_limit(self, count: int, retry_after_seconds: int) -> bool:
+        """``451`` at RCPT TO: SMTP's "try later" names no wait."""
+        return self._refuse_once(count, SMTP_LATER)
+
+    def server_errors(self, count: int) -> bool:
+        return self._refuse_once(count, SMTP_TRANSIENT)
+
+    def created(self) -> Mapping[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for message in self.sent():
+            found.setdefault(message["subject"], []).append(message["message_id"])
+        return found
+
+    def undone(self, inp: Mapping[str, Any]) -> tuple[bool, int]:
+        raise NotImplementedError("email.send has no undo")
+
+
+class ChaosNotion(_Ledger, FakeNotion):
+    """``notion.create_page`` (title: the campaign key; the mark property holds Moat's key,
+    which the look-up queries) in one of 2 databases, and ``notion.update_page`` moving the
+    page to the trash (``archived: true``)."""
+
+    answer_late_seconds = 22.0  # the capabilities' timeout is 20 s
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        for n, database_id in enumerate(NOTION_DATABASES):
+            self.add_database(NOTION_PROPERTIES, database_id=database_id, title=f"Chaos {n + 1}")
+        self.trashings: Counter[str] = Counter()  # page id -> calls that moved it to the trash
+
+    def _kind(self, body: dict[str, Any]) -> str:
+        return "page"
+
+    def connection(self) -> dict[str, Any]:
+        config = {"base_url": f"{self.base_url}/v1", "mark_property": NOTION_MARK}
+        return {
+            "type": "notion",
+            "name": "chaos-notion",
+            "secret": "secret_chaos",
+            "config": config,
+        }
+
+    def rate_limit(self, count: int, retry_after_seconds: int) -> bool:
+        """``429 rate_limited`` with ``Retry-After``, on any call (look-ups too)."""
+        with self.lock:
+            if self.rate_limited_next > 0:
+                return False
+            FakeNotion.rate_limit(self, count, retry_after_seconds)
+            return True
+
+    def server_errors(self, count: int) -> bool:
+        with self.lock:
+            if self.error_next:
+                return False
+            self.error_next.extend([502] * count)
+            return True
+
+    def _update(self, page: dict[str, Any], body: dict[str, Any]) -> Reply:
+        before = page["in_trash"]
+        reply = super()._update(page, body)
+        if page["in_trash"] and not before:
+            self.trashings[page["id"]] += 1
+        return reply
+
+    def created(self) -> Mapping[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        with self.lock:
+            for page in self.pages.values():
+                title = "".join(t["plain_text"] for t in page["properties"]["Name"]["title"])
+                found.setdefault(title, []).append(page["id"])
+        return found
+
+    def undone(self, inp: Mapping[str, Any]) -> tuple[bool, int]:
+        page_id = notion_id(str(inp["page_id"]))
+        with self.lock:
+            page = self.pages.get(page_id)
+            return page is not None and bool(page["in_trash"]), self.trashings[page_id]
+
+
 class HttpProvider:
     """``http.request``'s provider (``bench.chaos_provider``), which draws its own faults."""
 
@@ -282,6 +419,19 @@ TOOLS: tuple[Tool, ...] = (
                   lambda inp, out: {"owner": inp["owner"], "repo": inp["repo"],
                                     "number": out["number"]}),
     ),
+    Tool(
+        "email.send", RECONCILE, "mail", 0.25,
+        lambda key, _: {"to": [_pick(key, MAIL_RECIPIENTS)], "subject": key,
+                        "text": f"chaos campaign key {key}"},
+        answer_id=lambda out: str(out.get("message_id")),
+    ),
+    Tool(
+        "notion.create_page", RECONCILE, "notion", 0.25,
+        lambda key, _: {"database_id": _pick(key, NOTION_DATABASES), "title": key},
+        answer_id=lambda out: str(out.get("page_id")),
+        undo=Undo("notion.update_page", 0.5,
+                  lambda inp, out: {"page_id": out["page_id"], "archived": True}),
+    ),
 )  # fmt: skip
 
 
@@ -289,6 +439,8 @@ TOOLS: tuple[Tool, ...] = (
 PROVIDERS: dict[str, Callable[[int], FaultyFake]] = {
     "slack": ChaosSlack,
     "github": ChaosGithub,
+    "mail": ChaosMail,
+    "notion": ChaosNotion,
 }
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import smtplib
 from collections import Counter
+from email.message import EmailMessage
 from pathlib import Path
 
 import httpx
@@ -18,8 +20,14 @@ from bench.chaos_checks import STALE_ATTEMPT, Observed, evaluate, stale_attempts
 from bench.chaos_provider import ChaosProvider, Faults
 from bench.chaos_tools import (
     NATURAL,
+    NOTION_DATABASES,
     RECONCILE,
+    SMTP_LATER,
+    SMTP_TRANSIENT,
+    TOOLS,
     ChaosGithub,
+    ChaosMail,
+    ChaosNotion,
     ChaosSlack,
     FakeFaults,
     _issue_id,
@@ -157,6 +165,66 @@ async def test_the_github_fake_names_issues_as_answered_and_counts_closings() ->
     assert github.undone({"owner": "o", "repo": "r", "number": 1}) == (True, 1)
 
 
+def _submit(mail: ChaosMail, subject: str, message_id: str) -> None:
+    """One message to the mail fake over SMTP, as a client submits it."""
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "agent@chaos.test", "ops@chaos.test", subject
+    msg["Message-ID"] = message_id
+    msg.set_content("chaos")
+    with smtplib.SMTP("127.0.0.1", mail.smtp_port, timeout=2) as smtp:
+        smtp.login(mail.username, mail.password)
+        smtp.send_message(msg)
+
+
+async def test_the_mail_fake_counts_messages_by_subject_lost_answers_included() -> None:
+    mail = ChaosMail(seed=2)  # its first lost answer is a dropped connection
+    with mail:
+        assert mail.allow_entry.split(",") == [mail.smtp_allow_entry, mail.imap_allow_entry]
+        assert mail.connection()["config"]["imap"]["port"] == mail.imap_port
+        assert mail.lose_answers(1) and not mail.lose_answers(1)  # one armed at a time
+        with pytest.raises(smtplib.SMTPServerDisconnected):
+            await asyncio.to_thread(_submit, mail, "k-1", "<a@chaos.test>")
+        await asyncio.to_thread(_submit, mail, "k-1", "<b@chaos.test>")
+        # Refused at RCPT TO, nothing filed: "try later", then a transient failure.
+        assert mail.rate_limit(1, 1) and not mail.server_errors(1)
+        for code, arm_next in ((SMTP_LATER, mail.server_errors), (SMTP_TRANSIENT, None)):
+            with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
+                await asyncio.to_thread(_submit, mail, "k-2", "<c@chaos.test>")
+            assert refused.value.recipients["ops@chaos.test"][0] == code
+            assert arm_next is None or arm_next(1)
+        await asyncio.to_thread(_submit, mail, "k-2", "<c@chaos.test>")
+    assert mail.created() == {
+        "k-1": ["<a@chaos.test>", "<b@chaos.test>"],
+        "k-2": ["<c@chaos.test>"],
+    }
+    assert mail.effects() == 3 and mail.requests_seen() == 5 and mail.lost() == {"drop": 1}
+
+
+async def test_the_notion_fake_names_pages_as_answered_and_counts_trashings() -> None:
+    notion = ChaosNotion(seed=2)
+    create, trash = next((t.input, t.undo) for t in TOOLS if t.provider == "notion")
+    assert trash is not None
+    with notion:
+        headers = {"Authorization": "Bearer t", "Notion-Version": "2025-09-03"}
+        http = httpx.AsyncClient(base_url=f"{notion.base_url}/v1", headers=headers)
+        inp = create("k-3", notion.base_url)
+        assert inp["database_id"] in NOTION_DATABASES
+        assert notion.rate_limit(1, 1) and not notion.rate_limit(1, 1)
+        limited = await http.get(f"/databases/{inp['database_id']}")  # look-ups meet it too
+        assert limited.status_code == 429 and limited.headers["Retry-After"] == "1"
+        assert notion.server_errors(1) and not notion.server_errors(1)
+        body = {"parent": {"database_id": inp["database_id"]},
+                "properties": {"title": {"title": [{"text": {"content": "k-3"}}]}}}  # fmt: skip
+        assert (await http.post("/pages", json=body)).status_code == 502
+        page = (await http.post("/pages", json=body)).json()
+        undo = trash.input(inp, {"page_id": page["id"]})
+        for _ in range(2):  # the repeat finds it in the trash and changes nothing
+            await http.patch(f"/pages/{undo['page_id']}", json={"in_trash": undo["archived"]})
+        await http.aclose()
+    assert notion.created() == {"k-3": [page["id"]]}
+    assert notion.undone(undo) == (True, 1) and notion.effects() == 3
+
+
 async def test_the_injector_arms_lost_answers_at_the_share_asked() -> None:
     slack = ChaosSlack(seed=2)
     injected: Counter[str] = Counter()
@@ -263,3 +331,8 @@ def test_natural_keys_reach_the_state_once_and_take_a_repeat_as_done() -> None:
     }
     # Failed before anything was deleted: no refusal of a repeat.
     assert _mixed_failures(keys=keys, undone={**undone, "d": (False, 0)}) == set()
+    keys[1].error_codes = {"network_error"}  # the answer lost, the message deleted: a figure
+    verdict = evaluate(keys, _mixed_run()[1], _mixed_run()[2], {}, (0, ""), undone=undone)
+    rows = {row["check"]: row for row in verdict.rows}
+    reached = rows["slack.delete_message: failed keys whose state was reached all the same"]
+    assert reached["found"] == "1: d (network_error 1)" and reached["ok"] is None
