@@ -11,6 +11,7 @@ codec address, which the Temporal UI calls to show a run's decoded input."""
 from __future__ import annotations
 
 import json
+import time
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,9 +152,18 @@ def test_the_location_of_a_202_shows_the_execution(up: LocalStack, browser: Brow
     location = httpx.URL(gateway).join(answer.headers["Location"])
     page = shows(browser, str(location), receipt_id, headers=auth)
     assert json.loads(page)["receipt_id"] == receipt_id
-    # The execution's manifest, which `moat manifest verify` reads, at the same address.
+    # The execution's manifest, which `moat manifest verify` reads, at the same address, once
+    # the run has written it (a 202 answers before: on a loaded machine, well before).
+    _written(f"{location}/manifest", auth)
     manifest = shows(browser, f"{location}/manifest", receipt_id, headers=auth)
     assert json.loads(manifest)["correlation_id"] == receipt_id
+
+
+def _written(url: str, headers: dict[str, str], seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while (answer := httpx.get(url, headers=headers, timeout=30)).status_code != 200:
+        assert time.monotonic() < deadline, answer.text
+        time.sleep(0.2)
 
 
 def test_the_served_documents_open(up: LocalStack, browser: BrowserContext) -> None:
