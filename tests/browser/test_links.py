@@ -11,8 +11,8 @@ codec address, which the Temporal UI calls to show a run's decoded input."""
 from __future__ import annotations
 
 import json
-import time
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
