@@ -9,9 +9,13 @@
 - ``reconcile``: exactly once for providers without an idempotency key (Slack, GitHub):
   the look-up window and the failures that leave an outcome unknown; the credential a
   provider call needs (``credential_of``, which ``webhook`` uses too).
+- ``plugins``: how a worker makes the adapters its catalog declares, and ``drive``, which
+  runs an adapter of the ``call``/``find`` shape; ``builtin``: the built-ins' factories.
 - ``http``, ``echo``, ``webhook``, ``slack``, ``github``: the providers (Slack's and
   GitHub's modules also hold what undoes their effects, exactly once by ``natural``
-  idempotency: ``slack.delete_message``, ``github.close_issue``).
+  idempotency: ``slack.delete_message``, ``github.close_issue``); ``email`` (with ``smtp``,
+  its SMTP and IMAP clients) and ``notion``, declared by ``schemas.email`` and
+  ``schemas.notion``.
 """
 
 from activities.adapters.base import Adapter, fail
