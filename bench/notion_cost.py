@@ -56,7 +56,9 @@ def _input(database_id: str, allow: str, attempt: int) -> AdapterInput:
     )
 
 
-def _summary(samples: list[tuple[float, int]]) -> dict[str, Any]:
+def summary(samples: list[tuple[float, int]]) -> dict[str, Any]:
+    """A series of (ms, round trips) samples as ``bench.reconcile_cost`` reports every
+    series: how many, round trips per call, median and p95 ms."""
     times = sorted(t for t, _ in samples)
     return {
         "n": len(samples),
@@ -117,7 +119,7 @@ async def _version(
     for kind, measure in kinds.items():
         for _ in range(min(10, n)):  # warm-up (connections, code paths)
             await measure()
-        results[kind] = _summary([await measure() for _ in range(n)])
+        results[kind] = summary([await measure() for _ in range(n)])
     return results
 
 

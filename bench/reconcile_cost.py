@@ -27,10 +27,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
-import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -85,21 +83,13 @@ def _requests(fake: FakeServer) -> Counter:
 async def _series(
     trips_of: Counter, n: int, call: Callable[[int], Awaitable[None]]
 ) -> dict[str, Any]:
-    times: list[float] = []
-    trips = 0
+    samples: list[tuple[float, int]] = []
     for i in range(n):
         before = trips_of()
         start = time.perf_counter()
         await call(i)
-        times.append((time.perf_counter() - start) * 1000)
-        trips += trips_of() - before
-    times.sort()
-    return {
-        "n": n,
-        "round_trips": trips / n,
-        "median_ms": round(statistics.median(times), 2),
-        "p95_ms": round(times[max(0, math.ceil(0.95 * n) - 1)], 2),
-    }
+        samples.append(((time.perf_counter() - start) * 1000, trips_of() - before))
+    return notion_cost.summary(samples)
 
 
 Series = list[tuple[str, Counter, Callable[[int], Awaitable[None]], bool]]
@@ -266,14 +256,8 @@ async def _measure(
 ) -> dict[str, Any]:
     _measured.clear()
     result = await _series(trips, n, call)
-    if self_timed:
-        times = sorted(t for t, _ in _measured)
-        result.update(
-            round_trips=sum(k for _, k in _measured) / len(_measured),
-            median_ms=round(statistics.median(times), 2),
-            p95_ms=round(times[max(0, math.ceil(0.95 * len(times)) - 1)], 2),
-        )
-    return result
+    # A self-timed call measures only its repeat, into ``_measured``: one sample per call.
+    return notion_cost.summary(_measured) if self_timed else result
 
 
 _measured: list[tuple[float, int]] = []

@@ -65,7 +65,7 @@ def checked(found: Iterable[tuple[str, Capability]]) -> tuple[Capability, ...]:
                 "uninstall one, or give the new one another version"
             )
         other = by_adapter.setdefault(spec.adapter, (where, cap.adapter))
-        if other != (where, cap.adapter) and other[1] != cap.adapter:
+        if other[1] != cap.adapter:
             raise CapabilityRegistryError(
                 f"the adapter name {spec.adapter!r} is taken by {other[0]}; {where} must name "
                 "its adapter otherwise (a spec's `adapter`)"

@@ -88,13 +88,13 @@ async def drive(
 ) -> AdapterOutput:
     """One attempt of a ``call``/``find`` adapter under its capability's strategy."""
     spec = inp.capability
-    finder = adapter if isinstance(adapter, FindAdapter) else None
-    finds = spec.idempotency == IdempotencyStrategy.RECONCILE and finder is not None
+    finds = spec.idempotency == IdempotencyStrategy.RECONCILE
+    finder = adapter if finds and isinstance(adapter, FindAdapter) else None
     # No key, no look-up: a repeat after a call that may have landed would be blind.
     blind = spec.idempotency == IdempotencyStrategy.NONE and spec.effect_type != EffectType.NONE
     what = f"{spec.id}'s call"
     looked = False
-    if finder is not None and finds and inp.repeat:
+    if finder is not None and inp.repeat:
         looked = True
         try:
             found = await finder.find(inp, credential)
@@ -105,7 +105,7 @@ async def drive(
     try:
         out = await adapter.call(inp, credential)
     except ApplicationError as err:
-        if finds:
+        if finder is not None:
             raise call_failed(inp, err, what) from None
         if blind and ambiguous(err):
             raise outcome_unknown(f"{what} ended without an answer ({err.type})") from None
