@@ -30,6 +30,7 @@ from schemas.approvals import (
     ApprovalStatus,
     ApprovalVerdict,
     approval_id_for,
+    deciding_actor,
     may_decide,
 )
 from schemas.errors import ErrorCode
@@ -193,7 +194,7 @@ class ApprovalActivities:
         """The approver rules, as the gateway checked them, against the signed decider."""
         actor = verdict.decided_by
         if actor != ADMIN_ACTOR:
-            if not actor.startswith("key:") or missing_scopes(
+            if not deciding_actor(actor) or missing_scopes(
                 verdict.decider_scopes, [APPROVALS_WRITE]
             ):
                 return ErrorCode.FORBIDDEN

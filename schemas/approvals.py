@@ -19,12 +19,27 @@ from schemas.policy import Integer
 from schemas.scopes import missing_scopes
 
 MAX_COMMENT = 1000
-# The approver an API key is named by in approvals (``key:<id>``); the admin key is ``admin``.
+# The approver an API key is named by in approvals (``key:<id>``); the admin key is ``admin``;
+# one of the tenant's people (signed in to the console, or a mapped Slack user) is
+# ``person:<handle>``.
 ADMIN_ACTOR = "admin"
+KEY_ACTOR_PREFIX = "key:"
+PERSON_ACTOR_PREFIX = "person:"
+PERSON_HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
 
 def key_actor(key_id: str) -> str:
-    return f"key:{key_id}"
+    return f"{KEY_ACTOR_PREFIX}{key_id}"
+
+
+def person_actor(handle: str) -> str:
+    return f"{PERSON_ACTOR_PREFIX}{handle}"
+
+
+def deciding_actor(actor: str) -> bool:
+    """Whether ``actor`` names who may decide with scopes of their own: a key or a person
+    (the admin key decides without scopes)."""
+    return actor.startswith((KEY_ACTOR_PREFIX, PERSON_ACTOR_PREFIX))
 
 
 def _storable(text: str) -> str:

@@ -32,7 +32,10 @@ def _integer(value: Any) -> Any:
 
 
 Integer = Annotated[int, BeforeValidator(_integer)]
-APPROVER_PATTERN = r"^(?:scope:[a-z][a-z0-9_-]*:[A-Za-z0-9_.*-]+|key:[A-Za-z0-9]+|admin)$"
+APPROVER_PATTERN = (
+    r"^(?:scope:[a-z][a-z0-9_-]*:[A-Za-z0-9_.*-]+|key:[A-Za-z0-9]+"
+    r"|person:[a-z0-9][a-z0-9._-]{0,63}|admin)$"
+)
 
 
 class PolicyBudget(BaseModel):
@@ -71,8 +74,9 @@ class PolicyRule(BaseModel):
     approvers: list[Annotated[str, Field(max_length=200, pattern=APPROVER_PATTERN)]] = Field(
         default_factory=lambda: [f"scope:{APPROVALS_WRITE}"],
         max_length=20,
-        description="Who may decide: `scope:approvals:write` (any key with the scope; the "
-        "admin key always may).",
+        description="Who may decide: `scope:approvals:write` (any key or person with the "
+        "scope), `key:<id>` (one key), `person:<handle>` (one of the tenant's people); the "
+        "admin key always may.",
     )
     allow_self_approval: StrictBool = Field(
         default=False,

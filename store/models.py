@@ -559,3 +559,57 @@ class PlanRow(Base):
     requested_by: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class PersonRow(Base):
+    """A tenant's person (``person:<handle>`` in approvals): the scopes the tenant gave
+    them and how they are recognised (an OpenID Connect subject, a Slack user id)."""
+
+    __tablename__ = "people"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    handle: Mapped[str] = mapped_column(String(64), primary_key=True)
+    display_name: Mapped[str] = mapped_column(String(200), server_default="")
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    oidc_issuer: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    oidc_subject: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    slack_user_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    disabled_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class ConsoleSessionRow(Base):
+    """A browser's signed-in console session; only its secret's hash is kept."""
+
+    __tablename__ = "console_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    # ``key:<id>`` (signed in with an API key) or ``person:<handle>`` (OpenID Connect).
+    actor: Mapped[str] = mapped_column(String(100))
+    key_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    via: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(_tz())
+    revoked_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class ApprovalChannelRow(Base):
+    """Where a tenant's new approvals are announced: a Slack channel through one of its
+    Slack connections, and the Slack app's signing secret (sealed) for its buttons."""
+
+    __tablename__ = "approval_channels"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    connection_id: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[str] = mapped_column(String(200))
+    signing_secret_kid: Mapped[str] = mapped_column(String(100))
+    signing_secret_sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
