@@ -29,9 +29,12 @@ hooks:
 up: $(STAMP) hooks
 	$(BIN)/moat up $(if $(FAKE_PROVIDERS),--fake-providers)
 
-# Then the example adapter package's own suite (test-example).
+# The suite in TEST_PROCESSES processes (pytest-xdist; each module stays in one process,
+# each process has its own PostgreSQL and Temporal dev server). Then the example adapter
+# package's own suite (test-example).
+TEST_PROCESSES ?= 2
 test: $(STAMP) frameworks hooks
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile
 	$(MAKE) --no-print-directory test-example
 
 # The example adapter package (examples/acme-crm, docs/adapters.md) installed as a third

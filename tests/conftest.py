@@ -33,7 +33,15 @@ SERVER_FIXTURES = frozenset(
 SERVER_FOLDERS = (Path(__file__).parent / "devstack", Path(__file__).parent / "browser")
 
 
+# The longest modules, started first when the suite runs in several processes (``make test``:
+# pytest-xdist, one module per process at a time), so that none of them is the run's tail.
+LONGEST_FIRST = ("tests/gateway/test_schemathesis.py",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent.parent
+    first = [root / name for name in LONGEST_FIRST]
+    items.sort(key=lambda item: Path(str(item.path)) not in first)
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         path = Path(str(item.path))

@@ -5,13 +5,15 @@ default one (where a month's rows would block its partition for good)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 from temporalio.client import Client
+from temporalio.service import RPCError
 
-from schemas.names import PARTITIONS_WORKFLOW
+from schemas.names import PARTITIONS_SCHEDULE_ID, PARTITIONS_WORKFLOW
 from schemas.partitions import MONTHS_AHEAD, PartitionsInput, PartitionsReport
 from schemas.records import ErrorTaxonomy, OutcomeEvent
 from starter.runtime.schedules import ensure_partitions_schedule
@@ -71,6 +73,7 @@ async def test_every_row_lands_in_its_month_as_the_clock_moves(stack: Stack) -> 
 
 
 async def test_the_schedule_creates_the_months_ahead(stack: Stack) -> None:
+    await _without_an_earlier_schedule(stack.client)
     schedule_id = await ensure_partitions_schedule(stack.client, stack.settings)
     assert await ensure_partitions_schedule(stack.client, stack.settings) == schedule_id
     handle = stack.client.get_schedule_handle(schedule_id)
@@ -83,6 +86,15 @@ async def test_the_schedule_creates_the_months_ahead(stack: Stack) -> None:
         for month in report.months:
             name = f"outcome_events_{month.replace('-', '_')}"
             assert await session.scalar(text("SELECT to_regclass(:n)::text"), {"n": name}) == name
+
+
+async def _without_an_earlier_schedule(client: Client) -> None:
+    """The schedule is one per namespace: another test's stack may have made it, for a task
+    queue no worker polls any more, with its run still waiting there."""
+    with contextlib.suppress(RPCError):
+        await client.get_schedule_handle(PARTITIONS_SCHEDULE_ID).delete()
+    with contextlib.suppress(RPCError):
+        await client.get_workflow_handle(f"{PARTITIONS_SCHEDULE_ID}-run").terminate()
 
 
 async def _scheduled_run(client: Client, schedule_id: str) -> PartitionsReport:
