@@ -19,7 +19,7 @@ from starter.gateway.console.headers import CSP
 from store.models import ConsoleSessionRow
 from tests.gateway.test_policy import ADMIN, new_key
 from tests.support.console import csrf_of, sign_in
-from tests.support.stack import Stack
+from tests.support.stack import Stack, StackFactory
 
 ASSET = re.compile(r'(?:href|src)="(/console/static/[^"]+)" integrity="([^"]+)"')
 
@@ -87,18 +87,20 @@ async def test_sign_in_headers_cookie_and_assets(stack: Stack, http: httpx.Async
     assert (await http.get("/console/static/" + "0" * 20 + "/console.css")).status_code == 404
 
 
-async def test_secure_cookie_behind_tls(make_stack, provider) -> None:  # type: ignore[no-untyped-def]
-    async with make_stack(console_behind_tls=True) as stack:
-        async with httpx.AsyncClient(base_url=stack.url) as http:
-            form = await http.get("/console/sign-in")
-            assert "secure" in form.headers["set-cookie"].lower()
-            token = csrf_of(form.text)  # the client keeps Secure cookies for HTTPS only
-            signed = await http.post(
-                "/console/sign-in",
-                data={"csrf_token": token, "api_key": stack.api_key},
-                headers={"Cookie": f"moat_console_signin={token}"},
-            )
-            assert "secure" in session_cookie(signed).lower()
+async def test_secure_cookie_behind_tls(make_stack: StackFactory) -> None:
+    async with (
+        make_stack(with_worker=False, console_behind_tls=True) as stack,
+        httpx.AsyncClient(base_url=stack.url) as http,
+    ):
+        form = await http.get("/console/sign-in")
+        assert "secure" in form.headers["set-cookie"].lower()
+        token = csrf_of(form.text)  # the client keeps Secure cookies for HTTPS only
+        signed = await http.post(
+            "/console/sign-in",
+            data={"csrf_token": token, "api_key": stack.api_key},
+            headers={"Cookie": f"moat_console_signin={token}"},
+        )
+        assert "secure" in session_cookie(signed).lower()
 
 
 async def test_csrf_is_refused_and_nothing_changes(stack: Stack, http: httpx.AsyncClient) -> None:
