@@ -126,9 +126,14 @@ async def test_csrf_is_refused_and_nothing_changes(stack: Stack, http: httpx.Asy
 async def test_signed_out_revoked_and_expired_sessions_end(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
-    token = await sign_in(http, stack.url, stack.api_key)
+    await sign_in(http, stack.url, stack.api_key)
+    first = http.cookies.get("moat_console", path="/console")
+    token = await sign_in(http, stack.url, stack.api_key)  # signing in again ends the first
     stolen = http.cookies.get("moat_console", path="/console")
     await http.post("/console/sign-out", data={"csrf_token": token})
+    for cookie in (first, stolen):
+        async with httpx.AsyncClient(base_url=stack.url, cookies={"moat_console": cookie}) as c:
+            assert "why=signed_out" in (await c.get("/console")).headers["location"]
     async with httpx.AsyncClient(base_url=stack.url, cookies={"moat_console": stolen}) as other:
         gone = await other.get("/console/approvals")
         assert gone.status_code == 303
