@@ -185,7 +185,7 @@ async def test_policy_mode_document_history_and_diff(stack: Stack, signed_in: ob
         assert version["created_by"] in page.text
     chosen = await browser.get("/console/policy?old=0&new=2")
     assert "Version 0 → version 2" in chosen.text
-    assert '<tr class="diff-removed"><td>− removed</td>' in chosen.text
+    assert '<tr class="diff-removed"><td>- removed</td>' in chosen.text
 
 
 async def test_dead_letters_webhooks_and_trust(stack: Stack, signed_in: object) -> None:
