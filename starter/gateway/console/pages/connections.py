@@ -42,6 +42,7 @@ NAV = NavEntry("Connections", "/console/connections", order=40)
 
 READ = needs(also="a console session")
 WRITE = needs(CONNECTIONS_WRITE, also="a console session and its form token (CSRF)")
+WRITE_FORM = needs(CONNECTIONS_WRITE, also="a console session")
 LISTED = 200
 ConnectionId = Annotated[str, Path(max_length=64, pattern=CONNECTION_ID_PATTERN)]
 KindName = Annotated[str, Query(max_length=40, pattern=CONNECTION_TYPE_PATTERN)]
@@ -110,7 +111,7 @@ def _form_page(
     )
 
 
-@router.get("/new", dependencies=[WRITE])
+@router.get("/new", dependencies=[WRITE_FORM])
 async def new_page(request: Request, principal: SignedIn, type: KindName) -> Response:
     return _form_page(request, principal, _kind(type))
 
@@ -135,7 +136,7 @@ async def add(
     return RedirectResponse(f"/console/connections?added={made.id}", status_code=303)
 
 
-@router.get("/{connection_id}/rotate", dependencies=[WRITE])
+@router.get("/{connection_id}/rotate", dependencies=[WRITE_FORM])
 async def rotate_page(
     request: Request, principal: SignedIn, session: ConsoleSession, connection_id: ConnectionId
 ) -> Response:

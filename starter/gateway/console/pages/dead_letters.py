@@ -29,11 +29,12 @@ from starter.service.console_sessions import Principal
 router = APIRouter(prefix="/console/dead-letters")
 NAV = NavEntry("Dead letters", "/console/dead-letters", order=55)
 
-WRITE = needs(
+REQUEUE = needs(
     DEAD_LETTERS_WRITE,
     also="a console session and its form token (CSRF); for an execution, what executing "
     "its capability needs",
 )
+RESOLVE = needs(DEAD_LETTERS_WRITE, also="a console session and its form token (CSRF)")
 LISTED = 200
 LetterId = Annotated[str, Path(max_length=80, pattern=r"^[0-9a-f-]{4,36}$")]
 Shown = Annotated[str, Query(max_length=10, pattern=r"^(open|requeued|resolved|all)$")]
@@ -100,7 +101,7 @@ def _key_of(principal: Principal) -> str:
     return principal.key_id
 
 
-@router.post("/{letter_id}/requeue", dependencies=[WRITE])
+@router.post("/{letter_id}/requeue", dependencies=[REQUEUE])
 async def requeue(
     request: Request,
     principal: SignedIn,
@@ -137,7 +138,7 @@ async def requeue(
     return RedirectResponse(f"/console/dead-letters?done=requeued+{letter_id}", status_code=303)
 
 
-@router.post("/{letter_id}/resolve", dependencies=[WRITE])
+@router.post("/{letter_id}/resolve", dependencies=[RESOLVE])
 async def resolve(
     request: Request,
     principal: SignedIn,
