@@ -87,6 +87,7 @@ async def test_a_connection_secret_is_never_echoed(stack: Stack, signed_in: obje
     connection_id = made.headers["location"].rsplit("=", 1)[1]
     shown = await browser.get(made.headers["location"])
     assert connection_id in shown.text and "https://api.example.com/v2" in shown.text
+    assert "<code>https://api.example.com</code>" in shown.text  # the origin it may go to
     api = await stack.http.get(f"{stack.url}/v1/connections/{connection_id}", headers=bearer(key))
     assert api.json()["fingerprint"] in shown.text
 
@@ -100,6 +101,8 @@ async def test_a_connection_secret_is_never_echoed(stack: Stack, signed_in: obje
     )
     assert rotated.status_code == 303
     await browser.get(rotated.headers["location"])
+    confirm = await browser.get(f"/console/connections/{connection_id}/revoke")
+    assert "A revocation is final" in confirm.text
     revoked = await browser.post(f"/console/connections/{connection_id}/revoke", {})
     assert revoked.status_code == 303
     after = await browser.get(revoked.headers["location"])

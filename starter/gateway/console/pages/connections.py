@@ -21,6 +21,7 @@ from schemas.connections import (
     CONNECTION_TYPE_PATTERN,
     ConnectionKind,
     ConnectionRotate,
+    bound_origins,
 )
 from schemas.errors import ErrorCode
 from schemas.registry import connection_kinds
@@ -82,6 +83,7 @@ async def list_page(
         principal,
         title="Connections",
         connections=rows[:LISTED],
+        origins={c.id: [str(o) for o in bound_origins(c.type, c.config)] for c in rows},
         more=len(rows) > LISTED,
         kinds=sorted(connection_kinds().values(), key=lambda k: k.name),
         can_write=CONNECTIONS_WRITE in principal.scopes,
@@ -103,7 +105,7 @@ def _form_page(
         "connection_new.html",
         principal,
         status_code=STATUS.get(problems.code, 400) if problems else 200,
-        title=f"Add a {kind.name} connection",
+        title=f"Add a connection: {kind.name}",
         kind=kind,
         fields=fields_of(kind),
         values=values,
@@ -183,6 +185,17 @@ async def rotate(
             problems=problems,
         )
     return RedirectResponse(f"/console/connections?rotated={connection_id}", status_code=303)
+
+
+@router.get("/{connection_id}/revoke", dependencies=[WRITE_FORM])
+async def revoke_page(
+    request: Request, principal: SignedIn, session: ConsoleSession, connection_id: ConnectionId
+) -> Response:
+    """A revocation is final: the form that does it is a page of its own, to confirm."""
+    shown = await connections.show(session, principal.tenant_id, connection_id, revoked_too=False)
+    return page(
+        request, "connection_revoke.html", principal, title="Revoke a connection", connection=shown
+    )
 
 
 @router.post("/{connection_id}/revoke", dependencies=[WRITE])
