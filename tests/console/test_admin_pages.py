@@ -10,6 +10,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from starter.gateway.console.auth import SESSION_COOKIE
+from starter.service import console_sessions
+from store import tenancy
+from store.models import PersonRow
 from tests.console.admin_seed import delivery_dead_letter, trust_minutes
 from tests.gateway.test_policy import bearer, new_key
 from tests.support.console import sign_in
@@ -235,3 +239,34 @@ async def test_dead_letters_webhooks_and_trust(stack: Stack, signed_in: object) 
     assert "<polyline" in trust.text and "<svg" in trust.text and "style=" not in trust.text
     assert "Success rate in 4 of 24 parts" in trust.text and "provider_error" in trust.text
     assert "synthetic" in trust.text
+
+
+async def test_a_person_stores_a_policy_under_their_name(stack: Stack) -> None:
+    """A person (signed in with OpenID Connect) is named as the author of what they store;
+    a dead letter's requeue, recorded against an API key, needs a key's session."""
+    async with stack.sessions.begin() as s:
+        await tenancy.set_tenant(s, stack.tenant_id)
+        s.add(PersonRow(tenant_id=stack.tenant_id, handle="ana", created_by="admin"))
+    opened = await console_sessions.open_for_person(
+        stack.sessions,
+        tenant_id=stack.tenant_id,
+        handle="ana",
+        scopes=["policy:write", "dead_letters:write"],
+        lifetime_seconds=600,
+    )
+    made = await stack.http.post(
+        f"{stack.url}/v1/webhooks",
+        json={"url": "https://hooks.example.com/p", "events": ["execution.failed"]},
+        headers=bearer(stack.api_key),
+    )
+    letter = await delivery_dead_letter(stack, made.json()["id"])
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
+        http.cookies.set(SESSION_COOKIE, opened.cookie, path="/console")
+        browser = Recorder(http)
+        browser.csrf = opened.principal.csrf_token
+        strict = await browser.post("/console/policy/mode", {"mode": "strict"})
+        assert strict.status_code == 303, strict.text
+        refused = await browser.post(f"/console/dead-letters/{letter}/requeue", {"note": "ok"})
+        assert refused.status_code == 403 and "sign in with an API key" in refused.text
+    api = await stack.http.get(f"{stack.url}/v1/policy", headers=bearer(stack.api_key))
+    assert (api.json()["mode"], api.json()["created_by"]) == ("strict", "person:ana")
