@@ -129,10 +129,15 @@ async def test_writes_need_the_api_scopes_and_the_csrf_token(
     for path in ("/console/connections", "/console/policy", "/console/dead-letters"):
         assert (await reader.get(path)).status_code == 200
     assert "connections:write</code>; this session does not hold it" in reader.answers[0].text
+    existing = await stack.add_connection("github", "x" * 30)
     writes = {
         "/console/connections": {"type": "github", "name": "gh", "secret": SECRET},
+        f"/console/connections/{existing}/rotate": {"secret": SECRET},
+        f"/console/connections/{existing}/revoke": {},
         "/console/policy/mode": {"mode": "strict"},
+        "/console/policy": {"document": '{"mode": "strict"}'},
         f"/console/dead-letters/{letter}/requeue": {"note": "endpoint fixed"},
+        f"/console/dead-letters/{letter}/resolve": {"note": "dropped"},
     }
     for path, data in writes.items():
         answer = await reader.post(path, data)
@@ -151,7 +156,8 @@ async def test_writes_need_the_api_scopes_and_the_csrf_token(
     policy = await stack.http.get(f"{stack.url}/v1/policy", headers=bearer(stack.api_key))
     assert policy.json()["version"] == 0
     listed = await stack.http.get(f"{stack.url}/v1/connections", headers=bearer(stack.api_key))
-    assert listed.json()["items"] == []
+    [kept] = listed.json()["items"]
+    assert (kept["id"], kept["rotated_at"], kept["revoked_at"]) == (existing, None, None)
     shown = await stack.http.get(
         f"{stack.url}/v1/dead-letters/{letter}", headers=bearer(stack.api_key)
     )
