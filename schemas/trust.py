@@ -173,6 +173,23 @@ class TrustCounts(BaseModel):
         return percentile(self.latency_histogram, fraction)
 
 
+class TrustSlice(BaseModel):
+    """One part of a window cut into equal parts (``index`` 0 is the oldest): the counted
+    outcomes of one capability version and kind of traffic in it, for a trend line."""
+
+    capability_id: str
+    capability_version: str
+    is_synthetic: bool
+    index: int
+    samples: int
+    successes: int
+    rate_limited: int
+
+    @property
+    def success_rate(self) -> float:
+        return (self.successes + 0.5 * self.rate_limited) / self.samples
+
+
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
     return max((t for t in (a, b) if t is not None), default=None)
 

@@ -24,6 +24,7 @@ from schemas.trust import (
     HALF_WEIGHT_TAXONOMY,
     LATENCY_BUCKET_RATIO,
     TrustCounts,
+    TrustSlice,
 )
 
 # A transaction that wrote an outcome event may commit this long after its
@@ -267,6 +268,49 @@ async def rollup_counts(
         else:
             entry.latency_histogram[int(key)] = int(total)
     return list(counts.values())
+
+
+async def rollup_series(
+    session: AsyncSession,
+    tenant_id: str,
+    since: datetime,
+    until: datetime,
+    slices: int,
+    span_minutes: int = 1,
+    capability_id: str | None = None,
+) -> list[TrustSlice]:
+    """A window cut into ``slices`` equal parts, each part's counts per capability version
+    and kind of traffic (parts with no counted outcome are absent): one statement over the
+    same rollup rows as ``rollup_counts``."""
+    seconds = (until - since).total_seconds() / slices
+    args = {
+        "tenant": tenant_id,
+        "since": since,
+        "until": until,
+        "capability": capability_id,
+        "span": span_minutes,
+        "slice": seconds,
+    }
+    rows = await session.execute(
+        text(
+            f"SELECT {_KEY}, floor(extract(epoch FROM bucket - :since) / :slice)::int, "
+            "sum(samples), sum(successes), sum(rate_limited) FROM trust_rollup "
+            f"WHERE {_ROLLUP_FILTER} GROUP BY 1, 2, 3, 4 HAVING sum(samples) > 0 ORDER BY 4"
+        ),
+        args,
+    )
+    return [
+        TrustSlice(
+            capability_id=r[0],
+            capability_version=r[1],
+            is_synthetic=r[2],
+            index=min(int(r[3]), slices - 1),
+            samples=int(r[4]),
+            successes=int(r[5]),
+            rate_limited=int(r[6]),
+        )
+        for r in rows.all()
+    ]
 
 
 def _counts_of(r: Any, **extra: Any) -> TrustCounts:

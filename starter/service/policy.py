@@ -9,6 +9,10 @@ known).
 
 from __future__ import annotations
 
+import difflib
+import json
+from dataclasses import dataclass
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.errors import ErrorCode
@@ -94,3 +98,39 @@ async def replace(
                 session, tenant.id, rule.capability, rule.budget.limit, rule.budget.period
             )
     return policy_versions.to_version(row)
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    """One line of a diff between two versions' documents: ``change`` is ``same``,
+    ``added`` or ``removed``; ``old``/``new`` its line numbers on each side (None where it
+    is absent)."""
+
+    change: str
+    old: int | None
+    new: int | None
+    text: str
+
+
+def canonical_text(version: PolicyVersion) -> str:
+    """A version's document (mode and rules, every field) as pretty JSON with sorted keys:
+    the same document always reads the same, so a diff shows only what changed."""
+    document = PolicyDocument.model_validate(version.model_dump(include={"mode", "rules"}))
+    return json.dumps(document.model_dump(mode="json"), indent=2, sort_keys=True)
+
+
+def diff(old: PolicyVersion, new: PolicyVersion) -> list[DiffLine]:
+    """The line diff of two versions' canonical texts, every line kept (unchanged ones
+    too), in order."""
+    a, b = canonical_text(old).splitlines(), canonical_text(new).splitlines()
+    lines: list[DiffLine] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            lines += [
+                DiffLine("same", i + 1, j + 1, a[i])
+                for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
+            ]
+            continue
+        lines += [DiffLine("removed", i + 1, None, a[i]) for i in range(i1, i2)]
+        lines += [DiffLine("added", None, j + 1, b[j]) for j in range(j1, j2)]
+    return lines

@@ -9,7 +9,7 @@ from functools import partial
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.capabilities import CapabilityCatalog
-from schemas.trust import TrustReport, TrustWindow, report
+from schemas.trust import TrustReport, TrustSlice, TrustWindow, report
 from starter.runtime.database import every_tenant
 from starter.service.errors import capability_not_found
 from store import trust
@@ -59,3 +59,22 @@ async def platform_report(
     found = await every_tenant(sessions, read)
     (current, previous), mark = trust.platform_counts(found, len(windows))
     return report(window, bounds, current, previous, min_samples, mark)
+
+
+# How many parts a window's trend line is cut into: each a whole number of the rollup
+# buckets the window reads (5 minutes, an hour, a day, a day).
+TREND_SLICES = {TrustWindow.H1: 12, TrustWindow.H24: 24, TrustWindow.D7: 7, TrustWindow.D30: 30}
+
+
+async def tenant_series(
+    session: AsyncSession, tenant_id: str, window: TrustWindow, as_of: datetime
+) -> tuple[tuple[datetime, datetime], int, list[TrustSlice]]:
+    """The tenant's window cut into equal parts (``TREND_SLICES``), each part's counted
+    outcomes per capability version and kind of traffic: the window's bounds, the number
+    of parts, and the parts that hold any."""
+    bounds = window.bounds(as_of)
+    slices = TREND_SLICES[window]
+    parts = await trust.rollup_series(
+        session, tenant_id, *bounds, slices, span_minutes=window.span_minutes
+    )
+    return bounds, slices, parts
