@@ -70,14 +70,17 @@ class InSessionApprovals:
 
     @classmethod
     @asynccontextmanager
-    async def connected(cls, settings: MoatSettings) -> AsyncIterator[InSessionApprovals]:
+    async def connected(
+        cls, settings: MoatSettings, client: Client | None = None
+    ) -> AsyncIterator[InSessionApprovals]:
+        """The door on the configured Postgres and Temporal (else ``client``)."""
         from starter.runtime.temporal import connect
 
         engine = make_engine(settings.app_sqlalchemy_url)
         try:
             yield cls(
                 make_sessionmaker(engine),
-                await connect(settings),
+                client or await connect(settings),
                 OutputSealer.from_settings(settings),
                 StartKeyring.from_settings(settings),
             )

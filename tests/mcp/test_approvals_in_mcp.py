@@ -190,15 +190,19 @@ async def test_a_client_of_the_initialize_handshake_is_asked_over_its_back_chann
     """Protocol versions up to 2025-11-25: the server asks while the call is open."""
     await put_policy(stack, await new_key(stack, ["policy:write"]), strict(approve_in_session=True))
     url = provider.script("/mcp-legacy", Step(201, {"ok": True}))
-    tools = MoatTools(stack.url, stack.api_key, in_session=door_of(stack))
     person = Person("accept")
-    try:
-        async with Client(build_server(tools), mode="legacy", elicitation_callback=person) as c:
-            ran = await c.call_tool("http_request", call(url))
-        assert ran.structured_content["status"] == "executed", ran.content
-        assert len(person.asked) == 1 and len(provider.calls_to("/mcp-legacy")) == 1
-    finally:
-        await tools.aclose()
+    # The door as ``moat mcp --approve-in-session`` opens it: the gateway's settings.
+    async with InSessionApprovals.connected(stack.settings, stack.client) as door:
+        tools = MoatTools(stack.url, stack.api_key, in_session=door)
+        try:
+            async with Client(
+                build_server(tools), mode="legacy", elicitation_callback=person
+            ) as client:
+                ran = await client.call_tool("http_request", call(url))
+        finally:
+            await tools.aclose()
+    assert ran.structured_content["status"] == "executed", ran.content
+    assert len(person.asked) == 1 and len(provider.calls_to("/mcp-legacy")) == 1
 
 
 async def the_decision_is_marked_in_session(stack: Stack, envelope: dict[str, Any]) -> ApprovalRow:
