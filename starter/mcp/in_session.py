@@ -54,6 +54,8 @@ FORM_SCHEMA: dict[str, Any] = {
     },
 }
 INPUT_KEY = "moat_approval"
+# The most of the redacted input the form shows.
+FORM_INPUT_CHARS = 4000
 Elicit = Callable[[types.ElicitRequestFormParams], Awaitable[types.ElicitResult]]
 Outcome = Literal["approved", "rejected", "pending"]
 
@@ -73,7 +75,8 @@ class InSessionApprovals:
     async def connected(
         cls, settings: MoatSettings, client: Client | None = None
     ) -> AsyncIterator[InSessionApprovals]:
-        """The door on the configured Postgres and Temporal (else ``client``)."""
+        """The door on the configured Postgres, and on ``client`` or the configured
+        Temporal."""
         from starter.runtime.temporal import connect
 
         engine = make_engine(settings.app_sqlalchemy_url)
@@ -173,6 +176,12 @@ class Asking:
 def form_message(approval: Approval) -> str:
     """The summary the person decides on."""
     shown = json.dumps(approval.input, ensure_ascii=False, indent=1, sort_keys=True)
+    if len(shown) > FORM_INPUT_CHARS:
+        # Said plainly: the person decides knowing they did not see all of it.
+        shown = (
+            f"{shown[:FORM_INPUT_CHARS]}\n… (cut: the input is {len(shown)} characters; "
+            f"the first {FORM_INPUT_CHARS} are shown)"
+        )
     return (
         f"Your assistant asks to run {approval.capability_id} "
         f"{approval.capability_version}. Your policy asks you to approve it first.\n\n"

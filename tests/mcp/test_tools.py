@@ -4,6 +4,7 @@ and the plan tool (no server needed)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import httpx
 import mcp_types as types
@@ -11,12 +12,14 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from moat_client import CapabilityInfo
 
+from schemas.approvals import Approval
 from schemas.capabilities import BUILTIN_CAPABILITIES
 from schemas.email import EMAIL_SEND
 from schemas.notion import CREATE_PAGE, UPDATE_PAGE
 from schemas.plans import MAX_PLAN_KEY_LENGTH
 from starter.mcp import MoatTools
 from starter.mcp.approvals import APPROVAL_SPECS, hidden_paths
+from starter.mcp.in_session import INPUT_KEY, Asked, Asking
 from starter.mcp.tools import (
     PLAN_TOOL,
     PLAN_TOOL_SPEC,
@@ -201,3 +204,32 @@ def test_what_redaction_hid_is_said_by_path() -> None:
     shown = {"json": {"api_token": "[REDACTED]", "n": [1, "x [REDACTED] y"]}, "url": "u"}
     assert hidden_paths(shown) == ["input.json.api_token", "input.json.n[1]"]
     assert hidden_paths({"a": 1}) == []
+
+
+def test_the_in_session_form_shows_the_call_and_counts_an_answer_only_for_it() -> None:
+    now = datetime.now(UTC)
+    approval = Approval.model_validate(
+        {
+            "id": "apr_1",
+            "status": "pending",
+            "receipt_id": "r",
+            "workflow_id": "w",
+            "capability_id": "http.request",
+            "capability_version": "1.0.0",
+            "input_hash": "sha256:abc",
+            "policy_version": 3,
+            "requested_by": "key:k",
+            "requested_at": now,
+            "expires_at": now,
+            "input": {"body": "x" * 5000, "api_token": "[REDACTED]"},
+        }
+    )
+    asked = Asked("t", "key:k", approval)
+    message = asked.form().message
+    assert "http.request" in message and "sha256:abc" in message and "Policy version: 3" in message
+    assert "cut: the input is" in message and len(message) < 4600
+    accept = types.ElicitResult(action="accept")
+    assert Asking(responses={INPUT_KEY: accept}, state=asked.state()).answer(asked) == accept
+    other = Asked("t", "key:k", approval.model_copy(update={"input_hash": "sha256:def"}))
+    assert Asking(responses={INPUT_KEY: accept}, state=other.state()).answer(asked) is None
+    assert Asking(responses={}, state=asked.state()).answer(asked) is None
