@@ -16,6 +16,7 @@ keyring can decide nothing.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -23,6 +24,7 @@ from temporalio import activity
 from activities.evidence import continue_chain
 from schemas.approvals import (
     ADMIN_ACTOR,
+    KEY_ACTOR_PREFIX,
     Approval,
     ApprovalRecorded,
     ApprovalRecordInput,
@@ -175,6 +177,7 @@ class ApprovalActivities:
                 input_hash=row.approved_digest,
                 policy_version=row.policy_version,
                 comment=row.comment,
+                **_in_session_mark(verdict),
             )
             await event_log.append(session, chain.drafts)
             return ApprovalRecorded(approval=approvals.to_approval(row))
@@ -193,6 +196,8 @@ class ApprovalActivities:
     ) -> str | None:
         """The approver rules, as the gateway checked them, against the signed decider."""
         actor = verdict.decided_by
+        if verdict.in_session:
+            return await _in_session_refusal(session, tenant_id, row, actor)
         if actor != ADMIN_ACTOR:
             if not deciding_actor(actor) or missing_scopes(
                 verdict.decider_scopes, [APPROVALS_WRITE]
@@ -212,3 +217,24 @@ class ApprovalActivities:
         ):
             return ErrorCode.SELF_APPROVAL_FORBIDDEN
         return None
+
+
+def _in_session_mark(verdict: ApprovalVerdict) -> dict[str, Any]:
+    """The decision's event says when the requester decided in their own session."""
+    return {"in_session": True} if verdict.in_session else {}
+
+
+async def _in_session_refusal(
+    session: AsyncSession, tenant_id: str, row: ApprovalRow, actor: str
+) -> str | None:
+    """A decision in the requester's own MCP session counts only when the requesting key
+    itself decides and the rule under the approval's policy version has
+    ``approve_in_session``: the one exception to separation of duties, and it needs no
+    ``approvals:write`` (the person assents to their own call)."""
+    if actor != row.requested_by or not actor.startswith(KEY_ACTOR_PREFIX):
+        return ErrorCode.FORBIDDEN
+    under = await policy_versions.get(session, tenant_id, row.policy_version)
+    rule = policy_versions.to_version(under).rule_for(row.capability_id) if under else None
+    if rule is None or not rule.approve_in_session:
+        return ErrorCode.SELF_APPROVAL_FORBIDDEN
+    return None

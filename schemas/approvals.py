@@ -137,6 +137,11 @@ class ApprovalVerdict(BaseModel):
     decider_scopes: list[str] = Field(
         default_factory=list, description="The deciding key's scopes (none for `admin`)."
     )
+    in_session: bool = Field(
+        default=False,
+        description="Decided by the requesting key in its own MCP session, through the "
+        "elicitation form a rule with `approve_in_session` allows; signed with the rest.",
+    )
     signature: str = Field(default="", description="The gateway's signature of the decision.")
 
 

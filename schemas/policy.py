@@ -83,6 +83,12 @@ class PolicyRule(BaseModel):
         description="Let the key that made the call approve it (separation of duties is "
         "the default).",
     )
+    approve_in_session: StrictBool = Field(
+        default=False,
+        description="Let the person who made the call approve or reject it in their own MCP "
+        "session, through the form the MCP server shows them (elicitation); no other door "
+        "lets the requesting key decide.",
+    )
     budget: PolicyBudget | None = None
 
     def matches(self, capability_id: str) -> bool:

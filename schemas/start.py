@@ -239,6 +239,7 @@ class DecisionClaims(BaseModel):
     decided_by: str
     decider_scopes: list[str]
     comment: str | None
+    in_session: bool = False
 
     @property
     def version(self) -> str:
@@ -253,6 +254,7 @@ class DecisionClaims(BaseModel):
         )
 
     def message(self) -> bytes:
-        claims = self.model_dump(mode="json")
+        # ``in_session`` is signed when set; a decision without it signs as it always has.
+        claims = self.model_dump(mode="json", exclude=None if self.in_session else {"in_session"})
         body = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return f"moat decision {self.version}\n{body}".encode()

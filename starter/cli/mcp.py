@@ -25,6 +25,15 @@ def mcp(
         float | None,
         typer.Option("--wait", help="Seconds the gateway waits for a run (Prefer: wait)."),
     ] = None,
+    approve_in_session: Annotated[
+        bool,
+        typer.Option(
+            "--approve-in-session",
+            help="Ask the requester in their own session (elicitation) where the policy's "
+            "rule says approve_in_session. Needs the gateway's settings: its database, "
+            "Temporal and start keyring.",
+        ),
+    ] = False,
 ) -> None:
     """Serve Moat's capabilities as MCP tools. Over stdio the tools run as the tenant of
     the API key (--api-key, MOAT_API_KEY, the profile's, the demo key); over HTTP each
@@ -33,12 +42,20 @@ def mcp(
 
     from starter.cli import identity
     from starter.cli.tenant_api import key_of
-    from starter.mcp import MoatTools, serve_http, serve_stdio
+    from starter.mcp import InSessionApprovals, MoatTools, serve_http, serve_stdio
 
     settings = local_settings()
     gateway, _ = configured(url)
     gateway = gateway or identity.gateway_url(settings).value or settings.local_gateway_url
     api_key = None if http else key_of(settings).value
-    tools = MoatTools(gateway, api_key, wait_seconds=wait)
+
+    async def serve() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            door = None
+            if approve_in_session:
+                door = await stack.enter_async_context(InSessionApprovals.connected(settings))
+            tools = MoatTools(gateway, api_key, wait_seconds=wait, in_session=door)
+            await (serve_http(tools, host, port) if http else serve_stdio(tools))
+
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_http(tools, host, port) if http else serve_stdio(tools))
+        asyncio.run(serve())

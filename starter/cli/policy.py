@@ -30,7 +30,8 @@ def _rules_table(version: dict[str, Any]) -> Table:
             "catalog" if approval is None else ("required" if approval else "no"),
             str(rule["approval_ttl_seconds"]),
             escape(" ".join(rule["approvers"]))
-            + (" (self allowed)" if rule.get("allow_self_approval") else ""),
+            + (" (self allowed)" if rule.get("allow_self_approval") else "")
+            + (" (in session)" if rule.get("approve_in_session") else ""),
             f"{budget['limit']} per {budget['period']}" if budget else "",
         )
     return table

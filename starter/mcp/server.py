@@ -1,6 +1,9 @@
 """The MCP server: lists the catalog's capabilities as tools and executes a tool call
 through the gateway with the agents' client, so every call is an ordinary Moat execution
 (idempotent, policy-checked, with a receipt); ``moat_run_plan`` runs several as one plan.
+An approver's tools list, show and decide approvals (``starter.mcp.approvals``); a call
+waiting for the requester's own approval is put to the person through elicitation where
+the rule allows it and the server holds the in-session door (``starter.mcp.in_session``).
 
 Over stdio it speaks for the tenant of ``MOAT_API_KEY``. Over Streamable HTTP each request
 carries the tenant's API key as a bearer token, checked with the gateway before the MCP
@@ -22,9 +25,26 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from moat_client import AsyncMoatClient, CapabilityInfo, MoatError, RetryPolicy, Unauthenticated
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from moat_client import (
+    AsyncMoatClient,
+    CapabilityInfo,
+    ExecutionResult,
+    MoatError,
+    RetryPolicy,
+    Unauthenticated,
+)
+from moat_client.errors import error_for
+from moat_client.models import ErrorBody
 
 from schemas.ids import is_receipt_id
+from starter.mcp.approvals import (
+    APPROVAL_SPECS,
+    APPROVAL_TOOLS,
+    ApproverTools,
+    approval_result,
+)
+from starter.mcp.in_session import INPUT_KEY, Asking, InSessionApprovals
 from starter.mcp.tools import (
     CONNECTION_ARGUMENT,
     KEY_ARGUMENT,
@@ -41,6 +61,7 @@ from starter.mcp.tools import (
     tool_name,
     tool_of,
 )
+from starter.service import MoatError as ServiceError
 
 BAD_RECEIPT_ID = (
     "receipt_id must be the receipt_id a tool call answered: a UUID in lower case, such as "
@@ -49,6 +70,17 @@ BAD_RECEIPT_ID = (
 # A verified bearer token is trusted this long before the gateway is asked again; the
 # gateway checks the key on every call anyway.
 TOKEN_CACHE_SECONDS = 30.0
+# How long a call approved in its session waits for the run to end before answering
+# ``accepted`` (the status tool then follows it).
+IN_SESSION_WAIT_SECONDS = 60.0
+# The HTTP status of the refusals the in-session door meets, as the gateway answers them.
+_STATUS_OF = {"approval_not_pending": 409, "approval_mismatch": 409, "approval_stale": 409}
+
+
+def as_client_error(refused: ServiceError) -> MoatError:
+    """A refusal of the in-session door, in the shape the gateway's refusals have."""
+    body = ErrorBody(code=refused.code, message=refused.message, details=refused.details)
+    return error_for(_STATUS_OF.get(refused.code, 403), body, "")
 
 
 class MoatTools:
@@ -62,6 +94,7 @@ class MoatTools:
         wait_seconds: float | None = None,
         retry: RetryPolicy | None = None,
         http: httpx.AsyncClient | None = None,
+        in_session: InSessionApprovals | None = None,
     ) -> None:
         self.url = url
         self._api_key = api_key
@@ -70,6 +103,8 @@ class MoatTools:
         self._http = http or httpx.AsyncClient(timeout=30.0)
         self._catalog: dict[str, CapabilityInfo] = {}
         self._verified: dict[str, float] = {}
+        self._approvers = ApproverTools(url, self._http)
+        self._in_session = in_session
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -91,14 +126,28 @@ class MoatTools:
     async def list_tools(self, api_key: str | None) -> types.ListToolsResult:
         catalog = await self.catalog(api_key)
         return types.ListToolsResult(
-            tools=[*(tool_of(c) for c in catalog.values()), STATUS_TOOL_SPEC, PLAN_TOOL_SPEC]
+            tools=[
+                *(tool_of(c) for c in catalog.values()),
+                STATUS_TOOL_SPEC,
+                PLAN_TOOL_SPEC,
+                *APPROVAL_SPECS,
+            ]
         )
 
     async def call_tool(
-        self, api_key: str | None, name: str, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+        self,
+        api_key: str | None,
+        name: str,
+        arguments: dict[str, Any],
+        asking: Asking | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """``asking``: how this call may ask the session's person (None when the client
+        declared no elicitation)."""
         client = self.client(api_key)
         try:
+            if name in APPROVAL_TOOLS:
+                answer = await self._approvers.call(api_key or self._api_key or "", name, arguments)
+                return approval_result(answer)
             if name == PLAN_TOOL:
                 return await self._run_plan(client, arguments)
             if name == STATUS_TOOL:
@@ -128,9 +177,47 @@ class MoatTools:
                 wait_seconds=self._wait_seconds,
                 poll=False,
             )
+            if asking is not None and self._in_session is not None:
+                asked = await self._asked_in_session(client, api_key, result, asking)
+                if isinstance(asked, types.InputRequiredResult):
+                    return asked
+                result = asked
         except MoatError as error:
             return error_of(error)
+        except ServiceError as refused:
+            return error_of(as_client_error(refused))
         return result_of(result)
+
+    async def _asked_in_session(
+        self,
+        client: AsyncMoatClient,
+        api_key: str | None,
+        result: ExecutionResult,
+        asking: Asking,
+    ) -> ExecutionResult | types.InputRequiredResult:
+        """The execution's outcome once the person decided in this session; the result as
+        it was when the rule does not allow it or the person left it pending; or the form
+        to answer, for a client that answers it by calling again (2026-07-28)."""
+        approval = result.approval
+        if result.status != "accepted" or approval is None or approval.status != "pending":
+            return result
+        assert self._in_session is not None
+        asked = await self._in_session.pending(api_key or self._api_key or "", approval.id)
+        if asked is None or result.receipt_id is None:
+            return result
+        if asking.elicit is not None:
+            answer = await asking.elicit(asked.form())
+        else:
+            given = asking.answer(asked)
+            if given is None:
+                form = types.ElicitRequest(params=asked.form())
+                return types.InputRequiredResult(
+                    input_requests={INPUT_KEY: form}, request_state=asked.state()
+                )
+            answer = given
+        if await self._in_session.decide(asked, answer) == "pending":
+            return result
+        return await client.wait(result.receipt_id, max_seconds=IN_SESSION_WAIT_SECONDS)
 
     async def _run_plan(
         self, client: AsyncMoatClient, arguments: dict[str, Any]
@@ -175,6 +262,29 @@ def _bearer(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return token if isinstance(token, str) else None
 
 
+_ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+
+
+def _asking(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> Asking | None:
+    """How this call may ask the session's person with a form, if its client declared
+    elicitation."""
+    if not ctx.session.check_client_capability(_ELICITATION):
+        return None
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return Asking(responses=params.input_responses, state=params.request_state)
+    if not ctx.session.can_send_request:
+        return None
+
+    async def elicit(form: types.ElicitRequestFormParams) -> types.ElicitResult:
+        return await ctx.session.elicit_form(
+            form.message, form.requested_schema, related_request_id=ctx.request_id
+        )
+
+    return Asking(elicit=elicit)
+
+
 def build_server(tools: MoatTools) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -186,8 +296,9 @@ def build_server(tools: MoatTools) -> Server[Any]:
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        return await tools.call_tool(_bearer(ctx), params.name, params.arguments or {})
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        arguments = params.arguments or {}
+        return await tools.call_tool(_bearer(ctx), params.name, arguments, _asking(ctx, params))
 
     return Server(
         "moat",

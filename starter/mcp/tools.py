@@ -22,6 +22,7 @@ import rfc8785
 from moat_client import CapabilityInfo, ExecutionResult, MoatError, PlanResult
 
 from schemas.plans import MAX_PLAN_KEY_LENGTH, MAX_STEPS, STEP_ID_PATTERN, OnFailure, StepStatus
+from starter.mcp.annotations import capability_annotations, moat_annotations
 
 KEY_ARGUMENT = "idempotency_key"
 CONNECTION_ARGUMENT = "connection_id"
@@ -51,6 +52,7 @@ STATUS_TOOL_SPEC = types.Tool(
         "required": ["receipt_id"],
         "additionalProperties": False,
     },
+    annotations=moat_annotations(read_only=True),
 )
 
 
@@ -122,6 +124,10 @@ PLAN_TOOL_SPEC = types.Tool(
         "required": ["steps"],
         "additionalProperties": False,
     },
+    # A plan may run any capability: what holds for the most consequential of them.
+    annotations=types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
+    ),
 )
 
 
@@ -155,6 +161,7 @@ def tool_of(capability: CapabilityInfo) -> types.Tool:
             f"effect {effect}; runs once per idempotency key, with a receipt.){approval}"
         ),
         input_schema=schema,
+        annotations=capability_annotations(capability),
     )
 
 

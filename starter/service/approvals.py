@@ -23,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.approvals import (
     ADMIN_ACTOR,
+    KEY_ACTOR_PREFIX,
     Approval,
     ApprovalAction,
     ApprovalDecision,
@@ -33,6 +34,7 @@ from schemas.approvals import (
 from schemas.errors import ErrorCode
 from schemas.names import DECIDE_APPROVAL_UPDATE
 from schemas.pages import Key
+from schemas.policy import PolicyRule
 from schemas.start import DECISION_NOT_SIGNED
 from starter.service import prefixes
 from starter.service.errors import MoatError
@@ -118,27 +120,25 @@ async def decide(
     decision: ApprovalDecision,
     actor: str,
     actor_scopes: Sequence[str] = (),
+    in_session: bool = False,
 ) -> Approval:
     """Approve or reject for ``actor`` (``key:<id>`` with ``actor_scopes``, or ``admin``):
     checked here, then sent to the waiting run, which records it. The approval as
     recorded. Its reads are short transactions of their own, before and after the wait
-    for the run's answer: no connection is held across it."""
+    for the run's answer: no connection is held across it.
+
+    ``in_session``: the requesting key's own decision, given by the person in their MCP
+    session (elicitation) under a rule with ``approve_in_session``; only the MCP server's
+    in-session door sets it, never a route."""
     async with tenancy.tenant_transaction(sessions, tenant_id) as session:
         row = await approvals.get(session, tenant_id, approval_id)
         if row is None:
             raise not_found(approval_id)
         current = await policy_versions.latest_version(session, tenant_id)
         under = await policy_versions.get(session, tenant_id, row.policy_version)
-    if under is not None and actor != ADMIN_ACTOR:
-        rule = policy_versions.to_version(under).rule_for(row.capability_id)
-        if rule is not None and not may_decide(rule.approvers, actor, list(actor_scopes)):
-            raise MoatError(
-                ErrorCode.FORBIDDEN,
-                "The policy's rule for this capability names other approvers: "
-                + ", ".join(rule.approvers),
-                {"approval_id": row.id, "approvers": rule.approvers},
-            )
-    _check(row, action, decision, actor, current, datetime.now(UTC))
+    rule = policy_versions.to_version(under).rule_for(row.capability_id) if under else None
+    _check_decider(row, rule, actor, actor_scopes, in_session)
+    _check(row, action, decision, actor, current, datetime.now(UTC), in_session)
     verdict = ApprovalVerdict(
         approval_id=row.id,
         action=action,
@@ -147,6 +147,7 @@ async def decide(
         decided_by=actor,
         comment=decision.comment,
         decider_scopes=list(actor_scopes) if actor != ADMIN_ACTOR else [],
+        in_session=in_session,
     )
     verdict = start_keys.signed_decision(tenant_id, row.workflow_id, verdict)
     handle = client.get_workflow_handle(row.workflow_id)
@@ -165,6 +166,59 @@ async def decide(
         return await get(session, sealer, tenant_id, approval_id)
 
 
+def _check_decider(
+    row: ApprovalRow,
+    rule: PolicyRule | None,
+    actor: str,
+    actor_scopes: Sequence[str],
+    in_session: bool,
+) -> None:
+    if in_session:
+        if not _in_session_allowed(row, rule, actor):
+            raise MoatError(
+                ErrorCode.SELF_APPROVAL_FORBIDDEN,
+                "Only the key that made the call decides in its own MCP session, and only "
+                "where the policy's rule has approve_in_session.",
+                {"approval_id": row.id},
+            )
+    elif (
+        rule is not None
+        and actor != ADMIN_ACTOR
+        and not may_decide(rule.approvers, actor, list(actor_scopes))
+    ):
+        raise MoatError(
+            ErrorCode.FORBIDDEN,
+            "The policy's rule for this capability names other approvers: "
+            + ", ".join(rule.approvers),
+            {"approval_id": row.id, "approvers": rule.approvers},
+        )
+
+
+def _in_session_allowed(row: ApprovalRow, rule: PolicyRule | None, actor: str) -> bool:
+    return (
+        actor == row.requested_by
+        and actor.startswith(KEY_ACTOR_PREFIX)
+        and rule is not None
+        and rule.approve_in_session
+    )
+
+
+async def in_session_ask(
+    session: AsyncSession, sealer: OutputSealer, tenant_id: str, approval_id: str, actor: str
+) -> Approval | None:
+    """The approval to put to the person in ``actor``'s own MCP session, with its redacted
+    input: pending, asked for by ``actor``, under a rule with ``approve_in_session``. None
+    otherwise (the call stays ``accepted``, for an approver to decide)."""
+    row = await approvals.get(session, tenant_id, approval_id)
+    if row is None or row.status != ApprovalStatus.PENDING.value:
+        return None
+    under = await policy_versions.get(session, tenant_id, row.policy_version)
+    rule = policy_versions.to_version(under).rule_for(row.capability_id) if under else None
+    if not _in_session_allowed(row, rule, actor):
+        return None
+    return approvals.to_approval(row, sealer)
+
+
 _STATUS = {"approve": "approved", "reject": "rejected", "expire": "expired"}
 
 
@@ -175,6 +229,7 @@ def _check(
     actor: str,
     current_version: int,
     now: datetime,
+    in_session: bool = False,
 ) -> None:
     if row.status != ApprovalStatus.PENDING.value:
         raise _refused(ErrorCode.APPROVAL_NOT_PENDING, row, status=row.status)
@@ -184,7 +239,8 @@ def _check(
         raise _refused(ErrorCode.APPROVAL_EXPIRED, row)
     if action == "approve" and current_version != row.policy_version:
         raise _refused(ErrorCode.APPROVAL_STALE, row, current_policy_version=current_version)
-    if action == "approve" and actor == row.requested_by and not row.allow_self_approval:
+    self_approval = actor == row.requested_by and not row.allow_self_approval
+    if action == "approve" and self_approval and not in_session:
         raise MoatError(
             ErrorCode.SELF_APPROVAL_FORBIDDEN,
             "The key that made this call cannot approve it (separation of duties): another "

@@ -4,6 +4,7 @@ and the plan tool (no server needed)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import httpx
 import mcp_types as types
@@ -11,12 +12,19 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from moat_client import CapabilityInfo
 
+from schemas.approvals import Approval
+from schemas.capabilities import BUILTIN_CAPABILITIES
+from schemas.email import EMAIL_SEND
+from schemas.notion import CREATE_PAGE, UPDATE_PAGE
 from schemas.plans import MAX_PLAN_KEY_LENGTH
 from starter.mcp import MoatTools
+from starter.mcp.approvals import APPROVAL_SPECS, hidden_paths
+from starter.mcp.in_session import INPUT_KEY, Asked, Asking
 from starter.mcp.tools import (
     PLAN_TOOL,
     PLAN_TOOL_SPEC,
     STATUS_TOOL,
+    STATUS_TOOL_SPEC,
     derived_key,
     derived_plan_key,
     tool_of,
@@ -143,3 +151,85 @@ async def test_a_plan_call_sends_the_plan_under_a_derived_key_and_says_how_to_as
     assert accepted.structured_content["plan_id"] == "pln_1"
     note = accepted.content[0].text  # type: ignore[union-attr]
     assert "still running" in note and PLAN_TOOL in note and key in note
+
+
+# capability: (readOnlyHint, destructiveHint, openWorldHint); idempotentHint is always true.
+ANNOTATIONS = {
+    "demo.echo": (True, False, False),
+    "http.request": (False, True, True),
+    "webhook.post": (False, True, True),
+    "slack.post_message": (False, True, True),  # slack.delete_message cannot unsend it
+    "slack.delete_message": (False, True, True),
+    "slack.auth_test": (True, False, True),
+    "github.create_issue": (False, False, True),  # undone by github.close_issue
+    "github.close_issue": (False, True, True),
+    "github.rate_limit": (True, False, True),
+    "notion.create_page": (False, False, True),  # undone by notion.update_page (trash)
+    "notion.update_page": (False, True, True),
+    "email.send": (False, True, True),
+    "acme.unknown_read": (True, False, True),  # not in the table: by its effect type
+    "acme.unknown_write": (False, True, True),
+}
+
+
+def test_every_tool_carries_truthful_annotations() -> None:
+    effects = {
+        spec.id: spec.effect_type.value
+        for spec in (*BUILTIN_CAPABILITIES, CREATE_PAGE, UPDATE_PAGE, EMAIL_SEND)
+    } | {"acme.unknown_read": "NONE", "acme.unknown_write": "SOR_UPDATE"}
+    assert set(effects) == set(ANNOTATIONS)
+    for capability_id, (read_only, destructive, open_world) in ANNOTATIONS.items():
+        entry = {**ENTRY, "id": capability_id, "effect_type": effects[capability_id]}
+        hints = tool_of(CapabilityInfo.model_validate(entry)).annotations
+        assert hints is not None, capability_id
+        assert (hints.read_only_hint, hints.destructive_hint, hints.open_world_hint) == (
+            read_only,
+            destructive,
+            open_world,
+        ), capability_id
+        assert hints.idempotent_hint is True
+    moat_tools = {t.name: t.annotations for t in (*APPROVAL_SPECS, STATUS_TOOL_SPEC)}
+    for name, hints in moat_tools.items():
+        assert hints is not None and hints.open_world_hint is False, name
+        assert hints.idempotent_hint is True
+    assert moat_tools["moat_list_approvals"].read_only_hint is True  # type: ignore[union-attr]
+    assert moat_tools["moat_show_approval"].read_only_hint is True  # type: ignore[union-attr]
+    decide = moat_tools["moat_decide_approval"]
+    assert decide is not None and (decide.read_only_hint, decide.destructive_hint) == (False, True)
+    assert PLAN_TOOL_SPEC.annotations is not None
+    assert PLAN_TOOL_SPEC.annotations.destructive_hint is True
+
+
+def test_what_redaction_hid_is_said_by_path() -> None:
+    shown = {"json": {"api_token": "[REDACTED]", "n": [1, "x [REDACTED] y"]}, "url": "u"}
+    assert hidden_paths(shown) == ["input.json.api_token", "input.json.n[1]"]
+    assert hidden_paths({"a": 1}) == []
+
+
+def test_the_in_session_form_shows_the_call_and_counts_an_answer_only_for_it() -> None:
+    now = datetime.now(UTC)
+    approval = Approval.model_validate(
+        {
+            "id": "apr_1",
+            "status": "pending",
+            "receipt_id": "r",
+            "workflow_id": "w",
+            "capability_id": "http.request",
+            "capability_version": "1.0.0",
+            "input_hash": "sha256:abc",
+            "policy_version": 3,
+            "requested_by": "key:k",
+            "requested_at": now,
+            "expires_at": now,
+            "input": {"body": "x" * 5000, "api_token": "[REDACTED]"},
+        }
+    )
+    asked = Asked("t", "key:k", approval)
+    message = asked.form().message
+    assert "http.request" in message and "sha256:abc" in message and "Policy version: 3" in message
+    assert "cut: the input is" in message and len(message) < 4600
+    accept = types.ElicitResult(action="accept")
+    assert Asking(responses={INPUT_KEY: accept}, state=asked.state()).answer(asked) == accept
+    other = Asked("t", "key:k", approval.model_copy(update={"input_hash": "sha256:def"}))
+    assert Asking(responses={INPUT_KEY: accept}, state=other.state()).answer(asked) is None
+    assert Asking(responses={}, state=asked.state()).answer(asked) is None
