@@ -15,6 +15,7 @@ from activities.adapters import (
     echo_adapter,
     http_client,
 )
+from activities.announce import AnnounceActivities, Announcer
 from activities.approvals import ApprovalActivities
 from activities.cancels import CancelSweep
 from activities.connections import StoreConnectionResolver
@@ -32,6 +33,8 @@ from activities.webhooks import DeliveryActivities
 __all__ = [
     "Adapter",
     "AdapterStep",
+    "AnnounceActivities",
+    "Announcer",
     "ApprovalActivities",
     "CancelSweep",
     "DeliveryActivities",

@@ -203,3 +203,11 @@ def outcome_blocks(approval: Approval) -> list[dict[str, Any]]:
     if approval.comment:
         blocks.append({"type": "context", "elements": [_text(_escaped(approval.comment))]})
     return blocks
+
+
+def is_announcement_key(idempotency_key: str) -> bool:
+    """Whether a call is itself an approval's announcement: its own approval (a policy
+    asking approval for Slack posts) is not announced, or announcements would never end."""
+    return idempotency_key.startswith("approval/") and idempotency_key.endswith(
+        ("/announce", "/outcome")
+    )

@@ -10,6 +10,7 @@ topic's rules. The execute path's stages (``executions/``) and the helpers below
 """
 
 from starter.service import (
+    approval_channels,
     approvals,
     budgets,
     connections,
@@ -22,6 +23,7 @@ from starter.service import (
     prefixes,
     probes,
     quotas,
+    slack_interactions,
     tenants,
     trust,
     webhooks,
@@ -53,6 +55,7 @@ __all__ = [
     "Plans",
     "RateLimits",
     "Shared",
+    "approval_channels",
     "approvals",
     "budgets",
     "connections",
@@ -69,6 +72,7 @@ __all__ = [
     "recorded",
     "render",
     "require_scope",
+    "slack_interactions",
     "tenants",
     "trust",
     "webhooks",
