@@ -10,7 +10,9 @@ Like Slack it answers HTTP 200 with ``{"ok": false, "error"}`` for most failures
 ``not_in_channel``, ``msg_too_long``, ``no_text``, ``message_not_found``,
 ``cant_delete_message``, ``cant_update_message``, ``missing_scope`` with ``needed`` and
 ``provided``) and HTTP 429 with ``Retry-After`` when rate limiting. ``deletions`` records
-each message deleted, ``updates`` each update made, by channel.
+each message deleted, ``updates`` each update made, by channel. An interaction's
+``response_url`` is served under ``/actions/``: what an app answers there is kept in
+``responses`` (Slack shows an ``ephemeral`` one to the person who pressed only).
 
 Tokens: with ``accept_any_token`` (the default) any ``xox…`` token has every scope; a token
 in ``scopes`` has exactly those; one in ``revoked`` is revoked. Channels: any id starting
@@ -48,6 +50,7 @@ class FakeSlack(FakeServer):
         self.retry_after = 1
         self.deletions: dict[str, list[str]] = {}  # the ts of each message deleted
         self.updates: dict[str, list[str]] = {}  # the ts of each message updated, per update
+        self.responses: list[dict[str, Any]] = []  # what apps posted to a response_url
         self.error_next: list[str] = []  # the next write calls answer these errors
         self._last_ts = 0.0
 
@@ -57,11 +60,12 @@ class FakeSlack(FakeServer):
             self.messages.clear()
             self.deletions.clear()
             self.updates.clear()
+            self.responses.clear()
             self.rate_limit_next = 0
             self.error_next.clear()
 
     def state(self) -> dict[str, Any]:
-        return {"messages": self.messages, "deletions": self.deletions, "updates": self.updates}
+        return {"messages": self.messages, "deletions": self.deletions}
 
     def posted(self, channel: str) -> list[dict[str, Any]]:
         """Every message in ``channel``, thread replies included, oldest first."""
@@ -86,7 +90,16 @@ class FakeSlack(FakeServer):
             self.messages.setdefault(channel, []).append(message)
             return ts
 
+    def response_url(self, team: str = "T0FAKETEAM") -> str:
+        """A ``response_url`` as an interaction payload carries one."""
+        return f"{self.base_url}/actions/{team}/{int(time.time() * 1e6)}/fake"
+
     async def handle(self, request: Request) -> Reply:
+        if request.path.startswith("/actions/"):
+            answer = request.json()
+            with self.lock:
+                self.responses.append(answer if isinstance(answer, dict) else {})
+            return Reply(200, {"ok": True})
         method = request.path.removeprefix("/api").strip("/")
         args = request.params()
         token = request.bearer() or args.get("token")
