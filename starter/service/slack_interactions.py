@@ -38,7 +38,7 @@ from store.keyrings.start import StartKeyring
 MAX_AGE_SECONDS = 300
 # An interaction payload is a few kilobytes; anything much larger is not Slack's.
 MAX_BODY_BYTES = 64 * 1024
-_ACTIONS = {APPROVE_ACTION: "approve", REJECT_ACTION: "reject"}
+_ACTIONS: dict[str, approvals.Action] = {APPROVE_ACTION: "approve", REJECT_ACTION: "reject"}
 
 
 def signature(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -100,7 +100,7 @@ def parse_press(body: bytes) -> Press:
             ErrorCode.BAD_REQUEST, "Not a press of a Moat approval button in Slack."
         ) from err
     url = payload.get("response_url")
-    return Press(user, action, button, url if isinstance(url, str) else None)  # type: ignore[arg-type]
+    return Press(user, action, button, url if isinstance(url, str) else None)
 
 
 @dataclass(frozen=True)

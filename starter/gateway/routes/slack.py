@@ -125,7 +125,8 @@ async def interaction(request: Request, tenant_id: TenantId) -> JSONResponse:
             time.time(),
         )
         if secret is not None
-        else "no Slack signing secret is configured for this tenant"
+        # Said as a mismatch: the route does not tell who has an approvals channel.
+        else "the request's Slack signature does not match"
     )
     if refusal is not None:
         raise MoatError(ErrorCode.UNAUTHENTICATED, f"Not a request from Slack: {refusal}.")
