@@ -22,12 +22,16 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import pytest
 import pytest_asyncio
+from click.testing import Result
 from temporalio.client import Client
+from typer.testing import CliRunner
 
 from activities.announce import Announcer
 from schemas.names import ANNOUNCE_APPROVAL_WORKFLOW
 from schemas.slack_approvals import AnnounceInput, AnnounceResult, announce_workflow_id
+from starter.cli import app as cli
 from starter.devstack.providers import FakeSlack
 from store import tenancy
 from store.models import PersonRow
@@ -293,3 +297,30 @@ async def _channel_of(stack: Stack, tenant_id: str, con: str, secret: str) -> No
     body = {"connection_id": con, "channel": "C0OTHER", "signing_secret": secret}
     put = await stack.http.put(f"{stack.url}/v1/approvals/channel", json=body, headers=bearer(key))
     assert put.status_code == 200, put.text
+
+
+async def test_channel_from_the_cli_never_shows_its_secret(
+    stack: Stack, slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    con = await stack.add_connection("slack", "xoxb-cli", config={"base_url": slack.base_url})
+    key = await new_key(stack, CHANNEL_KEY_SCOPES)
+    narrow = await new_key(stack, ["policy:write", "approvals:read"])
+    monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
+    runner = CliRunner()
+
+    async def moat(api_key: str, *args: str, stdin: str | None = None) -> Result:
+        argv = ["approvals", "channel", *args, "--api-key", api_key]
+        return await asyncio.to_thread(runner.invoke, cli, argv, input=stdin)
+
+    made = await moat(key, "set", con, "C0CLI", stdin=SECRET + "\n")
+    assert made.exit_code == 0, made.output
+    shown = await moat(key, "show")
+    assert shown.exit_code == 0 and "C0CLI" in shown.output and con in shown.output
+    assert SECRET not in made.output + shown.output
+    assert f"/v1/slack/interactions/{stack.tenant_id}" in shown.output
+    # Least privilege: a key that could not post the messages itself cannot set them up.
+    refused = await moat(narrow, "set", con, "C0CLI", stdin=SECRET)
+    assert refused.exit_code == 1 and "scope_missing" in refused.output
+    assert (await moat(key, "clear")).exit_code == 0
+    gone = await moat(key, "show")
+    assert gone.exit_code == 1 and "not_found" in gone.output
