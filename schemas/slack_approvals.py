@@ -128,9 +128,17 @@ def _escaped(text: str) -> str:
 
 
 def input_summary(redacted: Any) -> str:
-    """The redacted input as the message shows it: compact JSON, cut to ``SUMMARY_CHARS``."""
+    """The redacted input as the message shows it: compact JSON, escaped for Slack (so an
+    input's ``<!channel>`` or ``<@U…>`` pings nobody), cut to ``SUMMARY_CHARS``."""
     text = json.dumps(redacted, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+    escaped = _escaped(text)
+    if len(escaped) <= SUMMARY_CHARS:
+        return escaped
+    cut = escaped[: SUMMARY_CHARS - 1]
+    entity = cut.rfind("&")
+    if entity >= 0 and ";" not in cut[entity:]:
+        cut = cut[:entity]  # never half an escape
+    return cut + "…"
 
 
 def _facts(approval: Approval) -> list[dict[str, Any]]:
@@ -149,13 +157,14 @@ def request_text(approval: Approval) -> str:
 
 
 def request_blocks(approval: Approval, summary: str) -> list[dict[str, Any]]:
-    """The new approval: what (capability, redacted input), who asked, digest, policy
-    version, expiry, and the two buttons carrying the approval, digest and version."""
+    """The new approval: what (capability, redacted input as ``input_summary`` gives it),
+    who asked, digest, policy version, expiry, and the two buttons carrying the approval,
+    digest and version."""
     value = button_value(approval)
     return [
         {"type": "header", "text": _plain("Approval needed")},
         {"type": "section", "fields": _facts(approval)},
-        {"type": "section", "text": _text(f"*Input (redacted)*\n```{_escaped(summary)}```")},
+        {"type": "section", "text": _text(f"*Input (redacted)*\n```{summary}```")},
         {
             "type": "actions",
             "block_id": "moat_decision",
