@@ -10,7 +10,8 @@ approval, so a retried or reset step finds it there and nothing is posted twice.
 The workflow carries only the approval's id: the channel, the connection and the message
 are read here from Postgres under the tenant's row-level security, and the start carries
 the authority of the key that configured the channel (its id and scopes, stored with the
-setting), so the policy step holds the announcement to that key like its own calls.
+setting), so the policy step holds the announcement to that key's scopes like its own
+calls; a revoked key announces nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +49,16 @@ from schemas.slack_approvals import (
     request_blocks,
     request_text,
 )
-from store import approval_channels, approvals, connections, idempotency, outputs, tenancy, tenants
+from store import (
+    api_keys,
+    approval_channels,
+    approvals,
+    connections,
+    idempotency,
+    outputs,
+    tenancy,
+    tenants,
+)
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
 
@@ -100,8 +110,17 @@ class AnnounceActivities:
                 else None
             )
             posted = await self._posted(session, tid, inp.approval_id)
+            revoked = channel is not None and await api_keys.is_revoked(
+                session, tid, channel.api_key_id
+            )
         if channel is None:
             return AnnounceStart(skipped="no_approval_channel")
+        if revoked:
+            # Nobody presents that key now: it must still be live to lend its authority.
+            return AnnounceStart(
+                skipped="key_revoked: the key that set the approvals channel is revoked; "
+                "set the channel again with a live key"
+            )
         if row is None or tenant is None:
             return AnnounceStart(skipped="approval_not_found")
         approval = approvals.to_approval(row, self._sealer)

@@ -324,3 +324,32 @@ async def test_channel_from_the_cli_never_shows_its_secret(
     assert (await moat(key, "clear")).exit_code == 0
     gone = await moat(key, "show")
     assert gone.exit_code == 1 and "not_found" in gone.output
+
+
+async def test_expiry_shown_and_a_revoked_key_announces_nothing(
+    stack: Stack, provider: FakeProvider, slack: FakeSlack
+) -> None:
+    channel, key = await configure(stack, slack)
+    await put_policy(stack, key, strict(ttl=1))
+    await budgets_on(stack)
+    url = provider.script("/slack-expire", Step(201, {"ok": True}))
+    await pending(stack, url, "slack-expire")
+    await eventually(lambda: slack.posted(channel))
+    await eventually(lambda: slack.updated(channel))
+    assert slack.posted(channel)[0]["text"].startswith("Expired by moat")
+
+    # The announcements carry the authority of the key that set the channel: revoked, the
+    # next approval is not posted.
+    listed = await stack.http.get(
+        f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/keys", headers=ADMIN
+    )
+    key_id = next(k["id"] for k in listed.json()["items"] if key.startswith(k["prefix"]))
+    revoked = await stack.http.post(f"{stack.url}/v1/admin/keys/{key_id}/revoke", headers=ADMIN)
+    assert revoked.status_code == 200, revoked.text
+    second = await pending(stack, url, "slack-expire-2")
+    announced = await stack.client.get_workflow_handle(
+        announce_workflow_id(stack.tenant_id, second["approval"]["id"], "requested"),
+        result_type=AnnounceResult,
+    ).result()
+    assert (announced.skipped or "").startswith("key_revoked"), announced
+    assert len(slack.posted(channel)) == 1
