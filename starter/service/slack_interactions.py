@@ -48,9 +48,11 @@ def signature(secret: bytes, timestamp: str, body: bytes) -> str:
 
 
 def signature_refusal(
-    secret: bytes, timestamp: str | None, presented: str | None, body: bytes, now: float
+    secret: bytes | None, timestamp: str | None, presented: str | None, body: bytes, now: float
 ) -> str | None:
-    """Why the request is not Slack's (None: it is)."""
+    """Why the request is not Slack's (None: it is). Without a secret (no approvals
+    channel) every signature is a mismatch, so the answer tells nobody which tenants have
+    one."""
     if not timestamp or not presented:
         return "the request carries no Slack signature"
     try:
@@ -59,8 +61,8 @@ def signature_refusal(
         return "the request's Slack timestamp is not a number"
     if abs(now - sent) > MAX_AGE_SECONDS:
         return "the request's Slack timestamp is more than five minutes away"
-    expected = signature(secret, timestamp, body)
-    if not hmac.compare_digest(expected.encode(), presented.encode()):
+    expected = signature(secret or b"", timestamp, body)
+    if secret is None or not hmac.compare_digest(expected.encode(), presented.encode()):
         return "the request's Slack signature does not match"
     return None
 

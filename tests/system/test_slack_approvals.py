@@ -268,6 +268,10 @@ async def test_refused_presses_decide_nothing(
     assert (await press(stack, body, forged)).status_code == 401
     across = await press(stack, body, forged, tenant_id=other)
     assert across.json()["code"] == "approval_not_found"
+    # A tenant without a channel answers as a mismatch; an oversized body is not read on.
+    assert (await press(stack, body, signed(body), tenant_id="t-nochannel")).status_code == 401
+    big = body + b"&pad=" + b"x" * 70_000
+    assert (await press(stack, big, signed(big))).status_code == 413
 
     # Rejecting binds the same way; the message then shows it, and the call never ran.
     rejected = press_body(message, "U0ALICE2", slack, approve=False)
