@@ -11,6 +11,10 @@ is recorded, against the signed decider: the decider holds ``approvals:write`` (
 admin), is among the approvers the policy's rule names, and is not the key that made the
 call unless the rule allows. Anyone able to send updates in the namespace without the
 keyring can decide nothing.
+
+When the tenant has an approvals channel, each step hands the approval's Slack message on
+(``activities.announce``) after its transaction commits, on every attempt: the request
+posts it, a decision (or the expiry) replaces it with the outcome.
 """
 
 from __future__ import annotations
