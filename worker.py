@@ -16,6 +16,8 @@ from temporalio.worker import Worker
 from activities import (
     Adapter,
     AdapterStep,
+    AnnounceActivities,
+    Announcer,
     ApprovalActivities,
     CancelSweep,
     DeliveryActivities,
@@ -41,6 +43,7 @@ from store.keyrings.connections import ConnectionCipher
 from store.keyrings.signing import Keyring
 from store.keyrings.start import StartKeyring
 from store.manifests import ManifestStore
+from workflows.announce import AnnounceApproval
 from workflows.cancels import SweepCancelledRuns
 from workflows.deliver import DeliverWebhook
 from workflows.execute import ExecuteCapability
@@ -99,7 +102,10 @@ def build_worker(
     signing = keyring or Keyring.from_settings(settings)
     manifests = ManifestActivities(sessions, store, signing)
     retention = RetentionActivities(sessions, store)
-    approvals = ApprovalActivities(sessions, sealer, start_keys)
+    # An approval's Slack message is posted from the delivery queue, like a probe's run.
+    announcer = Announcer(client, settings.deliveries_task_queue)
+    approvals = ApprovalActivities(sessions, sealer, start_keys, announcer)
+    announce = AnnounceActivities(sessions, catalog, sealer, start_keys, settings.local_activities)
     delivery = DeliveryActivities(
         sessions,
         http,
@@ -125,6 +131,7 @@ def build_worker(
             RunProbe,
             ExecutePlan,
             SweepCancelledRuns,
+            AnnounceApproval,
         ],
         activities=[
             policy_step.check_policy,
@@ -144,6 +151,7 @@ def build_worker(
             plans.checkpoint,
             plans.finish_plan,
             cancels.sweep_cancelled,
+            announce.prepare_announcement,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

@@ -10,10 +10,12 @@ from activities.adapters import (
     SlackAdapter,
     SlackAuthTestAdapter,
     SlackDeleteMessageAdapter,
+    SlackUpdateMessageAdapter,
     WebhookAdapter,
     echo_adapter,
     http_client,
 )
+from activities.announce import AnnounceActivities, Announcer
 from activities.approvals import ApprovalActivities
 from activities.cancels import CancelSweep
 from activities.connections import StoreConnectionResolver
@@ -31,6 +33,8 @@ from activities.webhooks import DeliveryActivities
 __all__ = [
     "Adapter",
     "AdapterStep",
+    "AnnounceActivities",
+    "Announcer",
     "ApprovalActivities",
     "CancelSweep",
     "DeliveryActivities",
@@ -49,6 +53,7 @@ __all__ = [
     "SlackAdapter",
     "SlackAuthTestAdapter",
     "SlackDeleteMessageAdapter",
+    "SlackUpdateMessageAdapter",
     "StoreConnectionResolver",
     "TrustActivities",
     "WebhookAdapter",

@@ -11,6 +11,10 @@ is recorded, against the signed decider: the decider holds ``approvals:write`` (
 admin), is among the approvers the policy's rule names, and is not the key that made the
 call unless the rule allows. Anyone able to send updates in the namespace without the
 keyring can decide nothing.
+
+When the tenant has an approvals channel, each step hands the approval's Slack message on
+(``activities.announce``) after its transaction commits, on every attempt: the request
+posts it, a decision (or the expiry) replaces it with the outcome.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.announce import Announcer
 from activities.evidence import continue_chain
 from schemas.approvals import (
     ADMIN_ACTOR,
@@ -39,8 +44,9 @@ from schemas.errors import ErrorCode
 from schemas.events import AggregateType, EventType
 from schemas.names import RECORD_APPROVAL, REQUEST_APPROVAL
 from schemas.scopes import APPROVALS_WRITE, missing_scopes
+from schemas.slack_approvals import is_announcement_key
 from schemas.start import DECISION_NOT_SIGNED, DecisionClaims
-from store import approvals, policy_versions, tenancy
+from store import approval_channels, approvals, policy_versions, tenancy
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
@@ -61,10 +67,12 @@ class ApprovalActivities:
         sessions: async_sessionmaker[AsyncSession],
         sealer: OutputSealer,
         start_keys: StartKeyring,
+        announcer: Announcer | None = None,
     ) -> None:
         self._sessions = sessions
         self._sealer = sealer
         self._start_keys = start_keys
+        self._announcer = announcer
 
     @activity.defn(name=REQUEST_APPROVAL)
     async def request_approval(self, inp: ApprovalRequestInput) -> Approval:
@@ -105,13 +113,35 @@ class ApprovalActivities:
                     expires_at=stored.expires_at.isoformat(),
                 )
                 await event_log.append(session, chain.drafts)
-            return approvals.to_approval(stored)
+            announced = await self._announced(session, inp.ref.tenant_id)
+            requested = approvals.to_approval(stored)
+        if announced is not None and not is_announcement_key(inp.ref.idempotency_key):
+            # After the commit, on every attempt: the message's workflow finds the approval,
+            # and a retried step finds the workflow already started.
+            await announced.hand_off(inp.ref.tenant_id, requested.id, "requested")
+        return requested
+
+    async def _announced(self, session: AsyncSession, tenant_id: str) -> Announcer | None:
+        """Who posts the tenant's approvals to Slack, when it has an approvals channel."""
+        if self._announcer is None or await approval_channels.get(session, tenant_id) is None:
+            return None
+        return self._announcer
 
     @activity.defn(name=RECORD_APPROVAL)
     async def record_approval(self, inp: ApprovalRecordInput) -> ApprovalRecorded:
         """Decide the approval unless it was decided already. An approval is refused (and
         nothing changes) when the tenant's policy changed since the request
-        (``approval_stale``) or its time is up (``approval_expired``)."""
+        (``approval_stale``) or its time is up (``approval_expired``). A decided approval's
+        Slack message is handed on to be replaced with the outcome (once per decision)."""
+        recorded = await self._record(inp)
+        if recorded.refusal is None and recorded.approval.status != ApprovalStatus.PENDING:
+            async with tenancy.tenant_transaction(self._sessions, inp.tenant_id) as session:
+                announced = await self._announced(session, inp.tenant_id)
+            if announced is not None:
+                await announced.hand_off(inp.tenant_id, recorded.approval.id, "decided")
+        return recorded
+
+    async def _record(self, inp: ApprovalRecordInput) -> ApprovalRecorded:
         verdict = inp.verdict
         now = datetime.now(UTC)
         if verdict.action != "expire":

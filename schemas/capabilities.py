@@ -220,6 +220,18 @@ class SlackDeleteMessageInput(BaseModel):
     ts: SlackTs
 
 
+class SlackUpdateMessageInput(BaseModel):
+    """Input of ``slack.update_message`` (Slack's ``chat.update``): the message's new text
+    and blocks (``blocks`` unset: Slack keeps the message's blocks)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    channel: SlackChannel
+    ts: SlackTs
+    text: str = Field(min_length=1, max_length=40000)
+    blocks: list[dict[str, CanonicalAny]] | None = None
+
+
 # GitHub's own rules for owner and repository names.
 # GitHub's own rules, which also keep each name one path segment: an owner (user or
 # organization) is letters, digits and single inner hyphens, at most 39 characters; a
@@ -273,6 +285,7 @@ INPUT_MODELS: dict[str, type[BaseModel]] = {
     "github_rate_limit": NoInput,
     "github_close_issue": GithubCloseIssueInput,
     "slack_delete_message": SlackDeleteMessageInput,
+    "slack_update_message": SlackUpdateMessageInput,
 }
 
 # What an adapter's output holds, for a plan's references (``schemas.plans``): member name
@@ -296,6 +309,7 @@ OUTPUT_SHAPES: dict[str, OutputShape] = {
     "github_rate_limit": {"core": dict.fromkeys(("limit", "remaining", "used", "reset"))},
     "github_close_issue": dict.fromkeys(("number", "html_url", "state")),
     "slack_delete_message": dict.fromkeys(("channel", "ts", "already_deleted")),
+    "slack_update_message": dict.fromkeys(("channel", "ts")),
 }
 
 BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
@@ -436,6 +450,22 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
             "messages). A repeated attempt answered `message_not_found` found the message "
             "gone, deleted by an earlier one: done (`already_deleted: true`); a first "
             "attempt answered so fails (`provider_not_found`)."
+        ),
+        effect_type=EffectType.API_CALL,
+        timeout_seconds=10.0,
+        idempotency=IdempotencyStrategy.NATURAL,
+        connection_types=(ConnectionType.SLACK,),
+        connection_required=True,
+    ),
+    CapabilitySpec(
+        id="slack.update_message",
+        version="1.0.0",
+        adapter="slack_update_message",
+        adapter_id="slack-update-message-adapter-v1",
+        description=(
+            "Replaces a message's text and blocks with Slack's chat.update (a bot token "
+            "updates the bot's own messages). Repeating the call leaves the same message: "
+            "exactly once by nature."
         ),
         effect_type=EffectType.API_CALL,
         timeout_seconds=10.0,

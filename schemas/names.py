@@ -16,6 +16,8 @@ TRUST_REFRESH_WORKFLOW = "RefreshTrust"
 PROBE_WORKFLOW = "RunProbe"
 PLAN_WORKFLOW = "ExecutePlan"
 CANCEL_SWEEP_WORKFLOW = "SweepCancelledRuns"
+# Posts an approval's Slack message, or replaces it with the outcome.
+ANNOUNCE_APPROVAL_WORKFLOW = "AnnounceApproval"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -46,6 +48,7 @@ RETENTION_SCHEDULE_ID = "moat-manifest-retention"
 PARTITIONS_SCHEDULE_ID = "moat-outcome-partitions"
 REFRESH_TRUST = "moat.refresh_trust"
 PREPARE_PROBE = "moat.prepare_probe"
+PREPARE_ANNOUNCEMENT = "moat.prepare_announcement"
 
 # The Temporal Schedule that starts the retention workflow.
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"

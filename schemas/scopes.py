@@ -27,6 +27,9 @@ PLANS_WRITE = "plans:write"
 # to approve (an approval's input).
 OUTPUTS_READ = "outputs:read"
 APPROVALS_READ = "approvals:read"
+# A tenant's people: who they are and their scopes (read), adding, changing, disabling them.
+PEOPLE_READ = "people:read"
+PEOPLE_WRITE = "people:write"
 # What a key gets when created without scopes: execute anything and read what it executed.
 # A key older than read scopes holds ``outputs:read`` (and ``approvals:read`` when it can
 # decide approvals), granted by the migration that introduced them: no caller loses a read

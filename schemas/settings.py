@@ -251,6 +251,11 @@ class MoatSettings(BaseSettings):
     namespace_retention_hours: int = Field(
         default=72, description="Retention `moat up` sets on its namespace; must exceed the TTL."
     )
+    slack_response_url_prefix: str = Field(
+        default="https://hooks.slack.com/",
+        description="Where a Slack interaction's `response_url` must point for the gateway "
+        "to answer a refused button press through it (any other is not called).",
+    )
     webhook_timeout_seconds: float = Field(
         default=10.0,
         gt=0,

@@ -610,6 +610,10 @@ class ApprovalChannelRow(Base):
     channel: Mapped[str] = mapped_column(String(200))
     signing_secret_kid: Mapped[str] = mapped_column(String(100))
     signing_secret_sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    # The key whose authority the announcements carry (who configured the channel) and
+    # that key's scopes then: they run with those, never more.
+    api_key_id: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
     created_by: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

@@ -33,6 +33,7 @@ from activities.adapters.slack import (
     SlackAdapter,
     SlackAuthTestAdapter,
     SlackDeleteMessageAdapter,
+    SlackUpdateMessageAdapter,
 )
 from activities.adapters.webhook import WebhookAdapter
 
@@ -48,6 +49,7 @@ __all__ = [
     "SlackAdapter",
     "SlackAuthTestAdapter",
     "SlackDeleteMessageAdapter",
+    "SlackUpdateMessageAdapter",
     "WebhookAdapter",
     "echo_adapter",
     "fail",

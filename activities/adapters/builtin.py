@@ -16,6 +16,7 @@ from activities.adapters.slack import (
     SlackAdapter,
     SlackAuthTestAdapter,
     SlackDeleteMessageAdapter,
+    SlackUpdateMessageAdapter,
 )
 from activities.adapters.webhook import WebhookAdapter
 
@@ -54,3 +55,7 @@ def github_close_issue(ctx: AdapterContext) -> Adapter:
 
 def slack_delete_message(ctx: AdapterContext) -> Adapter:
     return SlackDeleteMessageAdapter(ctx.http, ctx.guard)
+
+
+def slack_update_message(ctx: AdapterContext) -> Adapter:
+    return SlackUpdateMessageAdapter(ctx.http, ctx.guard)

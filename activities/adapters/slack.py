@@ -1,5 +1,6 @@
 """``slack.post_message``: Slack's ``chat.postMessage``, exactly once by reconcile;
-``slack.delete_message``, which undoes it, and ``slack.auth_test``, a probe's read.
+``slack.delete_message``, which undoes it, ``slack.update_message`` (``chat.update``),
+and ``slack.auth_test``, a probe's read.
 
 Slack has no idempotency key. The message carries the execution's key in its metadata
 (``event_type: moat_execution``); an attempt that may repeat an earlier one first reads the
@@ -27,7 +28,12 @@ from activities.adapters.reconcile import (
 )
 from activities.adapters.responses import ProviderResponse, parse_retry_after, recorded
 from activities.adapters.sender import SendRequest, send
-from schemas.capabilities import NoInput, SlackDeleteMessageInput, SlackPostMessageInput
+from schemas.capabilities import (
+    NoInput,
+    SlackDeleteMessageInput,
+    SlackPostMessageInput,
+    SlackUpdateMessageInput,
+)
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
@@ -195,6 +201,23 @@ class SlackDeleteMessageAdapter(_SlackWebApi):
         channel = str(answer.get("channel") or msg.channel)
         gone = answer.get("ok") is not True
         return recorded(200, {"channel": channel, "ts": msg.ts, "already_deleted": gone})
+
+
+class SlackUpdateMessageAdapter(_SlackWebApi):
+    """``slack.update_message``: Slack's ``chat.update``, exactly once by nature: a repeat
+    sets the same text and blocks again, leaving the same message."""
+
+    async def __call__(
+        self, inp: AdapterInput, credential: Credential | None = None
+    ) -> AdapterOutput:
+        msg = parse_input(inp, SlackUpdateMessageInput)
+        cred = credential_of(inp, credential, ConnectionType.SLACK)
+        url = f"{base_url(cred, DEFAULT_BASE_URL)}/chat.update"
+        body: dict[str, Any] = {"channel": msg.channel, "ts": msg.ts, "text": msg.text}
+        if msg.blocks is not None:
+            body["blocks"] = msg.blocks
+        answer = await self._call(inp, "POST", url, cred, json=body)
+        return recorded(200, {"channel": str(answer.get("channel") or msg.channel), "ts": msg.ts})
 
 
 class SlackAuthTestAdapter(_SlackWebApi):

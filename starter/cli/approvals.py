@@ -13,6 +13,7 @@ from rich.table import Table
 
 from schemas.approvals import ApprovalStatus
 from schemas.settings import MoatSettings
+from starter.cli.approval_channel import channel_app
 from starter.cli.identity import AsTenant
 from starter.cli.output import AsJson, fail, id_argument, id_column, out, print_json
 from starter.cli.tenant_api import call
@@ -20,6 +21,7 @@ from starter.devstack.ports import local_settings
 from starter.runtime import links
 
 approvals_app = typer.Typer(no_args_is_help=True, help="Approvals of calls held by policy.")
+approvals_app.add_typer(channel_app, name="channel")
 
 STATUS_COLOURS = {"pending": "yellow", "approved": "green", "rejected": "red", "expired": "dim"}
 Comment = Annotated[str | None, typer.Option(help="Why, for the record.")]

@@ -42,6 +42,7 @@ from starter.gateway.routes import (
     evidence,
     executions,
     receipts,
+    slack,
     trust,
     webhooks,
     whoami,
@@ -243,6 +244,8 @@ def create_app(
             capabilities.router,
             connections.router,
             policy_routes.router,
+            # Before the approvals' routes: /v1/approvals/channel is not an approval's id.
+            slack.router,
             approval_routes.router,
             admin_routes.router,
             connections.admin_router,

@@ -72,6 +72,7 @@ STATUS: dict[str, int] = {
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.WEBHOOK_NOT_FOUND: 404,
     ErrorCode.DEAD_LETTER_NOT_FOUND: 404,
+    ErrorCode.PERSON_NOT_FOUND: 404,
     ErrorCode.COMPENSATING_ACTION_NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.CONNECTION_GONE: 410,

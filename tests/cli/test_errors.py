@@ -141,6 +141,17 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             1,
             says="approval_id",
         ),
+        "approvals channel set": Case(
+            ["approvals", "channel", "set", "con_x", "C1", "--secret-file", str(empty)],
+            "no_secret",
+            2,
+        ),
+        "approvals channel show": Case(
+            ["approvals", "channel", "show", "--api-key", WRONG_KEY], "unauthenticated", 1
+        ),
+        "approvals channel clear": Case(
+            ["approvals", "channel", "clear", "--api-key", WRONG_KEY], "unauthenticated", 1
+        ),
         "codec url": Case(["codec", "url"], "codec_door_missing", 2, no_door),
         "codec rotate": Case(["codec", "rotate", "--grace", "-1"], "bad_parameter", 2),
         "receipts list": Case(

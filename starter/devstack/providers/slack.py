@@ -1,13 +1,18 @@
 """A fake of Slack's Web API, from its public reference: ``chat.postMessage`` (with message
-``metadata``), ``chat.delete`` (a bot deletes its own messages only), ``conversations.history``
-and ``conversations.replies`` (newest first / thread order, ``oldest``/``latest``/``inclusive``,
-cursor pagination, metadata only with ``include_all_metadata``), ``auth.test``.
+``metadata``), ``chat.delete`` (a bot deletes its own messages only), ``chat.update`` (a
+bot updates its own messages only; ``text`` and ``blocks`` replace the message's),
+``conversations.history`` and ``conversations.replies`` (newest first / thread order,
+``oldest``/``latest``/``inclusive``, cursor pagination, metadata only with
+``include_all_metadata``), ``auth.test``.
 
 Like Slack it answers HTTP 200 with ``{"ok": false, "error"}`` for most failures
 (``not_authed``, ``invalid_auth``, ``token_revoked``, ``channel_not_found``,
 ``not_in_channel``, ``msg_too_long``, ``no_text``, ``message_not_found``,
-``cant_delete_message``, ``missing_scope`` with ``needed`` and ``provided``) and HTTP 429 with
-``Retry-After`` when rate limiting. ``deletions`` records each message deleted, by channel.
+``cant_delete_message``, ``cant_update_message``, ``missing_scope`` with ``needed`` and
+``provided``) and HTTP 429 with ``Retry-After`` when rate limiting. ``deletions`` records
+each message deleted, ``updates`` each update made, by channel. An interaction's
+``response_url`` is served under ``/actions/``: what an app answers there is kept in
+``responses`` (Slack shows an ``ephemeral`` one to the person who pressed only).
 
 Tokens: with ``accept_any_token`` (the default) any ``xox…`` token has every scope; a token
 in ``scopes`` has exactly those; one in ``revoked`` is revoked. Channels: any id starting
@@ -44,6 +49,8 @@ class FakeSlack(FakeServer):
         self.rate_limit_next = 0
         self.retry_after = 1
         self.deletions: dict[str, list[str]] = {}  # the ts of each message deleted
+        self.updates: dict[str, list[str]] = {}  # the ts of each message updated, per update
+        self.responses: list[dict[str, Any]] = []  # what apps posted to a response_url
         self.error_next: list[str] = []  # the next write calls answer these errors
         self._last_ts = 0.0
 
@@ -52,6 +59,8 @@ class FakeSlack(FakeServer):
             super().reset()
             self.messages.clear()
             self.deletions.clear()
+            self.updates.clear()
+            self.responses.clear()
             self.rate_limit_next = 0
             self.error_next.clear()
 
@@ -68,6 +77,11 @@ class FakeSlack(FakeServer):
         with self.lock:
             return list(self.deletions.get(channel, []))
 
+    def updated(self, channel: str) -> list[str]:
+        """The ``ts`` of the message each ``chat.update`` of ``channel`` changed, in order."""
+        with self.lock:
+            return list(self.updates.get(channel, []))
+
     def seed(self, channel: str, text: str, user: str = "U0SOMEONE") -> str:
         """A message a person posted (not the bot, which cannot delete it); its ``ts``."""
         with self.lock:
@@ -76,7 +90,16 @@ class FakeSlack(FakeServer):
             self.messages.setdefault(channel, []).append(message)
             return ts
 
+    def response_url(self, team: str = "T0FAKETEAM") -> str:
+        """A ``response_url`` as an interaction payload carries one."""
+        return f"{self.base_url}/actions/{team}/{int(time.time() * 1e6)}/fake"
+
     async def handle(self, request: Request) -> Reply:
+        if request.path.startswith("/actions/"):
+            answer = request.json()
+            with self.lock:
+                self.responses.append(answer if isinstance(answer, dict) else {})
+            return Reply(200, {"ok": True})
         method = request.path.removeprefix("/api").strip("/")
         args = request.params()
         token = request.bearer() or args.get("token")
@@ -102,6 +125,8 @@ class FakeSlack(FakeServer):
                     return self._post(args, scopes)
                 case "chat.delete":
                     return self._delete(args, scopes)
+                case "chat.update":
+                    return self._update(args, scopes)
                 case "conversations.history" | "conversations.replies":
                     return self._read(method, args, scopes)
             return _error("unknown_method")
@@ -173,6 +198,38 @@ class FakeSlack(FakeServer):
         messages.remove(found[0])
         self.deletions.setdefault(channel, []).append(ts)
         return self.acted(Reply(200, {"ok": True, "channel": channel, "ts": ts}))
+
+    def _update(self, args: dict[str, Any], scopes: set[str]) -> Reply:
+        if "chat:write" not in scopes:
+            return _missing_scope("chat:write", scopes)
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        if self._channel_error(channel) == "channel_not_found":
+            return _error("channel_not_found")
+        text, blocks = args.get("text"), args.get("blocks")
+        if not text and not blocks:
+            return _error("no_text")
+        if text and len(str(text)) > MAX_TEXT:
+            return _error("msg_too_long")
+        found = [m for m in self.messages.get(channel, []) if m["ts"] == ts]
+        if not found:
+            return _error("message_not_found")
+        if "bot_id" not in found[0]:
+            return _error("cant_update_message")
+        if self.error_next:
+            return _error(self.error_next.pop(0))
+        message = found[0]
+        message["text"] = text or ""
+        if blocks is not None:
+            message["blocks"] = blocks
+        message["edited"] = {"user": "U0FAKEBOT", "ts": self._next_ts()}
+        self.updates.setdefault(channel, []).append(ts)
+        shown = _without_metadata(message)
+        return self.acted(
+            Reply(
+                200,
+                {"ok": True, "channel": channel, "ts": ts, "text": text or "", "message": shown},
+            )
+        )
 
     def _read(self, method: str, args: dict[str, Any], scopes: set[str]) -> Reply:
         channel = str(args.get("channel") or "")

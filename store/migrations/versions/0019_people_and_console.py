@@ -84,6 +84,8 @@ CREATE TABLE approval_channels (
     channel varchar(200) NOT NULL,
     signing_secret_kid varchar(100) NOT NULL,
     signing_secret_sealed bytea NOT NULL,
+    api_key_id varchar(64) NOT NULL,
+    scopes text[] NOT NULL DEFAULT '{}',
     created_by varchar(100) NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),

@@ -57,6 +57,7 @@ class ErrorCode(StrEnum):
     KEY_NOT_FOUND = "key_not_found"
     CONNECTION_NOT_FOUND = "connection_not_found"
     PROBE_NOT_FOUND = "probe_not_found"
+    PERSON_NOT_FOUND = "person_not_found"
     NOT_FOUND = "not_found"
     WEBHOOK_NOT_FOUND = "webhook_not_found"
     DEAD_LETTER_NOT_FOUND = "dead_letter_not_found"
