@@ -41,6 +41,7 @@ from starter.gateway.routes import (
     dead_letters,
     evidence,
     executions,
+    people,
     receipts,
     trust,
     webhooks,
@@ -254,6 +255,7 @@ def create_app(
             quota_routes.router,
             quota_routes.admin_router,
             whoami.router,
+            people.router,
             codec.router,
         ]
     for router in routers:
