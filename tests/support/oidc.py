@@ -204,7 +204,12 @@ class _OpenIDCode(OpenIDCode):  # type: ignore[misc]
 
     def get_client_claims(self, client: Client) -> dict[str, Any]:
         now = int(time.time())
-        return {"iss": self.provider.issuer, "aud": [client.client_id], "iat": now, "exp": now + 300}
+        return {
+            "iss": self.provider.issuer,
+            "aud": [client.client_id],
+            "iat": now,
+            "exp": now + 300,
+        }
 
     def generate_user_info(self, user: User, scope: str) -> UserInfo:
         return UserInfo(sub=user.subject, name=user.name or user.username)
@@ -237,13 +242,13 @@ class OpenIDProvider:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    def add_client(
-        self, redirect_uri: str, auth_method: str = "client_secret_basic"
-    ) -> Client:
+    def add_client(self, *redirect_uris: str, auth_method: str = "client_secret_basic") -> Client:
+        """A confidential client; more redirect URIs may be appended to it later (a
+        gateway's, once it listens)."""
         client = Client(
             client_id=f"moat-{secrets.token_hex(4)}",
             client_secret=secrets.token_urlsafe(24),
-            redirect_uris=[redirect_uri],
+            redirect_uris=list(redirect_uris),
             auth_method=auth_method,
         )
         self.clients[client.client_id] = client
@@ -354,7 +359,7 @@ def _login_form(params: dict[str, str], error: str = "") -> HTMLResponse:
     return HTMLResponse(
         '<!doctype html><html lang="en"><head><title>Test provider sign-in</title></head>'
         f"<body><main><h1>Sign in to the test provider</h1>{said}"
-        XX
+        f'<form method="post" action="/authorize">{hidden}'
         '<label>User <input name="username" autocomplete="username"></label>'
         '<label>Password <input name="password" type="password"></label>'
         '<button type="submit">Sign in</button></form></main></body></html>',
