@@ -117,7 +117,7 @@ class _Request(OAuth2Request):  # type: ignore[misc]
     bodies asynchronously, authlib synchronously)."""
 
     def __init__(self, request: Request, form: dict[str, str]) -> None:
-        super().__init__(request.method, str(request.url), headers=dict(request.headers))
+        super().__init__(request.method, str(request.url), headers=request.headers)
         self._args = dict(request.query_params)
         self._form = form
         self.payload = BasicOAuth2Payload({**self._args, **form})
