@@ -209,3 +209,18 @@ async def test_the_transient_state_is_signed_and_short_lived(
         rp.unseal(sealed, now=time.time() + 3600)
     with pytest.raises(MoatError, match="state differs"):
         await rp.finish(rp.unseal(sealed), "other-state", "code", "http://127.0.0.1/cb")
+
+
+async def test_discovery_is_held_to_the_issuer(idp: OpenIDProvider, rp_client: Client) -> None:
+    assert (await party(idp, rp_client).discovery()).token_endpoint == f"{idp.issuer}/token"
+    settings = settings_for(idp, rp_client)
+    settings["console_oidc_issuer"] = idp.issuer.replace("127.0.0.1", "localhost")
+    elsewhere = RelyingParty(MoatSettings(**settings))
+    with pytest.raises(MoatError, match="another issuer"):
+        await elsewhere.discovery()
+    idp.endpoints_at = "http://127.0.0.2:9"
+    try:
+        with pytest.raises(MoatError, match="outside the issuer's origin"):
+            await party(idp, rp_client).discovery()
+    finally:
+        idp.endpoints_at = None

@@ -226,6 +226,9 @@ class OpenIDProvider:
         self.codes: dict[str, Code] = {}
         self.tokens: dict[str, User] = {}
         self.issuer = ""
+        # Where discovery says the endpoints are (a test's misconfigured provider); None:
+        # at the issuer.
+        self.endpoints_at: str | None = None
         self.server = _Server(self)
         self.server.register_token_generator("default", BearerTokenGenerator(_token))
         self.server.register_grant(_CodeGrant, [CodeChallenge(required=True), _OpenIDCode(self)])
@@ -262,13 +265,14 @@ class OpenIDProvider:
     # --- endpoints ----------------------------------------------------------------------
 
     async def _discovery(self, request: Request) -> Response:
+        at = self.endpoints_at or self.issuer
         return JSONResponse(
             {
                 "issuer": self.issuer,
-                "authorization_endpoint": f"{self.issuer}/authorize",
-                "token_endpoint": f"{self.issuer}/token",
-                "jwks_uri": f"{self.issuer}/jwks",
-                "userinfo_endpoint": f"{self.issuer}/userinfo",
+                "authorization_endpoint": f"{at}/authorize",
+                "token_endpoint": f"{at}/token",
+                "jwks_uri": f"{at}/jwks",
+                "userinfo_endpoint": f"{at}/userinfo",
                 "response_types_supported": ["code"],
                 "subject_types_supported": ["public"],
                 "id_token_signing_alg_values_supported": ["RS256"],

@@ -36,6 +36,8 @@ NAV = None
 TRANSIENT_COOKIE = "moat_console_oidc"
 CALLBACK_PATH = "/console/oidc/callback"
 _TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# An OAuth error code (RFC 6749 4.1.2.1); anything else the provider's answer says is not shown.
+_ERROR = re.compile(r"^[a-z_]{1,40}$")
 
 
 def configure(app: FastAPI, settings: MoatSettings) -> None:
@@ -65,6 +67,13 @@ def _refused(request: Request, message: str, status_code: int = 401) -> Response
     return answer
 
 
+def _callback_url(request: Request) -> str:
+    """The redirect URI registered at the provider: this gateway's callback, over HTTPS
+    when a proxy ends TLS in front of it."""
+    url = request.url.replace(path=CALLBACK_PATH, query="")
+    return str(url.replace(scheme="https") if secure(request) else url)
+
+
 @router.get("/start", dependencies=[public("starts an OpenID Connect sign-in")])
 async def start(
     request: Request,
@@ -76,9 +85,7 @@ async def start(
     if not _TENANT.fullmatch(tenant):
         return _refused(request, "Name your tenant (its id, e.g. ten_…) to sign in.", 400)
     try:
-        target, sealed = await party.begin(
-            tenant, str(request.url.replace(path=CALLBACK_PATH, query="")), safe_next(next)
-        )
+        target, sealed = await party.begin(tenant, _callback_url(request), safe_next(next))
     except MoatError as err:
         return _refused(request, err.message, 503)
     answer = page(
@@ -109,9 +116,9 @@ async def callback(
     try:
         transient = party.unseal(request.cookies.get(TRANSIENT_COOKIE))
         if error:
-            return _refused(request, f"The OpenID provider did not sign you in ({error}).")
-        redirect_uri = str(request.url.replace(path=CALLBACK_PATH, query=""))
-        claims = await party.finish(transient, state, code, redirect_uri)
+            said = error if _ERROR.fullmatch(error) else "an error"
+            return _refused(request, f"The OpenID provider did not sign you in ({said}).")
+        claims = await party.finish(transient, state, code, _callback_url(request))
         person = await party.person(deps.sessions, transient.tenant_id, claims)
         opened = await console_sessions.open_for_person(
             deps.sessions,
