@@ -27,6 +27,7 @@ from starter.gateway.access import public
 from starter.gateway.console.auth import COOKIE_PATH, SESSION_COOKIE, safe_next, secure, set_cookie
 from starter.gateway.console.render import Console, page
 from starter.gateway.deps import deps_of
+from starter.gateway.errors import STATUS
 from starter.service import MoatError, console_sessions
 from starter.service.oidc import TRANSIENT_SECONDS, RelyingParty
 
@@ -87,7 +88,7 @@ async def start(
     try:
         target, sealed = await party.begin(tenant, _callback_url(request), safe_next(next))
     except MoatError as err:
-        return _refused(request, err.message, 503)
+        return _refused(request, err.message, STATUS.get(err.code, 401))
     answer = page(
         request, "oidc_continue.html", title="Signing in", target=target, where=party.issuer
     )
@@ -128,7 +129,7 @@ async def callback(
             lifetime_seconds=deps.settings.console_session_seconds,
         )
     except MoatError as err:
-        return _refused(request, err.message)
+        return _refused(request, err.message, STATUS.get(err.code, 401))
     answer = page(
         request, "oidc_continue.html", title="Signed in", target=transient.next_path, where=""
     )
