@@ -21,9 +21,11 @@ from pydantic import SecretStr
 from schemas.settings import MoatSettings
 from starter.gateway.console.auth import SESSION_COOKIE
 from starter.gateway.console.pages.oidc import TRANSIENT_COOKIE
-from starter.service import MoatError
+from starter.service import MoatError, console_sessions
+from starter.service.console_sessions import Ended
 from starter.service.oidc import RelyingParty, Transient, check_claims
 from tests.gateway.test_scopes import new_key
+from tests.support.console import sign_in
 from tests.support.oidc import Client, OpenIDProvider
 from tests.support.stack import Stack, StackFactory
 
@@ -110,6 +112,8 @@ async def test_a_mapped_person_signs_in_and_others_are_refused(
     assert put.status_code == 200, put.text
 
     async with httpx.AsyncClient(timeout=30) as http:
+        await sign_in(http, stack.url, stack.api_key)
+        key_session = http.cookies[SESSION_COOKIE]
         signin = await http.get(f"{stack.url}/console/sign-in")
         assert "Sign in with OpenID Connect" in signin.text and idp.issuer in signin.text
         done = await sign_in_at_provider(http, stack, stack.tenant_id, "ada", ada.password)
@@ -120,6 +124,8 @@ async def test_a_mapped_person_signs_in_and_others_are_refused(
         )
         home = await http.get(f"{stack.url}/console")
         assert home.status_code == 200 and "person:ada" in home.text, home.text
+    # Starting the sign-in ended the session the browser held with a key.
+    assert isinstance(await console_sessions.resolve(stack.sessions, key_session), Ended)
 
     async with httpx.AsyncClient(timeout=30) as http:
         done = await sign_in_at_provider(http, stack, stack.tenant_id, "bob", bob.password)

@@ -24,7 +24,14 @@ from fastapi.responses import Response
 from schemas.errors import ErrorCode
 from schemas.settings import MoatSettings
 from starter.gateway.access import public
-from starter.gateway.console.auth import COOKIE_PATH, SESSION_COOKIE, safe_next, secure, set_cookie
+from starter.gateway.console.auth import (
+    COOKIE_PATH,
+    SESSION_COOKIE,
+    clear_cookie,
+    safe_next,
+    secure,
+    set_cookie,
+)
 from starter.gateway.console.render import Console, page
 from starter.gateway.deps import deps_of
 from starter.gateway.errors import STATUS
@@ -89,9 +96,13 @@ async def start(
         target, sealed = await party.begin(tenant, _callback_url(request), safe_next(next))
     except MoatError as err:
         return _refused(request, err.message, STATUS.get(err.code, 401))
+    # A browser holds one session: the one it may still hold ends here, where its Strict
+    # cookie is still sent (it is not on the provider's way back).
+    await console_sessions.revoke(deps_of(request).sessions, request.cookies.get(SESSION_COOKIE))
     answer = page(
         request, "oidc_continue.html", title="Signing in", target=target, where=party.issuer
     )
+    clear_cookie(answer, request, SESSION_COOKIE)
     # Lax, not Strict: the provider sends the browser back cross-site (see the docstring).
     answer.set_cookie(
         TRANSIENT_COOKIE,
