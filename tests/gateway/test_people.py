@@ -4,14 +4,11 @@ never sees or touches another's people; a disabled person's console sessions end
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.approvals import person_actor
-from starter.service import people
+from starter.service import console_sessions, people
+from starter.service.console_sessions import Ended
 from store import tenancy
-from store.models import ConsoleSessionRow
 from tests.gateway.test_scopes import new_key
 from tests.support.stack import Stack
 
@@ -77,30 +74,30 @@ async def test_people_stay_in_their_tenant_and_disabling_ends_sessions(stack: St
     again = await stack.http.put(f"{url}/carol", json=person, headers=bearer(theirs))
     assert again.is_success, again.text
 
-    now = datetime.now(UTC)
-    session_id = f"cs_{uuid.uuid4().hex}"
+    opened = await console_sessions.open_for_person(
+        stack.sessions,
+        tenant_id=stack.tenant_id,
+        handle="carol",
+        scopes=["approvals:read"],
+        lifetime_seconds=600,
+    )
+    assert not isinstance(await console_sessions.resolve(stack.sessions, opened.cookie), Ended)
     async with tenancy.tenant_transaction(stack.sessions, stack.tenant_id) as session:
-        session.add(
-            ConsoleSessionRow(
-                id=session_id,
-                tenant_id=stack.tenant_id,
-                secret_hash="x",
-                actor=person_actor("carol"),
-                scopes=["approvals:read"],
-                via="oidc",
-                expires_at=now + timedelta(hours=1),
-            )
-        )
         assert (await people.find_by_slack_user(session, stack.tenant_id, "U0CAROL")) is not None
 
     disabled = await stack.http.post(f"{url}/carol/disable", headers=bearer(mine))
     assert disabled.status_code == 200 and disabled.json()["disabled_at"] is not None
+    ended = await console_sessions.resolve(stack.sessions, opened.cookie)
+    assert ended is Ended.PERSON_DISABLED
     async with tenancy.tenant_transaction(stack.sessions, stack.tenant_id) as session:
-        row = await session.get(ConsoleSessionRow, session_id)
-        assert row is not None and row.revoked_at is not None
         assert await people.find_by_slack_user(session, stack.tenant_id, "U0CAROL") is None
         found = await people.find_by_oidc(session, stack.tenant_id, ISSUER, "s-1")
         assert found is not None and found.disabled_at is not None
     async with tenancy.tenant_transaction(stack.sessions, other_tenant) as session:
         theirs_found = await people.find_by_slack_user(session, other_tenant, "U0CAROL")
         assert theirs_found is not None and theirs_found.tenant_id == other_tenant
+
+    # Enabled again, the person signs in afresh: the sessions of before stay ended.
+    enabled = await stack.http.put(f"{url}/carol", json=person, headers=bearer(mine))
+    assert enabled.is_success and enabled.json()["disabled_at"] is None
+    assert await console_sessions.resolve(stack.sessions, opened.cookie) is Ended.SIGNED_OUT
