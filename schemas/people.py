@@ -30,7 +30,7 @@ class PersonSet(BaseModel):
     oidc_issuer: str | None = Field(
         default=None,
         max_length=MAX_ISSUER,
-        pattern=r"^https?://[^\s]+$",
+        pattern=r"^https?://[^\s\x00-\x1f\x7f]+$",
         description="The OpenID provider's issuer URL, exactly as its ID tokens' `iss`.",
     )
     oidc_subject: str | None = Field(

@@ -380,12 +380,39 @@ class MoatSettings(BaseSettings):
         description="The gateway is reached over HTTPS through a proxy that ends TLS: the "
         "console's cookies are marked Secure even though the request reached it as HTTP.",
     )
+    console_oidc_issuer: str | None = Field(
+        default=None,
+        max_length=500,
+        pattern=r"^https?://[^\s?#]+$",
+        description="The OpenID provider people sign in to the console with (its issuer URL, "
+        "exactly as its ID tokens' `iss`; discovery is read from "
+        "`<issuer>/.well-known/openid-configuration`). Unset: console sign-in with OpenID "
+        "Connect is off.",
+    )
+    console_oidc_client_id: str | None = Field(
+        default=None, max_length=200, description="The console's client id at that provider."
+    )
+    console_oidc_client_secret: SecretStr | None = Field(
+        default=None, description="The console's client secret at that provider."
+    )
+    console_oidc_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["openid", "profile"],
+        description="The scopes the console asks the provider for (`openid` among them); "
+        "comma-separated in the environment.",
+    )
 
     @field_validator("http_allow_hosts", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
             return [h.strip() for h in value.split(",") if h.strip()]
+        return value
+
+    @field_validator("console_oidc_scopes", mode="before")
+    @classmethod
+    def _split_scopes(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
         return value
 
     @field_validator("codec_cors_origins", mode="before")
@@ -401,6 +428,19 @@ class MoatSettings(BaseSettings):
         if value is not None and len(value.get_secret_value()) < MIN_ADMIN_KEY_LENGTH:
             raise ValueError(f"admin_api_key must be at least {MIN_ADMIN_KEY_LENGTH} characters")
         return value
+
+    @model_validator(mode="after")
+    def _oidc_complete(self) -> MoatSettings:
+        if self.console_oidc_issuer is None:
+            return self
+        if not self.console_oidc_client_id or self.console_oidc_client_secret is None:
+            raise ValueError(
+                "console_oidc_issuer needs console_oidc_client_id and "
+                "console_oidc_client_secret (the console's client at the provider)"
+            )
+        if "openid" not in self.console_oidc_scopes:
+            raise ValueError("console_oidc_scopes must include openid")
+        return self
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> MoatSettings:

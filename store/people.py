@@ -106,11 +106,12 @@ async def put(
 
 
 async def disable(session: AsyncSession, row: PersonRow, now: datetime) -> PersonRow:
-    """Disable the person (the first time is kept) and revoke their console sessions."""
+    """Disable the person (the first time is kept). Their console sessions end with it:
+    a session is checked against its person on every request, and says why it ended; a
+    ``put`` enabling the person again revokes them for good."""
     if row.disabled_at is None:
         row.disabled_at = now
         row.updated_at = now
-    await end_sessions(session, row.tenant_id, row.handle, now)
     await session.flush()
     return row
 

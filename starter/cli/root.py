@@ -62,6 +62,8 @@ COMMANDS = (
          "Connections: credentials stored once, sealed, named by id."),
     Lazy("policy", "starter.cli.policy:policy_app", "The tenant's policy document."),
     Lazy("approvals", "starter.cli.approvals:approvals_app", "Approvals of calls held by policy."),
+    Lazy("people", "starter.cli.people:people_app",
+         "People: approvers who sign in to the console or use Slack."),
     Lazy("codec", "starter.cli.codec:codec_app",
          "The Temporal Web UI's codec address (decode only), rotated."),
     Lazy("receipts", "starter.cli.receipts:receipts_app", "Receipts, read through the gateway."),

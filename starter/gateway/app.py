@@ -28,6 +28,7 @@ from temporalio.client import Client
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
 from starter.gateway import console, docs, openapi
+from starter.gateway.console.pages import oidc as console_oidc
 from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.intake import guard_bodies
@@ -41,6 +42,7 @@ from starter.gateway.routes import (
     dead_letters,
     evidence,
     executions,
+    people,
     receipts,
     slack,
     trust,
@@ -257,6 +259,7 @@ def create_app(
             quota_routes.router,
             quota_routes.admin_router,
             whoami.router,
+            people.router,
             codec.router,
         ]
     for router in routers:
@@ -269,6 +272,7 @@ def create_app(
     docs.install(app)
     if not admin:
         console.install(app)
+        console_oidc.configure(app, settings)
     return app
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.errors import ErrorCode
@@ -25,6 +26,16 @@ def not_found(handle: str) -> MoatError:
         ErrorCode.PERSON_NOT_FOUND,
         f"No person {handle[:80]!r} in this tenant; `moat people list` shows them.",
         {"handle": handle[:80]},
+    )
+
+
+def identity_taken(holders: list[str]) -> MoatError:
+    who = f" ({', '.join(holders)})" if holders else ""
+    return MoatError(
+        ErrorCode.CONFLICT,
+        f"Another person{who} is already recognised by this OpenID subject or Slack user: "
+        "one identity names one person. Change or disable them first.",
+        {"held_by": holders},
     )
 
 
@@ -59,14 +70,13 @@ async def put(
         _may_give(granting, row.scopes, "change a person who holds")
     taken = await people.holders_of(session, tenant_id, handle, body)
     if taken:
-        raise MoatError(
-            ErrorCode.CONFLICT,
-            f"Another person ({', '.join(taken)}) is already recognised by this OpenID "
-            "subject or Slack user: one identity names one person. Change or disable "
-            f"{taken[0]} first.",
-            {"held_by": taken},
-        )
-    return people.to_person(await people.put(session, tenant_id, handle, body, actor, now))
+        raise identity_taken(taken)
+    try:
+        row = await people.put(session, tenant_id, handle, body, actor, now)
+    except IntegrityError:
+        # Another request gave the same identity to someone else meanwhile.
+        raise identity_taken([]) from None
+    return people.to_person(row)
 
 
 async def disable(session: AsyncSession, tenant_id: str, handle: str, now: datetime) -> Person:

@@ -126,6 +126,9 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
             ["policy", "history", "--api-key", WRONG_KEY], "unauthenticated", 1, says="wrongkey"
         ),
         "approvals list": Case(["approvals", "list", "--status", "bogus"], "bad_parameter", 2),
+        "people list": Case(["people", "list"], "scope_missing", 1, says="people:read"),
+        "people add": Case(["people", "add", "ada"], "scope_missing", 1, says="people:write"),
+        "people disable": Case(["people", "disable", "ada"], "scope_missing", 1),
         "approvals show": Case(
             ["approvals", "show", "apr_nosuch"], "schema_validation_failed", 1, says="approval_id"
         ),

@@ -23,6 +23,7 @@ from starter.cli import (
     approvals,
     connections,
     dead_letters,
+    people,
     plans,
     receipts,
     status,
@@ -37,6 +38,7 @@ DEAD_LETTER = "0193a1b2-dddd-7e5f-8a9b-0c1d2e3f4a5b"
 DELIVERY = "0193a1b2-eeee-7e5f-8a9b-0c1d2e3f4a5b"
 PROBE = "prb_0123456789abcdef"
 CONNECTION = "con_ABCDEFGHJKMNPQRSTVWX"
+PERSON = "person:ada.lovelace-approver"
 LONG = "a rather long piece of text that has to wrap or be shortened, not the ids " * 2
 
 
@@ -194,6 +196,20 @@ PLAN = "pln_0123456789abcdef0123456789"
 UI_LINK = "http://127.0.0.1:8233/namespaces/moat/workflows"
 
 
+def list_people(monkeypatch: pytest.MonkeyPatch) -> None:
+    person = {
+        "actor": PERSON,
+        "display_name": LONG,
+        "scopes": ["approvals:read", "approvals:write", "people:read"],
+        "oidc_issuer": "https://login.example.com/realms/" + "r" * 40,
+        "oidc_subject": "0123456789abcdef" * 3,
+        "slack_user_id": "U0123456789",
+        "disabled_at": None,
+    }
+    gateway_page(monkeypatch, people, person)
+    people.list_(as_json=False)
+
+
 def stack_status(monkeypatch: pytest.MonkeyPatch) -> None:
     from starter.devstack.status import Member, StackStatus
 
@@ -216,6 +232,7 @@ COMMANDS: dict[str, tuple[ModuleType, Callable[[pytest.MonkeyPatch], None], list
     "probe list": (trust, list_probes, [PROBE, CONNECTION]),
     "webhook list": (webhooks, list_webhooks, [WEBHOOK]),
     "connection list": (connections, list_connections, [CONNECTION]),
+    "people list": (people, list_people, [PERSON]),
     "plan show": (plans, show_plan, [PLAN, RECEIPT, OTHER_RECEIPT, DELIVERY]),
 }
 
