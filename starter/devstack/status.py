@@ -51,6 +51,7 @@ def stack_status(settings: MoatSettings) -> StackStatus:
         ("worker", "worker", None, None),
         ("gateway", "gateway", gateway, s.gateway_port),
         ("API docs", "gateway", f"{gateway}/docs", s.gateway_port),
+        ("console", "gateway", f"{gateway}/console", s.gateway_port),
     ]
     if "database_port" in ports:
         addresses[0] = (

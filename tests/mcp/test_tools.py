@@ -160,6 +160,7 @@ ANNOTATIONS = {
     "webhook.post": (False, True, True),
     "slack.post_message": (False, True, True),  # slack.delete_message cannot unsend it
     "slack.delete_message": (False, True, True),
+    "slack.update_message": (False, True, True),  # the earlier text is gone
     "slack.auth_test": (True, False, True),
     "github.create_issue": (False, False, True),  # undone by github.close_issue
     "github.close_issue": (False, True, True),
