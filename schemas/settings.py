@@ -364,6 +364,17 @@ class MoatSettings(BaseSettings):
         le=MAX_QUOTA,
         description="Most policy versions a tenant may store (an admin may set its own).",
     )
+    console_session_seconds: int = Field(
+        default=3600,
+        ge=60,
+        le=12 * 3600,
+        description="How long a console sign-in (/console) lasts before the person signs in again.",
+    )
+    console_behind_tls: bool = Field(
+        default=False,
+        description="The gateway is reached over HTTPS through a proxy that ends TLS: the "
+        "console's cookies are marked Secure even though the request reached it as HTTP.",
+    )
 
     @field_validator("http_allow_hosts", mode="before")
     @classmethod

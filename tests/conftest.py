@@ -19,6 +19,7 @@ pytest_plugins = [
     "moat.testing",
     "tests.support.stack",
     "tests.support.browser",
+    "tests.support.console",
     "tests.support.tls",
     "tests.support.sandbox",
     "tests.support.mail",

@@ -27,7 +27,7 @@ from temporalio.client import Client
 
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
-from starter.gateway import docs, openapi
+from starter.gateway import console, docs, openapi
 from starter.gateway.deps import Deps, require_admin
 from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, install
 from starter.gateway.intake import guard_bodies
@@ -264,6 +264,8 @@ def create_app(
     app.state.jwks = PublishedJwks(settings.jwks_file)
     openapi.install(app, capability_catalog, settings.probe_min_interval_seconds)
     docs.install(app)
+    if not admin:
+        console.install(app)
     return app
 
 
