@@ -192,6 +192,7 @@ export async function checkPage(doc = document) {
   const say = (text, outcome) => {
     region.textContent = text;
     region.dataset.outcome = outcome;
+    region.className = { verified: "success", failed: "error" }[outcome] || "notice";
   };
   say("Checking the manifest's signature in this browser…", "checking");
   const started = performance.now();
