@@ -9,7 +9,15 @@ import os
 import secrets
 from pathlib import Path
 
-from schemas.scopes import DEFAULT_SCOPES, PLANS_WRITE, WEBHOOKS_WRITE
+from schemas.scopes import (
+    APPROVALS_READ,
+    APPROVALS_WRITE,
+    DEFAULT_SCOPES,
+    OUTPUTS_READ,
+    PLANS_WRITE,
+    POLICY_WRITE,
+    WEBHOOKS_WRITE,
+)
 from schemas.settings import APP_DATABASE_ROLE, OWNER_DATABASE_ROLE, MoatSettings
 
 DEMO_TENANT = "demo"
@@ -18,6 +26,12 @@ ADMIN_KEY_FILE = "admin_api_key"
 # The demo key also manages webhooks, so `moat webhook listen` works on the dev stack, and
 # resumes and cancels plans.
 DEMO_SCOPES = (*DEFAULT_SCOPES, WEBHOOKS_WRITE, PLANS_WRITE)
+# The demo approver: a second key of the demo tenant that sets policy and decides approvals
+# (in the console, /console), so the key that makes a call is never the one approving it
+# (separation of duties). It executes nothing.
+DEMO_APPROVER_KEY_FILE = "demo_approver_key"
+DEMO_APPROVER_NAME = "moat up approver"
+DEMO_APPROVER_SCOPES = (APPROVALS_READ, APPROVALS_WRITE, POLICY_WRITE, OUTPUTS_READ)
 
 
 async def _ensure_demo_tenant(settings: MoatSettings) -> str:
@@ -52,6 +66,33 @@ async def _ensure_demo_tenant(settings: MoatSettings) -> str:
 def ensure_demo_tenant(settings: MoatSettings) -> str:
     """The demo tenant's API key, created on first use and kept in ``$MOAT_HOME``."""
     return asyncio.run(_ensure_demo_tenant(settings))
+
+
+async def _ensure_demo_approver(settings: MoatSettings) -> str:
+    from starter.runtime.database import owner_transaction
+    from starter.service import tenants
+    from store import api_keys
+
+    path = settings.home / DEMO_APPROVER_KEY_FILE
+    async with owner_transaction(settings) as session:
+        if path.exists():
+            key = path.read_text().strip()
+            known = await api_keys.authenticate(session, key)
+            if known is not None and set(DEMO_APPROVER_SCOPES) <= set(known.scopes):
+                return key
+        tenant = await tenants.find_tenant(session, DEMO_TENANT)
+        assert tenant is not None, "the demo tenant comes first (ensure_demo_tenant)"
+        made = await tenants.create_key(
+            session, tenant.id, DEMO_APPROVER_NAME, DEMO_APPROVER_SCOPES
+        )
+    _write_private(path, made.api_key, replace=True)
+    return made.api_key
+
+
+def ensure_demo_approver(settings: MoatSettings) -> str:
+    """The demo tenant's approver key (``DEMO_APPROVER_SCOPES``), created on first use and
+    kept in ``$MOAT_HOME``: it signs in to the console to set policy and approve."""
+    return asyncio.run(_ensure_demo_approver(settings))
 
 
 def admin_key(settings: MoatSettings) -> str | None:

@@ -30,6 +30,7 @@ from starter.devstack.home import (
     ADMIN_KEY_FILE,
     ensure_admin_key,
     ensure_database_passwords,
+    ensure_demo_approver,
     ensure_demo_tenant,
 )
 from starter.devstack.ports import (
@@ -173,6 +174,7 @@ def _start(
         if pg is not None:  # the migration creates the application role
             pg.set_password(APP_DATABASE_ROLE, passwords[APP_DATABASE_ROLE])
         api_key = ensure_demo_tenant(settings)
+        approver_key = ensure_demo_approver(settings)
     fakes: dict[str, int] = {}
     if fake_providers:
         fakes = _start_fakes(settings, stack, console, logs)
@@ -195,7 +197,7 @@ def _start(
     admin = "MOAT_ADMIN_API_KEY" if settings.admin_api_key else str(home / ADMIN_KEY_FILE)
     # The dev server's UI is given the codec address; an external UI must be told it.
     codec = "the UI decodes payloads through the gateway" if ui_url else codec_url
-    console.print(_banner(gateway_url, ui_url, api_key, admin, codec, logs, fakes))
+    console.print(_banner(gateway_url, ui_url, api_key, admin, codec, logs, fakes, approver_key))
 
 
 def _start_fakes(
@@ -298,14 +300,18 @@ def _banner(
     codec: str,
     logs: Path,
     fakes: dict[str, int] | None = None,
+    approver_key: str = "",
 ) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_row("gateway", gateway_url)
     grid.add_row("API docs", f"{gateway_url}/docs")
+    grid.add_row("console", f"{gateway_url}/console")
     if ui_url:
         grid.add_row("Temporal UI", ui_url)
     grid.add_row("payload codec", codec)
     grid.add_row("demo API key", api_key)
+    if approver_key:
+        grid.add_row("demo approver key", f"{approver_key} (sign in to the console with it)")
     grid.add_row("admin key", admin)
     grid.add_row("try", 'moat execute demo.echo --input \'{"hello":"world"}\'')
     for name, port in (fakes or {}).items():

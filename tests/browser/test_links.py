@@ -31,6 +31,7 @@ NOT_FOUND = ("Not Found", "Uh oh")
 EXPECTED = {
     "gateway": ("Moat API", "/v1/executions"),
     "API docs": ("Moat API", "/v1/executions"),
+    "console": ("Sign in to the Moat console",),
     "Temporal UI": ("ExecuteCapability",),
     "fake slack": ("not_authed",),
     "fake github": ("Bad credentials",),
