@@ -4,13 +4,14 @@ another tenant's execution is not found)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 
-from store import api_keys
+from tests.gateway.test_policy import new_key, put_policy
 from tests.plans.support import post_plan
 from tests.support.console import sign_in
 from tests.support.stack import Stack
@@ -21,11 +22,6 @@ async def signed_in(stack: Stack, key: str) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         await sign_in(http, stack.url, key)
         yield http
-
-
-async def key_of(stack: Stack, scopes: list[str]) -> str:
-    async with stack.sessions.begin() as session:
-        return await api_keys.create_api_key(session, stack.tenant_id, scopes=scopes)
 
 
 async def test_executions_list_and_detail_show_what_the_api_shows(stack: Stack) -> None:
@@ -64,7 +60,7 @@ async def test_executions_list_and_detail_show_what_the_api_shows(stack: Stack) 
 async def test_a_key_without_outputs_read_sees_no_output_and_no_manifest(stack: Stack) -> None:
     marker = f"hidden-{uuid.uuid4().hex[:8]}"
     receipt_id = (await stack.execute("demo.echo", {"secretish": marker})).json()["receipt_id"]
-    async with signed_in(stack, await key_of(stack, ["execute:*"])) as http:
+    async with signed_in(stack, await new_key(stack, ["execute:*"])) as http:
         page = await http.get(f"/console/executions/{receipt_id}")
         assert page.status_code == 200 and "RUN_STARTED" in page.text
         assert marker not in page.text
@@ -104,3 +100,22 @@ async def test_plans_list_and_steps(stack: Stack) -> None:
         for step in made["steps"]:
             assert f'href="/console/executions/{step["receipt_id"]}"' in page.text
         assert (await http.get("/console/plans/plan_nope")).status_code == 404
+
+
+async def test_an_execution_held_for_approval_shows_its_events_and_no_receipt(
+    stack: Stack,
+) -> None:
+    writer = await new_key(stack, ["policy:write"])
+    held = {"mode": "strict", "rules": [{"capability": "demo.echo", "requires_approval": True}]}
+    await put_policy(stack, writer, held)
+    answer = await stack.execute("demo.echo", {"held": 1}, headers_extra={"Prefer": "wait=0"})
+    assert answer.status_code == 202, answer.text
+    receipt_id = answer.json()["receipt_id"]
+    async with signed_in(stack, stack.api_key) as http:
+        for _ in range(100):  # the run records its first events just after the answer
+            page = await http.get(f"/console/executions/{receipt_id}")
+            if "APPROVAL_REQUESTED" in page.text:
+                break
+            await asyncio.sleep(0.1)
+        assert page.status_code == 200 and "No receipt yet" in page.text
+        assert "APPROVAL_REQUESTED" in page.text and "data-manifest-check" not in page.text
