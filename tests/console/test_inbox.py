@@ -13,8 +13,9 @@ import pytest
 from schemas.scopes import DEFAULT_SCOPES
 from tests.gateway.test_approvals import call, finished, pending, setup, strict
 from tests.gateway.test_policy import new_key, put_policy
+from tests.plans.support import post_plan, until_done
 from tests.support.console import sign_in
-from tests.support.fakes import FakeProvider
+from tests.support.fakes import FakeProvider, Step
 from tests.support.stack import Stack
 
 INBOX = "/console/approvals"
@@ -98,3 +99,44 @@ async def test_a_policy_changed_since_is_refused_as_stale(
     )
     assert stale.status_code == 409 and "policy changed" in stale.text
     assert "approval_stale" in stale.text and provider.calls_to("/stale") == []
+
+
+async def test_a_plan_waiting_shows_its_steps(
+    stack: Stack, provider: FakeProvider, approver: tuple[httpx.AsyncClient, str]
+) -> None:
+    http, csrf = approver
+    writer = await new_key(stack, ["policy:write"])
+    await put_policy(stack, writer, strict())
+    url = provider.script("/plan-step", Step(201, {"id": 7}))
+    plan = {
+        "steps": [
+            {"id": "post", "capability_id": "http.request", "input": call(url)},
+            {
+                "id": "note",
+                "capability_id": "demo.echo",
+                "input": {"seen": "${steps.post.output.body.id}"},
+            },
+        ]
+    }
+    answer = await post_plan(stack, plan, key="inbox-plan", wait=10)
+    assert answer.status_code == 202, answer.text
+    body = answer.json()
+    approval = body["approval"]
+    shown = (await http.get(INBOX)).text
+    card = shown.split(f'id="{approval["id"]}"', 1)[1].split("</article>", 1)[0]
+    assert "The plan's steps" in card and "moat.plan" in card
+    for text in ("<code>post</code>", "<code>note</code>", "http.request", "demo.echo"):
+        assert text in card, text
+    assert "steps.post.output.body.id" in card and "s3cret" not in card
+    approved = await http.post(
+        f"{INBOX}/{approval['id']}/decide",
+        data={
+            "csrf_token": csrf,
+            "input_hash": approval["input_hash"],
+            "policy_version": str(approval["policy_version"]),
+            "action": "approve",
+        },
+    )
+    assert approved.status_code == 303, approved.text
+    assert (await until_done(stack, body["plan_id"]))["status"] == "executed"
+    assert len(provider.calls_to("/plan-step")) == 1

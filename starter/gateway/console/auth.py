@@ -50,7 +50,7 @@ class SignInNeeded(Exception):
 def safe_next(path: str | None) -> str:
     """``path`` when it is a console page of this gateway, else the console's home (never
     another site: an open redirect would send a person anywhere)."""
-    if path and len(path) <= 500 and "//" not in path and _NEXT.match(path):
+    if path and len(path) <= 500 and "//" not in path and ".." not in path and _NEXT.match(path):
         return path
     return HOME_PATH
 
