@@ -16,6 +16,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import BrowserContext, Page
 from temporalio.testing import WorkflowEnvironment
 
+from moat.testing.stack import ADMIN_KEY
 from schemas.settings import MoatSettings
 from store.keyrings.signing import Keyring
 from store.manifests import ManifestStore
@@ -55,7 +56,43 @@ def executions(runs_stack: ThreadStack) -> dict[str, tuple[str, str]]:
     assert settings.signing_keyring is not None
     Keyring.load(settings.signing_keyring, settings.jwks_path).rotate("RS256")
     made["RS256"] = execute(runs_stack, {"said": "after rotation"})
+    made["approved"] = runs_stack.run(approved_execution(runs_stack))
     return made
+
+
+async def approved_execution(runs: ThreadStack) -> tuple[str, str]:
+    """An execution a policy held for approval and another key approved; its receipt id
+    and the approver's actor."""
+    stack = runs.stack
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    keys = []
+    for scopes in (["policy:write"], ["approvals:read", "approvals:write"]):
+        made = await stack.http.post(
+            f"{runs.url}/v1/admin/tenants/{stack.tenant_id}/keys",
+            json={"scopes": scopes},
+            headers=admin,
+        )
+        keys.append((made.json()["api_key"], made.json()["id"]))
+    (writer, _), (approver, approver_id) = keys
+    rule = {"capability": "demo.echo", "requires_approval": True}
+    policy = {"mode": "strict", "rules": [rule]}
+    put = await stack.http.put(f"{runs.url}/v1/policy", json=policy, headers=bearer(writer))
+    assert put.status_code == 200, put.text
+    held = await stack.execute("demo.echo", {"held": True})
+    assert held.status_code == 202, held.text
+    approval = held.json()["approval"]
+    body = {"input_hash": approval["input_hash"], "policy_version": approval["policy_version"]}
+    decided = await stack.http.post(
+        f"{runs.url}/v1/approvals/{approval['id']}/approve", json=body, headers=bearer(approver)
+    )
+    assert decided.status_code == 200, decided.text
+    receipt_id = held.json()["receipt_id"]
+    await stack.client.get_workflow_handle(held.json()["workflow_id"]).result()
+    return receipt_id, f"key:{approver_id}"
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def check_outcome(page: Page) -> str:
@@ -91,11 +128,14 @@ def test_the_manifest_is_verified_in_the_browser(
         shown = check_outcome(page)
         assert shown == f"Signature verified (key {kid_of(runs_stack, 'ES256')}, ES256)", shown
         assert page.locator("[data-manifest-check]").get_attribute("aria-live") == "polite"
-        page.screenshot(path=str(tmp_path / "console-execution.png"), full_page=True)
-        assert serious(page) == []
-        page.goto(f"{runs_stack.url}/console/executions/{executions['RS256'][0]}")
+        receipt_id, approver = executions["approved"]
+        page.goto(f"{runs_stack.url}/console/executions/{receipt_id}")
         shown = check_outcome(page)
         assert shown == f"Signature verified (key {kid_of(runs_stack, 'RS256')}, RS256)", shown
+        signed = page.locator("[data-manifest-approvals]").inner_text()
+        assert signed.startswith(f"{approver} (manual) at "), signed
+        page.screenshot(path=str(tmp_path / "console-execution.png"), full_page=True)
+        assert serious(page) == []
     finally:
         page.close()
 

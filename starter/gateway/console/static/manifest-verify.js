@@ -185,6 +185,28 @@ async function fetched(url) {
   return answer.text();
 }
 
+/** Lists the approvals of a verified manifest (who decided, how, when, on which digest)
+ * in ``[data-manifest-approvals]``: what the signature covers, not what the page said. */
+function showApprovals(doc, approvals) {
+  const list = doc.querySelector("[data-manifest-approvals]");
+  if (!list || !Array.isArray(approvals)) return;
+  const items = approvals.map((a) => {
+    const item = doc.createElement("li");
+    const version = a.policy_version != null ? `, policy version ${a.policy_version}` : "";
+    const digest = a.approved_digest ? `, digest ${a.approved_digest}` : "";
+    item.textContent = `${a.approver} (${a.approval_type}) at ${a.approved_at}${digest}${version}`;
+    return item;
+  });
+  if (items.length === 0) {
+    items.push(doc.createElement("li"));
+    items[0].textContent = "No approval: the policy did not ask for one.";
+  }
+  list.replaceChildren(...items);
+  list.hidden = false;
+  const label = doc.querySelector("[data-manifest-approvals-label]");
+  if (label) label.hidden = false;
+}
+
 /** Fills the page's check region (``[data-manifest-check]``) with the outcome. */
 export async function checkPage(doc = document) {
   const region = doc.querySelector("[data-manifest-check]");
@@ -209,6 +231,7 @@ export async function checkPage(doc = document) {
     say(`Signature verified (${named})`, "verified");
     const shown = doc.querySelector("[data-manifest-text]");
     if (shown) shown.textContent = text;
+    showApprovals(doc, parseStrict(text).approvals);
   } catch (err) {
     say(`Signature does NOT verify: ${err.message}`, "failed");
   }
