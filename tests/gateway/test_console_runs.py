@@ -102,7 +102,7 @@ async def test_plans_list_and_steps(stack: Stack) -> None:
         assert (await http.get("/console/plans/plan_nope")).status_code == 404
 
 
-async def test_an_execution_held_for_approval_shows_its_events_and_no_receipt(
+async def test_held_execution_and_plan_show_what_they_wait_for(
     stack: Stack,
 ) -> None:
     writer = await new_key(stack, ["policy:write"])
@@ -119,3 +119,8 @@ async def test_an_execution_held_for_approval_shows_its_events_and_no_receipt(
             await asyncio.sleep(0.1)
         assert page.status_code == 200 and "No receipt yet" in page.text
         assert "APPROVAL_REQUESTED" in page.text and "data-manifest-check" not in page.text
+        plan = {"steps": [{"id": "a", "capability_id": "demo.echo", "input": {"n": 1}}]}
+        held_plan = (await post_plan(stack, plan, key=f"held-{uuid.uuid4().hex[:8]}")).json()
+        assert held_plan["status"] == "accepted", held_plan
+        shown = await http.get(f"/console/plans/{held_plan['plan_id']}")
+        assert held_plan["approval"]["id"] in shown.text and "Waiting for" in shown.text

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from schemas.approvals import ApprovalStatus, approval_id_for
 from schemas.errors import ErrorCode
 from schemas.plans import PlanStatus, StepState
 from schemas.scopes import OUTPUTS_READ
@@ -22,6 +23,7 @@ from starter.gateway.console.nav import NavEntry
 from starter.gateway.console.render import page
 from starter.service import MoatError, pages
 from starter.service.plans import listed, plans_store_row
+from store import approvals
 
 router = APIRouter(prefix="/console/plans")
 NAV = NavEntry("Plans", "/console/plans", scopes=(OUTPUTS_READ,), order=25)
@@ -89,6 +91,11 @@ async def detail(
         )
         for state in (StepState.model_validate(s) for s in row.steps)
     ]
+    waiting = None
+    if row.status == PlanStatus.ACCEPTED.value:
+        found = await approvals.get(session, row.tenant_id, approval_id_for(row.id))
+        if found is not None and found.status == ApprovalStatus.PENDING.value:
+            waiting = found.id
     return page(
         request,
         "plan.html",
@@ -96,4 +103,5 @@ async def detail(
         title=f"Plan {row.id}",
         plan=row,
         steps=steps,
+        waiting_approval=waiting,
     )
