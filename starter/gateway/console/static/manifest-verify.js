@@ -199,7 +199,7 @@ function showApprovals(doc, approvals) {
   });
   if (items.length === 0) {
     items.push(doc.createElement("li"));
-    items[0].textContent = "No approval: the policy did not ask for one.";
+    items[0].textContent = "None: the manifest records no approval.";
   }
   list.replaceChildren(...items);
   list.hidden = false;
