@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import select, update
 
 from starter.gateway.console import assets
+from starter.gateway.console.auth import safe_next
 from starter.gateway.console.headers import CSP
 from store.models import ConsoleSessionRow
 from tests.gateway.test_policy import ADMIN, new_key
@@ -125,9 +126,14 @@ async def test_csrf_is_refused_and_nothing_changes(stack: Stack, http: httpx.Asy
 async def test_signed_out_revoked_and_expired_sessions_end(
     stack: Stack, http: httpx.AsyncClient
 ) -> None:
-    token = await sign_in(http, stack.url, stack.api_key)
+    await sign_in(http, stack.url, stack.api_key)
+    first = http.cookies.get("moat_console", path="/console")
+    token = await sign_in(http, stack.url, stack.api_key)  # signing in again ends the first
     stolen = http.cookies.get("moat_console", path="/console")
     await http.post("/console/sign-out", data={"csrf_token": token})
+    for cookie in (first, stolen):
+        async with httpx.AsyncClient(base_url=stack.url, cookies={"moat_console": cookie}) as c:
+            assert "why=signed_out" in (await c.get("/console")).headers["location"]
     async with httpx.AsyncClient(base_url=stack.url, cookies={"moat_console": stolen}) as other:
         gone = await other.get("/console/approvals")
         assert gone.status_code == 303
@@ -176,3 +182,24 @@ async def test_a_page_needing_a_scope_the_key_lacks_is_refused(
     assert refused.status_code == 403 and "scope_missing" in refused.text
     assert "approvals:read" in refused.text and "Waiting for a decision" not in refused.text
     assert_console_headers(refused)
+
+
+@pytest.mark.parametrize(
+    ("asked", "kept"),
+    [
+        ("/console/approvals", "/console/approvals"),
+        (
+            "/console/approvals?decided=apr_1&outcome=approved",
+            "/console/approvals?decided=apr_1&outcome=approved",
+        ),
+        ("https://evil.example/console", "/console"),
+        ("//evil.example/console", "/console"),
+        ("/console//evil.example", "/console"),
+        ("/console/../v1/receipts", "/console"),
+        ("/v1/receipts", "/console"),
+        ("/console\\evil", "/console"),
+        (None, "/console"),
+    ],
+)
+def test_sign_in_leads_back_only_to_console_pages(asked: str | None, kept: str) -> None:
+    assert safe_next(asked) == kept

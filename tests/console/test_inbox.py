@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from schemas.scopes import DEFAULT_SCOPES
+from tests.console.test_frame import assert_console_headers
 from tests.gateway.test_approvals import call, finished, pending, setup, strict
 from tests.gateway.test_policy import new_key, put_policy
 from tests.plans.support import post_plan, until_done
@@ -42,6 +43,7 @@ async def test_the_inbox_decides_exactly_what_it_showed(
 
     shown = await http.get(INBOX)
     assert shown.status_code == 200
+    assert_console_headers(shown)
     for text in (approval["id"], approval["input_hash"], "http.request", "json.api_token"):
         assert text in shown.text, text
     assert "[REDACTED]" in shown.text and "s3cret" not in shown.text

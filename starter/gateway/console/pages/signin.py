@@ -100,6 +100,8 @@ async def sign_in(request: Request) -> Response:
         )
     except MoatError as err:
         return _sign_in_page(request, next_path, "", err.message, status_code=401)
+    # A browser holds one session: the one it may still hold ends here.
+    await console_sessions.revoke(deps.sessions, request.cookies.get(SESSION_COOKIE))
     answer = RedirectResponse(next_path, status_code=303)
     set_cookie(
         answer, request, SESSION_COOKIE, opened.cookie, deps.settings.console_session_seconds
