@@ -343,6 +343,9 @@ class ConnectionRow(Base):
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     rotated_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    # Set when the provider refused the grant for good: a person must connect it again.
+    needs_reauth_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    needs_reauth_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class WebhookSubscription(Base):
@@ -617,3 +620,21 @@ class ApprovalChannelRow(Base):
     created_by: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class ConnectionTokenRow(Base):
+    """A connection's current short-lived access token (and refresh token), sealed; the row
+    is the lock a refresh holds (``store.connection_tokens``)."""
+
+    __tablename__ = "connection_tokens"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    connection_id: Mapped[str] = mapped_column(ForeignKey("connections.id"), primary_key=True)
+    key_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    access_nonce: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    access_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    refresh_nonce: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    refresh_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+    generation: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    refreshed_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
