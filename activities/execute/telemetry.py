@@ -6,9 +6,7 @@ interceptor's ``RunActivity`` span, the provider call's ``traceparent`` its chil
 
 - ``gen_ai.operation.name`` ``execute_tool``; ``gen_ai.tool.name`` the capability id;
   ``gen_ai.tool.call.id`` the receipt id (one call, however many attempts);
-  ``gen_ai.tool.type`` ``extension``: the conventions' name for a tool the agent's side
-  runs to call an external API itself (``function`` is one the model only names and the
-  client application runs; ``datastore`` one that retrieves grounding data).
+  ``gen_ai.tool.type`` ``extension`` (why: ``schemas.telemetry``).
 - On failure: ``error.type`` the failure's class in Moat's taxonomy
   (``provider_server_error``, ``timeout`` and the like: low-cardinality, as the
   conventions ask), status ERROR with Moat's error code as its description, never the
@@ -29,20 +27,28 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from temporalio.exceptions import ApplicationError
 
 from schemas.run import AdapterInput
+from schemas.telemetry import (
+    ERROR_TYPE,
+    EXECUTE_TOOL,
+    MOAT_RECEIPT_ID,
+    OPERATION_NAME,
+    OTHER_ERROR,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOL_TYPE,
+    TOOL_TYPE_EXTENSION,
+)
 
-EXECUTE_TOOL = "execute_tool"
-TOOL_TYPE = "extension"
-_OTHER = "_OTHER"
 _tracer = trace.get_tracer("moat.adapter")
 
 
 def tool_attributes(inp: AdapterInput, attempt: int) -> dict[str, Any]:
     return {
-        "gen_ai.operation.name": EXECUTE_TOOL,
-        "gen_ai.tool.name": inp.capability.id,
-        "gen_ai.tool.call.id": inp.ref.receipt_id,
-        "gen_ai.tool.type": TOOL_TYPE,
-        "moat.receipt_id": inp.ref.receipt_id,
+        OPERATION_NAME: EXECUTE_TOOL,
+        TOOL_NAME: inp.capability.id,
+        TOOL_CALL_ID: inp.ref.receipt_id,
+        TOOL_TYPE: TOOL_TYPE_EXTENSION,
+        MOAT_RECEIPT_ID: inp.ref.receipt_id,
         "moat.capability.version": inp.capability.version,
         "moat.adapter": inp.capability.adapter,
         "moat.attempt": attempt,
@@ -65,13 +71,13 @@ def tool_span(inp: AdapterInput, attempt: int) -> Iterator[Span]:
             yield span
         except ApplicationError as err:
             details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
-            code = str(details.get("error_code") or err.type or _OTHER)
-            span.set_attributes({"error.type": err.type or _OTHER, "moat.error.code": code})
+            code = str(details.get("error_code") or err.type or OTHER_ERROR)
+            span.set_attributes({ERROR_TYPE: err.type or OTHER_ERROR, "moat.error.code": code})
             if isinstance(details.get("http_status"), int):
                 span.set_attribute("moat.http.status", details["http_status"])
             span.set_status(StatusCode.ERROR, code)
             raise
         except BaseException as err:
-            span.set_attribute("error.type", type(err).__qualname__)
+            span.set_attribute(ERROR_TYPE, type(err).__qualname__)
             span.set_status(StatusCode.ERROR)
             raise
