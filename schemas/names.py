@@ -79,6 +79,9 @@ IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH = 200
 # HTTP headers of the gateway's answers.
 TRACE_HEADER = "X-Moat-Trace-Id"
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+# The same fact under the name the IETF Idempotency-Key draft and the Agentic Commerce
+# Protocol give it, for clients written to those.
+STANDARD_REPLAYED_HEADER = "Idempotent-Replayed"
 MANIFEST_SHA256_HEADER = "X-Moat-Manifest-Sha256"
 RUN_ID_HEADER = "X-Moat-Run-Id"
 

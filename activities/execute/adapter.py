@@ -25,6 +25,7 @@ from activities.execute.events import (
     attempt_started,
     chained,
 )
+from activities.execute.telemetry import tool_span
 from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential
 from schemas.errors import ErrorCode
@@ -52,7 +53,8 @@ class AdapterStep:
         # The whole attempt, not only the provider call: its event writes wait on
         # PostgreSQL, which may be slow or restarting, and a live attempt must not time out.
         async with heartbeating():
-            return await self._attempt(inp)
+            with tool_span(inp, activity.info().attempt):
+                return await self._attempt(inp)
 
     async def _attempt(self, inp: AdapterInput) -> AdapterOutput:
         info = activity.info()

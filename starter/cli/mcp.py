@@ -43,8 +43,11 @@ def mcp(
     from starter.cli import identity
     from starter.cli.tenant_api import key_of
     from starter.mcp import InSessionApprovals, MoatTools, serve_http, serve_stdio
+    from starter.runtime import observability
 
     settings = local_settings()
+    # Its spans, exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; logs go to stderr.
+    observability.setup("moat-mcp", log_format=settings.log_format)
     gateway, _ = configured(url)
     gateway = gateway or identity.gateway_url(settings).value or settings.local_gateway_url
     api_key = None if http else key_of(settings).value

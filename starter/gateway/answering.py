@@ -7,9 +7,10 @@ for a copy its flight answers (``service.executions.flights``).
 - Bytes: an envelope is encoded once (``service.executions.render``) and the bytes reused:
   an answer from memory or Postgres comes with them, and every copy sharing an outcome
   sends the first one's (an ``accepted`` copy's own, which carry its trace id).
-- Headers: ``X-Moat-Idempotent-Replayed: true`` exactly when the envelope says
-  ``replayed`` (a receipt recorded before this request, never a run attached to);
-  ``Preference-Applied`` when ``Prefer: wait=N`` set the wait and a run was waited for.
+- Headers: ``X-Moat-Idempotent-Replayed: true`` and the standard
+  ``Idempotent-Replayed: true`` exactly when the envelope says ``replayed`` (a receipt
+  recorded before this request, never a run attached to); ``Preference-Applied`` when
+  ``Prefer: wait=N`` set the wait and a run was waited for.
 - Copies: ``Boundary`` keeps each request's ``send`` (``keep_send``); a copy's answer
   goes out through it from the task that lands the flight, and the copy's request then
   returns a response that sends nothing (``_Sent``).
@@ -23,7 +24,7 @@ from fastapi import Request, Response
 from starlette.types import Receive, Scope, Send
 
 from schemas.execute import Envelope, EnvelopeStatus
-from schemas.names import REPLAYED_HEADER
+from schemas.names import REPLAYED_HEADER, STANDARD_REPLAYED_HEADER
 from schemas.settings import MoatSettings
 from starter.gateway.errors import execution_status
 from starter.runtime import links
@@ -83,7 +84,7 @@ def _headers(outcome: Outcome, applied: str | None) -> dict[str, str]:
     if applied and not outcome.stored:
         headers["Preference-Applied"] = applied
     if outcome.replayed:
-        headers[REPLAYED_HEADER] = "true"
+        headers[REPLAYED_HEADER] = headers[STANDARD_REPLAYED_HEADER] = "true"
     return headers
 
 

@@ -61,6 +61,7 @@ from starter.mcp.tools import (
     tool_name,
     tool_of,
 )
+from starter.mcp.tracing import ServerAttributes, carry_trace, note_call
 from starter.service import MoatError as ServiceError
 
 BAD_RECEIPT_ID = (
@@ -100,7 +101,8 @@ class MoatTools:
         self._api_key = api_key
         self._wait_seconds = wait_seconds
         self._retry = retry or RetryPolicy(deadline=60.0)
-        self._http = http or httpx.AsyncClient(timeout=30.0)
+        # Each gateway call is a child of the MCP message's span, in the caller's trace.
+        self._http = http or httpx.AsyncClient(timeout=30.0, event_hooks={"request": [carry_trace]})
         self._catalog: dict[str, CapabilityInfo] = {}
         self._verified: dict[str, float] = {}
         self._approvers = ApproverTools(url, self._http)
@@ -177,6 +179,7 @@ class MoatTools:
                 wait_seconds=self._wait_seconds,
                 poll=False,
             )
+            note_call(capability.id, result.receipt_id)
             if asking is not None and self._in_session is not None:
                 asked = await self._asked_in_session(client, api_key, result, asking)
                 if isinstance(asked, types.InputRequiredResult):
@@ -285,7 +288,10 @@ def _asking(
     return Asking(elicit=elicit)
 
 
-def build_server(tools: MoatTools) -> Server[Any]:
+def build_server(tools: MoatTools, transport: str | None = None) -> Server[Any]:
+    """The MCP server of ``tools``; ``transport`` (``pipe`` for stdio, ``tcp`` for HTTP)
+    is recorded on its spans (``starter.mcp.tracing``)."""
+
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -300,7 +306,7 @@ def build_server(tools: MoatTools) -> Server[Any]:
         arguments = params.arguments or {}
         return await tools.call_tool(_bearer(ctx), params.name, arguments, _asking(ctx, params))
 
-    return Server(
+    server: Server[Any] = Server(
         "moat",
         instructions=(
             "Each tool runs a Moat capability once per idempotency key and answers its "
@@ -311,10 +317,12 @@ def build_server(tools: MoatTools) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.middleware.append(ServerAttributes(transport))
+    return server
 
 
 async def serve_stdio(tools: MoatTools) -> None:
-    server = build_server(tools)
+    server = build_server(tools, "pipe")
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -326,7 +334,7 @@ async def serve_http(tools: MoatTools, host: str, port: int) -> None:
     """Streamable HTTP at ``/mcp``; every request needs ``Authorization: Bearer <API key>``."""
     import uvicorn
 
-    server = build_server(tools)
+    server = build_server(tools, "tcp")
     app = server.streamable_http_app(
         host=host,
         token_verifier=tools,

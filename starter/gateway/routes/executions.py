@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Request, Response
 
 from schemas.execute import Envelope
 from schemas.ids import is_receipt_id
-from schemas.names import REPLAYED_HEADER, TRACE_HEADER
+from schemas.names import REPLAYED_HEADER, STANDARD_REPLAYED_HEADER, TRACE_HEADER
 from schemas.scopes import OUTPUTS_READ
 from starter.gateway import answering
 from starter.gateway.access import needs
@@ -63,11 +63,14 @@ def _envelope_response(description: str, **headers: str) -> dict[str, Any]:
     responses={
         200: _envelope_response(
             "`executed` (or `planned` for a dry run). A repeat of a finished execution "
-            "answers its stored receipt with `X-Moat-Idempotent-Replayed: true`.",
+            "answers its stored receipt with `X-Moat-Idempotent-Replayed: true` (and the "
+            "standard `Idempotent-Replayed: true`).",
             **{
                 REPLAYED_HEADER: "`true` when the answer is a stored receipt recorded before "
                 "this request, as the envelope's `replayed` says; absent otherwise (a request "
-                "that attached to a run still going waited for it: not a replay)."
+                "that attached to a run still going waited for it: not a replay).",
+                STANDARD_REPLAYED_HEADER: "The same as `X-Moat-Idempotent-Replayed`, under the "
+                "name of the IETF Idempotency-Key draft and the Agentic Commerce Protocol.",
             },
         ),
         202: _envelope_response(

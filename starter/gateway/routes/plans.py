@@ -9,7 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from schemas.events import Event
-from schemas.names import MANIFEST_SHA256_HEADER, REPLAYED_HEADER, RUN_ID_HEADER
+from schemas.names import (
+    MANIFEST_SHA256_HEADER,
+    REPLAYED_HEADER,
+    RUN_ID_HEADER,
+    STANDARD_REPLAYED_HEADER,
+)
 from schemas.plans import (
     CancelRequest,
     PlanEnvelope,
@@ -61,7 +66,7 @@ def _answer(answer: PlanAnswer | PlanEnvelope, applied: str | None = None) -> Re
     envelope = answer.envelope if isinstance(answer, PlanAnswer) else answer
     headers: dict[str, str] = {}
     if envelope.replayed:
-        headers[REPLAYED_HEADER] = "true"
+        headers[REPLAYED_HEADER] = headers[STANDARD_REPLAYED_HEADER] = "true"
     if envelope.status.value == "accepted":
         headers["Location"] = f"/v1/plans/{envelope.plan_id}"
     if applied:
@@ -102,7 +107,8 @@ def _envelope(description: str) -> dict[str, Any]:
     responses={
         200: _envelope(
             "`executed` (or `planned` for a dry run); a repeat of a finished "
-            "plan answers it as stored, with `X-Moat-Idempotent-Replayed: true`."
+            "plan answers it as stored, with `X-Moat-Idempotent-Replayed: true` (and the "
+            "standard `Idempotent-Replayed: true`)."
         ),
         202: _envelope(
             "`accepted`: still running, or waiting for a person's approval of "

@@ -20,7 +20,12 @@ import httpx
 from pydantic import ValidationError
 
 from moat_client._config import RetryPolicy
-from moat_client._results import REPLAYED_HEADER, ExecutionResult, PlanResult
+from moat_client._results import (
+    REPLAYED_HEADER,
+    STANDARD_REPLAYED_HEADER,
+    ExecutionResult,
+    PlanResult,
+)
 from moat_client.codes import ErrorCode
 from moat_client.errors import (
     ApprovalRequired,
@@ -163,7 +168,7 @@ def execution_result(response: httpx.Response) -> ExecutionResult:
             code=ErrorCode.POLICY_DENIED, message="denied by policy"
         )
         raise error_for(403, error, envelope.trace_id, envelope)
-    replayed = envelope.replayed or response.headers.get(REPLAYED_HEADER) == "true"
+    replayed = envelope.replayed or _replayed(response)
     return ExecutionResult(response.status_code, envelope, replayed)
 
 
@@ -241,7 +246,7 @@ def plan_result(response: httpx.Response) -> PlanResult:
         raise refusal(response) from None
     if response.status_code >= 400 and envelope.status != PlanStatus.FAILED:
         raise refusal(response)
-    replayed = envelope.replayed or response.headers.get(REPLAYED_HEADER) == "true"
+    replayed = envelope.replayed or _replayed(response)
     return PlanResult(response.status_code, envelope, replayed)
 
 
@@ -271,3 +276,11 @@ def read(call: Call, policy: RetryPolicy, parse: Callable[[Any], T]) -> Flow[T]:
     if response.status_code != 200:
         raise refusal(response)
     return parse(response.json())
+
+
+def _replayed(response: httpx.Response) -> bool:
+    """Whether the gateway said the answer is a stored one, under either header name."""
+    return "true" in (
+        response.headers.get(REPLAYED_HEADER),
+        response.headers.get(STANDARD_REPLAYED_HEADER),
+    )

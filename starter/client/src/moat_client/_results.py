@@ -17,6 +17,8 @@ from moat_client.models import (
 )
 
 REPLAYED_HEADER = "X-Moat-Idempotent-Replayed"
+# The standard name (IETF Idempotency-Key draft, Agentic Commerce Protocol) of the same fact.
+STANDARD_REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 @dataclass(frozen=True)
