@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from starter.devstack import EmbeddedPostgres
 from starter.devstack.providers import FakeGithub
-from tests.support.stack import Stack, StackFactory
+from tests.support.stack import ADMIN_KEY, Stack, StackFactory
 from tests.system.test_secrets import (
     assert_nowhere_at_rest,
     captured_logs,
@@ -197,3 +197,22 @@ async def test_a_jwt_signed_with_the_wrong_key_is_a_clear_failure(
     assert answer.json()["receipt"]["http_status"] == 401
     assert github.apps.jwt_refusals[before:] == ["A JSON web token could not be decoded"]
     assert _mints(github, installation) == 1
+
+
+async def test_a_key_that_is_not_an_rsa_key_is_refused_unechoed(stack: Stack) -> None:
+    private, _ = _private_key()
+    broken = private.replace(private.splitlines()[3], "A" * 64)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    url = f"{stack.url}/v1/admin/tenants/{stack.tenant_id}/connections"
+    config = {"app_id": 1, "installation_id": 2}
+    cases = (
+        (broken, config, "RSA key in PEM"),
+        ("ghp_" + "x" * 36, config, "RSA key in PEM"),
+        (private, {}, "only for a GitHub App connection"),
+    )
+    for secret, cfg, words in cases:
+        body = {"type": "github", "name": "app", "secret": secret, "config": cfg}
+        made = await stack.http.post(url, json=body, headers=admin)
+        assert made.status_code == 400, made.text
+        assert words in made.text
+        assert secret not in made.text and "A" * 64 not in made.text
