@@ -62,9 +62,10 @@ Bearer = Callable[[AdapterInput, int | None], Awaitable[tuple[Credential, int]]]
 
 @dataclass(frozen=True)
 class AppCredential(Credential):
-    """A GitHub App connection as resolved: ``secret`` is the App's private key, which
-    never leaves the worker; ``bearer`` gives the installation token (as a ``Credential``
-    to send) and its generation, re-minted when GitHub refused that generation early."""
+    """A GitHub App connection as resolved: ``secret`` is empty (an adapter that does not
+    know Apps sends nothing of worth); the App's private key stays inside ``bearer``, which
+    gives the installation token (as a ``Credential`` to send) and its generation, minted
+    again when GitHub refused that generation early."""
 
     bearer: Bearer | None = field(default=None, repr=False, compare=False)
 
@@ -91,7 +92,7 @@ class GithubAppTokens:
     def wrap(self, tenant_id: str, credential: Credential) -> Credential:
         c = credential
         bearer = partial(self._bearer, tenant_id, c)
-        return AppCredential(c.connection_id, c.type, c.secret, c.config, c.fingerprint, bearer)
+        return AppCredential(c.connection_id, c.type, "", c.config, c.fingerprint, bearer)
 
     async def _bearer(
         self, tenant_id: str, app: Credential, inp: AdapterInput, refused_generation: int | None
