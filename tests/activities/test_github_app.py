@@ -118,6 +118,16 @@ def test_the_fake_checks_the_jwt_and_honours_its_tokens(github: FakeGithub) -> N
     assert httpx.get(issues, headers=forged).status_code == 401
 
 
+def test_an_app_is_registered_over_the_control_route(github: FakeGithub) -> None:
+    private, public = _keys()
+    body = {"app_id": 77, "public_key": public, "installations": [770]}
+    assert httpx.post(f"{github.base_url}/_fake/apps", json=body).status_code == 200
+    before = httpx.get(f"{github.base_url}/_fake/state").json()["app_mints"]
+    minted = _mint(github, app_jwt(77, private), installation=770)
+    assert minted.status_code == 201, minted.text
+    assert httpx.get(f"{github.base_url}/_fake/state").json()["app_mints"] == before + 1
+
+
 async def _app_credential(
     sessions: async_sessionmaker[AsyncSession],
     app_sessions: async_sessionmaker[AsyncSession],

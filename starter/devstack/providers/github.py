@@ -85,7 +85,7 @@ class FakeGithub(FakeServer):
             self.apps.reset_tokens()
 
     def state(self) -> dict[str, Any]:
-        return {"issues": self.issues, "closes": self.closes}
+        return {"issues": self.issues, "closes": self.closes, "app_mints": self.apps.mints}
 
     def issues_of(self, owner: str, repo: str) -> list[dict[str, Any]]:
         with self.lock:

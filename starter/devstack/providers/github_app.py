@@ -10,7 +10,7 @@ with GitHub's body, an installation the App does not have is 404, a suspended on
 otherwise 201 with ``token`` (``ghs_…``), ``expires_at`` (an hour on), ``permissions`` and
 ``repository_selection``. ``DELETE /installation/token`` revokes the bearer's own
 installation token (204). An installation token is good until its ``expires_at`` and until
-revoked; ``mints`` counts the tokens issued.
+revoked; ``mints`` counts the tokens issued. ``POST /_fake/apps`` registers an App.
 """
 
 from __future__ import annotations
@@ -77,7 +77,16 @@ class GithubApps:
         return held is not None and token not in self.revoked and held[1] > time.time()
 
     def handle(self, request: Request) -> Reply | None:
-        """The App routes' answer; None for any other path."""
+        """The App routes' answer; None for any other path. ``POST /_fake/apps`` registers
+        an App (``{"app_id", "public_key": PEM, "installations": [ids]}``) for
+        ``moat up --fake-providers``."""
+        if request.path == "/_fake/apps" and request.method == "POST":
+            args = request.json()
+            if not isinstance(args, dict):
+                return _refusal(400, "Problems parsing JSON")
+            numbers = [int(n) for n in args.get("installations") or []]
+            self.register_app(int(args["app_id"]), str(args["public_key"]), *numbers)
+            return Reply(200, {"ok": True})
         match = _MINT.match(request.path)
         if match is not None and request.method == "POST":
             return self._mint(request, int(match.group(1)))
