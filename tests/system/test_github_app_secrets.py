@@ -219,3 +219,13 @@ async def test_a_key_that_is_not_an_rsa_key_is_refused_unechoed(stack: Stack) ->
         assert made.status_code == 400, made.text
         assert words in made.text
         assert secret not in made.text and "A" * 64 not in made.text
+    con = await stack.add_connection("github", private, config=config, name="app")
+    for secret in (broken, "ghp_" + "x" * 36):
+        rotated = await stack.http.post(
+            f"{url}/{con}/rotate", json={"secret": secret}, headers=admin
+        )
+        assert rotated.status_code == 400, rotated.text
+        assert "RSA key in PEM" in rotated.text and secret not in rotated.text
+    again, _ = _private_key()
+    rotated = await stack.http.post(f"{url}/{con}/rotate", json={"secret": again}, headers=admin)
+    assert rotated.status_code == 200, rotated.text
