@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 from urllib.parse import quote, quote_plus
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -43,14 +44,27 @@ def refused(code: str, message: str, connection_id: str) -> ApplicationError:
     )
 
 
+class TokenSource(Protocol):
+    """Gives a connection whose secret is not what is sent (a GitHub App's private key) the
+    means to get the short-lived token that is: ``wrap`` does no I/O, the adapter asks."""
+
+    def holds(self, credential: Credential) -> bool: ...
+
+    def wrap(self, tenant_id: str, credential: Credential) -> Credential: ...
+
+
 class StoreConnectionResolver:
     """``schemas.connections.ConnectionResolver`` over the ``connections`` table."""
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], cipher: ConnectionCipher
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        cipher: ConnectionCipher,
+        token_sources: Sequence[TokenSource] = (),
     ) -> None:
         self._sessions = sessions
         self._cipher = cipher
+        self._token_sources = tuple(token_sources)
 
     async def resolve(self, tenant_id: str, connection_id: str) -> Credential:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
@@ -75,13 +89,17 @@ class StoreConnectionResolver:
                 "add a new connection and use its id",
                 connection_id,
             )
-        return Credential(
+        credential = Credential(
             connection_id=row.id,
             type=row.type,
             secret=secret,
             config=dict(row.config),
             fingerprint=row.fingerprint,
         )
+        for source in self._token_sources:
+            if source.holds(credential):
+                return source.wrap(tenant_id, credential)
+        return credential
 
 
 def check_origin(credential: Credential, target: Origin) -> None:

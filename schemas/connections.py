@@ -71,10 +71,39 @@ class ConnectionKind:
     config_schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
+def _github_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A GitHub App connection names both ``app_id`` and ``installation_id`` (positive
+    integers); a token connection names neither."""
+    named = [k for k in GITHUB_APP_KEYS if config.get(k) is not None]
+    if not named:
+        return config
+    if len(named) != len(GITHUB_APP_KEYS):
+        raise ValueError("a GitHub App connection names both app_id and installation_id")
+    for key in GITHUB_APP_KEYS:
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be a positive integer (GitHub's number for it)")
+    return config
+
+
+GITHUB_APP_KEYS = ("app_id", "installation_id")
+
+
+def holds_github_app(type: str, config: Mapping[str, Any]) -> bool:
+    """The connection is a GitHub App installation: its secret is the App's private key."""
+    return type == ConnectionType.GITHUB and config.get("app_id") is not None
+
+
 BUILTIN_KINDS: tuple[ConnectionKind, ...] = (
     ConnectionKind("webhook", "A tenant's endpoint that takes Standard Webhooks deliveries."),
     ConnectionKind("slack", "A Slack bot token.", DEFAULT_BASE_URLS[ConnectionType.SLACK]),
-    ConnectionKind("github", "A GitHub token.", DEFAULT_BASE_URLS[ConnectionType.GITHUB]),
+    ConnectionKind(
+        "github",
+        "A GitHub token, or a GitHub App installation (config app_id and installation_id, "
+        "the App's private key, in PEM, as the secret).",
+        DEFAULT_BASE_URLS[ConnectionType.GITHUB],
+        check_config=_github_config,
+    ),
     ConnectionKind("http_bearer", "A bearer token for an HTTP API the config names."),
 )
 
@@ -196,8 +225,10 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._@:/-]*$"
 MAX_SECRET_LENGTH = 8192
 MAX_CONFIG_BYTES = 4096
 # A secret travels in HTTP headers: visible ASCII only, no spaces (a pasted newline would
-# otherwise reach the HTTP library, whose refusal repeats the value).
-SECRET_PATTERN = r"^[!-~]+$"
+# otherwise reach the HTTP library, whose refusal repeats the value). A GitHub App's private
+# key, in PEM, is the one secret with spaces and line breaks: it signs, and is never sent.
+SECRET_PATTERN = r"^(?:[!-~]+|-----BEGIN [A-Z ]*PRIVATE KEY-----[!-~\s]+)$"
+PEM_PREFIX = "-----BEGIN "
 Secret = Annotated[str, Field(min_length=1, max_length=MAX_SECRET_LENGTH, pattern=SECRET_PATTERN)]
 
 
@@ -371,7 +402,35 @@ class ConnectionCreate(BaseModel):
     @model_validator(mode="after")
     def _bound_to_origins(self) -> ConnectionCreate:
         self.config = checked_origins(self.type, self.config)
+        check_secret(self.type, self.config, self.secret)
         return self
+
+
+def check_secret(type: str, config: Mapping[str, Any], secret: str) -> None:
+    """A GitHub App connection's secret is an RSA private key in PEM; no other secret may
+    hold spaces or line breaks. The refusal never repeats the secret."""
+    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    if not holds_github_app(type, config):
+        if secret.startswith(PEM_PREFIX):
+            raise PydanticCustomError(
+                "secret_not_a_token",
+                "secret may hold spaces or line breaks only for a GitHub App connection "
+                "(config app_id and installation_id), whose secret is the App's private key",
+            )
+        return
+    try:
+        key = load_pem_private_key(secret.strip().encode(), password=None)
+    except (ValueError, TypeError):
+        key = None
+    if not isinstance(key, RSAPrivateKey):
+        raise PydanticCustomError(
+            "github_app_key",
+            "secret must be the GitHub App's private key as GitHub gives it: an RSA key in "
+            "PEM (-----BEGIN RSA PRIVATE KEY-----), unencrypted; generate one in the App's "
+            "settings",
+        )
 
 
 def checked_origins(type: str, config: dict[str, Any]) -> dict[str, Any]:

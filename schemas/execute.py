@@ -145,6 +145,10 @@ ERROR_MESSAGES: dict[str, str] = {
         "live key that holds what executing it needs."
     ),
     ErrorCode.CONNECTION_REVOKED: "The connection was revoked: add a new one and use its id.",
+    ErrorCode.CONNECTION_NEEDS_REAUTH: (
+        "The provider refused the connection for good (a grant revoked, an App "
+        "uninstalled): an admin must connect it again."
+    ),
     ErrorCode.CONNECTION_NOT_FOUND: "The tenant has no such connection.",
     ErrorCode.UNKNOWN: "The execution failed for an unknown reason.",
     ErrorCode.OUTCOME_UNKNOWN: (

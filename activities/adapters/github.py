@@ -18,6 +18,7 @@ import httpx
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail, parse_input
+from activities.adapters.github_app import AppCredential
 from activities.adapters.guard import HostGuard
 from activities.adapters.plugins import Driven
 from activities.adapters.reconcile import (
@@ -62,21 +63,16 @@ class _GithubRestApi:
         params: dict[str, str] | None = None,
         reading: bool = False,
     ) -> Any:
-        request = SendRequest(
-            method,
-            url,
-            headers={
-                "Authorization": f"Bearer {cred.secret}",
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": API_VERSION,
-            },
-            credential=cred,
-            timeout=inp.capability.timeout_seconds,
-            allow_hosts=inp.http_allow_hosts,
-            json_body=json,
-            params=params,
+        bearer, generation = await _bearer(inp, cred, None)
+        answer = await send(
+            self._client, self._guard, _request(inp, method, url, bearer, json, params)
         )
-        answer = await send(self._client, self._guard, request)
+        if answer.status == 401 and isinstance(cred, AppCredential):
+            # An installation token GitHub refused before its expiry (revoked): one new
+            # token, one more try.
+            bearer, _ = await _bearer(inp, cred, generation)
+            request = _request(inp, method, url, bearer, json, params)
+            answer = await send(self._client, self._guard, request)
         if answer.status < 300:
             return answer.json()
         refusal = _refusal(answer)
@@ -193,6 +189,40 @@ class GithubRateLimitAdapter(_GithubRestApi):
             200,
             {"core": {k: core.get(k) for k in ("limit", "remaining", "used", "reset")}},
         )
+
+
+async def _bearer(
+    inp: AdapterInput, cred: Credential, refused_generation: int | None
+) -> tuple[Credential, int | None]:
+    """What the call is sent with: the connection's token, or a GitHub App's installation
+    token (and its generation)."""
+    if isinstance(cred, AppCredential) and cred.bearer is not None:
+        return await cred.bearer(inp, refused_generation)
+    return cred, None
+
+
+def _request(
+    inp: AdapterInput,
+    method: str,
+    url: str,
+    cred: Credential,
+    json: Any,
+    params: dict[str, str] | None,
+) -> SendRequest:
+    return SendRequest(
+        method,
+        url,
+        headers={
+            "Authorization": f"Bearer {cred.secret}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+        },
+        credential=cred,
+        timeout=inp.capability.timeout_seconds,
+        allow_hosts=inp.http_allow_hosts,
+        json_body=json,
+        params=params,
+    )
 
 
 def _issues_url(cred: Credential, owner: str, repo: str) -> str:

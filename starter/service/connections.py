@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic_core import PydanticCustomError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.capabilities import CapabilitySpec
-from schemas.connections import ConnectionCreate, ConnectionInfo
+from schemas.connections import ConnectionCreate, ConnectionInfo, check_secret
 from schemas.errors import ErrorCode
 from schemas.pages import Key
 from schemas.quotas import Quota, QuotaLimits
@@ -108,10 +109,15 @@ async def rotate(
     secret: str,
     now: datetime,
 ) -> ConnectionInfo:
-    """Replace the secret; runs use the new one from their next attempt on."""
+    """Replace the secret; runs use the new one from their next attempt on. A GitHub App
+    connection's new secret is the App's new private key, checked like the first."""
     row = await _row(session, tenant_id, connection_id)
     if row.revoked_at is not None:
         raise revoked(row)
+    try:
+        check_secret(row.type, row.config, secret)
+    except PydanticCustomError as err:
+        raise MoatError(ErrorCode.SCHEMA_VALIDATION_FAILED, f"secret: {err.message()}") from None
     return connections.to_info(
         await connections.rotate_connection(session, cipher, row, secret, now)
     )

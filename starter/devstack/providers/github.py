@@ -23,6 +23,10 @@ Any token is good unless listed in ``bad_tokens`` (401), ``forbidden_tokens`` (4
 call) or ``write_only_tokens`` (403 on reading issues). Any repository exists unless listed
 in ``missing_repos`` or ``issues_disabled`` (``owner/repo``). ``error_next`` makes the next
 issue calls answer the HTTP statuses it lists (a 502, a 503).
+
+``apps`` (``github_app.GithubApps``) adds GitHub Apps: installation tokens minted with an
+App's JWT, good as bearer tokens until they expire or are revoked (``ghs_`` tokens it did
+not issue, or no longer honours, are 401).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
+from starter.devstack.providers.github_app import GithubApps
 from starter.devstack.providers.server import FakeServer, Reply, Request
 
 DOCS = "https://docs.github.com/rest"
@@ -64,6 +69,7 @@ class FakeGithub(FakeServer):
         self.closes: dict[str, int] = {}  # closings by "owner/repo#number"
         self._next_id = 1000
         self.used: dict[str, int] = {}  # issue calls by token, this hour
+        self.apps = GithubApps()
         self._reset_at = int(time.time()) + HOUR
 
     def reset(self) -> None:
@@ -76,9 +82,10 @@ class FakeGithub(FakeServer):
             self.primary_limit_next = 0
             self.error_next.clear()
             self.used.clear()
+            self.apps.reset_tokens()
 
     def state(self) -> dict[str, Any]:
-        return {"issues": self.issues, "closes": self.closes}
+        return {"issues": self.issues, "closes": self.closes, "app_mints": self.apps.mints}
 
     def issues_of(self, owner: str, repo: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -100,6 +107,11 @@ class FakeGithub(FakeServer):
         match = _ISSUES.match(request.path)
         token = request.bearer()
         with self.lock:
+            app_reply = self.apps.handle(request)
+            if app_reply is not None:
+                return app_reply
+            if self.apps.is_installation_token(token) and not self.apps.token_good(token or ""):
+                return _refusal(401, "Bad credentials")
             if request.path == "/rate_limit" and request.method == "GET":
                 if token in self.bad_tokens:
                     return _refusal(401, "Bad credentials")
