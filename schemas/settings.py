@@ -193,6 +193,12 @@ class MoatSettings(BaseSettings):
         description="host:port where this process serves Temporal SDK metrics for Prometheus "
         "(/metrics). Unset: no metrics endpoint.",
     )
+    operator_metrics_seconds: int = Field(
+        default=30,
+        ge=5,
+        description="How often a worker re-reads what needs a person (dead letters, pending "
+        "approvals, outbox lag, ...) for its operator gauges.",
+    )
     codec_keyring: Path | None = Field(
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",
