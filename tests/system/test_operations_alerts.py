@@ -6,6 +6,7 @@ announcing run send nothing more."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -15,17 +16,20 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.alerts import Alerter
 from schemas.alerts import AlertInput, AlertKind, alert_key, alert_workflow_id
 from schemas.names import ANNOUNCE_ALERT_WORKFLOW
 from schemas.run import workflow_id_for
 from schemas.slack_approvals import AnnounceResult
-from schemas.webhooks import execution_dead_letter_id
+from schemas.webhooks import DeadLetterStatus, execution_dead_letter_id
 from starter.devstack.providers import FakeSlack, FakeWebhookReceiver
+from starter.runtime.outbox_relay import OutboxRelay
 from store import dead_letters, tenancy
 from tests.runtime.test_operator_gauges import outcome_unknown
 from tests.support.stack import Stack, StackFactory
+from tests.system.test_webhooks import subscribe
 from tests.workflows.test_reconcile import CATALOG
 
 OPS_CHANNEL = "COPS" + uuid.uuid4().hex[:6].upper()
@@ -139,3 +143,34 @@ async def test_dead_letter_and_reauth_alert_the_webhook_once(
     assert reauth["handle_with"] == f"moat connection show {ops}"
     # Each event reached the endpoint as one delivery: no second attempt, no second event.
     assert len([d for d in receiver.deliveries if d.path == "/ops-alerts"]) == 2
+
+
+async def test_a_delivery_out_of_attempts_alerts_once(
+    stack: Stack,
+    slack: FakeSlack,
+    receiver: FakeWebhookReceiver,
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    ops = await stack.add_connection("slack", "xoxb-ops", config={"base_url": slack.base_url})
+    channel = "CDLQ" + uuid.uuid4().hex[:6].upper()
+    route(stack, ops, channel)
+    receiver.status_next = [500, 500]  # the subscriber refuses both attempts
+    await subscribe(stack, f"{receiver.base_url}/poison", max_retries=1, retry_base_seconds=0.05)
+    relay = OutboxRelay.from_settings(
+        stack.client, app_sessions, stack.settings, tenant_id=stack.tenant_id
+    )
+    async with relay.running():
+        await stack.execute("demo.echo", {"message": "hi"}, key="poison")
+        for _ in range(200):
+            async with tenancy.tenant_transaction(stack.sessions, stack.tenant_id) as session:
+                letters = await dead_letters.list_dead_letters(
+                    session, stack.tenant_id, DeadLetterStatus.OPEN, 10
+                )
+            if letters:
+                break
+            await asyncio.sleep(0.05)
+    [letter] = letters
+    assert (await announced(stack, AlertKind.DEAD_LETTER, letter.id)).status == "success"
+    await again(stack, stack.tenant_id, AlertKind.DEAD_LETTER, letter.id)
+    [message] = slack.posted(channel)
+    assert f"moat dlq show {letter.id}" in message["text"] and "delivery" in message["text"]
