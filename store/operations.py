@@ -4,8 +4,11 @@ those past their expiry), the oldest undelivered outbox row, connections that ne
 re-authorising, and probes whose latest run failed.
 
 Read per tenant, inside that tenant's transaction (row-level security holds), by two
-statements over indexed columns; the worker sums the tenants' counts (no tenant label: the
-gauges' cardinality stays bounded by the kinds, never by tenants or ids).
+statements over indexed columns, whose cost does not grow with the tenant's traffic: an
+``outcome_unknown`` is counted from its dead letter (every one makes one), not from the
+receipts; a probe's latest run is looked for among the last two intervals' receipts. The
+worker sums the tenants' counts (no tenant label: the gauges' cardinality stays bounded by
+the kinds, never by tenants or ids).
 """
 
 from __future__ import annotations
@@ -18,10 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.names import PROBE_SCHEDULE_PREFIX
 
-# How far back ``outcome_unknown`` executions are counted, and how far back a probe's
-# latest run is looked for (older runs say nothing of a probe's health now).
+# How far back ``outcome_unknown`` executions are counted.
 RECENT_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24)}
-PROBE_LOOKBACK = timedelta(hours=24)
 
 _DEAD_LETTERS = text(
     """
@@ -35,23 +36,24 @@ WHERE tenant_id = :tenant AND status = 'open' GROUP BY kind
 _SCALARS = text(
     f"""
 SELECT
-  (SELECT count(*) FROM receipts WHERE tenant_id = :tenant AND error_code = 'outcome_unknown'
-     AND "timestamp" >= :since_1h) AS unknown_1h,
-  (SELECT count(*) FROM receipts WHERE tenant_id = :tenant AND error_code = 'outcome_unknown'
-     AND "timestamp" >= :since_24h) AS unknown_24h,
+  (SELECT count(*) FROM dead_letters WHERE tenant_id = :tenant AND kind = 'execution'
+     AND error_code = 'outcome_unknown' AND created_at >= :since_1h) AS unknown_1h,
+  (SELECT count(*) FROM dead_letters WHERE tenant_id = :tenant AND kind = 'execution'
+     AND error_code = 'outcome_unknown' AND created_at >= :since_24h) AS unknown_24h,
   (SELECT count(*) FROM approvals WHERE tenant_id = :tenant AND status = 'pending')
      AS approvals_pending,
   (SELECT min(requested_at) FROM approvals WHERE tenant_id = :tenant AND status = 'pending')
      AS approvals_oldest,
   (SELECT count(*) FROM approvals WHERE tenant_id = :tenant AND status = 'pending'
      AND expires_at < :now) AS approvals_overdue,
-  (SELECT min(created_at) FROM outbox WHERE tenant_id = :tenant AND status = 'pending')
-     AS outbox_oldest,
+  (SELECT created_at FROM outbox WHERE tenant_id = :tenant AND status = 'pending'
+     ORDER BY seq LIMIT 1) AS outbox_oldest,
   (SELECT count(*) FROM connections c WHERE c.tenant_id = :tenant AND c.revoked_at IS NULL
      AND to_jsonb(c) ->> 'status' = 'needs_reauth') AS needs_reauth,
   (SELECT count(*) FROM probes p CROSS JOIN LATERAL (
        SELECT r.status FROM receipts r
-       WHERE r.tenant_id = :tenant AND r.is_synthetic AND r."timestamp" >= :since_probe
+       WHERE r.tenant_id = :tenant AND r.is_synthetic
+         AND r."timestamp" >= :now - make_interval(secs => 2 * p.interval_seconds)
          AND r.idempotency_key LIKE 'probe:{PROBE_SCHEDULE_PREFIX}' || p.id || '-%'
        ORDER BY r."timestamp" DESC LIMIT 1) latest
      WHERE p.tenant_id = :tenant AND NOT p.paused AND latest.status <> 'success')
@@ -121,7 +123,6 @@ async def needs_a_person(session: AsyncSession, tenant_id: str, now: datetime) -
                 "now": now,
                 "since_1h": now - RECENT_WINDOWS["1h"],
                 "since_24h": now - RECENT_WINDOWS["24h"],
-                "since_probe": now - PROBE_LOOKBACK,
             },
         )
     ).one()

@@ -41,7 +41,10 @@ GAUGES = {
         "Connections that need re-authorising (connections.status = needs_reauth)",
         "connections",
     ),
-    "moat_probes_failing": ("Probes whose latest run in 24 h did not succeed", "probes"),
+    "moat_probes_failing": (
+        "Probes whose latest run (within two intervals) did not succeed",
+        "probes",
+    ),
 }
 
 

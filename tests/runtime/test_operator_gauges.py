@@ -7,17 +7,20 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from schemas.ids import uuid7
+from schemas.names import PROBE_SCHEDULE_PREFIX
+from schemas.records import ExecutionStatus, Receipt
 from starter.devstack import free_port
 from starter.devstack.providers import FakeSlack
 from starter.runtime.observability import temporal_runtime
 from starter.runtime.operator_gauges import OperatorGauges, read_every_tenant
-from store import operations, tenancy
+from store import operations, probes, receipts, tenancy
 from tests.gateway.test_approvals import pending, setup
 from tests.support.fakes import FakeProvider
 from tests.support.stack import Stack, StackFactory
@@ -96,3 +99,50 @@ async def test_counts_and_gauges_after_real_events(
     total = await read_every_tenant(app_sessions)
     assert total.dead_letters["execution"].count >= 1
     assert total.approvals_pending >= 1 and total.outcome_unknown["1h"] >= 1
+
+
+def probe_run(tenant_id: str, probe_id: str, status: ExecutionStatus, at: datetime) -> Receipt:
+    """A probe's run as the record step writes it (its schedule's key, marked synthetic)."""
+    key = f"probe:{PROBE_SCHEDULE_PREFIX}{probe_id}-run-{at:%Y-%m-%dT%H:%M:%SZ}"
+    return Receipt(
+        id=str(uuid7()),
+        capability_id="demo.echo",
+        capability_version="1.0.0",
+        adapter_id="echo",
+        tenant_id=tenant_id,
+        connection_id="",
+        request_id=str(uuid7()),
+        timestamp=at,
+        latency_ms=5,
+        idempotency_key=key,
+        input_hash="sha256:x",
+        status=status,
+        policy_decision_id="p",
+        is_synthetic=True,
+        workflow_id=f"exec/{tenant_id}/{uuid.uuid4().hex}",
+        run_id=str(uuid.uuid4()),
+        trace_id=uuid.uuid4().hex,
+    )
+
+
+async def test_a_probe_is_failing_while_its_latest_run_failed(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    tid, now = stack.tenant_id, datetime.now(UTC)
+    async with tenancy.tenant_transaction(app_sessions, tid) as session:
+        made = [
+            await probes.insert_probe(
+                session, tid, "demo.echo", None, {}, None, 60, api_key_id="k", scopes=[]
+            )
+            for _ in range(2)
+        ]
+        ok, failing = (row.id for row in made)
+        for probe_id, runs in ((ok, ["failure", "success"]), (failing, ["success", "failure"])):
+            for ago, status in zip((60, 1), runs, strict=True):
+                at = now - timedelta(seconds=ago)
+                await receipts.insert_receipt(
+                    session, probe_run(tid, probe_id, ExecutionStatus(status), at)
+                )
+    async with tenancy.tenant_transaction(app_sessions, tid) as session:
+        counts = await operations.needs_a_person(session, tid, now)
+    assert counts.probes_failing == 1
