@@ -16,6 +16,8 @@ from temporalio.worker import Worker
 from activities import (
     Adapter,
     AdapterStep,
+    AlertActivities,
+    Alerter,
     AnnounceActivities,
     Announcer,
     ApprovalActivities,
@@ -44,6 +46,7 @@ from store.keyrings.connections import ConnectionCipher
 from store.keyrings.signing import Keyring
 from store.keyrings.start import StartKeyring
 from store.manifests import ManifestStore
+from workflows.alert import AnnounceAlert
 from workflows.announce import AnnounceApproval
 from workflows.cancels import SweepCancelledRuns
 from workflows.deliver import DeliverWebhook
@@ -100,7 +103,11 @@ def build_worker(
     start_keys = StartKeyring.from_settings(settings)
     policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)
-    record_step = RecordStep(sessions, sealer)
+    # Operations alerts are sent from the delivery queue too (as the approvals' messages).
+    alerter = Alerter(
+        client, settings.deliveries_task_queue, enabled=settings.alerts_tenant is not None
+    )
+    record_step = RecordStep(sessions, sealer, alerter)
     store = ManifestStore(settings.manifests_dir)
     signing = keyring or Keyring.from_settings(settings)
     manifests = ManifestActivities(sessions, store, signing)
@@ -116,7 +123,9 @@ def build_worker(
         sealer,
         timeout_seconds=settings.webhook_timeout_seconds,
         deadline_seconds=settings.webhook_deadline_seconds,
+        alerter=alerter,
     )
+    alerts = AlertActivities(sessions, catalog, start_keys, settings)
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
     cancels = CancelSweep(sessions, client)
@@ -135,6 +144,7 @@ def build_worker(
             ExecutePlan,
             SweepCancelledRuns,
             AnnounceApproval,
+            AnnounceAlert,
         ],
         activities=[
             policy_step.check_policy,
@@ -155,6 +165,7 @@ def build_worker(
             plans.finish_plan,
             cancels.sweep_cancelled,
             announce.prepare_announcement,
+            alerts.prepare_alert,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

@@ -15,6 +15,7 @@ from activities.adapters import (
     echo_adapter,
     http_client,
 )
+from activities.alerts import AlertActivities, Alerter
 from activities.announce import AnnounceActivities, Announcer
 from activities.approvals import ApprovalActivities
 from activities.cancels import CancelSweep
@@ -33,6 +34,8 @@ from activities.webhooks import DeliveryActivities
 __all__ = [
     "Adapter",
     "AdapterStep",
+    "AlertActivities",
+    "Alerter",
     "AnnounceActivities",
     "Announcer",
     "ApprovalActivities",

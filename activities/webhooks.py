@@ -32,7 +32,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import HostGuard, SendRequest, parse_retry_after, send
+from activities.alerts import Alerter
 from activities.heartbeat import heartbeating
+from schemas.alerts import AlertKind
 from schemas.names import ATTEMPT_DELIVERY, GIVE_UP_DELIVERY
 from schemas.webhooks import (
     WEBHOOK_SECRET_PREFIX,
@@ -41,6 +43,7 @@ from schemas.webhooks import (
     DeliveryInput,
     OutboxStatus,
     SubscriptionStatus,
+    delivery_dead_letter_id,
     webhook_id_for,
 )
 from store import dead_letters, outbox, tenancy, tenants, webhooks
@@ -98,7 +101,9 @@ class DeliveryActivities:
         *,
         timeout_seconds: float = 10.0,
         deadline_seconds: float = 15.0,
+        alerter: Alerter | None = None,
     ) -> None:
+        self._alerter = alerter
         self._sessions = sessions
         self._http = http
         self._guard = guard
@@ -109,7 +114,17 @@ class DeliveryActivities:
     @activity.defn(name=ATTEMPT_DELIVERY)
     async def attempt_delivery(self, inp: DeliveryInput) -> AttemptResult:
         async with heartbeating():  # the reads and the mark wait on PostgreSQL too
-            return await self._attempt(inp)
+            result = await self._attempt(inp)
+        await self._alert(inp, result)
+        return result
+
+    async def _alert(self, inp: DeliveryInput | DeliveryGiveUp, result: AttemptResult) -> None:
+        """A dead-lettered row's alert, handed off after the transaction that dead-lettered
+        it, on every attempt that finds it so (a retry after a lost hand-off sends it)."""
+        if self._alerter is None or result.status != OutboxStatus.DEAD_LETTER.value:
+            return
+        dl_id = delivery_dead_letter_id(inp.outbox_id, inp.generation)
+        await self._alerter.hand_off(inp.tenant_id, AlertKind.DEAD_LETTER, dl_id)
 
     async def _attempt(self, inp: DeliveryInput) -> AttemptResult:
         now = datetime.now(UTC)
@@ -233,6 +248,11 @@ class DeliveryActivities:
         """The row's attempt kept failing inside Moat (Temporal gave up retrying it): that
         counts as one more failed attempt, and the row is a dead letter, for an operator to
         requeue once the cause is fixed."""
+        result = await self._give_up(inp)
+        await self._alert(inp, result)
+        return result
+
+    async def _give_up(self, inp: DeliveryGiveUp) -> AttemptResult:
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.tenant_id)

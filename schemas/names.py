@@ -18,6 +18,7 @@ PLAN_WORKFLOW = "ExecutePlan"
 CANCEL_SWEEP_WORKFLOW = "SweepCancelledRuns"
 # Posts an approval's Slack message, or replaces it with the outcome.
 ANNOUNCE_APPROVAL_WORKFLOW = "AnnounceApproval"
+ANNOUNCE_ALERT_WORKFLOW = "AnnounceAlert"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -49,6 +50,7 @@ PARTITIONS_SCHEDULE_ID = "moat-outcome-partitions"
 REFRESH_TRUST = "moat.refresh_trust"
 PREPARE_PROBE = "moat.prepare_probe"
 PREPARE_ANNOUNCEMENT = "moat.prepare_announcement"
+PREPARE_ALERT = "moat.prepare_alert"
 
 # The Temporal Schedule that starts the retention workflow.
 RETENTION_SCHEDULE_ID = "moat-manifest-retention"

@@ -193,6 +193,36 @@ class MoatSettings(BaseSettings):
         description="host:port where this process serves Temporal SDK metrics for Prometheus "
         "(/metrics). Unset: no metrics endpoint.",
     )
+    alerts_tenant: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The operators' tenant that sends operations alerts (dead letters, "
+        "outcome_unknown, connections needing re-auth) as its own executions. Unset: no "
+        "alerts are sent.",
+    )
+    alerts_connection_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The alerts tenant's `slack` or `webhook` connection the alerts go through.",
+    )
+    alerts_target: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="Where alerts go: the Slack channel's id (C…) for a `slack` connection, "
+        "the endpoint's URL for a `webhook` one.",
+    )
+    alerts_console_url: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="The console's base URL (https://moat.example.com), for the alerts' "
+        "links. Unset: alerts name the CLI command only.",
+    )
+    operator_metrics_seconds: int = Field(
+        default=30,
+        ge=5,
+        description="How often a worker re-reads what needs a person (dead letters, pending "
+        "approvals, outbox lag, ...) for its operator gauges.",
+    )
     codec_keyring: Path | None = Field(
         default=None,
         description="Keyring of the Temporal payload codec. Unset: $MOAT_HOME/codec-keys.json.",

@@ -12,12 +12,15 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.alerts import Alerter
 from activities.evidence import start_chain
 from activities.execute.events import chained, outcome_events
+from schemas.alerts import AlertKind, is_alert_key
 from schemas.ids import uuid7
 from schemas.names import RECORD_OUTCOME
-from schemas.records import ExecutionStatus, OutcomeEvent, Receipt
+from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import RecordInput
+from schemas.webhooks import execution_dead_letter_id
 from store import budgets, idempotency, outputs, receipts
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
@@ -29,12 +32,39 @@ DEFAULT_OUTPUT_WINDOW = timedelta(hours=24)
 class RecordStep:
     """The ``record_outcome`` activity, built once in ``worker.py`` with its dependencies."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], sealer: OutputSealer) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        sealer: OutputSealer,
+        alerter: Alerter | None = None,
+    ) -> None:
         self._sessions = sessions
         self._sealer = sealer
+        self._alerter = alerter
 
     @activity.defn(name=RECORD_OUTCOME)
     async def record_outcome(self, inp: RecordInput) -> Receipt:
+        receipt = await self._record(inp)
+        await self._alert(inp)
+        return receipt
+
+    async def _alert(self, inp: RecordInput) -> None:
+        """The alert of an execution that dead-lettered (an ``outcome_unknown`` is alerted
+        as such, once, not also as its dead letter), handed off after the transaction that
+        recorded it, on every attempt (a retry after a lost hand-off sends it). Neither a
+        probe's run nor an alert's own execution is alerted."""
+        if self._alerter is None or inp.success or inp.ref.is_synthetic:
+            return
+        if is_alert_key(inp.ref.idempotency_key):
+            return
+        receipt_id, tenant_id = inp.ref.receipt_id, inp.ref.tenant_id
+        if inp.error_code == OUTCOME_UNKNOWN:
+            await self._alerter.hand_off(tenant_id, AlertKind.OUTCOME_UNKNOWN, receipt_id)
+        elif inp.retry_exhausted:
+            dl_id = execution_dead_letter_id(receipt_id)
+            await self._alerter.hand_off(tenant_id, AlertKind.DEAD_LETTER, dl_id)
+
+    async def _record(self, inp: RecordInput) -> Receipt:
         now = datetime.now(UTC)
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:

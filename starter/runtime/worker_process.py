@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 import worker
 from schemas.settings import MoatSettings
 from schemas.trust import TrustWindow, report
-from starter.runtime import observability
+from starter.runtime import observability, operator_gauges
 from starter.runtime.database import every_tenant
 from starter.runtime.loop import settle_heap
 from starter.runtime.outbox_relay import OutboxRelay
@@ -52,6 +52,13 @@ async def run(settings: MoatSettings) -> None:
         delivering = worker.delivery_worker(client, settings, sessions, keyring=keyring)
         gauges = observability.trust_gauges(client.service_client.config.runtime)
         publishing = asyncio.create_task(publish_trust(sessions, gauges, settings))
+        operating = asyncio.create_task(
+            operator_gauges.publish_forever(
+                sessions,
+                operator_gauges.operator_gauges(client.service_client.config.runtime),
+                timedelta(seconds=settings.operator_metrics_seconds),
+            )
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -67,6 +74,7 @@ async def run(settings: MoatSettings) -> None:
             )
             await stop.wait()
         publishing.cancel()
+        operating.cancel()
         log.info("worker stopped")
 
 
