@@ -15,7 +15,13 @@ import schemathesis
 
 from schemas.canonical import json_depth
 from schemas.capabilities import CapabilityCatalog
-from schemas.connections import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, checked_origins
+from schemas.connections import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    PEM_PREFIX,
+    check_secret,
+    checked_origins,
+)
 from schemas.hosts import is_public, literal_address
 from schemas.plans import PlanRequest
 from schemas.redaction import redact
@@ -72,6 +78,29 @@ def _config_refused(case: Any) -> bool:
     return False
 
 
+def _secret_refused(case: Any) -> bool:
+    """A connection's secret may be a PEM private key (spaces, line breaks) only for a GitHub
+    App connection, and must then load as an RSA key: the shape the secret may take depends
+    on the type and the config beside it (and, on a rotation, on the stored connection's),
+    and whether text is a key is for a key parser to say, not a pattern."""
+    body = case.body if isinstance(case.body, dict) else {}
+    secret = body.get("secret")
+    if not isinstance(secret, str):
+        return False
+    if "type" not in body:  # a rotation: the stored connection decides
+        return secret.startswith(PEM_PREFIX)
+    config = body.get("config")
+    try:
+        check_secret(str(body["type"]), config if isinstance(config, dict) else {}, secret)
+    except ValueError:
+        return True
+    return False
+
+
+def _connection_refused(case: Any) -> bool:
+    return _config_refused(case) or _secret_refused(case)
+
+
 def _probe_input_refused(case: Any) -> bool:
     """A probe's input names no secret by a value of a well-known credential format (as
     for a connection's config; secret key names are in the document)."""
@@ -98,8 +127,10 @@ RULES = {
     ("POST", "/v1/plans"): _plan_refused,
     ("POST", "/v1/executions"): _idempotency_keys_differ,
     ("POST", "/v1/webhooks"): _private_webhook_host,
-    ("POST", "/v1/connections"): _config_refused,
-    ("POST", "/v1/admin/tenants/{tenant_id}/connections"): _config_refused,
+    ("POST", "/v1/connections"): _connection_refused,
+    ("POST", "/v1/admin/tenants/{tenant_id}/connections"): _connection_refused,
+    ("POST", "/v1/connections/{connection_id}/rotate"): _secret_refused,
+    ("POST", "/v1/admin/tenants/{tenant_id}/connections/{connection_id}/rotate"): _secret_refused,
     ("POST", "/v1/probes"): _probe_input_refused,
 }
 
