@@ -34,6 +34,7 @@ from activities import (
     http_client,
 )
 from activities.adapters.plugins import AdapterContext, make_adapters
+from activities.oauth import OAuthTokens
 from activities.provider_buckets import ProviderBuckets
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
@@ -93,7 +94,9 @@ def build_worker(
     by_name = {name: buckets.guard(adapter) for name, adapter in by_name.items()}
     sealer = OutputSealer.from_settings(settings)
     # Connections are opened at the call, under the tenant's row-level security.
-    resolver = StoreConnectionResolver(sessions, ConnectionCipher.from_settings(settings))
+    cipher = ConnectionCipher.from_settings(settings)
+    tokens = OAuthTokens(sessions, cipher, http, guard)
+    resolver = StoreConnectionResolver(sessions, cipher, tokens)
     start_keys = StartKeyring.from_settings(settings)
     policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 from urllib.parse import quote, quote_plus
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -17,9 +18,11 @@ from temporalio.exceptions import ApplicationError
 
 from schemas.connections import Credential, Origin
 from schemas.errors import ErrorCode
+from schemas.oauth import OAUTH2
 from schemas.records import ErrorTaxonomy
 from schemas.redaction import REDACTED
 from store import connections, tenancy
+from store.connection_tokens import TokenState
 from store.keyrings.connections import ConnectionCipher
 
 # Shorter forms of a secret are not looked for: they would match ordinary text.
@@ -43,14 +46,34 @@ def refused(code: str, message: str, connection_id: str) -> ApplicationError:
     )
 
 
+class TokenSource(Protocol):
+    """An OAuth 2 connection's access token, fresh (``activities.oauth.OAuthTokens``)."""
+
+    async def access_token(
+        self,
+        tenant_id: str,
+        connection_id: str,
+        config: dict[str, Any],
+        client_secret: str,
+        *,
+        refused_generation: int | None = None,
+    ) -> TokenState: ...
+
+
 class StoreConnectionResolver:
-    """``schemas.connections.ConnectionResolver`` over the ``connections`` table."""
+    """``schemas.connections.ConnectionResolver`` over the ``connections`` table. An
+    ``oauth2`` connection resolves to its current access token (``tokens``), its sealed
+    secret (the client secret) never leaving this process."""
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], cipher: ConnectionCipher
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        cipher: ConnectionCipher,
+        tokens: TokenSource | None = None,
     ) -> None:
         self._sessions = sessions
         self._cipher = cipher
+        self._tokens = tokens
 
     async def resolve(self, tenant_id: str, connection_id: str) -> Credential:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
@@ -75,6 +98,8 @@ class StoreConnectionResolver:
                 "add a new connection and use its id",
                 connection_id,
             )
+        if row.type == OAUTH2:
+            secret = await self._access_token(tenant_id, row.id, row.config, secret)
         return Credential(
             connection_id=row.id,
             type=row.type,
@@ -82,6 +107,22 @@ class StoreConnectionResolver:
             config=dict(row.config),
             fingerprint=row.fingerprint,
         )
+
+    async def _access_token(
+        self, tenant_id: str, connection_id: str, config: Mapping[str, Any], client_secret: str
+    ) -> str:
+        if self._tokens is None:
+            raise ApplicationError(
+                "this worker cannot mint OAuth 2 tokens",
+                {"error_code": ErrorCode.GATEWAY_ERROR},
+                type=ErrorCode.GATEWAY_ERROR,
+                non_retryable=True,
+            )
+        state = await self._tokens.access_token(
+            tenant_id, connection_id, dict(config), client_secret
+        )
+        assert state.access_token is not None
+        return state.access_token
 
 
 def check_origin(credential: Credential, target: Origin) -> None:

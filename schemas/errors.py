@@ -37,6 +37,7 @@ class ErrorCode(StrEnum):
     KEY_REVOKED = "key_revoked"
     CONNECTION_REVOKED = "connection_revoked"
     CONNECTION_ORIGIN_MISMATCH = "connection_origin_mismatch"
+    CONNECTION_NEEDS_REAUTH = "connection_needs_reauth"
     BYPASS_NOT_ALLOWED = "bypass_not_allowed"
     SELF_APPROVAL_FORBIDDEN = "self_approval_forbidden"
     DECISION_NOT_SIGNED = "decision_not_signed"

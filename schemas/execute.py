@@ -146,6 +146,10 @@ ERROR_MESSAGES: dict[str, str] = {
     ),
     ErrorCode.CONNECTION_REVOKED: "The connection was revoked: add a new one and use its id.",
     ErrorCode.CONNECTION_NOT_FOUND: "The tenant has no such connection.",
+    ErrorCode.CONNECTION_NEEDS_REAUTH: (
+        "The provider refused the connection's OAuth grant for good: connect it again "
+        "(`moat connection connect`), then run the call again."
+    ),
     ErrorCode.UNKNOWN: "The execution failed for an unknown reason.",
     ErrorCode.OUTCOME_UNKNOWN: (
         "The provider may or may not have performed the effect, and Moat could not look it up "
