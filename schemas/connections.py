@@ -468,3 +468,9 @@ class ConnectionInfo(BaseModel):
     created_at: datetime
     rotated_at: datetime | None = None
     revoked_at: datetime | None = None
+    needs_reauth_at: datetime | None = Field(
+        default=None,
+        description="When the provider refused an OAuth 2 connection's grant for good: calls "
+        "on it are refused (`connection_needs_reauth`) until it is connected again.",
+    )
+    needs_reauth_reason: str | None = None

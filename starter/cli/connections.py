@@ -81,9 +81,19 @@ def _show(info: ConnectionInfo, as_json: bool) -> None:
         ("created", f"{info.created_at:%F %T}"),
         ("rotated", f"{info.rotated_at:%F %T}" if info.rotated_at else "-"),
         ("revoked", f"{info.revoked_at:%F %T}" if info.revoked_at else "-"),
+        ("needs_reauth", _needs_reauth(info)),
     ):
         table.add_row(name, value)
     out.print(table)
+
+
+def _needs_reauth(info: ConnectionInfo) -> str:
+    if info.needs_reauth_at is None:
+        return "-"
+    return (
+        f"{info.needs_reauth_at:%F %T}: {info.needs_reauth_reason or 'refused'} "
+        f"(`moat connection connect {info.id}` again)"
+    )
 
 
 async def _add(settings: MoatSettings, tenant: str, body: ConnectionCreate) -> ConnectionInfo:
@@ -150,6 +160,8 @@ def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     id_column(table, "id", [c.id for c in found])
     for c in found:
         revoked = f"{c.revoked_at:%F %T}" if c.revoked_at else ""
+        if c.needs_reauth_at is not None and c.revoked_at is None:
+            revoked = f"needs reauth since {c.needs_reauth_at:%F %T}"
         table.add_row(
             c.name, c.type, c.fingerprint, c.last4, f"{c.created_at:%F %T}", revoked, c.id
         )

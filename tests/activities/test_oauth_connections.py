@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
@@ -25,9 +25,11 @@ from activities.connections import StoreConnectionResolver
 from activities.oauth import OAuthTokens
 from schemas.errors import ErrorCode
 from schemas.oauth import OAUTH2, check_config
-from store import connection_tokens, connections, tenancy, tenants
+from store import connection_tokens, connections, tenancy, tenants, webhooks
 from store.connection_tokens import Minted
+from store.keyrings.codec import OutputSealer
 from store.keyrings.connections import ConnectionCipher
+from store.models import OutboxRow
 from tests.support.oauth_server import Client, OAuthServer, Token
 
 CALLS = 200
@@ -175,6 +177,16 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
     tenant_id, connection_id = await _connected(
         sessions, app_sessions, cipher, server, client, grant
     )
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        await webhooks.create(
+            session,
+            OutputSealer({"w1": os.urandom(32)}, "w1"),
+            tenant_id=tenant_id,
+            url="https://hooks.example.com/moat",
+            events=["connection.needs_reauth"],
+            max_retries=1,
+            retry_base_seconds=1.0,
+        )
     guard = _guard(server)
     async with http_client() as http:
         tokens = OAuthTokens(app_sessions, cipher, http, guard)
@@ -190,6 +202,12 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
         assert second.value.non_retryable
         assert "moat connection connect" in str(second.value)
         assert tokens.refreshes == asked  # refused without asking the provider
+        async with sessions.begin() as session:
+            announced = (
+                await session.execute(select(OutboxRow).where(OutboxRow.tenant_id == tenant_id))
+            ).scalar_one()
+        assert announced.event_type == "connection.needs_reauth"
+        assert announced.aggregate_id == connection_id
         # Connected again: a new grant stored, the mark cleared, calls succeed.
         again = server.grant(client, "grace", expires_in=3600)
         async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
