@@ -75,7 +75,9 @@ class StoreConnectionResolver:
         self._cipher = cipher
         self._tokens = tokens
 
-    async def resolve(self, tenant_id: str, connection_id: str) -> Credential:
+    async def resolve(
+        self, tenant_id: str, connection_id: str, *, refused_generation: int | None = None
+    ) -> Credential:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
             row = await connections.get_connection(session, tenant_id, connection_id)
             secret = (
@@ -98,19 +100,37 @@ class StoreConnectionResolver:
                 "add a new connection and use its id",
                 connection_id,
             )
+        generation = None
         if row.type == OAUTH2:
-            secret = await self._access_token(tenant_id, row.id, row.config, secret)
+            state = await self._access_token(
+                tenant_id, row.id, row.config, secret, refused_generation
+            )
+            assert state.access_token is not None
+            secret, generation = state.access_token, state.generation
         return Credential(
             connection_id=row.id,
             type=row.type,
             secret=secret,
             config=dict(row.config),
             fingerprint=row.fingerprint,
+            generation=generation,
+        )
+
+    async def refreshed(self, tenant_id: str, stale: Credential) -> Credential:
+        """``stale`` again, its access token refreshed: the provider refused it although it
+        looked fresh (revoked early). One refresh across every caller that saw it refused."""
+        return await self.resolve(
+            tenant_id, stale.connection_id, refused_generation=stale.generation
         )
 
     async def _access_token(
-        self, tenant_id: str, connection_id: str, config: Mapping[str, Any], client_secret: str
-    ) -> str:
+        self,
+        tenant_id: str,
+        connection_id: str,
+        config: Mapping[str, Any],
+        client_secret: str,
+        refused_generation: int | None,
+    ) -> TokenState:
         if self._tokens is None:
             raise ApplicationError(
                 "this worker cannot mint OAuth 2 tokens",
@@ -118,11 +138,13 @@ class StoreConnectionResolver:
                 type=ErrorCode.GATEWAY_ERROR,
                 non_retryable=True,
             )
-        state = await self._tokens.access_token(
-            tenant_id, connection_id, dict(config), client_secret
+        return await self._tokens.access_token(
+            tenant_id,
+            connection_id,
+            dict(config),
+            client_secret,
+            refused_generation=refused_generation,
         )
-        assert state.access_token is not None
-        return state.access_token
 
 
 def check_origin(credential: Credential, target: Origin) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -172,6 +172,8 @@ class Credential:
     secret: str = field(repr=False)
     config: Mapping[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+    # An OAuth 2 connection's access token generation (``store.connection_tokens``).
+    generation: int | None = None
 
     @property
     def origins(self) -> tuple[Origin, ...]:
@@ -186,6 +188,14 @@ class ConnectionResolver(Protocol):
     (absent, or another tenant's) or ``connection_revoked``."""
 
     async def resolve(self, tenant_id: str, connection_id: str) -> Credential: ...
+
+
+@runtime_checkable
+class TokenRefresher(Protocol):
+    """A resolver that can refresh an OAuth 2 connection's access token the provider
+    refused although it looked fresh."""
+
+    async def refreshed(self, tenant_id: str, stale: Credential) -> Credential: ...
 
 
 # What the API takes and answers. The secret is taken, never answered: a connection is

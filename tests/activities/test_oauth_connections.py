@@ -20,11 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters.guard import HostGuard
+from activities.adapters.http import HttpAdapter
 from activities.adapters.sender import SendRequest, http_client, send
 from activities.connections import StoreConnectionResolver
+from activities.execute.adapter import AdapterStep
 from activities.oauth import OAuthTokens
+from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
 from schemas.oauth import OAUTH2, check_config
+from schemas.run import AdapterInput
 from store import connection_tokens, connections, tenancy, tenants, webhooks
 from store.connection_tokens import Minted
 from store.keyrings.codec import OutputSealer
@@ -238,3 +242,38 @@ async def test_client_credentials_are_minted_on_demand(
         )
     assert statuses == [200] * 20
     assert server.counts.client_credentials - before == 1
+
+
+async def test_a_token_refused_early_is_refreshed_once_and_the_call_made_again(
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    cipher: ConnectionCipher,
+    server: OAuthServer,
+) -> None:
+    client = server.add_client()
+    grant = server.grant(client, "alan", expires_in=3600)
+    tenant_id, connection_id = await _connected(
+        sessions, app_sessions, cipher, server, client, grant
+    )
+    del server.by_access[grant.access_token]  # revoked by the provider before its expiry
+    spec = CapabilityCatalog().get("http.request")
+    assert spec is not None
+    inp = AdapterInput(
+        tenant_id=tenant_id,
+        connection_id=connection_id,
+        capability=spec,
+        input={"method": "GET", "url": f"{server.url}/resource"},
+        idempotency_key=f"moat-oauth-{uuid.uuid4().hex}",
+        trace_id="0" * 32,
+    )
+    guard = _guard(server)
+    before = (server.counts.refreshes, server.counts.resource_refused, server.counts.resource_ok)
+    async with http_client() as http:
+        tokens = OAuthTokens(app_sessions, cipher, http, guard)
+        resolver = StoreConnectionResolver(app_sessions, cipher, tokens)
+        step = AdapterStep(app_sessions, {}, connections=resolver)
+        stale = await resolver.resolve(tenant_id, connection_id)
+        await step._call(HttpAdapter(http, guard), inp, stale)
+    assert server.counts.refreshes - before[0] == 1
+    assert server.counts.resource_refused - before[1] == 1
+    assert server.counts.resource_ok - before[2] == 1
