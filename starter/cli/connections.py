@@ -81,15 +81,15 @@ def _show(info: ConnectionInfo, as_json: bool) -> None:
         ("created", f"{info.created_at:%F %T}"),
         ("rotated", f"{info.rotated_at:%F %T}" if info.rotated_at else "-"),
         ("revoked", f"{info.revoked_at:%F %T}" if info.revoked_at else "-"),
-        ("needs_reauth", _needs_reauth(info)),
     ):
         table.add_row(name, value)
+    if info.needs_reauth_at is not None:
+        table.add_row("needs_reauth", _needs_reauth(info))
     out.print(table)
 
 
 def _needs_reauth(info: ConnectionInfo) -> str:
-    if info.needs_reauth_at is None:
-        return "-"
+    assert info.needs_reauth_at is not None
     return (
         f"{info.needs_reauth_at:%F %T}: {info.needs_reauth_reason or 'refused'} "
         f"(`moat connection connect {info.id}` again)"
