@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from pydantic import ValidationError
 from rich.table import Table
@@ -21,7 +22,7 @@ from starter.cli.output import AsJson, fail, id_column, out, print_json, run, us
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
-from starter.service import connections, field_errors, tenants
+from starter.service import connections, field_errors, oauth_connect, tenants
 from store import tenancy
 from store.keyrings.connections import ConnectionCipher
 
@@ -253,3 +254,33 @@ def reencrypt(
         print_json({"active_key_id": active, "reencrypted": total, "by_tenant": counts})
         return
     out.print(f"{total} connection(s) re-sealed under key {active}")
+
+
+async def _connect(settings: MoatSettings, tenant: str, connection_id: str) -> str:
+    cipher = ConnectionCipher.from_settings(settings)
+    async with owner_transaction(settings) as session:
+        row = await tenant_of(session, tenant)
+        one = await connections.show(session, row.id, connection_id)
+        async with httpx.AsyncClient(follow_redirects=False) as http:
+            found = await oauth_connect.metadata(
+                http, dict(one.config), list(settings.http_allow_hosts)
+            )
+        return await oauth_connect.begin(
+            session,
+            cipher,
+            row.id,
+            connection_id,
+            redirect_uri=oauth_connect.redirect_uri(settings),
+            found=found,
+        )
+
+
+@connection_app.command("connect", cls=AsOperator)
+def connect(tenant: TenantArg, connection_id: ConnectionArg) -> None:
+    """Connect a person's account to an oauth2 connection (again, after `needs_reauth`):
+    prints the URL to open; the provider sends the person back to the gateway, which
+    stores the grant. The OAuth client must list the gateway's callback
+    (`<gateway>/v1/connections/oauth/callback`) as a redirect URI."""
+    url = run(_connect(local_settings(), tenant, connection_id))
+    out.print("open this URL to connect the account (valid 10 minutes):")
+    sys.stdout.write(url + "\n")
