@@ -7,7 +7,6 @@ connecting it again clears the mark; the tokens are sealed at rest."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
 from schemas.oauth import OAUTH2, check_config
 from schemas.run import AdapterInput
+from schemas.settings import MoatSettings
 from store import connection_tokens, connections, tenancy, tenants, webhooks
 from store.connection_tokens import Minted
 from store.keyrings.codec import OutputSealer
@@ -46,8 +46,9 @@ def server() -> Iterator[OAuthServer]:
 
 
 @pytest.fixture
-def cipher() -> ConnectionCipher:
-    return ConnectionCipher({"k1": os.urandom(32)}, "k1")
+def cipher(base_settings: MoatSettings) -> ConnectionCipher:
+    """The session's keyring: its rows share the database with every other test's."""
+    return ConnectionCipher.from_settings(base_settings)
 
 
 async def _connected(
@@ -173,6 +174,7 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
     app_sessions: async_sessionmaker[AsyncSession],
     cipher: ConnectionCipher,
     server: OAuthServer,
+    base_settings: MoatSettings,
 ) -> None:
     client = server.add_client()
     grant = server.grant(client, "grace", expires_in=0)
@@ -184,7 +186,7 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
     async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
         await webhooks.create(
             session,
-            OutputSealer({"w1": os.urandom(32)}, "w1"),
+            OutputSealer.from_settings(base_settings),
             tenant_id=tenant_id,
             url="https://hooks.example.com/moat",
             events=["connection.needs_reauth"],

@@ -18,6 +18,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.oauth import OAUTH2, check_config
+from schemas.settings import MoatSettings
 from starter.service import MoatError, oauth_connect
 from store import connection_tokens, connections, tenancy, tenants
 from store.keyrings.connections import ConnectionCipher
@@ -37,8 +38,9 @@ async def test_a_person_connects_the_account_and_the_mark_goes(
     sessions: async_sessionmaker[AsyncSession],
     app_sessions: async_sessionmaker[AsyncSession],
     idp: OpenIDProvider,
+    base_settings: MoatSettings,
 ) -> None:
-    cipher = ConnectionCipher({"k1": os.urandom(32)}, "k1")
+    cipher = ConnectionCipher.from_settings(base_settings)
     client = idp.add_client(REDIRECT)
     user = idp.add_user("ada")
     async with sessions.begin() as session:
