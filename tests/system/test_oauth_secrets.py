@@ -126,3 +126,12 @@ async def test_200_executions_refresh_once_and_no_token_is_stored(
         logs=caplog.text + json_lines.getvalue(),
         spans=spans.get_finished_spans(),
     )
+
+
+async def test_the_callback_refuses_a_state_this_moat_did_not_seal(stack: Stack) -> None:
+    forged = await stack.http.get(
+        f"{stack.url}/v1/connections/oauth/callback",
+        params={"state": "k.AAAA.BBBB", "code": "c"},
+    )
+    assert forged.status_code == 403, forged.text
+    assert forged.json()["error"]["code"] == "forbidden"
