@@ -96,7 +96,7 @@ def build_worker(
     # Connections are opened at the call, under the tenant's row-level security.
     cipher = ConnectionCipher.from_settings(settings)
     tokens = OAuthTokens(sessions, cipher, http, guard)
-    resolver = StoreConnectionResolver(sessions, cipher, tokens)
+    resolver = StoreConnectionResolver(sessions, cipher, tokens=tokens)
     start_keys = StartKeyring.from_settings(settings)
     policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)

@@ -46,7 +46,7 @@ def refused(code: str, message: str, connection_id: str) -> ApplicationError:
     )
 
 
-class TokenSource(Protocol):
+class OAuthTokenSource(Protocol):
     """An OAuth 2 connection's access token, fresh (``activities.oauth.OAuthTokens``)."""
 
     async def access_token(
@@ -69,7 +69,8 @@ class StoreConnectionResolver:
         self,
         sessions: async_sessionmaker[AsyncSession],
         cipher: ConnectionCipher,
-        tokens: TokenSource | None = None,
+        *,
+        tokens: OAuthTokenSource | None = None,
     ) -> None:
         self._sessions = sessions
         self._cipher = cipher

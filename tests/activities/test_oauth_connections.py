@@ -125,7 +125,7 @@ async def test_200_calls_on_an_expired_token_refresh_it_once_and_all_succeed(
     guard = _guard(server)
     async with http_client() as http:
         tokens = OAuthTokens(app_sessions, cipher, http, guard)
-        resolver = StoreConnectionResolver(app_sessions, cipher, tokens)
+        resolver = StoreConnectionResolver(app_sessions, cipher, tokens=tokens)
         started = time.monotonic()
         statuses = await asyncio.gather(
             *(_call(resolver, http, guard, server, tenant_id, connection_id) for _ in range(CALLS)),
@@ -196,7 +196,7 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
     guard = _guard(server)
     async with http_client() as http:
         tokens = OAuthTokens(app_sessions, cipher, http, guard)
-        resolver = StoreConnectionResolver(app_sessions, cipher, tokens)
+        resolver = StoreConnectionResolver(app_sessions, cipher, tokens=tokens)
         with pytest.raises(ApplicationError) as first:
             await resolver.resolve(tenant_id, connection_id)
         assert first.value.type == ErrorCode.CONNECTION_NEEDS_REAUTH
@@ -238,7 +238,7 @@ async def test_client_credentials_are_minted_on_demand(
     before = server.counts.client_credentials
     async with http_client() as http:
         tokens = OAuthTokens(app_sessions, cipher, http, guard)
-        resolver = StoreConnectionResolver(app_sessions, cipher, tokens)
+        resolver = StoreConnectionResolver(app_sessions, cipher, tokens=tokens)
         statuses = await asyncio.gather(
             *(_call(resolver, http, guard, server, tenant_id, connection_id) for _ in range(20))
         )
@@ -272,7 +272,7 @@ async def test_a_token_refused_early_is_refreshed_once_and_the_call_made_again(
     before = (server.counts.refreshes, server.counts.resource_refused, server.counts.resource_ok)
     async with http_client() as http:
         tokens = OAuthTokens(app_sessions, cipher, http, guard)
-        resolver = StoreConnectionResolver(app_sessions, cipher, tokens)
+        resolver = StoreConnectionResolver(app_sessions, cipher, tokens=tokens)
         step = AdapterStep(app_sessions, {}, connections=resolver)
         stale = await resolver.resolve(tenant_id, connection_id)
         await step._call(HttpAdapter(http, guard), inp, stale)
