@@ -37,6 +37,7 @@ from activities import (
 )
 from activities.adapters.github_app import GithubAppTokens
 from activities.adapters.plugins import AdapterContext, make_adapters
+from activities.oauth import OAuthTokens
 from activities.provider_buckets import ProviderBuckets
 from schemas.capabilities import CapabilityCatalog
 from schemas.settings import MoatSettings
@@ -99,7 +100,8 @@ def build_worker(
     # Connections are opened at the call, under the tenant's row-level security.
     cipher = ConnectionCipher.from_settings(settings)
     app_tokens = GithubAppTokens(sessions, cipher, http, guard)
-    resolver = StoreConnectionResolver(sessions, cipher, token_sources=[app_tokens])
+    tokens = OAuthTokens(sessions, cipher, http, guard)
+    resolver = StoreConnectionResolver(sessions, cipher, token_sources=[app_tokens], tokens=tokens)
     start_keys = StartKeyring.from_settings(settings)
     policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 from urllib.parse import quote, quote_plus
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -18,9 +18,11 @@ from temporalio.exceptions import ApplicationError
 
 from schemas.connections import Credential, Origin
 from schemas.errors import ErrorCode
+from schemas.oauth import OAUTH2
 from schemas.records import ErrorTaxonomy
 from schemas.redaction import REDACTED
 from store import connections, tenancy
+from store.connection_tokens import TokenState
 from store.keyrings.connections import ConnectionCipher
 
 # Shorter forms of a secret are not looked for: they would match ordinary text.
@@ -53,20 +55,41 @@ class TokenSource(Protocol):
     def wrap(self, tenant_id: str, credential: Credential) -> Credential: ...
 
 
+class OAuthTokenSource(Protocol):
+    """An OAuth 2 connection's access token, fresh (``activities.oauth.OAuthTokens``)."""
+
+    async def access_token(
+        self,
+        tenant_id: str,
+        connection_id: str,
+        config: dict[str, Any],
+        client_secret: str,
+        *,
+        refused_generation: int | None = None,
+    ) -> TokenState: ...
+
+
 class StoreConnectionResolver:
-    """``schemas.connections.ConnectionResolver`` over the ``connections`` table."""
+    """``schemas.connections.ConnectionResolver`` over the ``connections`` table. An
+    ``oauth2`` connection resolves to its current access token (``tokens``), its sealed
+    secret (the client secret) never leaving this process."""
 
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
         cipher: ConnectionCipher,
         token_sources: Sequence[TokenSource] = (),
+        *,
+        tokens: OAuthTokenSource | None = None,
     ) -> None:
         self._sessions = sessions
         self._cipher = cipher
         self._token_sources = tuple(token_sources)
+        self._tokens = tokens
 
-    async def resolve(self, tenant_id: str, connection_id: str) -> Credential:
+    async def resolve(
+        self, tenant_id: str, connection_id: str, *, refused_generation: int | None = None
+    ) -> Credential:
         async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
             row = await connections.get_connection(session, tenant_id, connection_id)
             secret = (
@@ -89,17 +112,55 @@ class StoreConnectionResolver:
                 "add a new connection and use its id",
                 connection_id,
             )
+        generation = None
+        if row.type == OAUTH2:
+            state = await self._access_token(
+                tenant_id, row.id, row.config, secret, refused_generation
+            )
+            assert state.access_token is not None
+            secret, generation = state.access_token, state.generation
         credential = Credential(
             connection_id=row.id,
             type=row.type,
             secret=secret,
             config=dict(row.config),
             fingerprint=row.fingerprint,
+            generation=generation,
         )
         for source in self._token_sources:
             if source.holds(credential):
                 return source.wrap(tenant_id, credential)
         return credential
+
+    async def refreshed(self, tenant_id: str, stale: Credential) -> Credential:
+        """``stale`` again, its access token refreshed: the provider refused it although it
+        looked fresh (revoked early). One refresh across every caller that saw it refused."""
+        return await self.resolve(
+            tenant_id, stale.connection_id, refused_generation=stale.generation
+        )
+
+    async def _access_token(
+        self,
+        tenant_id: str,
+        connection_id: str,
+        config: Mapping[str, Any],
+        client_secret: str,
+        refused_generation: int | None,
+    ) -> TokenState:
+        if self._tokens is None:
+            raise ApplicationError(
+                "this worker cannot mint OAuth 2 tokens",
+                {"error_code": ErrorCode.GATEWAY_ERROR},
+                type=ErrorCode.GATEWAY_ERROR,
+                non_retryable=True,
+            )
+        return await self._tokens.access_token(
+            tenant_id,
+            connection_id,
+            dict(config),
+            client_secret,
+            refused_generation=refused_generation,
+        )
 
 
 def check_origin(credential: Credential, target: Origin) -> None:

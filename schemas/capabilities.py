@@ -334,12 +334,13 @@ BUILTIN_CAPABILITIES: tuple[CapabilitySpec, ...] = (
             "Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, TE, Trailer, "
             "Proxy-*) are dropped from `headers`: the HTTP client writes its own. With an "
             "`http_bearer` connection, its token is sent as `Authorization: Bearer …` in "
-            "place of any Authorization header of the input."
+            "place of any Authorization header of the input; with an `oauth2` connection, its "
+            "current access token."
         ),
         effect_type=EffectType.API_CALL,
         timeout_seconds=30.0,
         idempotency=IdempotencyStrategy.PROVIDER_KEY,
-        connection_types=(ConnectionType.HTTP_BEARER,),
+        connection_types=(ConnectionType.HTTP_BEARER, "oauth2"),
         # Reads only: a probe names its own URL (no default), and only GET or HEAD.
         probe=ProbeSpec(allowed_values={"method": ("GET", "HEAD")}),
     ),

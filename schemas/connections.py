@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -201,6 +201,8 @@ class Credential:
     secret: str = field(repr=False)
     config: Mapping[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+    # An OAuth 2 connection's access token generation (``store.connection_tokens``).
+    generation: int | None = None
 
     @property
     def origins(self) -> tuple[Origin, ...]:
@@ -215,6 +217,14 @@ class ConnectionResolver(Protocol):
     (absent, or another tenant's) or ``connection_revoked``."""
 
     async def resolve(self, tenant_id: str, connection_id: str) -> Credential: ...
+
+
+@runtime_checkable
+class TokenRefresher(Protocol):
+    """A resolver that can refresh an OAuth 2 connection's access token the provider
+    refused although it looked fresh."""
+
+    async def refreshed(self, tenant_id: str, stale: Credential) -> Credential: ...
 
 
 # What the API takes and answers. The secret is taken, never answered: a connection is
@@ -527,3 +537,9 @@ class ConnectionInfo(BaseModel):
     created_at: datetime
     rotated_at: datetime | None = None
     revoked_at: datetime | None = None
+    needs_reauth_at: datetime | None = Field(
+        default=None,
+        description="When the provider refused an OAuth 2 connection's grant for good: calls "
+        "on it are refused (`connection_needs_reauth`) until it is connected again.",
+    )
+    needs_reauth_reason: str | None = None

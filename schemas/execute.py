@@ -145,11 +145,12 @@ ERROR_MESSAGES: dict[str, str] = {
         "live key that holds what executing it needs."
     ),
     ErrorCode.CONNECTION_REVOKED: "The connection was revoked: add a new one and use its id.",
-    ErrorCode.CONNECTION_NEEDS_REAUTH: (
-        "The provider refused the connection for good (a grant revoked, an App "
-        "uninstalled): an admin must connect it again."
-    ),
     ErrorCode.CONNECTION_NOT_FOUND: "The tenant has no such connection.",
+    ErrorCode.CONNECTION_NEEDS_REAUTH: (
+        "The provider refused the connection for good (an OAuth grant revoked, a GitHub "
+        "App uninstalled): connect it again (`moat connection connect` for OAuth 2, a new "
+        "connection for an App), then run the call again."
+    ),
     ErrorCode.UNKNOWN: "The execution failed for an unknown reason.",
     ErrorCode.OUTCOME_UNKNOWN: (
         "The provider may or may not have performed the effect, and Moat could not look it up "

@@ -105,7 +105,9 @@ def connection_kinds() -> dict[str, ConnectionKind]:
     """Every connection type installed by name: Moat's own and those the installed
     capabilities declare (``Capability.connection_kinds``); one name declared two ways is
     refused."""
-    kinds: dict[str, ConnectionKind] = {k.name: k for k in BUILTIN_KINDS}
+    from schemas.oauth import OAUTH2_KIND
+
+    kinds: dict[str, ConnectionKind] = {k.name: k for k in (*BUILTIN_KINDS, OAUTH2_KIND)}
     for cap in installed():
         for kind in cap.connection_kinds:
             known = kinds.setdefault(kind.name, kind)

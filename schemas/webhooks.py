@@ -35,6 +35,7 @@ class WebhookEventType(StrEnum):
     EXECUTION_DEAD_LETTERED = "execution.dead_lettered"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    CONNECTION_NEEDS_REAUTH = "connection.needs_reauth"
 
 
 class OutboxStatus(StrEnum):

@@ -13,7 +13,8 @@ a refresh is single-flight across workers and gateways:
   for that commit and reads what it wrote: one refresh, and a rotated refresh token is
   never presented twice;
 - a refusal for good (``Refused``, e.g. OAuth's ``invalid_grant``) marks the connection
-  ``needs_reauth`` in that same transaction, so the calls that follow are refused at once.
+  ``needs_reauth`` in that same transaction, so the calls that follow are refused at once,
+  and announces it to the tenant's webhooks (``connection.needs_reauth``, same transaction).
 
 Both tokens are sealed with the connection keyring, under an associated data that names
 the tenant, the connection and which token it is: a ciphertext moved to another row or
@@ -32,7 +33,8 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store import tenancy
+from schemas.webhooks import WebhookEventType
+from store import outbox, tenancy
 from store.keyrings.connections import ConnectionCipher, Sealed, context
 from store.models import ConnectionRow, ConnectionTokenRow
 
@@ -228,10 +230,29 @@ async def current(
                 .where(ConnectionRow.id == connection_id, ConnectionRow.tenant_id == tenant_id)
                 .values(needs_reauth_at=now(), needs_reauth_reason=refused.reason)
             )
+            await _announce(session, tenant_id, connection_id, refused.reason, now())
             reason = refused.reason
         else:
             return await _write(session, cipher, row, state, minted, now())
     raise NeedsReauth(connection_id, reason)
+
+
+async def _announce(
+    session: AsyncSession, tenant_id: str, connection_id: str, reason: str, at: datetime
+) -> None:
+    await outbox.enqueue(
+        session,
+        tenant_id=tenant_id,
+        event_type=WebhookEventType.CONNECTION_NEEDS_REAUTH,
+        aggregate_id=connection_id,
+        data={
+            "connection_id": connection_id,
+            "needs_reauth_at": at.isoformat(),
+            "reason": reason,
+            "what_to_do": f"moat connection connect {connection_id}",
+        },
+        occurred_at=at,
+    )
 
 
 def _usable(

@@ -48,6 +48,8 @@ def to_info(row: ConnectionRow) -> ConnectionInfo:
         created_at=row.created_at,
         rotated_at=row.rotated_at,
         revoked_at=row.revoked_at,
+        needs_reauth_at=row.needs_reauth_at,
+        needs_reauth_reason=row.needs_reauth_reason,
     )
 
 

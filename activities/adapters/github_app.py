@@ -92,7 +92,9 @@ class GithubAppTokens:
     def wrap(self, tenant_id: str, credential: Credential) -> Credential:
         c = credential
         bearer = partial(self._bearer, tenant_id, c)
-        return AppCredential(c.connection_id, c.type, "", c.config, c.fingerprint, bearer)
+        return AppCredential(
+            c.connection_id, c.type, "", c.config, c.fingerprint, c.generation, bearer=bearer
+        )
 
     async def _bearer(
         self, tenant_id: str, app: Credential, inp: AdapterInput, refused_generation: int | None

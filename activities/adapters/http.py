@@ -12,6 +12,7 @@ from activities.adapters.responses import interpret
 from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
 from schemas.connections import ConnectionType, Credential
+from schemas.oauth import OAUTH2
 from schemas.run import AdapterInput, AdapterOutput
 
 # Headers that describe this one connection or the message's framing, not the request:
@@ -64,7 +65,7 @@ class HttpAdapter:
     ) -> AdapterOutput:
         req = parse_input(inp, HttpRequestInput)
         headers = agent_headers(req.headers)
-        if credential is not None and credential.type == ConnectionType.HTTP_BEARER:
+        if credential is not None and credential.type in (ConnectionType.HTTP_BEARER, OAUTH2):
             # The connection's token, never the agent's: it replaces any Authorization the
             # agent sent, whatever its case.
             headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -27,9 +28,10 @@ from activities.execute.events import (
 )
 from activities.execute.telemetry import tool_span
 from activities.heartbeat import heartbeating
-from schemas.connections import ConnectionResolver, Credential
+from schemas.connections import ConnectionResolver, Credential, TokenRefresher
 from schemas.errors import ErrorCode
 from schemas.names import CALL_ADAPTER
+from schemas.oauth import OAUTH2
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 from store import events as event_log
@@ -71,7 +73,7 @@ class AdapterStep:
             )
         try:
             credential = await self._credential(inp)
-            out = await _guarded(
+            out = await self._call(
                 adapter, inp.model_copy(update={"attempt": info.attempt}), credential
             )
         except ApplicationError as err:
@@ -105,6 +107,26 @@ class AdapterStep:
                 non_retryable=True,
             )
         return await self._connections.resolve(inp.ref.tenant_id, inp.ref.connection_id)
+
+    async def _call(
+        self, adapter: Adapter, inp: AdapterInput, credential: Credential | None
+    ) -> AdapterOutput:
+        """The adapter's call; an OAuth 2 token the provider refused (401) although it looked
+        fresh is refreshed once and the call made once more (a 401 took no effect)."""
+        try:
+            return await _guarded(adapter, inp, credential)
+        except ApplicationError as err:
+            details = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+            refresher = self._connections
+            if (
+                credential is None
+                or credential.type != OAUTH2
+                or details.get("http_status") != HTTPStatus.UNAUTHORIZED
+                or not isinstance(refresher, TokenRefresher)
+            ):
+                raise
+            fresh = await refresher.refreshed(inp.ref.tenant_id, credential)
+            return await _guarded(adapter, inp, fresh)
 
     async def _adapter_events(self, inp: AdapterInput, run_id: str, events: list[Draft]) -> None:
         """Events of the adapter step, in a transaction of their own (the attempt itself is

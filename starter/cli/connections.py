@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from pydantic import ValidationError
 from rich.table import Table
@@ -21,7 +22,7 @@ from starter.cli.output import AsJson, fail, id_column, out, print_json, run, us
 from starter.cli.tenants import TenantArg, tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_transaction
-from starter.service import connections, field_errors, tenants
+from starter.service import connections, field_errors, oauth_connect, tenants
 from store import tenancy
 from store.keyrings.connections import ConnectionCipher
 
@@ -83,7 +84,17 @@ def _show(info: ConnectionInfo, as_json: bool) -> None:
         ("revoked", f"{info.revoked_at:%F %T}" if info.revoked_at else "-"),
     ):
         table.add_row(name, value)
+    if info.needs_reauth_at is not None:
+        table.add_row("needs_reauth", _needs_reauth(info))
     out.print(table)
+
+
+def _needs_reauth(info: ConnectionInfo) -> str:
+    assert info.needs_reauth_at is not None
+    return (
+        f"{info.needs_reauth_at:%F %T}: {info.needs_reauth_reason or 'refused'} "
+        f"(`moat connection connect {info.id}` again)"
+    )
 
 
 async def _add(settings: MoatSettings, tenant: str, body: ConnectionCreate) -> ConnectionInfo:
@@ -150,6 +161,8 @@ def list_(tenant: TenantArg, as_json: AsJson = False) -> None:
     id_column(table, "id", [c.id for c in found])
     for c in found:
         revoked = f"{c.revoked_at:%F %T}" if c.revoked_at else ""
+        if c.needs_reauth_at is not None and c.revoked_at is None:
+            revoked = f"needs reauth since {c.needs_reauth_at:%F %T}"
         table.add_row(
             c.name, c.type, c.fingerprint, c.last4, f"{c.created_at:%F %T}", revoked, c.id
         )
@@ -241,3 +254,33 @@ def reencrypt(
         print_json({"active_key_id": active, "reencrypted": total, "by_tenant": counts})
         return
     out.print(f"{total} connection(s) re-sealed under key {active}")
+
+
+async def _connect(settings: MoatSettings, tenant: str, connection_id: str) -> str:
+    cipher = ConnectionCipher.from_settings(settings)
+    async with owner_transaction(settings) as session:
+        row = await tenant_of(session, tenant)
+        one = await connections.show(session, row.id, connection_id)
+        async with httpx.AsyncClient(follow_redirects=False) as http:
+            found = await oauth_connect.metadata(
+                http, dict(one.config), list(settings.http_allow_hosts)
+            )
+        return await oauth_connect.begin(
+            session,
+            cipher,
+            row.id,
+            connection_id,
+            redirect_uri=oauth_connect.redirect_uri(settings),
+            found=found,
+        )
+
+
+@connection_app.command("connect", cls=AsOperator)
+def connect(tenant: TenantArg, connection_id: ConnectionArg) -> None:
+    """Connect a person's account to an oauth2 connection (again, after `needs_reauth`):
+    prints the URL to open; the provider sends the person back to the gateway, which
+    stores the grant. The OAuth client must list the gateway's callback
+    (`<gateway>/v1/connections/oauth/callback`) as a redirect URI."""
+    url = run(_connect(local_settings(), tenant, connection_id))
+    out.print("open this URL to connect the account (valid 10 minutes):")
+    sys.stdout.write(url + "\n")

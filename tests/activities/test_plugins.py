@@ -262,7 +262,7 @@ def test_a_connection_type_nobody_installed_is_refused_naming_those_that_are() -
         ConnectionCreate(type="acme_crm", name="n", secret="s3cret")
     message = str(refused.value)
     assert "no connection type acme_crm is installed" in message
-    assert "github, http_bearer, notion, resend, slack, smtp, webhook" in message
+    assert "github, http_bearer, notion, oauth2, resend, slack, smtp, webhook" in message
 
 
 def test_a_package_declares_its_own_connection_type(acme_installed: Capability) -> None:

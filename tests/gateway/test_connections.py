@@ -291,7 +291,7 @@ async def test_connection_routes_check_and_never_answer_the_secret(
 
     listed_caps = (await stack.http.get(f"{stack.url}/v1/capabilities")).json()
     http = next(c for c in listed_caps if c["id"] == "http.request")
-    assert http["connection_types"] == ["http_bearer"]
+    assert http["connection_types"] == ["http_bearer", "oauth2"]
     assert http["required_scopes"] == ["execute:http.request"]
 
 

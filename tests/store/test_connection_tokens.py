@@ -6,7 +6,6 @@ refreshed once, and both tokens are sealed at rest."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -15,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.connections import ConnectionType
+from schemas.settings import MoatSettings
 from store import connection_tokens, connections, tenancy, tenants
 from store.connection_tokens import Minted, NeedsReauth, Refused, TokenState
 from store.keyrings.connections import ConnectionCipher
@@ -62,8 +62,10 @@ async def _connection(
 
 
 @pytest.fixture
-def cipher() -> ConnectionCipher:
-    return ConnectionCipher({"k1": os.urandom(32)}, "k1")
+def cipher(base_settings: MoatSettings) -> ConnectionCipher:
+    """The session's keyring: a row sealed under another breaks `moat connection
+    reencrypt` for every later test in the process."""
+    return ConnectionCipher.from_settings(base_settings)
 
 
 async def test_concurrent_callers_refresh_once_and_never_reuse_a_refresh_token(

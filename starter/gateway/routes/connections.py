@@ -7,10 +7,13 @@ secret: a connection is shown by its fingerprint and at most its last 4 characte
 
 from __future__ import annotations
 
+import html
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+import httpx
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import HTMLResponse
 
 from schemas.connections import (
     CONNECTION_ID_PATTERN,
@@ -21,7 +24,7 @@ from schemas.connections import (
 from schemas.errors import ErrorCode
 from schemas.pages import ConnectionPage
 from schemas.scopes import CONNECTIONS_WRITE
-from starter.gateway.access import needs
+from starter.gateway.access import needs, public
 from starter.gateway.deps import (
     AdminSession,
     AdminTenant,
@@ -33,7 +36,8 @@ from starter.gateway.deps import (
 )
 from starter.gateway.errors import documented_errors
 from starter.gateway.pages import DEFAULT_LIMIT, Cursor, Limit, by_creation
-from starter.service import MoatError, connections, pages
+from starter.service import MoatError, connections, oauth_connect, pages
+from store import tenancy
 from store.keyrings.connections import ConnectionCipher
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
@@ -209,3 +213,53 @@ async def admin_revoke_connection(
     tenant: AdminTenant, session: AdminSession, connection_id: ConnectionId
 ) -> ConnectionInfo:
     return await connections.revoke(session, tenant.id, connection_id, datetime.now(UTC))
+
+
+@router.get(
+    "/oauth/callback",
+    summary="Where a provider sends a person back after connecting an OAuth 2 account",
+    responses=documented_errors(400, 403, 404),
+    dependencies=[
+        public(
+            "the provider's redirect carries no bearer; authenticated by its `state`, sealed "
+            "by this Moat and bound to the tenant, the connection and the PKCE verifier"
+        )
+    ],
+)
+async def oauth_callback(
+    request: Request,
+    state: Annotated[str, Query(max_length=2000)],
+    code: Annotated[str, Query(max_length=2000)] = "",
+    error: Annotated[str, Query(max_length=200)] = "",
+) -> HTMLResponse:
+    """Exchanges the authorization code (with the PKCE verifier the state seals) and stores
+    the pair sealed; the connection's `needs_reauth` mark, if any, goes."""
+    deps = deps_of(request)
+    cipher = _cipher(deps)
+    tenant_id, connection_id, verifier = oauth_connect.open_state(cipher, state)
+    if error or not code:
+        raise MoatError(
+            ErrorCode.FORBIDDEN,
+            "The provider did not grant the connection: run `moat connection connect` again.",
+        )
+    allow = list(deps.settings.http_allow_hosts)
+    async with (
+        httpx.AsyncClient(follow_redirects=False) as http,
+        tenancy.tenant_transaction(deps.sessions, tenant_id) as session,
+    ):
+        await oauth_connect.finish(
+            session,
+            cipher,
+            http,
+            tenant_id=tenant_id,
+            connection_id=connection_id,
+            verifier=verifier,
+            code=code,
+            redirect_uri=oauth_connect.redirect_uri(deps.settings),
+            allow=allow,
+        )
+    return HTMLResponse(
+        '<!doctype html><html lang="en"><head><title>Connected</title></head><body><main>'
+        f"<h1>Connected</h1><p>Connection <code>{html.escape(connection_id)}</code> is "
+        "connected; you may close this page.</p></main></body></html>"
+    )

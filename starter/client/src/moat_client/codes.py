@@ -35,6 +35,7 @@ class ErrorCode(StrEnum):
     SCOPE_MISSING = "scope_missing"
     KEY_REVOKED = "key_revoked"
     CONNECTION_REVOKED = "connection_revoked"
+    CONNECTION_NEEDS_REAUTH = "connection_needs_reauth"
     CONNECTION_ORIGIN_MISMATCH = "connection_origin_mismatch"
     BYPASS_NOT_ALLOWED = "bypass_not_allowed"
     SELF_APPROVAL_FORBIDDEN = "self_approval_forbidden"
