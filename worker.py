@@ -107,7 +107,10 @@ def build_worker(
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)
     # Operations alerts are sent from the delivery queue too (as the approvals' messages).
     alerter = Alerter(
-        client, settings.deliveries_task_queue, enabled=settings.alerts_tenant is not None
+        client,
+        settings.deliveries_task_queue,
+        enabled=settings.alerts_tenant is not None,
+        sessions=sessions,
     )
     record_step = RecordStep(sessions, sealer, alerter)
     store = ManifestStore(settings.manifests_dir)

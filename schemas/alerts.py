@@ -11,6 +11,7 @@ command), never a secret or a provider's input.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -114,3 +115,25 @@ def webhook_input(alert: Alert, url: str) -> dict[str, Any]:
         "event_type": f"moat.alert.{alert.kind.value}",
         "payload": alert.model_dump(mode="json"),
     }
+
+
+class AlertRouteSet(BaseModel):
+    """A tenant's own alert route: its alerts go here instead of the deployment's."""
+
+    connection_id: str = Field(
+        max_length=64, description="The tenant's `slack` or `webhook` connection."
+    )
+    target: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="The Slack channel's id (C…) for a `slack` connection, the endpoint's URL "
+        "for a `webhook` one.",
+    )
+
+
+class AlertRoute(BaseModel):
+    connection_id: str
+    target: str
+    created_by: str
+    created_at: datetime
+    updated_at: datetime

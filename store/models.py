@@ -638,3 +638,19 @@ class ConnectionTokenRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
     generation: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     refreshed_at: Mapped[datetime | None] = mapped_column(_tz(), nullable=True)
+
+
+class AlertRouteRow(Base):
+    """Where a tenant's operations alerts are announced: a connection and its target (a Slack
+    channel, a webhook), sent with the scopes and id of the key that configured it."""
+
+    __tablename__ = "alert_routes"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    connection_id: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(Text)
+    api_key_id: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())

@@ -34,6 +34,7 @@ from starter.gateway.errors import EnvelopeJSONResponse, documented_errors, inst
 from starter.gateway.intake import guard_bodies
 from starter.gateway.middleware import Boundary, CodecCors
 from starter.gateway.routes import admin as admin_routes
+from starter.gateway.routes import alerts as alert_routes
 from starter.gateway.routes import approvals as approval_routes
 from starter.gateway.routes import (
     capabilities,
@@ -249,6 +250,7 @@ def create_app(
             # Before the approvals' routes: /v1/approvals/channel is not an approval's id.
             slack.router,
             approval_routes.router,
+            alert_routes.router,
             admin_routes.router,
             connections.admin_router,
             trust.router,

@@ -10,6 +10,7 @@ topic's rules. The execute path's stages (``executions/``) and the helpers below
 """
 
 from starter.service import (
+    alert_routes,
     approval_channels,
     approvals,
     budgets,
@@ -59,6 +60,7 @@ __all__ = [
     "Plans",
     "RateLimits",
     "Shared",
+    "alert_routes",
     "approval_channels",
     "approvals",
     "budgets",

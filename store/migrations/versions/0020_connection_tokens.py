@@ -11,6 +11,9 @@ gateway; and the state of a connection that needs a person to connect it again.
 - ``connections.needs_reauth_at`` / ``needs_reauth_reason``: set when the provider refuses
   the grant for good (``invalid_grant``): calls are refused with ``connection_needs_reauth``
   instead of failing one by one, until the connection is connected again.
+- ``alert_routes``: where a tenant's operations alerts (a dead letter, an execution ended
+  ``outcome_unknown``, a connection needing a person) are announced, through one of its
+  connections, with the scopes and id of the key that configured it.
 
 Under row-level security like every tenant table; the application role may read, insert
 and update tokens (a revoked connection's row stays, never used again), never delete.
@@ -52,6 +55,22 @@ ALTER TABLE connection_tokens FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON connection_tokens USING ({TENANT}) WITH CHECK ({TENANT});
 GRANT SELECT, INSERT, UPDATE ON connection_tokens TO {APP_ROLE};
 
+CREATE TABLE alert_routes (
+    tenant_id varchar(64) NOT NULL REFERENCES tenants (id),
+    connection_id varchar(64) NOT NULL,
+    target text NOT NULL,
+    api_key_id varchar(64) NOT NULL,
+    scopes text[] NOT NULL DEFAULT '{{}}',
+    created_by varchar(100) NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT pk_alert_routes PRIMARY KEY (tenant_id)
+);
+ALTER TABLE alert_routes ENABLE ROW LEVEL SECURITY;
+ALTER TABLE alert_routes FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON alert_routes USING ({TENANT}) WITH CHECK ({TENANT});
+GRANT SELECT, INSERT, UPDATE, DELETE ON alert_routes TO {APP_ROLE};
+
 ALTER TABLE connections ADD COLUMN needs_reauth_at timestamptz;
 ALTER TABLE connections ADD COLUMN needs_reauth_reason varchar(200);
 GRANT UPDATE (needs_reauth_at, needs_reauth_reason) ON connections TO {APP_ROLE};
@@ -62,6 +81,7 @@ GRANT UPDATE (needs_reauth_at, needs_reauth_reason) ON connections TO {APP_ROLE}
 def downgrade() -> None:
     op.execute(
         """
+DROP TABLE alert_routes;
 DROP TABLE connection_tokens;
 ALTER TABLE connections DROP COLUMN needs_reauth_reason;
 ALTER TABLE connections DROP COLUMN needs_reauth_at;
