@@ -62,6 +62,7 @@ COMMANDS = (
          "Connections: credentials stored once, sealed, named by id."),
     Lazy("policy", "starter.cli.policy:policy_app", "The tenant's policy document."),
     Lazy("approvals", "starter.cli.approvals:approvals_app", "Approvals of calls held by policy."),
+    Lazy("alerts", "starter.cli.alerts:alerts_app", "The tenant's own operations alerts."),
     Lazy("people", "starter.cli.people:people_app",
          "People: approvers who sign in to the console or use Slack."),
     Lazy("codec", "starter.cli.codec:codec_app",

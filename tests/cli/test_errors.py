@@ -155,6 +155,15 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
         "approvals channel clear": Case(
             ["approvals", "channel", "clear", "--api-key", WRONG_KEY], "unauthenticated", 1
         ),
+        "alerts route set": Case(
+            ["alerts", "route", "set", "con_x", "C1", "--api-key", WRONG_KEY], "unauthenticated", 1
+        ),
+        "alerts route show": Case(
+            ["alerts", "route", "show", "--api-key", WRONG_KEY], "unauthenticated", 1
+        ),
+        "alerts route clear": Case(
+            ["alerts", "route", "clear", "--api-key", WRONG_KEY], "unauthenticated", 1
+        ),
         "codec url": Case(["codec", "url"], "codec_door_missing", 2, no_door),
         "codec rotate": Case(["codec", "rotate", "--grace", "-1"], "bad_parameter", 2),
         "receipts list": Case(

@@ -5,6 +5,7 @@ it; a revoked key sends nothing; another tenant's route never hears them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -13,11 +14,14 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+from click.testing import Result
+from typer.testing import CliRunner
 
 from activities.alerts import Alerter
 from schemas.alerts import AlertKind, alert_key
 from schemas.run import workflow_id_for
 from schemas.webhooks import execution_dead_letter_id
+from starter.cli import app as cli
 from starter.devstack.providers import FakeWebhookReceiver
 from store import dead_letters, tenancy
 from tests.gateway.test_policy import ADMIN, bearer
@@ -172,3 +176,31 @@ async def test_setting_needs_the_capability_and_a_revoked_key_sends_nothing(
     assert cleared.status_code == 204
     gone = await stack.http.get(f"{stack.url}/v1/alerts/route", headers=bearer(live))
     assert gone.status_code == 404 and "moat alerts route set" in gone.text
+
+
+async def test_route_from_the_cli(
+    stack: Stack, receiver: FakeWebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tid, _ = await stack.new_tenant()
+    con = await stack.add_connection(
+        "webhook", _secret(), config={"base_url": receiver.base_url}, tenant_id=tid
+    )
+    key, _ = await tenant_key(stack, tid, ROUTE_SCOPES)
+    narrow, _ = await tenant_key(stack, tid, ["policy:write"])
+    monkeypatch.setenv("MOAT_GATEWAY_URL", stack.url)
+    runner = CliRunner()
+
+    async def moat(api_key: str, *args: str) -> Result:
+        argv = ["alerts", "route", *args, "--api-key", api_key]
+        return await asyncio.to_thread(runner.invoke, cli, argv)
+
+    target = f"{receiver.base_url}/cli"
+    made = await moat(key, "set", con, target)
+    assert made.exit_code == 0, made.output
+    shown = await moat(key, "show")
+    assert shown.exit_code == 0 and target in shown.output and con in shown.output
+    refused = await moat(narrow, "set", con, target)
+    assert refused.exit_code == 1 and "scope_missing" in refused.output
+    assert (await moat(key, "clear")).exit_code == 0
+    gone = await moat(key, "show")
+    assert gone.exit_code == 1 and "not_found" in gone.output
