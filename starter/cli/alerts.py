@@ -13,7 +13,7 @@ from starter.cli.output import AsJson, out, print_json
 from starter.cli.tenant_api import call
 from starter.devstack.ports import local_settings
 
-alerts_app = typer.Typer(no_args_is_help=True, help="The tenant's operations alerts.")
+alerts_app = typer.Typer(no_args_is_help=True, help="The tenant's own operations alerts.")
 route_app = typer.Typer(no_args_is_help=True, help="The tenant's own alert route.")
 alerts_app.add_typer(route_app, name="route")
 PATH = "/v1/alerts/route"
