@@ -197,8 +197,8 @@ class MoatSettings(BaseSettings):
         default=None,
         max_length=64,
         description="The operators' tenant that sends operations alerts (dead letters, "
-        "outcome_unknown, connections needing re-auth) as its own executions. Unset: no "
-        "alerts are sent.",
+        "outcome_unknown, connections needing re-auth) as its own executions. Unset: only "
+        "tenants with their own route (`moat alerts route set`) are sent alerts.",
     )
     alerts_connection_id: str | None = Field(
         default=None,
