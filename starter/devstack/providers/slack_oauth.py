@@ -9,7 +9,11 @@ refresh token; the one presented is spent. Failures are HTTP 200 ``{"ok": false}
 ``invalid_client_id``, ``bad_client_secret``, ``invalid_code``, ``bad_redirect_uri``,
 ``invalid_refresh_token``, ``invalid_grant_type``. When the authorization carried a PKCE
 ``code_challenge`` (S256), the exchange must carry its ``code_verifier`` (``invalid_code``
-otherwise). An issued access token is accepted until it expires (``token_expired``)."""
+otherwise). An issued access token is accepted until it expires (``token_expired``).
+
+Clients: one in ``clients`` must present its secret; with ``accept_any_client`` (the
+default, so that ``moat up``'s fake takes any app) any other client id with a non-empty
+secret is accepted."""
 
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ class SlackOAuth:
     refresh_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # → client, scope
     access_tokens: dict[str, float] = field(default_factory=dict)
     lifetime: int = LIFETIME
+    accept_any_client: bool = True
     exchanges: int = 0
     refreshes: int = 0
 
@@ -56,10 +61,13 @@ class SlackOAuth:
     def expired(self, token: str) -> bool:
         return token in self.access_tokens and self.access_tokens[token] <= time.time()
 
+    def _known(self, client_id: str) -> bool:
+        return client_id in self.clients or (self.accept_any_client and bool(client_id))
+
     def authorize(self, request: Request) -> Reply:
         q = request.query
         client_id, redirect_uri = q.get("client_id", ""), q.get("redirect_uri", "")
-        if client_id not in self.clients or not redirect_uri:
+        if not self._known(client_id) or not redirect_uri:
             return Reply(400, {"ok": False, "error": "invalid_client_id"})
         challenge = q.get("code_challenge")
         if challenge and q.get("code_challenge_method", "plain") != "S256":
@@ -73,9 +81,9 @@ class SlackOAuth:
     def access(self, request: Request) -> Reply:
         args = request.params()
         client_id, secret = _client(request, args)
-        if client_id not in self.clients:
+        if not self._known(client_id):
             return _error("invalid_client_id")
-        if self.clients[client_id] != secret:
+        if not secret or self.clients.get(client_id, secret) != secret:
             return _error("bad_client_secret")
         grant = args.get("grant_type") or "authorization_code"
         if grant == "authorization_code":
