@@ -1,12 +1,15 @@
 """Slack connected through OAuth v2 against the Slack fake, as docs/connections.md walks
 it: an ``oauth2`` connection with the ``slack`` profile pointed at the fake by its
-``base_url``; ``moat connection connect``'s service gives the authorization URL (PKCE
-S256); the fake sends the person back to the gateway's callback, which exchanges the code
-and stores the pair; ``slack.post_message`` through the connection succeeds; once the
-access token has expired, the next execution refreshes it once (rotation) and succeeds."""
+``base_url``; ``moat connection connect``'s service (or the console's Connect button, with
+``connections:write`` and the CSRF token) gives the authorization URL (PKCE S256); the fake
+sends the person back to the gateway's callback, which exchanges the code and stores the
+pair; ``slack.post_message`` through the connection succeeds; once the access token has
+expired, the next execution refreshes it once (rotation) and succeeds."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
@@ -20,6 +23,8 @@ from starter.service import oauth_connect
 from store import tenancy
 from store.keyrings.connections import ConnectionCipher
 from store.models import ConnectionTokenRow
+from tests.gateway.test_policy import new_key
+from tests.support.console import sign_in
 from tests.support.stack import Stack, StackFactory
 
 CLIENT_ID, CLIENT_SECRET = "1234.5678", "fake-slack-client-secret"
@@ -136,3 +141,39 @@ async def test_the_fake_refuses_a_wrong_verifier_and_a_spent_refresh_token(
         assert (await http.post("/api/oauth.v2.access", data=refresh)).json()["ok"]
         spent = await http.post("/api/oauth.v2.access", data=refresh)
         assert spent.json() == {"ok": False, "error": "invalid_refresh_token"}
+
+
+async def test_the_console_connect_button(stack: Stack, slack: FakeSlack) -> None:
+    config = {"profile": "slack", "client_id": "42.42", "scopes": ["chat:write"]}
+    con = await stack.add_connection(
+        "oauth2", "console-client-secret", config=config | {"base_url": slack.base_url}
+    )
+    path = f"/console/connections/{con}/connect"
+    async with (
+        httpx.AsyncClient(base_url=stack.url, timeout=30) as reader,
+        httpx.AsyncClient(base_url=stack.url, timeout=30) as writer,
+    ):
+        csrf = await sign_in(reader, stack.url, await new_key(stack, ["execute:*"]))
+        refused = await reader.post(path, data={"csrf_token": csrf})
+        assert refused.status_code == 403 and "scope_missing" in refused.text
+        csrf = await sign_in(writer, stack.url, await new_key(stack, ["connections:write"]))
+        listed = await writer.get("/console/connections")
+        assert f'action="{path}"' in listed.text and ">Connect</button>" in listed.text
+        for wrong in ("", "not-the-token"):
+            answer = await writer.post(path, data={"csrf_token": wrong})
+            assert answer.status_code == 403 and "security token" in answer.text
+        moving = await writer.post(path, data={"csrf_token": csrf})
+        assert moving.status_code == 200, moving.text
+        found = re.search(r'http-equiv="refresh" content="0;url=([^"]+)"', moving.text)
+        assert found is not None, moving.text
+        target = html.unescape(found.group(1))
+        assert target.startswith(f"{slack.base_url}/oauth/v2/authorize?")
+        query = {k: v[0] for k, v in parse_qs(urlsplit(target).query).items()}
+        assert query["code_challenge_method"] == "S256" and len(query["code_challenge"]) == 43
+        went = await writer.get(target, follow_redirects=False)
+        back = urlsplit(went.headers["location"])
+        landed = await writer.get(f"{back.path}?{back.query}")
+        assert landed.status_code == 200, landed.text
+        assert f"/console/connections?connected={con}" in landed.text
+        notice = await writer.get(f"/console/connections?connected={con}")
+        assert f"Connection <code>{con}</code> connected." in notice.text
