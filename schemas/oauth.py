@@ -11,9 +11,10 @@ its endpoints must be on the issuer's origin, like every profile's on its own.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from schemas.connections import ConnectionKind, parse_origin
 
@@ -36,6 +37,8 @@ class Profile:
     api: str | None = None
     scope_separator: str = " "
     extra_authorize: tuple[tuple[str, str], ...] = ()
+    on_base_url: bool = False
+    stands_for: str | None = None
 
 
 PROFILES: dict[str, Profile] = {
@@ -47,6 +50,8 @@ PROFILES: dict[str, Profile] = {
         client_auth="post",
         api="https://slack.com/api",
         scope_separator=",",
+        on_base_url=True,
+        stands_for="slack",
     ),
     # A GitHub OAuth App (user-to-server tokens; expiring ones rotate their refresh token).
     "github": Profile(
@@ -103,7 +108,25 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         out["issuer"] = issuer.rstrip("/")
     if profile.api is not None and "base_url" not in out and "allowed_origins" not in out:
         out["base_url"] = profile.api
+    if profile.on_base_url and isinstance(out.get("base_url"), str):
+        parse_origin(out["base_url"], path_allowed=True)
     return out
+
+
+def stands_for(connection_type: str, config: Mapping[str, Any]) -> str | None:
+    """The type an ``oauth2`` connection also counts as (its profile's ``stands_for``)."""
+    profile = PROFILES.get(str(config.get("profile", ""))) if connection_type == OAUTH2 else None
+    return profile.stands_for if profile is not None else None
+
+
+def _endpoint(config: dict[str, Any], url: str) -> str:
+    """``url`` on the origin of the config's ``base_url`` when the profile's endpoints
+    follow it (``on_base_url``), else as the profile names it."""
+    base = config.get("base_url")
+    if not PROFILES[config["profile"]].on_base_url or not isinstance(base, str):
+        return url
+    origin = urlsplit(base.strip())
+    return urlunsplit((origin.scheme, origin.netloc, urlsplit(url).path, "", ""))
 
 
 def token_endpoint(config: dict[str, Any], metadata: dict[str, Any] | None = None) -> str:
@@ -111,7 +134,7 @@ def token_endpoint(config: dict[str, Any], metadata: dict[str, Any] | None = Non
     (which must be on the issuer's origin: ValueError otherwise)."""
     profile = PROFILES[config["profile"]]
     if profile.token_url is not None:
-        return profile.token_url
+        return _endpoint(config, profile.token_url)
     return _on_issuer(config["issuer"], (metadata or {}).get("token_endpoint"))
 
 
@@ -125,8 +148,10 @@ def authorize_url(
 ) -> str:
     """Where a person is sent to grant the connection (authorization code with PKCE S256)."""
     profile = PROFILES[config["profile"]]
-    base = profile.authorize_url or _on_issuer(
-        config["issuer"], (metadata or {}).get("authorization_endpoint")
+    base = (
+        _endpoint(config, profile.authorize_url)
+        if profile.authorize_url
+        else _on_issuer(config["issuer"], (metadata or {}).get("authorization_endpoint"))
     )
     params = {
         "response_type": "code",

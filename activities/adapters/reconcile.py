@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import fail
+from schemas import oauth
 from schemas.connections import Credential
 from schemas.errors import ErrorCode
 from schemas.records import OUTCOME_UNKNOWN, ErrorTaxonomy
@@ -71,7 +72,7 @@ def credential_of(inp: AdapterInput, credential: Credential | None, kind: str) -
             code=ErrorCode.CONNECTION_REQUIRED,
             retryable=False,
         )
-    if credential.type != kind:
+    if credential.type != kind and oauth.stands_for(credential.type, credential.config) != kind:
         raise fail(
             ErrorTaxonomy.GATEWAY_ERROR,
             f"{inp.capability.id} takes a {kind} connection, not {credential.type}",

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic_core import PydanticCustomError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from schemas import oauth
 from schemas.capabilities import CapabilitySpec
 from schemas.connections import ConnectionCreate, ConnectionInfo, check_secret
 from schemas.errors import ErrorCode
@@ -156,7 +157,7 @@ async def admit(
             {"connection_id": connection_id[:80]},
         )
     accepted = list(spec.connection_types)
-    if row.type not in accepted:
+    if row.type not in accepted and oauth.stands_for(row.type, row.config) not in accepted:
         takes = f"takes {', '.join(accepted)} connections" if accepted else "takes none"
         raise MoatError(
             ErrorCode.CONNECTION_TYPE_MISMATCH,

@@ -91,14 +91,17 @@ async def begin(
     *,
     redirect_uri: str,
     found: dict[str, Any] | None = None,
+    console: bool = False,
 ) -> str:
-    """The authorization URL a person opens to connect the account."""
+    """The authorization URL a person opens to connect the account (``console``: started
+    from the console, whose connections page the callback moves on to)."""
     row = await _oauth_row(session, tenant_id, connection_id)
     verifier = secrets.token_urlsafe(48)
     challenge = _b64(hashlib.sha256(verifier.encode()).digest())
     expires = (datetime.now(UTC) + STATE_LIFETIME).timestamp()
     sealed = cipher.seal(
-        json.dumps({"t": tenant_id, "c": row.id, "v": verifier, "e": expires}), _STATE_CONTEXT
+        json.dumps({"t": tenant_id, "c": row.id, "v": verifier, "e": expires, "k": console}),
+        _STATE_CONTEXT,
     )
     state = ".".join((sealed.key_id, _b64(sealed.nonce), _b64(sealed.ciphertext)))
     return oauth.authorize_url(
@@ -108,6 +111,15 @@ async def begin(
         code_challenge=challenge,
         metadata=found,
     )
+
+
+def from_console(cipher: ConnectionCipher, state: str) -> bool:
+    """Whether the flow ``state`` (already opened by ``open_state``) began in the console."""
+    key_id, nonce, ciphertext = state.split(".")
+    opened = json.loads(
+        cipher.open(Sealed(key_id, _unb64(nonce), _unb64(ciphertext)), _STATE_CONTEXT)
+    )
+    return opened.get("k") is True
 
 
 def open_state(cipher: ConnectionCipher, state: str) -> tuple[str, str, str]:

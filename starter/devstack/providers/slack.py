@@ -18,6 +18,9 @@ Tokens: with ``accept_any_token`` (the default) any ``xox…`` token has every s
 in ``scopes`` has exactly those; one in ``revoked`` is revoked. Channels: any id starting
 with C, G or D exists, unless listed in ``missing_channels``; the bot is a member of all but
 ``not_member``.
+
+OAuth v2 (``oauth``, see ``slack_oauth``): ``/oauth/v2/authorize`` and ``oauth.v2.access``
+for the clients in ``oauth.clients``; the access tokens it issues expire (``token_expired``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 from typing import Any
 
 from starter.devstack.providers.server import FakeServer, Reply, Request
+from starter.devstack.providers.slack_oauth import SlackOAuth
 
 MAX_TEXT = 40000
 ALL_SCOPES = frozenset(
@@ -53,6 +57,7 @@ class FakeSlack(FakeServer):
         self.responses: list[dict[str, Any]] = []  # what apps posted to a response_url
         self.error_next: list[str] = []  # the next write calls answer these errors
         self._last_ts = 0.0
+        self.oauth = SlackOAuth()
 
     def reset(self) -> None:
         with self.lock:
@@ -101,11 +106,18 @@ class FakeSlack(FakeServer):
                 self.responses.append(answer if isinstance(answer, dict) else {})
             return Reply(200, {"ok": True})
         method = request.path.removeprefix("/api").strip("/")
+        with self.lock:
+            if request.path == "/oauth/v2/authorize":
+                return self.oauth.authorize(request)
+            if method == "oauth.v2.access":
+                return self.oauth.access(request)
         args = request.params()
         token = request.bearer() or args.get("token")
         with self.lock:
             if not token:
                 return _error("not_authed")
+            if self.oauth.expired(str(token)):
+                return _error("token_expired")
             if token in self.revoked:
                 return _error("token_revoked")
             scopes = self._scopes_of(str(token))

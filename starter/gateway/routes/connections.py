@@ -258,6 +258,16 @@ async def oauth_callback(
             redirect_uri=oauth_connect.redirect_uri(deps.settings),
             allow=allow,
         )
+    if oauth_connect.from_console(cipher, state):
+        # A page that moves on by itself, not a redirect: the console's Strict session
+        # cookie is not sent on the provider's cross-site navigation.
+        back = f"/console/connections?connected={html.escape(connection_id)}"
+        return HTMLResponse(
+            '<!doctype html><html lang="en"><head><title>Connected</title>'
+            f'<meta http-equiv="refresh" content="0;url={back}"></head><body><main>'
+            f'<h1>Connected</h1><p><a href="{back}">Back to the console</a></p>'
+            "</main></body></html>"
+        )
     return HTMLResponse(
         '<!doctype html><html lang="en"><head><title>Connected</title></head><body><main>'
         f"<h1>Connected</h1><p>Connection <code>{html.escape(connection_id)}</code> is "

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated
+from urllib.parse import urlsplit
 
+import httpx
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
@@ -34,7 +36,7 @@ from starter.gateway.console.problems import Problems, problems_of
 from starter.gateway.console.render import page
 from starter.gateway.deps import deps_of
 from starter.gateway.errors import STATUS
-from starter.service import MoatError, connections
+from starter.service import MoatError, connections, oauth_connect
 from starter.service.console_sessions import Principal
 from store.keyrings.connections import ConnectionCipher
 
@@ -75,6 +77,7 @@ async def list_page(
     added: Annotated[str | None, Query(max_length=64, pattern=CONNECTION_ID_PATTERN)] = None,
     rotated: Annotated[str | None, Query(max_length=64, pattern=CONNECTION_ID_PATTERN)] = None,
     revoked: Annotated[str | None, Query(max_length=64, pattern=CONNECTION_ID_PATTERN)] = None,
+    connected: Annotated[str | None, Query(max_length=64, pattern=CONNECTION_ID_PATTERN)] = None,
 ) -> Response:
     rows = await connections.list_all(session, principal.tenant_id, None, LISTED + 1)
     return page(
@@ -87,7 +90,7 @@ async def list_page(
         more=len(rows) > LISTED,
         kinds=sorted(connection_kinds().values(), key=lambda k: k.name),
         can_write=CONNECTIONS_WRITE in principal.scopes,
-        done={"added": added, "rotated": rotated, "revoked": revoked},
+        done={"added": added, "rotated": rotated, "revoked": revoked, "connected": connected},
     )
 
 
@@ -204,3 +207,40 @@ async def revoke(
 ) -> Response:
     await connections.revoke(session, principal.tenant_id, connection_id, datetime.now(UTC))
     return RedirectResponse(f"/console/connections?revoked={connection_id}", status_code=303)
+
+
+@router.post("/{connection_id}/connect", dependencies=[WRITE])
+async def connect(
+    request: Request,
+    principal: SignedIn,
+    session: ConsoleSession,
+    form: CheckedForm,
+    connection_id: ConnectionId,
+) -> Response:
+    """Starts the authorization code flow `moat connection connect` starts, from the
+    console: a page that moves on to the provider by itself (the console's CSP lets a form
+    lead to the gateway only), and the callback leads back here."""
+    settings = deps_of(request).settings
+    shown = await connections.show(session, principal.tenant_id, connection_id, revoked_too=False)
+    async with httpx.AsyncClient(follow_redirects=False) as http:
+        found = await oauth_connect.metadata(
+            http, dict(shown.config), list(settings.http_allow_hosts)
+        )
+    target = await oauth_connect.begin(
+        session,
+        _cipher(request),
+        principal.tenant_id,
+        connection_id,
+        redirect_uri=oauth_connect.redirect_uri(settings),
+        found=found,
+        console=True,
+    )
+    parts = urlsplit(target)
+    return page(
+        request,
+        "oidc_continue.html",
+        principal,
+        title="Connecting",
+        target=target,
+        where=f"{parts.scheme}://{parts.netloc}",
+    )
