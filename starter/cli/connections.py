@@ -277,10 +277,10 @@ async def _connect(settings: MoatSettings, tenant: str, connection_id: str) -> s
 
 @connection_app.command("connect", cls=AsOperator)
 def connect(tenant: TenantArg, connection_id: ConnectionArg) -> None:
-    """Connect a person's account to an oauth2 connection (again, after `needs_reauth`):
+    """Connect a person's account to an oauth2 connection (again, after needs_reauth):
     prints the URL to open; the provider sends the person back to the gateway, which
     stores the grant. The OAuth client must list the gateway's callback
-    (`<gateway>/v1/connections/oauth/callback`) as a redirect URI."""
+    (<gateway>/v1/connections/oauth/callback) as a redirect URI."""
     url = run(_connect(local_settings(), tenant, connection_id))
     out.print("open this URL to connect the account (valid 10 minutes):")
     sys.stdout.write(url + "\n")

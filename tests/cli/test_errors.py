@@ -112,6 +112,9 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
         "budget set": Case(["budget", "set", t, "demo.echo", "many"], "bad_parameter", 2),
         "connection add": Case(["connection", "add", t], "missing_parameter", 2),
         "connection list": Case(["connection", "list", "nosuch"], "tenant_not_found", 1),
+        "connection connect": Case(
+            ["connection", "connect", t, "con_nosuch"], "connection_not_found", 1
+        ),
         "connection show": Case(["connection", "show", t, "con_nosuch"], "connection_not_found", 1),
         "connection rotate": Case(
             ["connection", "rotate", t, "con_nosuch", "--secret-file", str(empty)], "no_secret", 2
