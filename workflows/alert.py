@@ -13,28 +13,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import (
-    RetryPolicy,
-    SearchAttributeKey,
-    SearchAttributePair,
-    TypedSearchAttributes,
-)
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from schemas.alerts import AlertInput
-    from schemas.names import (
-        ANNOUNCE_ALERT_WORKFLOW,
-        CAPABILITY_ATTRIBUTE,
-        EXECUTE_WORKFLOW,
-        IDEMPOTENCY_KEY_ATTRIBUTE,
-        IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH,
-        PREPARE_ALERT,
-        RECEIPT_ATTRIBUTE,
-        TENANT_ATTRIBUTE,
-    )
-    from schemas.run import ExecuteResult
+    from schemas.names import ANNOUNCE_ALERT_WORKFLOW, PREPARE_ALERT
     from schemas.slack_approvals import AnnounceResult, AnnounceStart
+    from workflows.announce import execute_prepared
     from workflows.fairness import tenant_priority
 
 
@@ -50,39 +35,4 @@ class AnnounceAlert:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
             priority=tenant_priority(inp.tenant_id),
         )
-        if start.request is None or start.workflow_id is None:
-            return AnnounceResult(skipped=start.skipped)
-        req = start.request
-        attributes = TypedSearchAttributes(
-            [
-                SearchAttributePair(SearchAttributeKey.for_keyword(name), value)
-                for name, value in (
-                    (TENANT_ATTRIBUTE, req.ref.tenant_id),
-                    (CAPABILITY_ATTRIBUTE, req.capability.id),
-                    (
-                        IDEMPOTENCY_KEY_ATTRIBUTE,
-                        req.ref.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH],
-                    ),
-                    (RECEIPT_ATTRIBUTE, req.ref.receipt_id),
-                )
-            ]
-        )
-        try:
-            result: ExecuteResult = await workflow.execute_child_workflow(
-                EXECUTE_WORKFLOW,
-                req,
-                id=start.workflow_id,
-                result_type=ExecuteResult,
-                search_attributes=attributes,
-                priority=tenant_priority(req.ref.tenant_id),
-            )
-        except ChildWorkflowError as err:
-            cause = err.cause
-            if not isinstance(cause, ApplicationError):
-                raise
-            return AnnounceResult(receipt_id=req.ref.receipt_id, status=cause.type)
-        receipt = result.receipt
-        return AnnounceResult(
-            receipt_id=receipt.id if receipt is not None else req.ref.receipt_id,
-            status=receipt.status.value if receipt is not None else None,
-        )
+        return await execute_prepared(start)

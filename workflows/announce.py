@@ -48,39 +48,45 @@ class AnnounceApproval:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
             priority=tenant_priority(inp.tenant_id),
         )
-        if start.request is None or start.workflow_id is None:
-            return AnnounceResult(skipped=start.skipped)
-        req = start.request
-        attributes = TypedSearchAttributes(
-            [
-                SearchAttributePair(SearchAttributeKey.for_keyword(name), value)
-                for name, value in (
-                    (TENANT_ATTRIBUTE, req.ref.tenant_id),
-                    (CAPABILITY_ATTRIBUTE, req.capability.id),
-                    (
-                        IDEMPOTENCY_KEY_ATTRIBUTE,
-                        req.ref.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH],
-                    ),
-                    (RECEIPT_ATTRIBUTE, req.ref.receipt_id),
-                )
-            ]
-        )
-        try:
-            result: ExecuteResult = await workflow.execute_child_workflow(
-                EXECUTE_WORKFLOW,
-                req,
-                id=start.workflow_id,
-                result_type=ExecuteResult,
-                search_attributes=attributes,
-                priority=tenant_priority(req.ref.tenant_id),
+        return await execute_prepared(start)
+
+
+async def execute_prepared(start: AnnounceStart) -> AnnounceResult:
+    """The prepared execution as a child run (``AnnounceApproval``, ``AnnounceAlert``): its
+    receipt and status, a refusal's code, or what the preparation skipped and why."""
+    if start.request is None or start.workflow_id is None:
+        return AnnounceResult(skipped=start.skipped)
+    req = start.request
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword(name), value)
+            for name, value in (
+                (TENANT_ATTRIBUTE, req.ref.tenant_id),
+                (CAPABILITY_ATTRIBUTE, req.capability.id),
+                (
+                    IDEMPOTENCY_KEY_ATTRIBUTE,
+                    req.ref.idempotency_key[:IDEMPOTENCY_KEY_ATTRIBUTE_LENGTH],
+                ),
+                (RECEIPT_ATTRIBUTE, req.ref.receipt_id),
             )
-        except ChildWorkflowError as err:
-            cause = err.cause
-            if not isinstance(cause, ApplicationError):
-                raise
-            return AnnounceResult(receipt_id=req.ref.receipt_id, status=cause.type)
-        receipt = result.receipt
-        return AnnounceResult(
-            receipt_id=receipt.id if receipt is not None else req.ref.receipt_id,
-            status=receipt.status.value if receipt is not None else None,
+        ]
+    )
+    try:
+        result: ExecuteResult = await workflow.execute_child_workflow(
+            EXECUTE_WORKFLOW,
+            req,
+            id=start.workflow_id,
+            result_type=ExecuteResult,
+            search_attributes=attributes,
+            priority=tenant_priority(req.ref.tenant_id),
         )
+    except ChildWorkflowError as err:
+        cause = err.cause
+        if not isinstance(cause, ApplicationError):
+            raise
+        return AnnounceResult(receipt_id=req.ref.receipt_id, status=cause.type)
+    receipt = result.receipt
+    return AnnounceResult(
+        receipt_id=receipt.id if receipt is not None else req.ref.receipt_id,
+        status=receipt.status.value if receipt is not None else None,
+    )
