@@ -19,6 +19,7 @@ def test_a_missing_chromium_names_the_command_to_install_it(
     reason = browser.missing_chromium()
     assert reason is not None
     assert "apt-get install -y chromium" in reason and "-m 'not browser'" in reason
+    monkeypatch.delenv("MOAT_BROWSER_TESTS", raising=False)
     assert "SKIPPED" in browser.pytest_report_header()
     monkeypatch.setenv("MOAT_BROWSER_TESTS", "required")
     assert "FAIL" in browser.pytest_report_header()
