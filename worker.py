@@ -99,12 +99,6 @@ def build_worker(
     sealer = OutputSealer.from_settings(settings)
     # Connections are opened at the call, under the tenant's row-level security.
     cipher = ConnectionCipher.from_settings(settings)
-    app_tokens = GithubAppTokens(sessions, cipher, http, guard)
-    tokens = OAuthTokens(sessions, cipher, http, guard)
-    resolver = StoreConnectionResolver(sessions, cipher, token_sources=[app_tokens], tokens=tokens)
-    start_keys = StartKeyring.from_settings(settings)
-    policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
-    adapter_step = AdapterStep(sessions, by_name, connections=resolver)
     # Operations alerts are sent from the delivery queue too (as the approvals' messages).
     alerter = Alerter(
         client,
@@ -112,6 +106,12 @@ def build_worker(
         enabled=settings.alerts_tenant is not None,
         sessions=sessions,
     )
+    app_tokens = GithubAppTokens(sessions, cipher, http, guard, alerter)
+    tokens = OAuthTokens(sessions, cipher, http, guard, alerter=alerter)
+    resolver = StoreConnectionResolver(sessions, cipher, token_sources=[app_tokens], tokens=tokens)
+    start_keys = StartKeyring.from_settings(settings)
+    policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
+    adapter_step = AdapterStep(sessions, by_name, connections=resolver)
     record_step = RecordStep(sessions, sealer, alerter)
     store = ManifestStore(settings.manifests_dir)
     signing = keyring or Keyring.from_settings(settings)

@@ -24,8 +24,10 @@ from temporalio.exceptions import ApplicationError
 from activities.adapters.base import fail
 from activities.adapters.guard import HostGuard
 from activities.adapters.sender import SendRequest, send
+from activities.alerts import Alerter
 from activities.connections import refused
 from schemas import oauth
+from schemas.alerts import AlertKind
 from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
 from store import connection_tokens
@@ -60,7 +62,9 @@ class OAuthTokens:
         guard: HostGuard,
         *,
         deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        alerter: Alerter | None = None,
     ) -> None:
+        self._alerter = alerter
         self._sessions = sessions
         self._cipher = cipher
         self._client = client
@@ -95,6 +99,10 @@ class OAuthTokens:
                 refused_generation=refused_generation,
             )
         except NeedsReauth as err:
+            if self._alerter is not None:  # once per connection: the alert's id is its id
+                await self._alerter.hand_off(
+                    tenant_id, AlertKind.CONNECTION_NEEDS_REAUTH, connection_id
+                )
             raise needs_reauth(connection_id, err.reason) from None
 
     async def _mint(self, config: dict[str, Any], secret: str, state: TokenState) -> Minted:
@@ -191,6 +199,7 @@ def needs_reauth(connection_id: str, reason: str) -> ApplicationError:
     return refused(
         ErrorCode.CONNECTION_NEEDS_REAUTH,
         f"connection {connection_id} needs to be connected again ({reason}): run "
-        f"`moat connection connect {connection_id}` and sign in to the provider",
+        f"`moat connection connect <tenant> {connection_id}` (or Connect in the console) and "
+        "sign in to the provider",
         connection_id,
     )

@@ -27,7 +27,9 @@ from activities.adapters.base import fail
 from activities.adapters.guard import HostGuard
 from activities.adapters.reconcile import base_url
 from activities.adapters.sender import SendRequest, send
+from activities.alerts import Alerter
 from activities.connections import refused
+from schemas.alerts import AlertKind
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential, holds_github_app
 from schemas.errors import ErrorCode
 from schemas.records import ErrorTaxonomy
@@ -80,11 +82,13 @@ class GithubAppTokens:
         cipher: ConnectionCipher,
         client: httpx.AsyncClient,
         guard: HostGuard,
+        alerter: Alerter | None = None,
     ) -> None:
         self._sessions = sessions
         self._cipher = cipher
         self._client = client
         self._guard = guard
+        self._alerter = alerter
 
     def holds(self, credential: Credential) -> bool:
         return holds_github_app(credential.type, credential.config)
@@ -109,6 +113,10 @@ class GithubAppTokens:
                 refused_generation=refused_generation,
             )
         except NeedsReauth as err:
+            if self._alerter is not None:  # once per connection: the alert's id is its id
+                await self._alerter.hand_off(
+                    tenant_id, AlertKind.CONNECTION_NEEDS_REAUTH, app.connection_id
+                )
             raise refused(
                 ErrorCode.CONNECTION_NEEDS_REAUTH,
                 f"connection {app.connection_id} needs to be connected again: {err.reason}",

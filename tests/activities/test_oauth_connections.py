@@ -21,9 +21,11 @@ from temporalio.exceptions import ApplicationError
 from activities.adapters.guard import HostGuard
 from activities.adapters.http import HttpAdapter
 from activities.adapters.sender import SendRequest, http_client, send
+from activities.alerts import Alerter
 from activities.connections import StoreConnectionResolver
 from activities.execute.adapter import AdapterStep
 from activities.oauth import OAuthTokens
+from schemas.alerts import AlertKind
 from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
 from schemas.oauth import OAUTH2, check_config
@@ -169,6 +171,16 @@ async def _sealed_at_rest(
             assert not any(s and s in dump for s in secrets), table
 
 
+class HandOffs(Alerter):
+    """The alerter's hand-offs, recorded (starting the alert's run is Alerter's own test)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, AlertKind, str]] = []
+
+    async def hand_off(self, tenant_id: str, kind: AlertKind, event_id: str) -> None:
+        self.calls.append((tenant_id, kind, event_id))
+
+
 async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
     sessions: async_sessionmaker[AsyncSession],
     app_sessions: async_sessionmaker[AsyncSession],
@@ -194,8 +206,9 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
             retry_base_seconds=1.0,
         )
     guard = _guard(server)
+    alerter = HandOffs()
     async with http_client() as http:
-        tokens = OAuthTokens(app_sessions, cipher, http, guard)
+        tokens = OAuthTokens(app_sessions, cipher, http, guard, alerter=alerter)
         resolver = StoreConnectionResolver(app_sessions, cipher, tokens=tokens)
         with pytest.raises(ApplicationError) as first:
             await resolver.resolve(tenant_id, connection_id)
@@ -208,6 +221,9 @@ async def test_invalid_grant_marks_needs_reauth_and_reconnecting_clears_it(
         assert second.value.non_retryable
         assert "moat connection connect" in str(second.value)
         assert tokens.refreshes == asked  # refused without asking the provider
+        # The operators' alert is handed off on each refusal; its id (the connection's)
+        # makes it one alert (tests/system/test_operations_alerts.py).
+        assert alerter.calls == [(tenant_id, AlertKind.CONNECTION_NEEDS_REAUTH, connection_id)] * 2
         async with sessions.begin() as session:
             announced = (
                 await session.execute(select(OutboxRow).where(OutboxRow.tenant_id == tenant_id))
