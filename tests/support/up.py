@@ -33,6 +33,9 @@ PORT_FIELDS = (
     "fake_webhook_port",
     "fake_notion_port",
 )
+# Linux's default first ephemeral port (net.ipv4.ip_local_port_range); the ports picked
+# here stay below it.
+EPHEMERAL_LOW = 32768
 DEFAULT_PORTS = {field: int(MoatSettings.model_fields[field].default) for field in PORT_FIELDS}
 
 
@@ -65,9 +68,12 @@ class LocalStack:
 
 
 def free_port_like(default: int, taken: set[int]) -> int:
-    """A free loopback port with as many digits as ``default`` (never one in ``taken``)."""
+    """A free loopback port with as many digits as ``default`` (never one in ``taken``),
+    below the kernel's range of ephemeral ports: a port free when picked there can be taken
+    by any process's next outgoing connection (the other test process's, say) before the
+    stack binds it."""
     digits = len(str(default))
-    low, high = max(1024, 10 ** (digits - 1)), min(65535, 10**digits - 1)
+    low, high = max(1024, 10 ** (digits - 1)), min(EPHEMERAL_LOW - 1, 10**digits - 1)
     for _ in range(200):
         port = random.randint(low, high)
         if port in taken or port in DEFAULT_PORTS.values():
