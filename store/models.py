@@ -21,6 +21,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Text,
     false,
@@ -117,6 +118,7 @@ class ReceiptRow(Base):
     workflow_id: Mapped[str] = mapped_column(String(300))
     run_id: Mapped[str] = mapped_column(String(64))
     trace_id: Mapped[str] = mapped_column(String(64))
+    provider_evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     recorded_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
 
 
@@ -654,3 +656,64 @@ class AlertRouteRow(Base):
     created_by: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class LogLeafRow(Base):
+    """One logged object of a tenant's transparency log: ``digest`` is the SHA-256 of its
+    bytes (the leaf's data); ``leaf_index`` its position, set once by the sequencer."""
+
+    __tablename__ = "log_leaves"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    ref_id: Mapped[str] = mapped_column(String(100))
+    digest: Mapped[bytes] = mapped_column(LargeBinary)
+    recorded_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+    leaf_index: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class LogNodeRow(Base):
+    """The hash of a complete subtree of 2^level leaves starting at leaf idx * 2^level."""
+
+    __tablename__ = "log_nodes"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    hash: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class LogHeadRow(Base):
+    """A tenant's sequenced tree: its size and root (the sequencer's lock)."""
+
+    __tablename__ = "log_heads"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    root: Mapped[bytes] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class LogCheckpointRow(Base):
+    """A signed checkpoint of a tenant's log (a C2SP signed note)."""
+
+    __tablename__ = "log_checkpoints"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    root: Mapped[bytes] = mapped_column(LargeBinary)
+    note: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
+
+
+class LogCosignatureRow(Base):
+    """A witness's cosignature line of one checkpoint."""
+
+    __tablename__ = "log_cosignatures"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    witness: Mapped[str] = mapped_column(String(200), primary_key=True)
+    line: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(_tz(), server_default=func.now())
