@@ -11,7 +11,8 @@ from datetime import timedelta
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import (
     Adapter,
@@ -174,6 +175,9 @@ def build_worker(
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
+        workflow_runner=(
+            SandboxedWorkflowRunner() if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
+        ),
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach Temporal as they are made (activities/heartbeat.py beats several
         # times per timeout), not once per 80 % of the timeout, which a busy loop can miss.

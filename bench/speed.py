@@ -450,7 +450,7 @@ async def closed_loop(
 async def temporal_actions(client: Client, workflow_id: str) -> dict[str, Any]:
     """Billable actions in one run's history, by Temporal Cloud's rules: the start; every
     activity attempt; the local activities of one workflow task together as one; every
-    search-attribute upsert, timer and signal."""
+    search-attribute upsert (but a patch's ``TemporalChangeVersion``), timer and signal."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     kinds: dict[str, int] = {}
     task_with_markers: set[int] = set()
@@ -467,7 +467,10 @@ async def temporal_actions(client: Client, workflow_id: str) -> dict[str, Any]:
             attempts = event.activity_task_started_event_attributes.attempt
             kinds["activity attempts"] = kinds.get("activity attempts", 0) + attempts
         elif kind == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-            kinds["search attribute upserts"] = kinds.get("search attribute upserts", 0) + 1
+            # A patch's TemporalChangeVersion alone is exempt from billing.
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if set(fields.indexed_fields) - {"TemporalChangeVersion"}:
+                kinds["search attribute upserts"] = kinds.get("search attribute upserts", 0) + 1
         elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
             kinds["timers"] = kinds.get("timers", 0) + 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:

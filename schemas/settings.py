@@ -176,6 +176,14 @@ class MoatSettings(BaseSettings):
         description="Run the policy, record and manifest steps as local activities "
         "(chosen by bench/).",
     )
+    workflow_sandbox: bool = Field(
+        default=False,
+        description="Run workflows in Temporal's sandbox, which re-imports the workflow "
+        "modules for every run (about a quarter of the worker's CPU per execution). Off in "
+        "production: a lint keeps workflow code deterministic "
+        "(tests/architecture/test_workflow_determinism.py); the test suite runs every "
+        "workflow in the sandbox and replays the recorded histories in it.",
+    )
     trust_min_samples: int = Field(
         default=DEFAULT_MIN_SAMPLES,
         ge=1,

@@ -7,6 +7,7 @@ need was resolved at ingest and travels in ``ExecuteWorkflowInput``.
 from __future__ import annotations
 
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from temporalio import workflow
@@ -72,12 +73,14 @@ with workflow.unsafe.imports_passed_through():
 
 STATUS_ATTR = SearchAttributeKey.for_keyword(STATUS_ATTRIBUTE)
 # The error code of a denial, by the rule that denied it.
-DENIAL_CODES = {
-    RuleHit.BUDGET_EXCEEDED: ErrorCode.BUDGET_EXCEEDED,
-    RuleHit.SCOPE_MISSING: ErrorCode.SCOPE_MISSING,
-    RuleHit.KEY_REVOKED: ErrorCode.KEY_REVOKED,
-    RuleHit.QUOTA_EXCEEDED: ErrorCode.QUOTA_EXCEEDED,
-}
+DENIAL_CODES = MappingProxyType(
+    {
+        RuleHit.BUDGET_EXCEEDED: ErrorCode.BUDGET_EXCEEDED,
+        RuleHit.SCOPE_MISSING: ErrorCode.SCOPE_MISSING,
+        RuleHit.KEY_REVOKED: ErrorCode.KEY_REVOKED,
+        RuleHit.QUOTA_EXCEEDED: ErrorCode.QUOTA_EXCEEDED,
+    }
+)
 # Dry runs set MoatStatus too, under this patch: histories recorded without it replay.
 DRY_RUN_STATUS_PATCH = "dry-run-status"
 # Runs that wait for a person's approval (only runs a strict policy holds take that path).
@@ -85,6 +88,10 @@ APPROVAL_PATCH = "approval-wait"
 # A run whose execution failed ends failed (after its receipt and manifest), under this patch:
 # histories recorded when every run completed replay.
 FAILED_RUN_PATCH = "failed-run"
+# A run that succeeds with no MoatStatus set before (no wait for approval) sets none: its
+# ExecutionStatus "Completed" says it, and the upsert is a billed Temporal action. Histories
+# recorded when every run set MoatStatus replay.
+QUIET_SUCCESS_PATCH = "quiet-success"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -100,6 +107,7 @@ class ExecuteCapability:
     def __init__(self) -> None:
         self._req: ExecuteWorkflowInput | None = None
         self._approval = ApprovalGate()
+        self._status_set = False  # MoatStatus set by this run (awaiting approval)
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
@@ -206,6 +214,7 @@ class ExecuteCapability:
         if requested.status != ApprovalStatus.PENDING:
             return requested
         workflow.upsert_search_attributes([STATUS_ATTR.value_set(AWAITING_APPROVAL)])
+        self._status_set = True
         self._show(req, f"awaiting approval {requested.id} until {requested.expires_at}")
         decided = await self._approval.wait(requested, self._expire)
         self._show(req, f"approval {decided.id} {decided.status.value}")
@@ -332,7 +341,11 @@ class ExecuteCapability:
         )
 
     def _set_status(self, receipt: Receipt) -> None:
-        workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
+        """``MoatStatus``: the receipt's status, for a run that did not succeed or that
+        showed another status before; a success alone is its ``Completed`` close."""
+        quiet = receipt.status == ExecutionStatus.SUCCESS and not self._status_set
+        if not (quiet and workflow.patched(QUIET_SUCCESS_PATCH)):
+            workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
         if self._req is not None:
             code = f" · {receipt.error_code}" if receipt.error_code else ""
             self._show(self._req, f"{receipt.status.value}{code}")

@@ -64,6 +64,8 @@ def moat_settings(
         temporal_namespace=NAMESPACE,
         wait_seconds=30.0,
         admin_api_key=SecretStr(ADMIN_KEY),
+        # Every run of the suite in Temporal's sandbox (production runs without it).
+        workflow_sandbox=True,
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
@@ -115,6 +116,43 @@ async def run_of(stack: Stack, envelope: dict[str, Any]) -> WorkflowExecutionDes
         envelope["workflow_id"], run_id=envelope.get("run_id")
     )
     return await handle.describe()
+
+
+async def test_a_success_costs_four_temporal_actions(stack: Stack) -> None:
+    # What Temporal Cloud bills: the start, the policy step's local activities (one
+    # workflow task), the adapter's attempt, the record step's local activities. A plain
+    # success upserts no MoatStatus: its Completed close says it.
+    response = await stack.execute("demo.echo", {"quiet": 1}, key="quiet-success")
+    assert response.status_code == 200, response.text
+    envelope = response.json()
+    described = await run_of(stack, envelope)
+    assert described.status == WorkflowExecutionStatus.COMPLETED
+    assert described.typed_search_attributes.get(STATUS_ATTR) is None
+    handle = stack.client.get_workflow_handle(envelope["workflow_id"], run_id=envelope["run_id"])
+    events = [event async for event in handle.fetch_history_events()]
+    kinds = [event.event_type for event in events]
+    # The one upsert left is the SDK's TemporalChangeVersion (a patch), which is not billed.
+    upserts = [
+        event.upsert_workflow_search_attributes_event_attributes.search_attributes
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    upserted = {key for attributes in upserts for key in attributes.indexed_fields}
+    assert upserted <= {"TemporalChangeVersion"}
+    assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 1
+    # Local activities are markers after their workflow task's completion, billed once per
+    # workflow task that records any.
+    tasks_with_local: set[int] = set()
+    task = 0
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            task = event.event_id
+        elif (
+            event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            and event.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        ):
+            tasks_with_local.add(task)
+    assert len(tasks_with_local) == 2
 
 
 async def test_a_failed_execution_ends_its_run_failed(stack: Stack, provider: FakeProvider) -> None:
