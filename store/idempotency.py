@@ -11,9 +11,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import Receipt
+from store import db
 from store.db import table_of
 from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
 from store.receipts import to_receipt
+from store.tenancy import SET_TENANT
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,56 @@ async def find_replay(
         return None
     claim, receipt, output = row
     return _claim(claim), (to_receipt(receipt) if receipt is not None else None), output
+
+
+_RECEIPT_COLUMNS = tuple(c.name for c in table_of(ReceiptRow).c)
+_CLAIM_COLUMNS = ("idempotency_key", "receipt_id", "input_hash", "workflow_id")
+_CLAIM_TIMES = ("first_seen_at", "expires_at")
+# ``find_replay`` in driver SQL, for ``replay_in_one_trip``: claim, receipt and output.
+_REPLAY = (
+    "SELECT "
+    + ", ".join(f"k.{c}" for c in (*_CLAIM_COLUMNS, *_CLAIM_TIMES))
+    + ", r.id IS NOT NULL, "
+    + ", ".join(f"r.{c}" for c in _RECEIPT_COLUMNS)
+    + ", o.key_id, o.sealed, o.expires_at"
+    " FROM idempotency_keys k"
+    " LEFT JOIN receipts r ON r.id = k.receipt_id"
+    " LEFT JOIN execution_outputs o ON o.receipt_id = r.id AND o.tenant_id = %(tenant)s"
+    " AND o.expires_at > %(now)s"
+    " WHERE k.tenant_id = %(tenant)s AND k.idempotency_key = %(key)s AND k.expires_at > %(now)s"
+)
+
+
+async def replay_in_one_trip(
+    session: AsyncSession, tenant_id: str, key: str, now: datetime
+) -> tuple[Claim, Receipt | None, ExecutionOutputRow | None] | None:
+    """``find_replay`` as a transaction's first step: the transaction scoped to the tenant
+    (``tenancy.SET_TENANT``) and the claim, receipt and kept output read in one round trip
+    with its ``BEGIN``: a repeat answered from Postgres waits on it once."""
+    params = {"tenant": tenant_id, "key": key, "now": now}
+    _, row = await db.pipelined(session, [(SET_TENANT, params), (_REPLAY, params)])
+    if row is None:
+        return None
+    n_claim = len(_CLAIM_COLUMNS) + len(_CLAIM_TIMES)
+    claim = Claim(*row[:n_claim])
+    if not row[n_claim]:
+        return claim, None, None
+    start = n_claim + 1
+    receipt_row = dict(
+        zip(_RECEIPT_COLUMNS, row[start : start + len(_RECEIPT_COLUMNS)], strict=True)
+    )
+    receipt = Receipt.model_validate(receipt_row)
+    key_id, sealed, expires_at = row[start + len(_RECEIPT_COLUMNS) :]
+    if sealed is None:
+        return claim, receipt, None
+    output = ExecutionOutputRow(
+        receipt_id=receipt.id,
+        tenant_id=tenant_id,
+        key_id=key_id,
+        sealed=bytes(sealed),
+        expires_at=expires_at,
+    )
+    return claim, receipt, output
 
 
 async def find_claim_by_receipt(

@@ -2,8 +2,9 @@
 
 Verified moments ago (``keycache``), by a lookup of the same key already under way on this
 process (a burst of one new key costs one lookup), or by the call's own lookup, in the
-transaction that then looks for the stored answer (no round trip more). Every call that
-reaches Postgres authenticates there again, in its own transaction.
+transaction that then looks for the stored answer (no round trip more). A stored answer
+may be replayed on a key verified moments ago, as memory replays it; every call that
+starts or resumes a run authenticates in Postgres again, in its own transaction.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ The caller (the gateway) turns the ``Outcome`` into its answer; nothing here spe
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime
@@ -36,6 +37,17 @@ from store import tenancy
 from store.api_keys import AuthenticatedTenant
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
+
+
+class NotLooked(enum.Enum):
+    """No look-up of the key's stored answer yet in this transaction."""
+
+    NOT_LOOKED = "not looked"
+
+
+NOT_LOOKED = NotLooked.NOT_LOOKED
+# What a look-up earlier in the transaction found: the execution holding the key, or none.
+Looked = Unfinished | None | NotLooked
 
 
 class Shared(Protocol):
@@ -113,12 +125,32 @@ class Executions:
 
     async def _through_postgres(self, call: Call, shared: Shared, prepared: Prepared) -> Outcome:
         """The way of a call with no transaction of its own open (its key verified moments
-        ago, or a copy that went its own way): authenticated again, in a new one."""
+        ago, or a copy that went its own way). A key still verified (``keycache``) may be
+        answered a stored receipt in one round trip, as memory answers it; anything else
+        (a run to start or join) authenticates again, in the same transaction."""
         assert call.presented_key is not None
         async with shared.sessions.begin() as session:
+            known = shared.keys.get(call.presented_key)
+            looked: Looked = NOT_LOOKED
+            if known is not None and replay.answerable(prepared):
+                shared.rate_limits.admit(self._settings, known.tenant_id)
+                stored = await replay.from_postgres(
+                    session,
+                    self.sealer,
+                    self.hits,
+                    self.answers,
+                    known.tenant_id,
+                    prepared,
+                    scoping=True,
+                )
+                if isinstance(stored, Outcome):
+                    return stored
+                looked = stored
             tenant = await auth.authenticate(session, call.presented_key)
-            shared.rate_limits.admit(self._settings, tenant.tenant_id)
-            found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id)
+            if known is None or tenant.tenant_id != known.tenant_id:
+                shared.rate_limits.admit(self._settings, tenant.tenant_id)
+                looked = NOT_LOOKED
+            found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id, looked)
         return (
             found if isinstance(found, Outcome) else await self.run(tenant, prepared, call, found)
         )
@@ -142,10 +174,20 @@ class Executions:
         )
 
     async def _stored(
-        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
+        self,
+        session: AsyncSession,
+        tenant_id: str,
+        prepared: Prepared,
+        trace_id: str,
+        looked: Looked = NotLooked.NOT_LOOKED,
     ) -> Outcome | Unfinished | None:
+        """The stored answer, or what holds the key; ``looked``: what a look-up earlier in
+        this transaction found (an unfinished execution, or no claim), not read again."""
         connection = await ingest.admit_connection(session, tenant_id, prepared)
-        found = await self.replay(session, tenant_id, prepared, trace_id)
+        if isinstance(looked, NotLooked):
+            found = await self.replay(session, tenant_id, prepared, trace_id)
+        else:
+            found = looked
         if found is None:
             ingest.admit_new(connection)
         return found

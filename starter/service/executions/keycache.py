@@ -1,9 +1,9 @@
 """Key cache: API keys verified recently, so a repeated request skips the database round
 trip.
 
-Only the execute route's answers from memory (a stored receipt, a run already in flight)
-rely on it; every request that reaches Postgres authenticates there again, in its own
-transaction. Kept by the SHA-256 of the presented key (never the key), for
+Only the execute route's answers of a stored receipt (from memory, or read from Postgres
+in one round trip) and joins of a run already in flight rely on it; every request that
+starts or resumes a run authenticates in Postgres again, in its own transaction. Kept by the SHA-256 of the presented key (never the key), for
 ``MOAT_AUTH_CACHE_SECONDS`` after the lookup began.
 
 Bound on revocation: a key revoked through this gateway is forgotten at once; one revoked

@@ -20,13 +20,19 @@ from store import idempotency, outputs
 from store.keyrings.codec import OutputSealer
 
 
+def answerable(prepared: Prepared) -> bool:
+    """Whether a stored answer may answer the request as it is: not a dry run, and no
+    connection to check first."""
+    return not prepared.request.dry_run and prepared.request.connection_id is None
+
+
 def from_memory(
     answers: AnswerCache, hits: HitLedger, tenant_id: str, prepared: Prepared
 ) -> Outcome | None:
     """A repeat of a finished execution answered from memory (``memory``), counted as a hit
     like one from Postgres; ``409`` for another input under the key. None: ask Postgres
     (not kept, expired, a dry run, or a connection to check)."""
-    if prepared.request.dry_run or prepared.request.connection_id is not None:
+    if not answerable(prepared):
         return None
     now = datetime.now(UTC)
     answer = answers.get(tenant_id, prepared.idempotency_key, now)
@@ -46,15 +52,23 @@ async def from_postgres(
     answers: AnswerCache,
     tenant_id: str,
     prepared: Prepared,
+    *,
+    scoping: bool = False,
 ) -> Outcome | Unfinished | None:
     """The stored answer for a live key, from Postgres alone (reads only: the hit is
     counted by ``hits``), kept in memory for the next repeat; otherwise go on to Temporal
-    with the execution that holds the key (``Unfinished``) or a new one (None)."""
+    with the execution that holds the key (``Unfinished``) or a new one (None).
+    ``scoping``: the transaction is not yet scoped to the tenant; the look-up does it, in
+    the same round trip as the transaction's ``BEGIN``."""
     if prepared.request.dry_run:
         return None
     now = datetime.now(UTC)
     # Claim, receipt and kept output in one statement: a replay reads once.
-    found = await idempotency.find_replay(session, tenant_id, prepared.idempotency_key, now)
+    key = prepared.idempotency_key
+    if scoping:
+        found = await idempotency.replay_in_one_trip(session, tenant_id, key, now)
+    else:
+        found = await idempotency.find_replay(session, tenant_id, key, now)
     if found is None:
         return None
     claim, receipt, output = found
