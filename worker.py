@@ -113,10 +113,10 @@ def build_worker(
     start_keys = StartKeyring.from_settings(settings)
     policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
     adapter_step = AdapterStep(sessions, by_name, connections=resolver)
-    record_step = RecordStep(sessions, sealer, alerter)
     store = ManifestStore(settings.manifests_dir)
     signing = keyring or Keyring.from_settings(settings)
     manifests = ManifestActivities(sessions, store, signing)
+    record_step = RecordStep(sessions, sealer, alerter, manifests)
     retention = RetentionActivities(sessions, store)
     # An approval's Slack message is posted from the delivery queue, like a probe's run.
     announcer = Announcer(client, settings.deliveries_task_queue)
@@ -156,6 +156,7 @@ def build_worker(
             policy_step.check_policy,
             adapter_step.call_adapter,
             record_step.record_outcome,
+            record_step.record_run,
             approvals.request_approval,
             approvals.record_approval,
             manifests.write_manifest,

@@ -84,28 +84,46 @@ class ManifestActivities:
                     "dead_lettered": False,
                 }
             )
-        stored = await asyncio.to_thread(self._stored, receipt.tenant_id, inp.run_id)
-        if stored is not None and stored[0].correlation_id == receipt.id:
-            # A retried attempt: the run's manifest is written once, by the first attempt.
-            signed, digest = stored
-            path = self._store.path_for(receipt.tenant_id, inp.run_id)
-        else:
-            original = None
-            if inp.replayed:
-                async with self._sessions.begin() as session:
-                    await tenancy.set_tenant(session, receipt.tenant_id)
-                    original = await manifests.index_row(session, receipt.tenant_id, receipt.run_id)
-            signed = sign_manifest(
-                self._build(inp, original), self._current_keyring(), signer="moat"
-            )
-            path, digest = await asyncio.to_thread(self._store.write, signed)
-        signature = signed.signatures[-1]
-        kid = signature.kid or ""
+        signed, path, digest = await self.stored_or_written(inp)
         async with self._sessions.begin() as session:
             chain = await start_chain(
                 session, receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest"
             )
-            await _index(session, inp, chain, str(path), digest, kid, signature.algorithm)
+            ref = await self.index(session, inp, chain, signed, path, digest)
+            await event_log.append(session, chain.drafts)
+        return ref
+
+    async def stored_or_written(self, inp: ManifestInput) -> tuple[RunManifest, Path, str]:
+        """The run's manifest, signed and stored (write-once), with its path and the digest
+        of its bytes; a retried attempt finds the one the first stored."""
+        receipt = inp.receipt
+        stored = await asyncio.to_thread(self._stored, receipt.tenant_id, inp.run_id)
+        if stored is not None and stored[0].correlation_id == receipt.id:
+            signed, digest = stored
+            return signed, self._store.path_for(receipt.tenant_id, inp.run_id), digest
+        original = None
+        if inp.replayed:
+            async with self._sessions.begin() as session:
+                await tenancy.set_tenant(session, receipt.tenant_id)
+                original = await manifests.index_row(session, receipt.tenant_id, receipt.run_id)
+        signed = sign_manifest(self._build(inp, original), self._current_keyring(), signer="moat")
+        path, digest = await asyncio.to_thread(self._store.write, signed)
+        return signed, path, digest
+
+    async def index(
+        self,
+        session: AsyncSession,
+        inp: ManifestInput,
+        chain: Chain,
+        signed: RunManifest,
+        path: Path,
+        digest: str,
+    ) -> ManifestRef:
+        """The manifest's index row, and its events added to ``chain`` (the caller appends
+        them) when the row is new, in the caller's transaction."""
+        signature = signed.signatures[-1]
+        kid = signature.kid or ""
+        await _index(session, inp, chain, str(path), digest, kid, signature.algorithm)
         return ManifestRef(path=str(path), sha256=digest, kid=kid)
 
     def _stored(self, tenant_id: str, run_id: str) -> tuple[RunManifest, str] | None:
@@ -262,4 +280,3 @@ async def _index(
         kid=kid,
         replayed=inp.replayed,
     )
-    await event_log.append(session, chain.drafts)

@@ -25,6 +25,8 @@ CHECK_POLICY = "moat.check_policy"
 CALL_ADAPTER = "moat.call_adapter"
 RECORD_OUTCOME = "moat.record_outcome"
 WRITE_MANIFEST = "moat.write_manifest"
+# The record step with the run's manifest and its adapter's completion, one transaction.
+RECORD_RUN = "moat.record_run"
 EXPIRE_MANIFESTS = "moat.expire_manifests"
 REQUEST_APPROVAL = "moat.request_approval"
 RECORD_APPROVAL = "moat.record_approval"

@@ -157,6 +157,11 @@ class AdapterInput(BaseModel):
         default_factory=list,
         description="The tenant's allow-list entries, added to the worker's own.",
     )
+    defer_completion: bool = Field(
+        default=False,
+        description="A successful attempt's completion events are written by the record "
+        "step, in the transaction of the receipt (``RecordRunInput.completed``).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -175,6 +180,7 @@ class AdapterOutput(BaseModel):
     http_status: int | None = None
     invoked_at: datetime | None = None
     attempt: int = 1
+    duration_ms: int | None = Field(default=None, description="The attempt's, set by the step.")
     output_hash: str
     output: Any = Field(default=None, description="The redacted output.")
     truncated: bool = Field(
@@ -330,6 +336,51 @@ class ManifestInput(BaseModel):
     dead_lettered: bool = False
     approval: Approval | None = Field(
         default=None, description="The person's decision the run waited for, if any."
+    )
+
+
+class ManifestParts(BaseModel):
+    """What a run's manifest says beside its receipt (``ManifestInput`` without it)."""
+
+    tool: ToolCall | None = None
+    policy_mode: PolicyMode = PolicyMode.STANDARD
+    submitted_at: datetime
+    dead_lettered: bool = False
+    approval: Approval | None = None
+
+    def input_for(self, receipt: Receipt, run_id: str) -> ManifestInput:
+        return ManifestInput(
+            receipt=receipt,
+            run_id=run_id,
+            tool=self.tool,
+            policy_mode=self.policy_mode,
+            submitted_at=self.submitted_at,
+            dead_lettered=self.dead_lettered,
+            approval=self.approval,
+        )
+
+
+class RecordRunInput(BaseModel):
+    """The record step of a run that records its receipt, its manifest and its adapter's
+    completion in one transaction (``RECORD_RUN``)."""
+
+    record: RecordInput
+    run_id: str
+    recorded_at: datetime = Field(
+        description="The workflow's time of the record step: every attempt builds the same "
+        "receipt, so a manifest an earlier attempt stored still matches it."
+    )
+    manifest: ManifestParts
+    completed: AdapterOutput | None = Field(
+        default=None, description="The successful attempt whose completion is recorded here."
+    )
+
+
+class RecordedRun(BaseModel):
+    receipt: Receipt
+    manifest_written: bool = Field(
+        description="False: the manifest was not written with the receipt (a retried step "
+        "found the receipt recorded, or signing or storing failed); the run writes it next."
     )
 
 

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         PROVIDER_RESPONSE,
         RECORD_APPROVAL,
         RECORD_OUTCOME,
+        RECORD_RUN,
         REFUSED_TARGET,
         REQUEST_APPROVAL,
         STATUS_ATTRIBUTE,
@@ -60,10 +61,13 @@ with workflow.unsafe.imports_passed_through():
         ExecuteResult,
         ExecuteWorkflowInput,
         ManifestInput,
+        ManifestParts,
         ManifestRef,
         PolicyInput,
         PolicyOutcome,
+        RecordedRun,
         RecordInput,
+        RecordRunInput,
         ToolCall,
         downstream_idempotency_key,
     )
@@ -92,6 +96,9 @@ FAILED_RUN_PATCH = "failed-run"
 # ExecutionStatus "Completed" says it, and the upsert is a billed Temporal action. Histories
 # recorded when every run set MoatStatus replay.
 QUIET_SUCCESS_PATCH = "quiet-success"
+# The receipt, the manifest and a successful adapter attempt's completion recorded in one
+# transaction (``RECORD_RUN``); histories recorded with a step for each replay.
+RECORD_RUN_PATCH = "record-run"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -108,6 +115,8 @@ class ExecuteCapability:
         self._req: ExecuteWorkflowInput | None = None
         self._approval = ApprovalGate()
         self._status_set = False  # MoatStatus set by this run (awaiting approval)
+        # A successful attempt whose completion the record step writes (``RECORD_RUN``).
+        self._completed: AdapterOutput | None = None
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
@@ -170,17 +179,32 @@ class ExecuteCapability:
     ) -> ExecuteResult:
         """Record the outcome, leave the manifest, and answer with the receipt."""
         run_id = workflow.info().run_id
-        receipt: Receipt = await self._bookkeeping(
-            RECORD_OUTCOME, record, Receipt, req.local_activities
-        )
-        await self._manifest(
-            req,
-            receipt,
-            policy,
+        parts = ManifestParts(
             tool=tool,
+            policy_mode=policy.mode,
+            submitted_at=req.submitted_at,
             dead_lettered=record.retry_exhausted,
             approval=approval,
         )
+        if workflow.patched(RECORD_RUN_PATCH):
+            recorded: RecordedRun = await self._bookkeeping(
+                RECORD_RUN,
+                RecordRunInput(
+                    record=record,
+                    run_id=run_id,
+                    recorded_at=workflow.now(),
+                    manifest=parts,
+                    completed=self._completed,
+                ),
+                RecordedRun,
+                req.local_activities,
+            )
+            receipt = recorded.receipt
+            if not recorded.manifest_written:
+                await self._manifest(req, receipt, policy, parts=parts)
+        else:
+            receipt = await self._bookkeeping(RECORD_OUTCOME, record, Receipt, req.local_activities)
+            await self._manifest(req, receipt, policy, parts=parts)
         if receipt.run_id != run_id:
             # Reset past the record step: the effect and its manifest belong to the original
             # run; this run leaves a replayed manifest of its own beside it.
@@ -270,28 +294,26 @@ class ExecuteCapability:
         receipt: Receipt,
         policy: PolicyOutcome,
         *,
-        tool: ToolCall | None = None,
-        dead_lettered: bool = False,
+        parts: ManifestParts | None = None,
         replay_reason: str | None = None,
-        approval: Approval | None = None,
     ) -> None:
-        """Sign and store the run manifest. Its failure leaves the receipt standing."""
+        """Sign and store the run manifest (``parts``: what it says beside the receipt; a
+        replayed run's says only that). Its failure leaves the receipt standing."""
+        run_id = workflow.info().run_id
+        if parts is not None:
+            manifest_input = parts.input_for(receipt, run_id)
+        else:
+            manifest_input = ManifestInput(
+                receipt=receipt,
+                run_id=run_id,
+                replayed=replay_reason is not None,
+                replay_reason=replay_reason,
+                policy_mode=policy.mode,
+                submitted_at=req.submitted_at,
+            )
         try:
             await self._bookkeeping(
-                WRITE_MANIFEST,
-                ManifestInput(
-                    receipt=receipt,
-                    run_id=workflow.info().run_id,
-                    replayed=replay_reason is not None,
-                    replay_reason=replay_reason,
-                    tool=tool,
-                    policy_mode=policy.mode,
-                    submitted_at=req.submitted_at,
-                    dead_lettered=dead_lettered,
-                    approval=approval,
-                ),
-                ManifestRef,
-                req.local_activities,
+                WRITE_MANIFEST, manifest_input, ManifestRef, req.local_activities
             )
         except ActivityError:
             workflow.logger.exception("manifest of receipt %s not written", receipt.id)
@@ -308,10 +330,11 @@ class ExecuteCapability:
             status="failure",
             idempotency_token=key,
         )
+        defer = workflow.patched(RECORD_RUN_PATCH)
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
-                _adapter_input(req, policy, key),
+                _adapter_input(req, policy, key, defer),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
                 # No heartbeat timeout (the activity would beat): a worker starved of CPU past
@@ -324,6 +347,8 @@ class ExecuteCapability:
             )
         except ActivityError as err:
             return _failed(req, record, tool, err)
+        if defer:
+            self._completed = out
         return _succeeded(record, tool, out)
 
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any], local: bool) -> Any:
@@ -411,8 +436,11 @@ def _outcome_record(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordI
     )
 
 
-def _adapter_input(req: ExecuteWorkflowInput, policy: PolicyOutcome, key: str) -> AdapterInput:
+def _adapter_input(
+    req: ExecuteWorkflowInput, policy: PolicyOutcome, key: str, defer_completion: bool
+) -> AdapterInput:
     return AdapterInput(
+        defer_completion=defer_completion,
         ref=_run_ref(req),
         capability=req.capability,
         input=req.input,

@@ -1,7 +1,9 @@
 """The adapter step of ``ExecuteCapability``: one attempt at the provider call.
 
 Each attempt records its events in transactions of its own (the attempt itself is the state
-they record): the call before the provider is asked, then its failure or completion.
+they record): the call before the provider is asked, then its failure or completion. A run
+that records its receipt with ``RECORD_RUN`` has a success's completion written there, in
+the receipt's transaction (``AdapterInput.defer_completion``).
 """
 
 from __future__ import annotations
@@ -88,11 +90,15 @@ class AdapterStep:
                 non_retryable=err.non_retryable,
                 next_retry_delay=err.next_retry_delay,
             ) from None
-        done = attempt_completed(
-            inp.ref.receipt_id, inp.capability, info.attempt, _ms_since(invoked_at), out
+        duration_ms = _ms_since(invoked_at)
+        if not inp.defer_completion:  # else the record step writes it, with the receipt
+            done = attempt_completed(
+                inp.ref.receipt_id, inp.capability, info.attempt, duration_ms, out
+            )
+            await self._adapter_events(inp, run_id, done)
+        return out.model_copy(
+            update={"invoked_at": invoked_at, "attempt": info.attempt, "duration_ms": duration_ms}
         )
-        await self._adapter_events(inp, run_id, done)
-        return out.model_copy(update={"invoked_at": invoked_at, "attempt": info.attempt})
 
     async def _credential(self, inp: AdapterInput) -> Credential | None:
         """The request's connection, resolved afresh on every attempt (a rotation applies

@@ -13,13 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.alerts import Alerter
-from activities.evidence import start_chain
-from activities.execute.events import chained, outcome_events
+from activities.evidence import Chain, start_chain
+from activities.execute.events import attempt_completed, chained, outcome_events
+from activities.manifest import ManifestActivities
 from schemas.alerts import AlertKind, is_alert_key
 from schemas.ids import uuid7
-from schemas.names import RECORD_OUTCOME
+from schemas.names import RECORD_OUTCOME, RECORD_RUN
 from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
-from schemas.run import RecordInput
+from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
 from store import budgets, idempotency, outputs, receipts
 from store import events as event_log
@@ -37,16 +38,29 @@ class RecordStep:
         sessions: async_sessionmaker[AsyncSession],
         sealer: OutputSealer,
         alerter: Alerter | None = None,
+        manifests: ManifestActivities | None = None,
     ) -> None:
         self._sessions = sessions
         self._sealer = sealer
         self._alerter = alerter
+        self._manifests = manifests
 
     @activity.defn(name=RECORD_OUTCOME)
     async def record_outcome(self, inp: RecordInput) -> Receipt:
-        receipt = await self._record(inp)
+        receipt, _ = await self._record(inp, datetime.now(UTC))
         await self._alert(inp)
         return receipt
+
+    @activity.defn(name=RECORD_RUN)
+    async def record_run(self, inp: RecordRunInput) -> RecordedRun:
+        """The receipt, the run's manifest and the adapter's completion, in one transaction.
+        The manifest is signed and stored once the receipt is known to be new, before the
+        commit (write-once, found again by a retried attempt: the receipt is the same each
+        time); one that cannot be is left to the run's manifest step, and the receipt is
+        recorded all the same."""
+        recorded, written_now = await self._record(inp.record, inp.recorded_at, inp.completed, inp)
+        await self._alert(inp.record)
+        return RecordedRun(receipt=recorded, manifest_written=written_now)
 
     async def _alert(self, inp: RecordInput) -> None:
         """The alert of an execution that dead-lettered (an ``outcome_unknown`` is alerted
@@ -64,8 +78,14 @@ class RecordStep:
             dl_id = execution_dead_letter_id(receipt_id)
             await self._alerter.hand_off(tenant_id, AlertKind.DEAD_LETTER, dl_id)
 
-    async def _record(self, inp: RecordInput) -> Receipt:
-        now = datetime.now(UTC)
+    async def _record(
+        self,
+        inp: RecordInput,
+        now: datetime,
+        completed: AdapterOutput | None = None,
+        run: RecordRunInput | None = None,
+    ) -> tuple[Receipt, bool]:
+        """The receipt and, when it is new, whether the manifest was indexed with it."""
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
             # The latest event is read first, with the tenant: the outcome's events follow it.
@@ -75,24 +95,8 @@ class RecordStep:
             if not await receipts.insert_receipt(session, receipt):
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
-                return stored
-            await receipts.insert_outcome_event(
-                session,
-                OutcomeEvent(
-                    id=str(uuid7()),
-                    receipt_id=receipt.id,
-                    capability_id=receipt.capability_id,
-                    capability_version=receipt.capability_version,
-                    tenant_id=receipt.tenant_id,
-                    success=inp.success,
-                    latency_ms=receipt.latency_ms,
-                    error_taxonomy=inp.taxonomy,
-                    http_status=inp.http_status,
-                    timestamp=receipt.timestamp,
-                    is_synthetic=inp.ref.is_synthetic,
-                    adapter_id=receipt.adapter_id,
-                ),
-            )
+                return stored, False
+            await receipts.insert_outcome_event(session, _outcome_event(inp, receipt))
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.ref.is_synthetic:
@@ -100,8 +104,28 @@ class RecordStep:
             if inp.budget_held:
                 await budgets.release_budget_hold(session, inp.ref.tenant_id, inp.ref.receipt_id)
             await self._keep_output(session, inp, now)
-            await event_log.append(session, chained(chain, outcome_events(inp)))
-        return receipt
+            if completed is not None:
+                _completion(chain, inp, completed)
+            chained(chain, outcome_events(inp))
+            written = await self._manifest(session, chain, receipt, run)
+            await event_log.append(session, chain.drafts)
+        return receipt, written
+
+    async def _manifest(
+        self, session: AsyncSession, chain: Chain, receipt: Receipt, run: RecordRunInput | None
+    ) -> bool:
+        """The run's manifest signed, stored and indexed with its new receipt; False when
+        it could not be (the run's manifest step writes it then)."""
+        if run is None or self._manifests is None:
+            return False
+        manifest_input = run.manifest.input_for(receipt, run.run_id)
+        try:
+            signed, path, digest = await self._manifests.stored_or_written(manifest_input)
+        except Exception:
+            activity.logger.exception("manifest of receipt %s not written", receipt.id)
+            return False
+        await self._manifests.index(session, manifest_input, chain, signed, path, digest)
+        return True
 
     async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
         """The answer, kept with the receipt for as long as the key's claim lasts: a replay
@@ -116,6 +140,33 @@ class RecordStep:
         await outputs.keep(
             session, self._sealer, inp.ref.tenant_id, inp.ref.receipt_id, kept, expires_at
         )
+
+
+def _completion(chain: Chain, inp: RecordInput, out: AdapterOutput) -> None:
+    """The adapter's completed attempt, as the adapter step writes it (its actor)."""
+    actor, chain.actor = chain.actor, "moat.adapter"
+    duration = out.duration_ms or 0
+    chained(
+        chain, attempt_completed(inp.ref.receipt_id, inp.capability, out.attempt, duration, out)
+    )
+    chain.actor = actor
+
+
+def _outcome_event(inp: RecordInput, receipt: Receipt) -> OutcomeEvent:
+    return OutcomeEvent(
+        id=str(uuid7()),
+        receipt_id=receipt.id,
+        capability_id=receipt.capability_id,
+        capability_version=receipt.capability_version,
+        tenant_id=receipt.tenant_id,
+        success=inp.success,
+        latency_ms=receipt.latency_ms,
+        error_taxonomy=inp.taxonomy,
+        http_status=inp.http_status,
+        timestamp=receipt.timestamp,
+        is_synthetic=inp.ref.is_synthetic,
+        adapter_id=receipt.adapter_id,
+    )
 
 
 def _receipt(inp: RecordInput, now: datetime) -> Receipt:

@@ -134,15 +134,7 @@ class Executions:
             looked: Looked = NOT_LOOKED
             if known is not None and replay.answerable(prepared):
                 shared.rate_limits.admit(self._settings, known.tenant_id)
-                stored = await replay.from_postgres(
-                    session,
-                    self.sealer,
-                    self.hits,
-                    self.answers,
-                    known.tenant_id,
-                    prepared,
-                    scoping=True,
-                )
+                stored = await self.replay(session, known.tenant_id, prepared, call.trace_id, True)
                 if isinstance(stored, Outcome):
                     return stored
                 looked = stored
@@ -210,12 +202,18 @@ class Executions:
         return copied
 
     async def replay(
-        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
+        self,
+        session: AsyncSession,
+        tenant_id: str,
+        prepared: Prepared,
+        trace_id: str,
+        scoping: bool = False,
     ) -> Outcome | Unfinished | None:
         """The stored answer for a live key, from Postgres (``replay.from_postgres``);
-        otherwise the execution that holds the key (``Unfinished``) or None (a new one)."""
+        otherwise the execution that holds the key (``Unfinished``) or None (a new one).
+        ``scoping``: the transaction is scoped to the tenant by the same round trip."""
         return await replay.from_postgres(
-            session, self.sealer, self.hits, self.answers, tenant_id, prepared
+            session, self.sealer, self.hits, self.answers, tenant_id, prepared, scoping=scoping
         )
 
     async def run(

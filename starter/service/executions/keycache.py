@@ -3,8 +3,9 @@ trip.
 
 Only the execute route's answers of a stored receipt (from memory, or read from Postgres
 in one round trip) and joins of a run already in flight rely on it; every request that
-starts or resumes a run authenticates in Postgres again, in its own transaction. Kept by the SHA-256 of the presented key (never the key), for
-``MOAT_AUTH_CACHE_SECONDS`` after the lookup began.
+starts or resumes a run authenticates in Postgres again, in its own transaction. Kept by
+the SHA-256 of the presented key (never the key), for ``MOAT_AUTH_CACHE_SECONDS`` after the
+lookup began.
 
 Bound on revocation: a key revoked through this gateway is forgotten at once; one revoked
 elsewhere (another gateway, ``moat key revoke``) is refused by this gateway at most
