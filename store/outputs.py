@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,6 +25,16 @@ def _context(tenant_id: str, receipt_id: str) -> bytes:
     return f"moat-output|{tenant_id}|{receipt_id}".encode()
 
 
+# ``keep`` for as long as the execution's claim on its key lasts, read in the same statement.
+_KEEP_WHILE_CLAIMED = text(
+    "INSERT INTO execution_outputs (receipt_id, tenant_id, key_id, sealed, expires_at)"
+    " VALUES (:receipt_id, :tenant_id, :key_id, :sealed, coalesce((SELECT k.expires_at"
+    " FROM idempotency_keys k WHERE k.tenant_id = :claim_tenant AND k.idempotency_key = :key"
+    " AND k.receipt_id = :claim_receipt), :expires_at))"
+    " ON CONFLICT (receipt_id) DO NOTHING"
+)
+
+
 async def keep(
     session: AsyncSession,
     sealer: OutputSealer,
@@ -32,8 +42,12 @@ async def keep(
     receipt_id: str,
     kept: KeptOutput,
     expires_at: datetime,
+    *,
+    claimed_key: str | None = None,
 ) -> None:
-    """Store the output of a receipt (once: a retried step finds it there)."""
+    """Store the output of a receipt (once: a retried step finds it there) until
+    ``expires_at``, or, with ``claimed_key``, until the execution's claim on that key
+    expires (``expires_at`` when it holds none)."""
     # Compact JSON with keys in the order the adapter gave them: served back as it is, so a
     # replay's output is the first answer's, byte for byte.
     plaintext = json.dumps(
@@ -47,7 +61,11 @@ async def keep(
         "sealed": sealed,
         "expires_at": expires_at,
     }
-    await session.execute(_KEEP, row)
+    if claimed_key is None:
+        await session.execute(_KEEP, row)
+    else:
+        claim = {"key": claimed_key, "claim_tenant": tenant_id, "claim_receipt": receipt_id}
+        await session.execute(_KEEP_WHILE_CLAIMED, {**row, **claim})
 
 
 async def find(

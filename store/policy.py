@@ -10,7 +10,11 @@ from store.models import PolicyDecisionRow
 
 _DECISIONS = table_of(PolicyDecisionRow)
 # Every execution records one: built once, executed with fresh parameters only.
-_INSERT_DECISION = insert(_DECISIONS).on_conflict_do_nothing(index_elements=[_DECISIONS.c.id])
+_INSERT_DECISION = (
+    insert(_DECISIONS)
+    .on_conflict_do_nothing(index_elements=[_DECISIONS.c.id])
+    .returning(*_DECISIONS.c)
+)
 
 
 async def insert_policy_decision(
@@ -29,7 +33,7 @@ async def insert_policy_decision(
     policy_version: int = 0,
 ) -> PolicyDecisionRow:
     """Record a decision; a retried step with the same id gets the first one back."""
-    await session.execute(
+    inserted = await session.execute(
         _INSERT_DECISION,
         {
             "id": id,
@@ -45,6 +49,9 @@ async def insert_policy_decision(
             "policy_version": policy_version,
         },
     )
+    new = inserted.mappings().one_or_none()
+    if new is not None:  # the first: its row came back with the insert
+        return PolicyDecisionRow(**new)
     row = await session.get(PolicyDecisionRow, id)
     assert row is not None
     return row

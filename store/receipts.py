@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import bindparam, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
@@ -28,7 +29,32 @@ _INSERT_RECEIPT = (
 _GET_RECEIPT = select(*_RECEIPTS.c).where(
     _RECEIPTS.c.id == bindparam("receipt_id"), _RECEIPTS.c.tenant_id == bindparam("tenant_id")
 )
-_INSERT_OUTCOME = insert(table_of(OutcomeEventRow))
+_OUTCOMES = table_of(OutcomeEventRow)
+_INSERT_OUTCOME = insert(_OUTCOMES)
+
+
+def _insert_with_outcome() -> Any:
+    """The receipt, and only when it is new, its outcome event: one statement (the
+    outcome's row is selected from the receipt's insert)."""
+    receipt_columns = [c for c in _RECEIPTS.c if c.name in Receipt.model_fields]
+    outcome_columns = [c for c in _OUTCOMES.c if c.name in OutcomeEvent.model_fields]
+    new_receipt = (
+        insert(_RECEIPTS)
+        .values({c.name: bindparam(f"r_{c.name}", type_=c.type) for c in receipt_columns})
+        .on_conflict_do_nothing(index_elements=[_RECEIPTS.c.id])
+        .returning(_RECEIPTS.c.id)
+        .cte("new_receipt")
+    )
+    outcome = select(*(bindparam(f"o_{c.name}", type_=c.type) for c in outcome_columns))
+    return (
+        insert(_OUTCOMES)
+        .from_select([c.name for c in outcome_columns], outcome.select_from(new_receipt))
+        .add_cte(new_receipt)
+        .returning(_OUTCOMES.c.receipt_id)
+    )
+
+
+_INSERT_WITH_OUTCOME = _insert_with_outcome()
 
 
 async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
@@ -79,6 +105,16 @@ async def list_receipts(
         stmt = stmt.where(tuple_(ReceiptRow.timestamp, ReceiptRow.id) < tuple_(*after))
     stmt = stmt.order_by(ReceiptRow.timestamp.desc(), ReceiptRow.id.desc()).limit(limit)
     return [to_receipt(row) for row in (await session.execute(stmt)).scalars()]
+
+
+async def insert_with_outcome(
+    session: AsyncSession, receipt: Receipt, outcome: OutcomeEvent
+) -> bool:
+    """``insert_receipt``, and with a new receipt its outcome event, in one statement."""
+    params = {f"r_{k}": v for k, v in receipt.model_dump(mode="python").items()}
+    params.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
+    inserted = await session.execute(_INSERT_WITH_OUTCOME, params)
+    return inserted.scalar_one_or_none() is not None
 
 
 async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> None:

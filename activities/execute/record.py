@@ -22,7 +22,7 @@ from schemas.names import RECORD_OUTCOME, RECORD_RUN
 from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
-from store import budgets, idempotency, outputs, receipts
+from store import budgets, outputs, receipts
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
 
@@ -92,11 +92,12 @@ class RecordStep:
             chain = await start_chain(
                 session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
             )
-            if not await receipts.insert_receipt(session, receipt):
+            if not await receipts.insert_with_outcome(
+                session, receipt, _outcome_event(inp, receipt)
+            ):
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
                 return stored, False
-            await receipts.insert_outcome_event(session, _outcome_event(inp, receipt))
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.ref.is_synthetic:
@@ -133,12 +134,14 @@ class RecordStep:
         kept = inp.kept()
         if kept is None:
             return
-        claim = await idempotency.find_claim_by_receipt(
-            session, inp.ref.tenant_id, inp.ref.receipt_id
-        )
-        expires_at = claim.expires_at if claim is not None else now + DEFAULT_OUTPUT_WINDOW
         await outputs.keep(
-            session, self._sealer, inp.ref.tenant_id, inp.ref.receipt_id, kept, expires_at
+            session,
+            self._sealer,
+            inp.ref.tenant_id,
+            inp.ref.receipt_id,
+            kept,
+            now + DEFAULT_OUTPUT_WINDOW,
+            claimed_key=inp.ref.idempotency_key,
         )
 
 
