@@ -111,7 +111,7 @@ def witness_once(settings: MoatSettings, log: Verifier, key: WitnessKey, state: 
         return f"{checkpoint.origin} size {checkpoint.size}: already cosigned, nothing new"
     line = cosign(body, key.name, key.key, int(time.time()))
     tenant_api.call(
-        settings, "POST", "/v1/log/cosignatures", body={"size": checkpoint.size, "line": line}
+        settings, "POST", "/v1/log/cosignatures", body={"size": checkpoint.size, "line": line, "vkey": key.vkey}
     )
     write_state(state, known, checkpoint, body)
     return f"{checkpoint.origin} size {checkpoint.size}: cosigned as {key.name}"
@@ -141,7 +141,7 @@ def witness(
     url: Annotated[str | None, typer.Option("--url", help="The gateway's address.")] = None,
     api_key: Annotated[
         str | None,
-        typer.Option("--api-key", help="A key of the tenant with log:read and log:witness."),
+        typer.Option("--api-key", help="A key of the tenant with log:read and log:cosign."),
     ] = None,
     log_vkey: Annotated[
         str | None, typer.Option("--log-vkey", help="The log's verifier key (GET /v1/log/key).")

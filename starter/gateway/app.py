@@ -53,6 +53,7 @@ from starter.gateway.routes import (
 from starter.gateway.routes import plans as plan_routes
 from starter.gateway.routes import policy as policy_routes
 from starter.gateway.routes import quotas as quota_routes
+from starter.gateway.routes import log_entries as log_entry_routes
 from starter.runtime import observability
 from starter.runtime.loop import settle_heap
 from starter.runtime.temporal import connect
@@ -256,6 +257,7 @@ def create_app(
             trust.router,
             trust.admin_router,
             evidence.router,
+            log_entry_routes.router,
             webhooks.router,
             dead_letters.router,
             quota_routes.router,
