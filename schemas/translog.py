@@ -36,6 +36,11 @@ Cosignatures (C2SP tlog-cosignature, cosignature/v1)
     ``verify_cosignature(body, line, verifier) -> timestamp`` (raises ``NoteError``),
     ``cosignatures_by(note, verifier)``: the timestamps of that witness's valid lines.
 
+Growing a tree (the sequencer)
+    ``frontier(size)``: the maximal complete subtrees covering [0, size);
+    ``extend(old_size, old_frontier_hashes, new_leaf_hashes)``: every subtree completed by
+    appending; ``root_from_frontier(size, hashes)``.
+
 Hex for URLs and JSON: ``to_hex`` / ``from_hex`` (64 lowercase characters for a hash).
 """
 
@@ -449,3 +454,45 @@ def _b64decode(text: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise NoteError("not standard base64") from exc
+
+
+# --- growing a tree by complete subtrees ------------------------------------------------
+
+
+def frontier(size: int) -> list[tuple[int, int]]:
+    """The maximal complete subtrees ``(level, idx)`` covering leaves [0, size), left to
+    right: the only nodes of a tree that a larger tree's new nodes build on."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for level in reversed(range(size.bit_length())):
+        if size >> level & 1:
+            out.append((level, start >> level))
+            start += 1 << level
+    return out
+
+
+def extend(
+    old_size: int, old_frontier: dict[tuple[int, int], bytes], leaves: Sequence[bytes]
+) -> dict[tuple[int, int], bytes]:
+    """Every complete subtree that appending the leaf hashes ``leaves`` to a tree of
+    ``old_size`` completes (level 0 included), given the hashes of ``frontier(old_size)``."""
+    new_size = old_size + len(leaves)
+    made = {(0, old_size + k): h for k, h in enumerate(leaves)}
+    level = 1
+    while new_size >> level:
+        for j in range(old_size >> level, new_size >> level):
+            left = made.get((level - 1, 2 * j)) or old_frontier[(level - 1, 2 * j)]
+            made[(level, j)] = node_hash(left, made[(level - 1, 2 * j + 1)])
+        level += 1
+    return made
+
+
+def root_from_frontier(size: int, hashes: dict[tuple[int, int], bytes]) -> bytes:
+    """The root of a tree of ``size`` leaves from the hashes of ``frontier(size)``."""
+    nodes = frontier(size)
+    if not nodes:
+        return EMPTY_ROOT
+    root = hashes[nodes[-1]]
+    for node in reversed(nodes[:-1]):
+        root = node_hash(hashes[node], root)
+    return root

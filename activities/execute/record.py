@@ -21,7 +21,7 @@ from schemas.names import RECORD_OUTCOME
 from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import RecordInput
 from schemas.webhooks import execution_dead_letter_id
-from store import budgets, idempotency, outputs, receipts
+from store import budgets, idempotency, outputs, receipts, translog
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
 
@@ -76,6 +76,7 @@ class RecordStep:
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
                 return stored
+            await translog.append_receipt(session, receipt)
             await receipts.insert_outcome_event(
                 session,
                 OutcomeEvent(

@@ -210,3 +210,20 @@ def test_hex_helpers() -> None:
     for bad in ("ab", LEAVES[1].hex().upper(), "zz" * 32):
         with pytest.raises(t.NoteError):
             t.from_hex(bad)
+
+
+def test_extending_a_tree_builds_every_complete_subtree() -> None:
+    for old in range(0, 40):
+        for new in range(old, 48):
+            front = {node: complete(*node) for node in t.frontier(old)}
+            made = t.extend(old, front, LEAVES[old:new])
+            expected = {
+                (level, j)
+                for level in range(7)
+                for j in range(new >> level)
+                if (j + 1) << level > old
+            }
+            assert set(made) == expected
+            assert all(made[node] == complete(*node) for node in made)
+            everything = {**front, **made}
+            assert t.root_from_frontier(new, everything) == mth(LEAVES[:new])
