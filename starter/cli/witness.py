@@ -111,7 +111,10 @@ def witness_once(settings: MoatSettings, log: Verifier, key: WitnessKey, state: 
         return f"{checkpoint.origin} size {checkpoint.size}: already cosigned, nothing new"
     line = cosign(body, key.name, key.key, int(time.time()))
     tenant_api.call(
-        settings, "POST", "/v1/log/cosignatures", body={"size": checkpoint.size, "line": line, "vkey": key.vkey}
+        settings,
+        "POST",
+        "/v1/log/cosignatures",
+        body={"size": checkpoint.size, "line": line, "vkey": key.vkey},
     )
     write_state(state, known, checkpoint, body)
     return f"{checkpoint.origin} size {checkpoint.size}: cosigned as {key.name}"

@@ -50,10 +50,10 @@ from starter.gateway.routes import (
     webhooks,
     whoami,
 )
+from starter.gateway.routes import log_entries as log_entry_routes
 from starter.gateway.routes import plans as plan_routes
 from starter.gateway.routes import policy as policy_routes
 from starter.gateway.routes import quotas as quota_routes
-from starter.gateway.routes import log_entries as log_entry_routes
 from starter.runtime import observability
 from starter.runtime.loop import settle_heap
 from starter.runtime.temporal import connect

@@ -46,6 +46,4 @@ async def list_entries(
     if since is not None and start is None:
         first = await log_entries.start_since(session, caller.tenant_id, since, size)
     store = ManifestStore(deps_of(request).settings.manifests_dir)
-    return await log_entries.entries_page(
-        session, store, caller.tenant_id, size, first, limit
-    )
+    return await log_entries.entries_page(session, store, caller.tenant_id, size, first, limit)
