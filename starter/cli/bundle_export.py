@@ -17,6 +17,12 @@ from schemas.settings import MoatSettings
 from schemas.translog import NoteError, parse_checkpoint, parse_vkey, split_note
 
 PAGE = 200
+HINTS = {
+    "log_checkpoint_not_found": "the log has no checkpoint yet: wait for its schedule, or an "
+    "operator runs `moat log checkpoint`",
+    "scope_missing": "the key needs log:read and outputs:read: moat api-key create TENANT "
+    "--scope log:read --scope outputs:read",
+}
 README = """\
 An evidence bundle of a Moat tenant's transparency log (docs/transparency-log.md).
 
@@ -73,7 +79,7 @@ def write_keys(settings: MoatSettings, out: Path, witnesses: list[str]) -> str:
     """The checkpoint, log.vkey, witnesses/, jwks.json and README.txt; the checkpoint."""
     from starter.cli import tenant_api
 
-    note = tenant_api.request(settings, "GET", "/v1/log/checkpoint").text
+    note = tenant_api.request(settings, "GET", "/v1/log/checkpoint", hints=HINTS).text
     vkey = tenant_api.request(settings, "GET", "/v1/log/key").text.strip()
     jwks = tenant_api.request(settings, "GET", "/.well-known/jwks.json").content
     _write(out / "checkpoint", note)

@@ -57,7 +57,11 @@ def export(
         task = progress.add_task("leaves", total=size - (start.size or 0))
         while True:
             page = tenant_api.call(
-                settings, "GET", "/v1/log/entries", params=params | {"limit": bundle_export.PAGE}
+                settings,
+                "GET",
+                "/v1/log/entries",
+                params=params | {"limit": bundle_export.PAGE},
+                hints=bundle_export.HINTS,
             )
             for entry in page["entries"]:
                 bundle_export.write_entry(out_dir, lines, entry)

@@ -44,6 +44,10 @@ witness_app = typer.Typer(
     help="Witness a tenant's log: cosign each checkpoint consistent with the last one.",
 )
 
+HINTS = {
+    "log_checkpoint_not_found": "the log has no checkpoint yet: wait for its schedule",
+    "scope_missing": "the witness's key needs log:read and log:cosign",
+}
 REFUSED_HINT = (
     "the log showed a checkpoint that does not extend the one this witness cosigned: keep "
     "this output as evidence and tell the log's operator and its auditors"
@@ -88,7 +92,7 @@ def witness_once(settings: MoatSettings, log: Verifier, key: WitnessKey, state: 
     """One round: fetch, verify, cosign, post, then keep the new state. What it did."""
     from starter.cli import tenant_api
 
-    note = tenant_api.request(settings, "GET", "/v1/log/checkpoint").text
+    note = tenant_api.request(settings, "GET", "/v1/log/checkpoint", hints=HINTS).text
     try:
         body = verify_note(note, log)
         checkpoint = parse_checkpoint(body)
