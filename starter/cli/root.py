@@ -72,6 +72,8 @@ COMMANDS = (
     Lazy("manifest", "starter.cli.manifests:manifest_app",
          "Fetch, verify and inspect run manifests."),
     Lazy("signing-key", "starter.cli.signing_keys:signing_key_app", "Manifest signing keys."),
+    Lazy("log", "starter.cli.log:log_app",
+         "The tenants' transparency logs: checkpoint them now."),
     Lazy("webhook", "starter.cli.webhooks:webhook_app",
          "Webhook subscriptions (signed deliveries); listen for them locally."),
     Lazy("dlq", "starter.cli.dead_letters:dlq_app", "Dead letters: list, show, requeue, resolve."),
