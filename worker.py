@@ -24,6 +24,7 @@ from activities import (
     CancelSweep,
     DeliveryActivities,
     HostGuard,
+    LogActivities,
     ManifestActivities,
     PartitionActivities,
     PlanActivities,
@@ -56,6 +57,7 @@ from workflows.partitions import OutcomePartitions
 from workflows.plan import ExecutePlan
 from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
+from workflows.translog import LogCheckpoint
 from workflows.trust import RefreshTrust
 
 
@@ -133,6 +135,7 @@ def build_worker(
     alerts = AlertActivities(sessions, catalog, start_keys, settings)
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
+    log = LogActivities(sessions, settings)
     cancels = CancelSweep(sessions, client)
     probes = ProbeActivities(sessions, catalog, start_keys, settings.local_activities)
     plans = PlanActivities(sessions, start_keys, sealer, catalog, store, signing)
@@ -150,6 +153,7 @@ def build_worker(
             SweepCancelledRuns,
             AnnounceApproval,
             AnnounceAlert,
+            LogCheckpoint,
         ],
         activities=[
             policy_step.check_policy,
@@ -171,6 +175,7 @@ def build_worker(
             cancels.sweep_cancelled,
             announce.prepare_announcement,
             alerts.prepare_alert,
+            log.log_checkpoint,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

@@ -22,11 +22,12 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas import translog
 from schemas.canonical import canonical_bytes
 from schemas.records import Receipt
+from store import tenancy
 from store.db import table_of
 from store.models import LogLeafRow
 
@@ -332,3 +333,37 @@ async def cosignature_lines(session: AsyncSession, tenant_id: str, size: int) ->
         {"t": tenant_id, "size": size},
     )
     return [row.line for row in rows]
+
+
+# --- the checkpoint job -----------------------------------------------------------------
+
+
+async def checkpoint_tenant(
+    sessions: async_sessionmaker[AsyncSession],
+    tenant_id: str,
+    origin: str,
+    key: Ed25519PrivateKey,
+    batch: int = 10_000,
+) -> tuple[int, StoredCheckpoint | None]:
+    """Sequence all of a tenant's waiting leaves, ``batch`` per transaction, and sign a
+    checkpoint in the last one if the tree grew; returns how many leaves were sequenced and
+    the new checkpoint. Owns its transactions (a job's boundary, as ``tenant_transaction``)."""
+    async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+        current = await head(session, tenant_id)
+        latest = await latest_checkpoint(session, tenant_id)
+        pending = (await session.execute(_HAS_PENDING, {"t": tenant_id})).scalar_one()
+    if not pending and current.size == (latest.size if latest is not None else 0):
+        return 0, None
+    start = current.size
+    while True:
+        async with tenancy.tenant_transaction(sessions, tenant_id) as session:
+            before = current.size
+            current = await sequence(session, tenant_id, batch)
+            if current.size - before < batch:
+                signed = await sign_checkpoint(session, tenant_id, origin, key)
+                return current.size - start, signed
+
+
+_HAS_PENDING = text(
+    "SELECT EXISTS (SELECT 1 FROM log_leaves WHERE tenant_id = :t AND leaf_index IS NULL)"
+)

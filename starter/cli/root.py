@@ -72,6 +72,8 @@ COMMANDS = (
     Lazy("manifest", "starter.cli.manifests:manifest_app",
          "Fetch, verify and inspect run manifests."),
     Lazy("signing-key", "starter.cli.signing_keys:signing_key_app", "Manifest signing keys."),
+    Lazy("log", "starter.cli.log:log_app",
+         "The tenants' transparency logs: checkpoint them now."),
     Lazy("evidence", "starter.cli.evidence:evidence_app",
          "Export the tenant's transparency log as a bundle; verify a bundle offline."),
     Lazy("witness", "starter.cli.witness:witness_app",
