@@ -77,7 +77,7 @@ def read_key(path: Path) -> WitnessKey:
         text = path.read_text().strip()
     except OSError as exc:
         raise WitnessFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    parts = text.removeprefix(KEY_PREFIX).split("+") if text.startswith(KEY_PREFIX) else []
+    parts = text.removeprefix(KEY_PREFIX).split("+", 2) if text.startswith(KEY_PREFIX) else []
     try:
         name, hash_hex, encoded = parts
         raw = base64.b64decode(encoded, validate=True)
