@@ -4,6 +4,7 @@ each problem, 2 when the bundle cannot be read as one."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,7 +106,7 @@ def verify(
     summary = {
         "origin": report.checkpoint.origin,
         "tree size": report.checkpoint.size,
-        "root": report.checkpoint.root.hex(),
+        "root": base64.b64encode(report.checkpoint.root).decode(),
         "entries": f"{report.entries} from leaf {report.first}",
         "manifests": report.manifests,
         "receipts": report.receipts,
