@@ -107,7 +107,7 @@ def verify(
         "origin": report.checkpoint.origin,
         "tree size": report.checkpoint.size,
         "root": base64.b64encode(report.checkpoint.root).decode(),
-        "entries": f"{report.entries} from leaf {report.first}",
+        "entries": f"{report.entries} from leaf {report.first}" if report.entries else "0",
         "manifests": report.manifests,
         "receipts": report.receipts,
         "expired by retention": report.expired,

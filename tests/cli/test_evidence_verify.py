@@ -103,3 +103,11 @@ def test_a_checkpoint_of_another_key_or_history_is_refused(tmp_path: Path) -> No
 
 def _digest(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
+
+
+def test_a_bundle_with_nothing_since_verifies_its_checkpoint_alone(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path)
+    (bundle / "entries.jsonl").write_text("")
+    code, said = _verify(bundle)
+    assert code == 0, said
+    assert "from leaf" not in said and "tree size            │ 6" in said

@@ -99,7 +99,7 @@ async def _fork(log: Log, real: str, entries: list[dict[str, object]]) -> str:
     return translog.sign_note(body, checkpoint.origin, await _log_key(log))
 
 
-async def _export(since: int, out: Path) -> None:
+async def _export(since: int | str, out: Path) -> None:
     done = await _invoke(["evidence", "export", "--since", str(since), str(out)])
     assert done.exit_code == 0, done.output
 
@@ -123,6 +123,9 @@ async def test_export_verifies_and_each_tampering_is_detected(log: Log, tmp_path
     await _export(0, whole)
     await _export(earlier, recent)
     assert [e["index"] for e in _entries(whole)] == list(range(size))
+    since_then = tmp_path / "since-then"
+    await _export("2000-01-01T00:00:00Z", since_then)
+    assert _entries(since_then) == _entries(whole)
     assert (recent / "consistency.json").exists()
     for bundle in (whole, recent):
         verified = await _verify(bundle)
