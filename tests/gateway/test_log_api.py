@@ -109,7 +109,9 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
         t.leaf_hash(second_leaf.digest), included["leaf_index"], 4, path, cp4.root
     )
     too_big = await get(stack, "/v1/log/proof/consistency", key, **{"from": 2, "to": 5})
-    assert too_big.json()["error"]["code"] == "log_size_invalid"
+    assert too_big.json()["error"]["code"] == "log_size_not_found"
+    backwards = await get(stack, "/v1/log/proof/consistency", key, **{"from": 4, "to": 2})
+    assert backwards.json()["error"]["code"] == "log_size_invalid"
 
     # A witness cosigns; its line is served after the log's signature.
     witness = Ed25519PrivateKey.generate()
@@ -140,7 +142,7 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
     assert (await get(stack, "/v1/log/checkpoint", other)).status_code == 404
     assert (await get(stack, f"/v1/executions/{rid}/manifest/proof", other)).status_code == 404
     leaked = await get(stack, "/v1/log/proof/inclusion", other, leaf=proved["leaf"], size=2)
-    assert leaked.json()["error"]["code"] == "log_size_invalid"
+    assert leaked.json()["error"]["code"] == "log_size_not_found"
     assert t.parse_vkey((await get(stack, "/v1/log/key", other)).text).name.endswith(other_tenant)
     # A key without the log's read scope.
     assert (await get(stack, "/v1/log/checkpoint", stack.api_key)).status_code == 403
