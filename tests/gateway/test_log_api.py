@@ -51,15 +51,16 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
         assert logged is not None and logged.index is None
         # The leaf is the receipt as stored, read back: its RFC 8785 bytes' SHA-256.
         assert logged.digest == hashlib.sha256(log_store.receipt_bytes(receipt)).digest()
-        unlogged = await session.execute(
-            text(
-                "SELECT count(*) FROM receipts r WHERE r.tenant_id = :t AND NOT EXISTS "
-                "(SELECT 1 FROM log_leaves l WHERE l.tenant_id = r.tenant_id "
-                "AND l.kind = 'receipt' AND l.ref_id = r.id)"
-            ),
-            {"t": stack.tenant_id},
-        )
-        assert unlogged.scalar_one() == 0
+        for table, kind in (("receipts", "receipt"), ("manifests", "manifest")):
+            unlogged = await session.execute(
+                text(
+                    f"SELECT count(*), count(l.ref_id) FROM {table} r LEFT JOIN log_leaves l "
+                    "ON l.tenant_id = r.tenant_id AND l.kind = :k AND l.ref_id = r.id "
+                    "WHERE r.tenant_id = :t"
+                ),
+                {"t": stack.tenant_id, "k": kind},
+            )
+            assert tuple(unlogged.one()) == (1, 1)
     pending = await get(stack, f"/v1/executions/{rid}/manifest/proof", key)
     assert pending.status_code == 409
     assert pending.json()["error"]["code"] == "log_leaf_not_checkpointed"
