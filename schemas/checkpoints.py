@@ -45,7 +45,7 @@ class LogEntry(BaseModel):
 
 
 class CosignatureIn(BaseModel):
-    size: int = Field(ge=1, description="The size of the checkpoint cosigned.")
+    size: int = Field(ge=1, le=2**62, description="The size of the checkpoint cosigned.")
     line: str = Field(
         max_length=1000,
         description="The witness's cosignature line (cosignature/v1): "

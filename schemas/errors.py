@@ -66,7 +66,8 @@ class ErrorCode(StrEnum):
     COMPENSATING_ACTION_NOT_FOUND = "compensating_action_not_found"
     LOG_CHECKPOINT_NOT_FOUND = "log_checkpoint_not_found"
     LOG_LEAF_NOT_FOUND = "log_leaf_not_found"
-    # The transparency log: a tree size it does not have yet, a leaf not yet in a
+    LOG_SIZE_NOT_FOUND = "log_size_not_found"
+    # The transparency log: sizes asked in the wrong order, a leaf not yet in a
     # checkpoint, a cosignature that does not verify.
     LOG_SIZE_INVALID = "log_size_invalid"
     LOG_LEAF_NOT_CHECKPOINTED = "log_leaf_not_checkpointed"

@@ -295,7 +295,7 @@ def key_hash(name: str, algorithm: int, public_key: bytes) -> bytes:
 
 
 def _check_name(name: str) -> None:
-    if not name or any(c.isspace() or c == "+" for c in name):
+    if not name or any(c.isspace() or c == "+" or not c.isprintable() for c in name):
         raise NoteError(f"key name {name!r} must be non-empty, without spaces or '+'")
 
 

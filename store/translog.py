@@ -58,6 +58,22 @@ async def append(
     await session.execute(_APPEND, params)
 
 
+# ``append`` as driver SQL, for a transaction that sends its statements in one round trip
+# (``store.db.pipelined``).
+APPEND_SQL = (
+    "INSERT INTO log_leaves (tenant_id, kind, ref_id, digest) "
+    "VALUES (%(tenant_id)s, %(kind)s, %(ref_id)s, %(digest)s) "
+    "ON CONFLICT (tenant_id, kind, ref_id) DO NOTHING"
+)
+
+
+def receipt_append(receipt: Receipt) -> tuple[str, dict[str, Any]]:
+    """The receipt's ``append`` as a pipelined statement: (driver SQL, parameters)."""
+    digest = hashlib.sha256(receipt_bytes(receipt)).digest()
+    params = {"tenant_id": receipt.tenant_id, "kind": "receipt", "ref_id": receipt.id}
+    return APPEND_SQL, {**params, "digest": digest}
+
+
 async def append_receipt(session: AsyncSession, receipt: Receipt) -> None:
     """``append`` the receipt as it is recorded."""
     digest = hashlib.sha256(receipt_bytes(receipt)).digest()

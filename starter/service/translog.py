@@ -81,7 +81,7 @@ async def _check_sizes(session: AsyncSession, tenant_id: str, *sizes: int) -> No
     head = await translog.head(session, tenant_id)
     if any(not 0 <= size <= head.size for size in sizes):
         raise MoatError(
-            ErrorCode.LOG_SIZE_INVALID,
+            ErrorCode.LOG_SIZE_NOT_FOUND,
             f"The log has {head.size} leaves: ask for tree sizes from 0 to {head.size} "
             "(a checkpoint's size).",
             {"tree_size": head.size},

@@ -51,15 +51,16 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
         assert logged is not None and logged.index is None
         # The leaf is the receipt as stored, read back: its RFC 8785 bytes' SHA-256.
         assert logged.digest == hashlib.sha256(log_store.receipt_bytes(receipt)).digest()
-        unlogged = await session.execute(
-            text(
-                "SELECT count(*) FROM receipts r WHERE r.tenant_id = :t AND NOT EXISTS "
-                "(SELECT 1 FROM log_leaves l WHERE l.tenant_id = r.tenant_id "
-                "AND l.kind = 'receipt' AND l.ref_id = r.id)"
-            ),
-            {"t": stack.tenant_id},
-        )
-        assert unlogged.scalar_one() == 0
+        for table, kind in (("receipts", "receipt"), ("manifests", "manifest")):
+            unlogged = await session.execute(
+                text(
+                    f"SELECT count(*), count(l.ref_id) FROM {table} r LEFT JOIN log_leaves l "
+                    "ON l.tenant_id = r.tenant_id AND l.kind = :k AND l.ref_id = r.id "
+                    "WHERE r.tenant_id = :t"
+                ),
+                {"t": stack.tenant_id, "k": kind},
+            )
+            assert tuple(unlogged.one()) == (1, 1)
     pending = await get(stack, f"/v1/executions/{rid}/manifest/proof", key)
     assert pending.status_code == 409
     assert pending.json()["error"]["code"] == "log_leaf_not_checkpointed"
@@ -109,7 +110,9 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
         t.leaf_hash(second_leaf.digest), included["leaf_index"], 4, path, cp4.root
     )
     too_big = await get(stack, "/v1/log/proof/consistency", key, **{"from": 2, "to": 5})
-    assert too_big.json()["error"]["code"] == "log_size_invalid"
+    assert too_big.json()["error"]["code"] == "log_size_not_found"
+    backwards = await get(stack, "/v1/log/proof/consistency", key, **{"from": 4, "to": 2})
+    assert backwards.json()["error"]["code"] == "log_size_invalid"
 
     # A witness cosigns; its line is served after the log's signature.
     witness = Ed25519PrivateKey.generate()
@@ -140,7 +143,7 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
     assert (await get(stack, "/v1/log/checkpoint", other)).status_code == 404
     assert (await get(stack, f"/v1/executions/{rid}/manifest/proof", other)).status_code == 404
     leaked = await get(stack, "/v1/log/proof/inclusion", other, leaf=proved["leaf"], size=2)
-    assert leaked.json()["error"]["code"] == "log_size_invalid"
+    assert leaked.json()["error"]["code"] == "log_size_not_found"
     assert t.parse_vkey((await get(stack, "/v1/log/key", other)).text).name.endswith(other_tenant)
     # A key without the log's read scope.
     assert (await get(stack, "/v1/log/checkpoint", stack.api_key)).status_code == 403

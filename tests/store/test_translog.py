@@ -121,3 +121,26 @@ async def test_racing_sequencers_build_one_tree(
     assert [row.leaf_index for row in rows] == list(range(120)) and head.size == 120
     assert head.root == t.root_of([t.leaf_hash(row.digest) for row in rows])
     assert nodes == sum(120 >> level for level in range(7))
+
+
+async def test_pipelined_append_is_the_same_leaf(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    from datetime import UTC, datetime
+
+    from schemas.records import ExecutionStatus, Receipt
+    from store import db
+
+    tenant = await new_tenant(sessions)
+    receipt = Receipt(
+        id=str(uuid.uuid4()), capability_id="c", capability_version="1", adapter_id="a",
+        tenant_id=tenant, connection_id="", request_id="q", timestamp=datetime.now(UTC),
+        latency_ms=1, idempotency_key="k", input_hash="h", status=ExecutionStatus.SUCCESS,
+        policy_decision_id="p", workflow_id="w", run_id="r", trace_id="t",
+    )  # fmt: skip
+    async with tenancy.tenant_transaction(app_sessions, tenant) as session:
+        await db.pipelined(session, [translog.receipt_append(receipt)] * 2)
+        await translog.append_receipt(session, receipt)
+        leaf = await translog.leaf_of(session, tenant, "receipt", receipt.id)
+    assert leaf is not None
+    assert leaf.digest == hashlib.sha256(translog.receipt_bytes(receipt)).digest()

@@ -75,7 +75,7 @@ async def checkpoint_of_size(
     "/v1/log/proof/inclusion",
     summary="Inclusion proof of a leaf in a tree size",
     response_model=InclusionProof,
-    responses=documented_errors(400, 401, 403, 404, 422, 500),
+    responses=documented_errors(401, 403, 404, 422, 500),
     dependencies=[needs(LOG_READ)],
 )
 async def inclusion_proof(
@@ -87,7 +87,7 @@ async def inclusion_proof(
     size: Size,
 ) -> InclusionProof:
     """RFC 9162 2.1.3: the path from the leaf (hashed as `SHA-256(0x00 || leaf)`) to the
-    root of the tree of `size`. A size beyond the log's: `400 log_size_invalid`."""
+    root of the tree of `size`. A size beyond the log's: `404 log_size_not_found`."""
     return await translog.inclusion(session, caller.tenant_id, leaf, size)
 
 
@@ -95,7 +95,7 @@ async def inclusion_proof(
     "/v1/log/proof/consistency",
     summary="Consistency proof between two tree sizes",
     response_model=ConsistencyProof,
-    responses=documented_errors(400, 401, 403, 422, 500),
+    responses=documented_errors(400, 401, 403, 404, 422, 500),
     dependencies=[needs(LOG_READ)],
 )
 async def consistency_proof(
@@ -113,7 +113,7 @@ async def consistency_proof(
     "/v1/log/leaves",
     summary="The log's leaves in index order",
     response_model=list[LogEntry],
-    responses=documented_errors(400, 401, 403, 422, 500),
+    responses=documented_errors(400, 401, 403, 404, 422, 500),
     dependencies=[needs(LOG_READ)],
 )
 async def leaves(
