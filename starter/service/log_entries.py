@@ -101,10 +101,17 @@ async def entries_page(
 ) -> LogEntriesPage:
     """Leaves [start, start + limit) of the tree of ``size``, objects and proofs."""
     head = await log_store.head(session, tenant_id)
-    if not 0 <= start <= size <= head.size:
+    if size > head.size:
+        raise MoatError(
+            ErrorCode.LOG_SIZE_NOT_FOUND,
+            f"The log has {head.size} leaves: ask for tree sizes from 0 to {head.size} "
+            "(a checkpoint's size).",
+            {"tree_size": head.size},
+        )
+    if not 0 <= start <= size:
         raise MoatError(
             ErrorCode.LOG_SIZE_INVALID,
-            f"No tree of size {size} from leaf {start}: the log has {head.size} leaves.",
+            f"Leaf {start} is not in the tree of size {size}: start from 0 to {size}.",
         )
     end = min(size, start + min(limit, MAX_PAGE))
     leaves = await log_store.leaves(session, tenant_id, start, end)

@@ -51,9 +51,11 @@ async def test_objects_proofs_and_why_an_object_is_gone(
         page = await log_entries.entries_page(session, store, tenant, 3, 1, 1)
         assert page.next == 2 and [e.index for e in page.entries] == [1]
         page = await log_entries.entries_page(session, store, tenant, 3, 0, 10)
-        with pytest.raises(MoatError) as refused:
+        with pytest.raises(MoatError) as beyond:
             await log_entries.entries_page(session, store, tenant, 4, 0, 10)
-    assert refused.value.code == "log_size_invalid"
+        with pytest.raises(MoatError) as outside:
+            await log_entries.entries_page(session, store, tenant, 2, 3, 10)
+    assert (beyond.value.code, outside.value.code) == ("log_size_not_found", "log_size_invalid")
     assert page.next is None
     assert [(e.kind, e.id, e.object, e.missing) for e in page.entries] == [
         ("manifest", "m-expired", None, "expired by retention"),

@@ -23,7 +23,7 @@ router = APIRouter()
     tags=["log"],
     summary="Leaves of the tenant's log with their objects and inclusion proofs",
     response_model=log_entries.LogEntriesPage,
-    responses=documented_errors(400, 401, 403, 500),
+    responses=documented_errors(400, 401, 403, 404, 500),
     # The objects are the manifests themselves: what `outputs:read` guards elsewhere.
     dependencies=[needs(LOG_READ, OUTPUTS_READ)],
 )
