@@ -99,8 +99,8 @@ async def _fork(log: Log, real: str, entries: list[dict[str, object]]) -> str:
     return translog.sign_note(body, checkpoint.origin, await _log_key(log))
 
 
-async def _export(since: int | str, out: Path) -> None:
-    done = await _invoke(["evidence", "export", "--since", str(since), str(out)])
+async def _export(since: int | str, out: Path, *extra: str) -> None:
+    done = await _invoke(["evidence", "export", "--since", str(since), str(out), *extra])
     assert done.exit_code == 0, done.output
 
 
@@ -227,9 +227,11 @@ async def test_a_witness_refuses_a_fork_and_cosigns_an_extension(log: Log, tmp_p
     assert "\u2014 auditor-1 " in note
     assert json.loads(state.read_text())["origins"][origin]["size"] == second
     bundle = tmp_path / "bundle"
-    await _export(first, bundle)
+    await _export(first, bundle, "--witness", witness_vkey)
+    assert (bundle / "witnesses" / "auditor-1.vkey").read_text().strip() == witness_vkey
     trusted = await _verify(bundle, "--witness", witness_vkey, "--min-witnesses", "1")
     assert trusted.exit_code == 0, trusted.output
+    assert "auditor-1" in trusted.stdout
     assert independent(bundle, [witness_vkey], 1) == []
     untrusted = await _verify(bundle, "--min-witnesses", "1")
     assert untrusted.exit_code == 1 and "witnesses: 0 of 1 required" in untrusted.stdout
