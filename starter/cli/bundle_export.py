@@ -103,6 +103,8 @@ def size_of(note: str) -> int:
 def write_entry(out: Path, lines: IO[str], entry: dict[str, Any]) -> None:
     """One entry: its object file (when the store has it) and its entries.jsonl line."""
     kind, ident = entry["kind"], str(entry["id"])
+    if kind not in ("manifest", "receipt"):
+        raise ValueError(f"entry {entry['index']} is of no kind the log has: {kind!r}")
     line: dict[str, Any] = {"index": entry["index"], "kind": kind, "id": ident}
     line |= {"leaf": entry["leaf"], "object": None}
     if entry.get("object") is not None:

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
+from schemas.settings import MoatSettings
+from schemas.translog import NoteError, parse_vkey
 from starter.cli.identity import AsTenant, Local
 from starter.cli.output import AsJson, err, fail, out, print_json, usage
 from starter.devstack.ports import local_settings
+
+if TYPE_CHECKING:
+    from starter.cli.bundle_export import Since
 
 evidence_app = typer.Typer(
     no_args_is_help=True,
@@ -37,9 +42,7 @@ def export(
 ) -> None:
     """Write the bundle: the latest checkpoint, the keys, every leaf from --since with its
     object and inclusion proof, and from a size with a kept checkpoint, consistency.json."""
-    from rich.progress import Progress
-
-    from starter.cli import bundle_export, tenant_api
+    from starter.cli import bundle_export
 
     try:
         start = bundle_export.Since.parse(since)
@@ -47,11 +50,38 @@ def export(
         raise usage(
             str(exc), "e.g. --since 0, --since 1200, --since 2026-01-01T00:00:00Z"
         ) from None
+    for vkey in witness or []:
+        try:
+            parse_vkey(vkey)
+        except NoteError as exc:
+            raise usage(f"--witness {vkey}: {exc}", "pass the vkey the witness printed") from None
     if out_dir.exists() and any(out_dir.iterdir()):
         raise usage(f"{out_dir} is not empty", "export into a new directory")
     settings = local_settings()
-    note = bundle_export.write_keys(settings, out_dir, witness or [])
-    size = bundle_export.size_of(note)
+    try:
+        note = bundle_export.write_keys(settings, out_dir, witness or [])
+        size = bundle_export.size_of(note)
+        written = _write_entries(settings, out_dir, start, size)
+        with_proof = start.size is not None and bundle_export.consistency(
+            settings, out_dir, start.size, size
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise fail(
+            "export_failed",
+            f"the gateway's answer is not the log's: {exc}",
+            "check --url / MOAT_GATEWAY_URL names a Moat gateway, then export again",
+        ) from None
+    also = f", consistency from size {start.size}" if with_proof else ""
+    out.print(f"wrote {out_dir}: {written} leaves of a tree of {size}{also}", highlight=False)
+    out.print(f"verify it: moat evidence verify {out_dir}", highlight=False, soft_wrap=True)
+
+
+def _write_entries(settings: MoatSettings, out_dir: Path, start: Since, size: int) -> int:
+    """entries.jsonl and the objects, a page at a time, its progress on stderr."""
+    from rich.progress import Progress
+
+    from starter.cli import bundle_export, tenant_api
+
     params: dict[str, Any] = {"start": start.size, "since": start.time, "size": size}
     written = 0
     with (out_dir / "entries.jsonl").open("w") as lines, Progress(console=err) as progress:
@@ -69,14 +99,8 @@ def export(
             written += len(page["entries"])
             progress.update(task, completed=written)
             if page.get("next") is None:
-                break
+                return written
             params = {"start": page["next"], "size": size}
-    with_proof = start.size is not None and bundle_export.consistency(
-        settings, out_dir, start.size, size
-    )
-    also = f", consistency from size {start.size}" if with_proof else ""
-    out.print(f"wrote {out_dir}: {written} leaves of a tree of {size}{also}", highlight=False)
-    out.print(f"verify it: moat evidence verify {out_dir}", highlight=False, soft_wrap=True)
 
 
 @evidence_app.command("verify", cls=Local)
