@@ -82,12 +82,20 @@ def signed_checkpoint(note: str, log: Verifier, what: str, problems: list[str]) 
     return checkpoint
 
 
-def check_witnesses(note: str, vkeys: list[str], minimum: int, report: Report) -> None:
-    for vkey in vkeys:
-        witness = _vkey(vkey, f"--witness {vkey}")
+def check_witnesses(
+    bundle: Path, note: str, given: list[str], minimum: int, report: Report
+) -> None:
+    """Each given witness must have cosigned; without any given, the bundle's
+    ``witnesses/*.vkey`` count towards ``minimum``, none required of them alone."""
+    named = [(vkey, f"--witness {vkey}") for vkey in given]
+    if not given:
+        files = sorted((bundle / "witnesses").glob("*.vkey"))
+        named = [(_read(path), f"witnesses/{path.name}") for path in files]
+    for vkey, where in named:
+        witness = _vkey(vkey, where)
         if cosignatures_by(note, witness):
             report.witnesses.append(witness.name)
-        else:
+        elif given:
             report.problems.append(f"checkpoint: no valid cosignature of witness {witness.name}")
     if len(report.witnesses) < minimum:
         report.problems.append(
@@ -262,7 +270,7 @@ def verify_bundle(
     note = _read(bundle / "checkpoint")
     problems: list[str] = []
     report = Report(signed_checkpoint(note, log, "checkpoint", problems), problems)
-    check_witnesses(note, witnesses, minimum, report)
+    check_witnesses(bundle, note, witnesses, minimum, report)
     leaves = check_entries(bundle, report, _jwks(bundle))
     bundled = _bundled_consistency(bundle)
     earlier = _read(earlier_file) if earlier_file is not None else None

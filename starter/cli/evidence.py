@@ -112,7 +112,10 @@ def verify(
     ] = None,
     witness: Annotated[
         list[str] | None,
-        typer.Option("--witness", help="A trusted witness's vkey (repeatable)."),
+        typer.Option(
+            "--witness",
+            help="A trusted witness's vkey (repeatable). Default: the bundle's witnesses/*.vkey.",
+        ),
     ] = None,
     min_witnesses: Annotated[
         int, typer.Option("--min-witnesses", min=0, help="At least this many must cosign.")
@@ -135,7 +138,7 @@ def verify(
         "manifests": report.manifests,
         "receipts": report.receipts,
         "expired by retention": report.expired,
-        "witnesses": ", ".join(report.witnesses) or "none required",
+        "witnesses": ", ".join(report.witnesses) or "none",
         "consistent with": "-" if report.earlier is None else f"size {report.earlier}",
     }
     if as_json:

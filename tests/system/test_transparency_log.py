@@ -233,8 +233,14 @@ async def test_a_witness_refuses_a_fork_and_cosigns_an_extension(log: Log, tmp_p
     assert trusted.exit_code == 0, trusted.output
     assert "auditor-1" in trusted.stdout
     assert independent(bundle, [witness_vkey], 1) == []
-    untrusted = await _verify(bundle, "--min-witnesses", "1")
-    assert untrusted.exit_code == 1 and "witnesses: 0 of 1 required" in untrusted.stdout
+    assert (await _verify(bundle, "--min-witnesses", "1")).exit_code == 0  # the bundle's keys
+    other = translog.make_vkey(
+        "auditor-2", Ed25519PrivateKey.generate().public_key(), translog.ALG_COSIGNATURE_V1
+    )
+    untrusted = await _verify(bundle, "--witness", other, "--min-witnesses", "1")
+    assert untrusted.exit_code == 1
+    assert "checkpoint: no valid cosignature of witness auditor-2" in untrusted.stdout
+    assert "witnesses: 0 of 1 required cosignatures verify" in untrusted.stdout
 
 
 def _with(args: list[str], option: str, value: str) -> list[str]:
