@@ -107,10 +107,13 @@ _PENDING = text(
     "SELECT id, digest FROM log_leaves WHERE tenant_id = :t AND leaf_index IS NULL "
     "ORDER BY id LIMIT :n"
 )
+# The bounds and ``leaf_index IS NULL`` keep the scan of ``log_leaves`` to the waiting
+# leaves (their partial index), whatever the size of the tree.
 _NUMBER = text(
     "UPDATE log_leaves l SET leaf_index = u.i "
     "FROM unnest(CAST(:ids AS bigint[]), CAST(:idx AS bigint[])) AS u(id, i) "
-    "WHERE l.tenant_id = :t AND l.id = u.id"
+    "WHERE l.tenant_id = :t AND l.leaf_index IS NULL AND l.id BETWEEN :lo AND :hi "
+    "AND l.id = u.id"
 )
 _INSERT_NODES = text(
     "INSERT INTO log_nodes (tenant_id, level, idx, hash) SELECT :t, n.l, n.i, n.h "
@@ -135,7 +138,8 @@ async def sequence(session: AsyncSession, tenant_id: str, limit: int = 10_000) -
     new_size = old.size + len(pending)
     ids = [row.id for row in pending]
     indices = list(range(old.size, new_size))
-    await session.execute(_NUMBER, {"t": tenant_id, "ids": ids, "idx": indices})
+    numbering = {"t": tenant_id, "ids": ids, "idx": indices, "lo": ids[0], "hi": ids[-1]}
+    await session.execute(_NUMBER, numbering)
     known = await nodes(session, tenant_id, translog.frontier(old.size))
     made = translog.extend(old.size, known, [translog.leaf_hash(r.digest) for r in pending])
     await session.execute(
