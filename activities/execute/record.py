@@ -141,4 +141,5 @@ def _receipt(inp: RecordInput, now: datetime) -> Receipt:
         workflow_id=inp.ref.workflow_id,
         run_id=inp.ref.run_id,
         trace_id=inp.trace_id,
+        provider_evidence=inp.provider_evidence,
     )
