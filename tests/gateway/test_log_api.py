@@ -18,6 +18,7 @@ from starter.runtime.schedules import ensure_log_checkpoint_schedule
 from starter.service import translog as log_service
 from store import api_keys, receipts, tenancy
 from store import translog as log_store
+from tests.plans.support import post_plan
 from tests.support.stack import STACK_KEY_SCOPES, Stack
 
 READER = (*STACK_KEY_SCOPES, "log:read", "log:cosign")
@@ -151,6 +152,21 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
 
 async def test_checkpoint_workflow_and_schedule(stack: Stack) -> None:
     await stack.execute("demo.echo", {"log": "wf"}, key="log-wf")
+    # A plan of one step: the step's receipt and manifest, and the plan's own manifest.
+    plan = {"steps": [{"id": "a", "capability_id": "demo.echo", "input": {"n": 1}}]}
+    planned = await post_plan(stack, plan, key="log-plan")
+    assert planned.json()["status"] == "executed", planned.text
+    async with tenancy.tenant_transaction(stack.sessions, stack.tenant_id) as session:
+        for table, kind, rows in (("receipts", "receipt", 2), ("manifests", "manifest", 3)):
+            counted = await session.execute(
+                text(
+                    f"SELECT count(*), count(l.ref_id) FROM {table} r LEFT JOIN log_leaves l "
+                    "ON l.tenant_id = r.tenant_id AND l.kind = :k AND l.ref_id = r.id "
+                    "WHERE r.tenant_id = :t"
+                ),
+                {"t": stack.tenant_id, "k": kind},
+            )
+            assert tuple(counted.one()) == (rows, rows)
     report = await stack.client.execute_workflow(
         LOG_CHECKPOINT_WORKFLOW,
         LogCheckpointInput(tenant_id=stack.tenant_id),
@@ -158,7 +174,7 @@ async def test_checkpoint_workflow_and_schedule(stack: Stack) -> None:
         task_queue=stack.settings.task_queue,
         result_type=LogCheckpointReport,
     )
-    assert (report.tenants, report.sequenced, report.checkpoints) == (1, 2, 1)
+    assert (report.tenants, report.sequenced, report.checkpoints) == (1, 5, 1)
     schedule_id = await ensure_log_checkpoint_schedule(stack.client, stack.settings)
     assert await ensure_log_checkpoint_schedule(stack.client, stack.settings) == schedule_id
     await stack.client.get_schedule_handle(schedule_id).delete()
