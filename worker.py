@@ -25,6 +25,7 @@ from activities import (
     CancelSweep,
     DeliveryActivities,
     HostGuard,
+    LogActivities,
     ManifestActivities,
     PartitionActivities,
     PlanActivities,
@@ -57,6 +58,7 @@ from workflows.partitions import OutcomePartitions
 from workflows.plan import ExecutePlan
 from workflows.probe import RunProbe
 from workflows.retention import ManifestRetention
+from workflows.translog import LogCheckpoint
 from workflows.trust import RefreshTrust
 
 
@@ -134,6 +136,7 @@ def build_worker(
     alerts = AlertActivities(sessions, catalog, start_keys, settings)
     partitions = PartitionActivities(sessions)
     trust = TrustActivities(sessions)
+    log = LogActivities(sessions, settings)
     cancels = CancelSweep(sessions, client)
     probes = ProbeActivities(sessions, catalog, start_keys, settings.local_activities)
     plans = PlanActivities(sessions, start_keys, sealer, catalog, store, signing)
@@ -151,6 +154,7 @@ def build_worker(
             SweepCancelledRuns,
             AnnounceApproval,
             AnnounceAlert,
+            LogCheckpoint,
         ],
         activities=[
             policy_step.check_policy,
@@ -173,6 +177,7 @@ def build_worker(
             cancels.sweep_cancelled,
             announce.prepare_announcement,
             alerts.prepare_alert,
+            log.log_checkpoint,
         ],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,

@@ -28,6 +28,7 @@ from activities.partitions import PartitionActivities
 from activities.plans import PlanActivities
 from activities.probes import ProbeActivities
 from activities.retention import RetentionActivities
+from activities.translog import LogActivities
 from activities.trust import TrustActivities
 from activities.webhooks import DeliveryActivities
 
@@ -46,6 +47,7 @@ __all__ = [
     "GithubRateLimitAdapter",
     "HostGuard",
     "HttpAdapter",
+    "LogActivities",
     "ManifestActivities",
     "PartitionActivities",
     "PlanActivities",

@@ -36,7 +36,7 @@ from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
 from store import events as event_log
-from store import manifests, tenancy
+from store import manifests, tenancy, translog
 from store.keyrings.signing import Keyring, sign_manifest
 from store.manifests import ManifestStore
 from store.models import ManifestRow
@@ -249,9 +249,10 @@ async def _index(
     alg: str,
 ) -> None:
     receipt = inp.receipt
+    manifest_id = str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}"))
     inserted = await manifests.index(
         session,
-        id=str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}")),
+        id=manifest_id,
         tenant_id=receipt.tenant_id,
         receipt_id=receipt.id,
         run_id=inp.run_id,
@@ -264,6 +265,7 @@ async def _index(
     )
     if not inserted:
         return
+    await translog.append_manifest(session, receipt.tenant_id, manifest_id, digest)
     if inp.replayed:
         chain.add(
             EventType.RUN_REPLAYED,

@@ -58,7 +58,7 @@ from schemas.records import Decision, ExecutionStatus, PolicyMode, Receipt, Rule
 from schemas.redaction import redact, redacted_hash
 from schemas.run import ExecuteWorkflowInput, workflow_id_for
 from schemas.start import START_NOT_SIGNED, PlanClaims
-from store import approvals, idempotency, manifests, outputs, plans, receipts, tenancy
+from store import approvals, idempotency, manifests, outputs, plans, receipts, tenancy, translog
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
 from store.keyrings.signing import Keyring, sign_manifest
@@ -363,11 +363,12 @@ class PlanActivities:
         )
         path, digest = await asyncio.to_thread(self._store.write_or_get, manifest)
         signature = manifest.signatures[-1]
+        manifest_id = str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{row.id}|{inp.run_id}"))
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, run.tenant_id)
             await manifests.index(
                 session,
-                id=str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{row.id}|{inp.run_id}")),
+                id=manifest_id,
                 tenant_id=run.tenant_id,
                 receipt_id=row.id,
                 run_id=inp.run_id,
@@ -378,6 +379,7 @@ class PlanActivities:
                 replayed=False,
                 outcome=inp.status.value,
             )
+            await translog.append_manifest(session, run.tenant_id, manifest_id, digest)
         return str(path)
 
     def _manifest(

@@ -64,6 +64,14 @@ class ErrorCode(StrEnum):
     WEBHOOK_NOT_FOUND = "webhook_not_found"
     DEAD_LETTER_NOT_FOUND = "dead_letter_not_found"
     COMPENSATING_ACTION_NOT_FOUND = "compensating_action_not_found"
+    LOG_CHECKPOINT_NOT_FOUND = "log_checkpoint_not_found"
+    LOG_LEAF_NOT_FOUND = "log_leaf_not_found"
+    LOG_SIZE_NOT_FOUND = "log_size_not_found"
+    # The transparency log: sizes asked in the wrong order, a leaf not yet in a
+    # checkpoint, a cosignature that does not verify.
+    LOG_SIZE_INVALID = "log_size_invalid"
+    LOG_LEAF_NOT_CHECKPOINTED = "log_leaf_not_checkpointed"
+    LOG_COSIGNATURE_INVALID = "log_cosignature_invalid"
     # An id given by a prefix that starts more than one.
     ID_AMBIGUOUS = "id_ambiguous"
     # HTTP itself, and the state of what the request names.
@@ -88,6 +96,7 @@ class ErrorCode(StrEnum):
     # Moat itself.
     GATEWAY_ERROR = "gateway_error"
     JWKS_UNAVAILABLE = "jwks_unavailable"
+    LOG_KEY_UNAVAILABLE = "log_key_unavailable"
     UNAVAILABLE = "unavailable"
 
     # An execution that ran (or was refused by policy and recorded) and failed: the values

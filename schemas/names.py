@@ -19,6 +19,8 @@ CANCEL_SWEEP_WORKFLOW = "SweepCancelledRuns"
 # Posts an approval's Slack message, or replaces it with the outcome.
 ANNOUNCE_APPROVAL_WORKFLOW = "AnnounceApproval"
 ANNOUNCE_ALERT_WORKFLOW = "AnnounceAlert"
+# Sequences and checkpoints every tenant's transparency log.
+LOG_CHECKPOINT_WORKFLOW = "LogCheckpoint"
 
 # Activity types.
 CHECK_POLICY = "moat.check_policy"
@@ -38,6 +40,7 @@ FINISH_PLAN = "moat.finish_plan"
 # at once, whether or not a worker is free to take it up).
 CANCEL_PLAN_SIGNAL = "cancel_plan"
 SWEEP_CANCELLED = "moat.sweep_cancelled_runs"
+LOG_CHECKPOINT = "moat.log_checkpoint"
 
 # The update a person's decision reaches a run waiting for approval with.
 DECIDE_APPROVAL_UPDATE = "decide_approval"
@@ -62,6 +65,8 @@ TRUST_SCHEDULE_ID = "moat-trust-rollup"
 CANCEL_SWEEP_SCHEDULE_ID = "moat-cancelled-runs"
 # A probe's schedule is this prefix and the probe's id.
 PROBE_SCHEDULE_PREFIX = "moat-probe-"
+# The Temporal Schedule that sequences and checkpoints the transparency logs.
+LOG_CHECKPOINT_SCHEDULE_ID = "moat-log-checkpoint"
 
 # Search attributes, all of type Keyword.
 TENANT_ATTRIBUTE = "MoatTenant"

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.errors import ErrorCode
+from schemas.provider_evidence import ProviderEvidence
 
 
 class ExecutionStatus(StrEnum):
@@ -88,6 +89,11 @@ class Receipt(BaseModel):
     workflow_id: str = Field(description="Temporal workflow id of the run.")
     run_id: str = Field(description="Temporal run id of the run that recorded this receipt.")
     trace_id: str
+    provider_evidence: ProviderEvidence | None = Field(
+        default=None,
+        description="What the effect left at the provider (schemas/provider_evidence.py); "
+        "None for a call that made nothing there, or a receipt from before it was kept.",
+    )
 
 
 class OutcomeEvent(BaseModel):

@@ -16,6 +16,7 @@ from schemas.approvals import Approval
 from schemas.capabilities import CapabilitySpec
 from schemas.execute import KeptOutput
 from schemas.identity import ExecutionRef, Submission, nest_ref
+from schemas.provider_evidence import ProviderEvidence
 from schemas.records import (
     Decision,
     ErrorTaxonomy,
@@ -194,6 +195,9 @@ class AdapterOutput(BaseModel):
         "effect of an earlier attempt was found and returned; False, none was found and the "
         "effect was performed now; None, no look-up was needed.",
     )
+    evidence: ProviderEvidence | None = Field(
+        default=None, description="What the effect left at the provider, for the receipt."
+    )
 
 
 class RecordInput(BaseModel):
@@ -217,6 +221,9 @@ class RecordInput(BaseModel):
     )
     adapter_called: bool = False
     retry_exhausted: bool = False
+    provider_evidence: ProviderEvidence | None = Field(
+        default=None, description="The adapter's ``AdapterOutput.evidence``, for the receipt."
+    )
     # False when the policy step took no budget hold, so there is none to give back; an
     # input from before this field looks for one.
     budget_held: bool = True

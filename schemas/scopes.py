@@ -27,6 +27,10 @@ PLANS_WRITE = "plans:write"
 # to approve (an approval's input).
 OUTPUTS_READ = "outputs:read"
 APPROVALS_READ = "approvals:read"
+# The tenant's transparency log: its checkpoints, proofs and key (read), and adding a
+# witness's cosignature of a checkpoint.
+LOG_READ = "log:read"
+LOG_COSIGN = "log:cosign"
 # A tenant's people: who they are and their scopes (read), adding, changing, disabling them.
 PEOPLE_READ = "people:read"
 PEOPLE_WRITE = "people:write"

@@ -438,6 +438,32 @@ class MoatSettings(BaseSettings):
         description="The scopes the console asks the provider for (`openid` among them); "
         "comma-separated in the environment.",
     )
+    log_key: Path | None = Field(
+        default=None,
+        description="The transparency log's Ed25519 private key (PEM, PKCS #8) that signs "
+        "checkpoints; workers and `moat log checkpoint` only. Set, it must exist. Unset: "
+        "$MOAT_HOME/log-key.pem, created on first use with its public key beside it.",
+    )
+    log_public_key: Path | None = Field(
+        default=None,
+        description="The log's public key (PEM) the gateway serves at /v1/log/key. Unset: "
+        "the log key's path with `.pub` appended.",
+    )
+    log_origin: str = Field(
+        default="moat.local/log",
+        pattern=r"^[^\s+]+$",
+        description="The origin of every tenant's log is `<log_origin>/<tenant id>`: the "
+        "first line of its checkpoints and the name of the key that signs them.",
+    )
+    log_checkpoint_interval_seconds: int = Field(
+        default=60, ge=1, description="How often the log's schedule sequences and checkpoints."
+    )
+    log_witnesses: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Verifier keys (`<name>+<hash>+<key>`) of the witnesses whose "
+        "cosignatures the gateway accepts, comma-separated. Empty: any witness, verified with "
+        "the key it presents.",
+    )
 
     @field_validator("http_allow_hosts", mode="before")
     @classmethod
@@ -449,6 +475,13 @@ class MoatSettings(BaseSettings):
     @field_validator("console_oidc_scopes", mode="before")
     @classmethod
     def _split_scopes(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("log_witnesses", mode="before")
+    @classmethod
+    def _split_witnesses(cls, value: object) -> object:
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
@@ -567,6 +600,14 @@ class MoatSettings(BaseSettings):
     @property
     def jwks_file(self) -> Path:
         return self.jwks_path or self.signing_keyring_path.with_name("jwks.json")
+
+    @property
+    def log_key_path(self) -> Path:
+        return self.log_key or self.home / "log-key.pem"
+
+    @property
+    def log_public_key_path(self) -> Path:
+        return self.log_public_key or self.log_key_path.with_name(self.log_key_path.name + ".pub")
 
     @property
     def start_keyring_path(self) -> Path:

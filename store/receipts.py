@@ -59,7 +59,10 @@ _INSERT_WITH_OUTCOME = _insert_with_outcome()
 
 async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
     """Insert a receipt; False when one with this id already exists (a retried step)."""
-    inserted = await session.execute(_INSERT_RECEIPT, receipt.model_dump(mode="python"))
+    values = receipt.model_dump(mode="python")
+    if receipt.provider_evidence is not None:  # jsonb: its times as JSON text
+        values["provider_evidence"] = receipt.provider_evidence.model_dump(mode="json")
+    inserted = await session.execute(_INSERT_RECEIPT, values)
     return inserted.scalar_one_or_none() is not None
 
 

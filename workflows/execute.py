@@ -527,6 +527,7 @@ def _succeeded(
             "output_hash": out.output_hash,
             "output": out.output,
             "adapter_called": True,
+            "provider_evidence": out.evidence,
             # A success's error code is a warning the envelope passes on.
             "error_code": RESPONSE_TRUNCATED if out.truncated else None,
         }

@@ -60,6 +60,7 @@ from schemas.email import (
     SmtpConfig,
 )
 from schemas.errors import ErrorCode
+from schemas.provider_evidence import ProviderEvidence
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
@@ -309,7 +310,14 @@ def _output(
             "reconciled": bool(reconciled),
         },
     )
-    return out.model_copy(update={"reconciled": reconciled})
+    evidence = ProviderEvidence(
+        provider="email",
+        object_type="email",
+        object_id=message_id or provider_id,
+        attributes={"provider_id": provider_id} if provider_id else {},
+        http_status=status,
+    )
+    return out.model_copy(update={"reconciled": reconciled, "evidence": evidence})
 
 
 def _smtp_failure(err: SmtpError, text: str, *, readable: bool) -> ApplicationError:

@@ -31,6 +31,7 @@ from activities.adapters.responses import ProviderResponse, parse_retry_after, r
 from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import GithubCloseIssueInput, GithubCreateIssueInput, NoInput
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
+from schemas.provider_evidence import ProviderEvidence, ReconcileProof
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
@@ -95,8 +96,18 @@ class GithubAdapter(_GithubRestApi, Driven):
     async def find(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput | None:
         issue = parse_input(inp, GithubCreateIssueInput)
         cred = credential_of(inp, credential, ConnectionType.GITHUB)
-        found = await self._find(inp, _issues_url(cred, issue.owner, issue.repo), cred)
-        return None if found is None else _output(found, reconciled=True)
+        repo_url = _issues_url(cred, issue.owner, issue.repo)
+        found = await self._find(inp, repo_url, cred)
+        if found is None:
+            return None
+        proof = ReconcileProof(
+            looked_in=self.looks_in(inp),
+            search={"method": "GET", "url": repo_url, **_list_params(inp)},
+            mark=f"the issue body ends with {mark(inp.idempotency_key)}",
+            since=window_start(inp),
+            attempt=inp.attempt,
+        )
+        return _output(found, reconciled=True, proof=proof)
 
     async def call(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
         issue = parse_input(inp, GithubCreateIssueInput)
@@ -120,13 +131,7 @@ class GithubAdapter(_GithubRestApi, Driven):
     ) -> dict[str, Any] | None:
         start = window_start(inp)
         wanted = mark(inp.idempotency_key)
-        params = {
-            "state": "all",
-            "sort": "created",
-            "direction": "desc",
-            "since": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "per_page": str(PER_PAGE),
-        }
+        params = _list_params(inp)
         for page in range(1, LIST_PAGES + 1):
             items = await self._call(
                 inp, "GET", repo_url, cred, params={**params, "page": str(page)}, reading=True
@@ -164,7 +169,8 @@ class GithubCloseIssueAdapter(_GithubRestApi):
         issue = await self._call(inp, "PATCH", url, cred, json=body)
         if not isinstance(issue, dict):
             raise fail(ErrorTaxonomy.UNKNOWN, "GitHub answered the close without an issue")
-        return recorded(200, {k: issue.get(k) for k in ("number", "html_url", "state")})
+        out = recorded(200, {k: issue.get(k) for k in ("number", "html_url", "state")})
+        return out.model_copy(update={"evidence": _evidence(issue, None, 200)})
 
 
 class GithubRateLimitAdapter(_GithubRestApi):
@@ -232,7 +238,36 @@ def _issues_url(cred: Credential, owner: str, repo: str) -> str:
     return f"{base_url(cred, DEFAULT_BASE_URL)}/repos/{names}/issues"
 
 
-def _output(issue: dict[str, Any], *, reconciled: bool | None) -> AdapterOutput:
+def _list_params(inp: AdapterInput) -> dict[str, str]:
+    """The look-up's list: every issue, newest first, changed since the execution started."""
+    return {
+        "state": "all",
+        "sort": "created",
+        "direction": "desc",
+        "since": window_start(inp).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "per_page": str(PER_PAGE),
+    }
+
+
+def _evidence(
+    issue: dict[str, Any], proof: ReconcileProof | None, status: int = 201
+) -> ProviderEvidence:
+    """The issue as GitHub names it: its node id, number, database id and page."""
+    attributes = {k: v for k in ("number", "id") if isinstance(v := issue.get(k), int)}
+    return ProviderEvidence(
+        provider="github",
+        object_type="issue",
+        object_id=str(issue["node_id"]) if issue.get("node_id") else None,
+        permalink=str(issue["html_url"]) if issue.get("html_url") else None,
+        attributes=attributes,
+        http_status=status,
+        reconciled=proof,
+    )
+
+
+def _output(
+    issue: dict[str, Any], *, reconciled: bool | None, proof: ReconcileProof | None = None
+) -> AdapterOutput:
     out = recorded(
         201,
         {
@@ -242,7 +277,7 @@ def _output(issue: dict[str, Any], *, reconciled: bool | None) -> AdapterOutput:
             "reconciled": bool(reconciled),
         },
     )
-    return out.model_copy(update={"reconciled": reconciled})
+    return out.model_copy(update={"reconciled": reconciled, "evidence": _evidence(issue, proof)})
 
 
 def _created_before(item: Any, start: datetime) -> bool:

@@ -8,7 +8,7 @@ import httpx
 
 from activities.adapters.base import parse_input
 from activities.adapters.guard import HostGuard
-from activities.adapters.responses import interpret
+from activities.adapters.responses import answered, interpret
 from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import DEFAULT_MAX_RESPONSE_BYTES, HttpRequestInput
 from schemas.connections import ConnectionType, Credential
@@ -82,4 +82,5 @@ class HttpAdapter:
             credential=credential,
         )
         answer = await send(self._client, self._guard, request)
-        return interpret(answer.response, answer.body, repeat=inp.repeat)
+        out = interpret(answer.response, answer.body, repeat=inp.repeat)
+        return answered(out, answer.body, "http")

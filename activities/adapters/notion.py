@@ -59,6 +59,7 @@ from schemas.notion import (
     NotionUpdatePageInput,
     check_config,
 )
+from schemas.provider_evidence import ProviderEvidence
 from schemas.records import ErrorTaxonomy
 from schemas.run import MAX_RETRY_AFTER, AdapterInput, AdapterOutput
 
@@ -274,7 +275,15 @@ def _status(err: ApplicationError) -> int | None:
 
 
 def _page_output(page: dict[str, Any], **more: Any) -> AdapterOutput:
-    return recorded(200, {"page_id": page.get("id"), "url": page.get("url"), **more})
+    out = recorded(200, {"page_id": page.get("id"), "url": page.get("url"), **more})
+    evidence = ProviderEvidence(
+        provider="notion",
+        object_type="page",
+        object_id=str(page["id"]) if page.get("id") else None,
+        permalink=str(page["url"]) if page.get("url") else None,
+        http_status=200,
+    )
+    return out.model_copy(update={"evidence": evidence})
 
 
 def _trashed(page: dict[str, Any]) -> bool:

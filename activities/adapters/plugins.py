@@ -33,9 +33,16 @@ from temporalio.exceptions import ApplicationError
 
 from activities.adapters.base import Adapter
 from activities.adapters.guard import HostGuard
-from activities.adapters.reconcile import ambiguous, call_failed, lookup_failed, outcome_unknown
+from activities.adapters.reconcile import (
+    ambiguous,
+    call_failed,
+    lookup_failed,
+    outcome_unknown,
+    window_start,
+)
 from schemas.capabilities import Capability, CapabilityCatalog, EffectType, IdempotencyStrategy
 from schemas.connections import Credential
+from schemas.provider_evidence import ProviderEvidence, ReconcileProof
 from schemas.run import AdapterInput, AdapterOutput
 from schemas.settings import MoatSettings
 
@@ -101,7 +108,9 @@ async def drive(
         except ApplicationError as err:
             raise lookup_failed(inp, err, _looks_in(adapter, inp)) from None
         if found is not None:
-            return found.model_copy(update={"reconciled": True})
+            return found.model_copy(
+                update={"reconciled": True, "evidence": _proved(adapter, inp, found)}
+            )
     try:
         out = await adapter.call(inp, credential)
     except ApplicationError as err:
@@ -118,6 +127,21 @@ def _looks_in(adapter: object, inp: AdapterInput) -> str:
     when it has one."""
     looks_in = getattr(adapter, "looks_in", None)
     return str(looks_in(inp)) if callable(looks_in) else f"what {inp.capability.id} looks in"
+
+
+def _proved(adapter: object, inp: AdapterInput, found: AdapterOutput) -> ProviderEvidence:
+    """The found effect's evidence with how it was found: the adapter's own account of its
+    look-up when it gives one, else what the look-up reads and the mark it matched."""
+    evidence = found.evidence or ProviderEvidence(provider=inp.capability.adapter_id)
+    if evidence.reconciled is not None:
+        return evidence
+    proof = ReconcileProof(
+        looked_in=_looks_in(adapter, inp),
+        mark=inp.idempotency_key,
+        since=window_start(inp),
+        attempt=inp.attempt,
+    )
+    return evidence.model_copy(update={"reconciled": proof})
 
 
 class Driven:

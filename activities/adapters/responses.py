@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.adapters.base import fail
 from schemas.canonical import MAX_JSON_DEPTH, canonical_bytes, json_depth, sha256_digest
 from schemas.errors import ErrorCode
+from schemas.provider_evidence import ProviderEvidence
 from schemas.records import ErrorTaxonomy, taxonomy_for_http_status
 from schemas.redaction import redact, redact_text
 from schemas.run import MAX_RETRY_AFTER, AdapterOutput
@@ -225,6 +226,21 @@ def recorded(status: int | None, value: Any, *, truncated: bool = False) -> Adap
         output_hash=sha256_digest(canonical_bytes(output)),
         truncated=truncated,
     )
+
+
+def answered(
+    out: AdapterOutput, body: Body, provider: str, object_id: str | None = None
+) -> AdapterOutput:
+    """``out`` with the provider's evidence of an HTTP answer: its status and the SHA-256 of
+    its bytes (none for an answer cut at the limit, whose end was never read)."""
+    evidence = ProviderEvidence(
+        provider=provider,
+        object_type="response",
+        object_id=object_id,
+        http_status=out.http_status,
+        response_sha256=None if body.truncated else body.sha256,
+    )
+    return out.model_copy(update={"evidence": evidence})
 
 
 def _provider_said(body: Body | None, encoding: str) -> Any:

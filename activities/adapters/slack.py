@@ -35,6 +35,7 @@ from schemas.capabilities import (
     SlackUpdateMessageInput,
 )
 from schemas.connections import DEFAULT_BASE_URLS, ConnectionType, Credential
+from schemas.provider_evidence import ProviderEvidence, ReconcileProof
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
 
@@ -115,10 +116,21 @@ class SlackAdapter(_SlackWebApi, Driven):
     async def find(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput | None:
         msg = parse_input(inp, SlackPostMessageInput)
         cred = credential_of(inp, credential, ConnectionType.SLACK)
-        found = await self._find(inp, base_url(cred, DEFAULT_BASE_URL), cred, msg)
-        if found is None:
+        api = base_url(cred, DEFAULT_BASE_URL)
+        method, params = _history_query(inp, msg)
+        ts = await self._find(inp, api, cred, msg, method, params)
+        if ts is None:
             return None
-        return recorded(200, {"channel": found[0], "ts": found[1], "reconciled": True})
+        proof = ReconcileProof(
+            looked_in=self.looks_in(inp),
+            search={"method": method, **params},
+            mark=f"metadata.event_type={MARK_EVENT_TYPE}, event_payload.key={inp.idempotency_key}",
+            since=window_start(inp),
+            attempt=inp.attempt,
+        )
+        out = recorded(200, {"channel": msg.channel, "ts": ts, "reconciled": True})
+        evidence = await self._evidence(inp, api, cred, msg.channel, ts, proof)
+        return out.model_copy(update={"evidence": evidence})
 
     async def call(self, inp: AdapterInput, credential: Credential | None) -> AdapterOutput:
         msg = parse_input(inp, SlackPostMessageInput)
@@ -137,8 +149,43 @@ class SlackAdapter(_SlackWebApi, Driven):
         if msg.thread_ts is not None:
             body["thread_ts"] = msg.thread_ts
         answer = await self._call(inp, "POST", f"{api}/chat.postMessage", cred, json=body)
-        return recorded(
+        channel, ts = str(answer.get("channel") or msg.channel), str(answer.get("ts") or "")
+        out = recorded(
             200, {"channel": answer.get("channel"), "ts": answer.get("ts"), "reconciled": False}
+        )
+        evidence = await self._evidence(inp, api, cred, channel, ts, None) if ts else None
+        return out.model_copy(update={"evidence": evidence})
+
+    async def _evidence(
+        self,
+        inp: AdapterInput,
+        api: str,
+        cred: Credential,
+        channel: str,
+        ts: str,
+        proof: ReconcileProof | None,
+    ) -> ProviderEvidence:
+        """The message as Slack names it, and its permalink (``chat.getPermalink``, which
+        needs no scope). The message is posted whatever that read answers: a refused or
+        failed read leaves the permalink out."""
+        permalink: str | None = None
+        params = {"channel": channel, "message_ts": ts}
+        try:
+            answer = await self._call(
+                inp, "GET", f"{api}/chat.getPermalink", cred, params=params, reading=True
+            )
+        except ApplicationError:
+            answer = {}
+        if isinstance(answer.get("permalink"), str):
+            permalink = answer["permalink"]
+        return ProviderEvidence(
+            provider="slack",
+            object_type="message",
+            object_id=f"{channel}/{ts}",
+            permalink=permalink,
+            attributes={"channel": channel, "ts": ts},
+            http_status=200,
+            reconciled=proof,
         )
 
     async def _find(
@@ -147,18 +194,10 @@ class SlackAdapter(_SlackWebApi, Driven):
         api: str,
         cred: Credential,
         msg: SlackPostMessageInput,
-    ) -> tuple[str, str] | None:
-        """(channel, ts) of the message this execution posted, if there is one."""
-        method = "conversations.replies" if msg.thread_ts else "conversations.history"
-        params = {
-            "channel": msg.channel,
-            "oldest": f"{window_start(inp).timestamp():.6f}",
-            "inclusive": "true",
-            "include_all_metadata": "true",
-            "limit": str(HISTORY_PAGE),
-        }
-        if msg.thread_ts:
-            params["ts"] = msg.thread_ts
+        method: str,
+        params: dict[str, str],
+    ) -> str | None:
+        """The ts of the message this execution posted, if there is one."""
         cursor = ""
         for _ in range(HISTORY_PAGES):
             page = await self._call(
@@ -171,7 +210,7 @@ class SlackAdapter(_SlackWebApi, Driven):
             )
             for message in page.get("messages") or []:
                 if _marked(message, inp.idempotency_key):
-                    return msg.channel, str(message.get("ts"))
+                    return str(message.get("ts"))
             cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
             if not page.get("has_more") or not cursor:
                 return None
@@ -179,6 +218,22 @@ class SlackAdapter(_SlackWebApi, Driven):
             f"the history of channel {msg.channel} holds more than "
             f"{HISTORY_PAGES * HISTORY_PAGE} messages since the execution started"
         )
+
+
+def _history_query(inp: AdapterInput, msg: SlackPostMessageInput) -> tuple[str, dict[str, str]]:
+    """The look-up's method and parameters: the channel's history (or the thread's
+    replies) with metadata, from the execution's start."""
+    method = "conversations.replies" if msg.thread_ts else "conversations.history"
+    params = {
+        "channel": msg.channel,
+        "oldest": f"{window_start(inp).timestamp():.6f}",
+        "inclusive": "true",
+        "include_all_metadata": "true",
+        "limit": str(HISTORY_PAGE),
+    }
+    if msg.thread_ts:
+        params["ts"] = msg.thread_ts
+    return method, params
 
 
 class SlackDeleteMessageAdapter(_SlackWebApi):

@@ -21,7 +21,7 @@ import httpx
 from activities.adapters.base import fail, parse_input
 from activities.adapters.guard import HostGuard
 from activities.adapters.reconcile import credential_of
-from activities.adapters.responses import interpret
+from activities.adapters.responses import answered, interpret
 from activities.adapters.sender import SendRequest, send
 from schemas.capabilities import WebhookPostInput
 from schemas.connections import ConnectionType, Credential
@@ -88,4 +88,5 @@ class WebhookAdapter:
             credential=cred,
         )
         answer = await send(self._client, self._guard, request)
-        return interpret(answer.response, answer.body, repeat=inp.repeat)
+        out = interpret(answer.response, answer.body, repeat=inp.repeat)
+        return answered(out, answer.body, "webhook", object_id=msg_id)

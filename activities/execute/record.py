@@ -22,7 +22,7 @@ from schemas.names import RECORD_OUTCOME, RECORD_RUN
 from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
-from store import budgets, outputs, receipts
+from store import budgets, outputs, receipts, translog
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
 
@@ -98,6 +98,7 @@ class RecordStep:
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
                 return stored, False
+            await translog.append_receipt(session, receipt)
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.ref.is_synthetic:
@@ -194,4 +195,5 @@ def _receipt(inp: RecordInput, now: datetime) -> Receipt:
         workflow_id=inp.ref.workflow_id,
         run_id=inp.ref.run_id,
         trace_id=inp.trace_id,
+        provider_evidence=inp.provider_evidence,
     )

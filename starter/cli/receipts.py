@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -102,5 +103,8 @@ def show(receipt_id: Annotated[str, id_argument("receipt")], as_json: AsJson = F
     table.add_column("field")
     table.add_column("value", overflow="fold")
     for name, value in receipt.model_dump(mode="json").items():
-        table.add_row(name, escape("" if value is None else str(value)))
+        if name == "provider_evidence" and value is None:
+            continue  # a call that left nothing at a provider, or a receipt from before
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
+        table.add_row(name, escape("" if shown is None else str(shown)))
     out.print(table)

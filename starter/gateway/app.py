@@ -50,6 +50,8 @@ from starter.gateway.routes import (
     webhooks,
     whoami,
 )
+from starter.gateway.routes import log as log_routes
+from starter.gateway.routes import log_entries as log_entry_routes
 from starter.gateway.routes import plans as plan_routes
 from starter.gateway.routes import policy as policy_routes
 from starter.gateway.routes import quotas as quota_routes
@@ -95,6 +97,11 @@ TAGS = [
         "name": "evidence",
         "description": "What happened, verifiably: an execution's event log, its signed run "
         "manifests, and the public keys that verify them.",
+    },
+    {
+        "name": "log",
+        "description": "The tenant's transparency log of every manifest and receipt: signed "
+        "checkpoints, witnesses' cosignatures, inclusion and consistency proofs.",
     },
     {
         "name": "connections",
@@ -256,6 +263,8 @@ def create_app(
             trust.router,
             trust.admin_router,
             evidence.router,
+            log_routes.router,
+            log_entry_routes.router,
             webhooks.router,
             dead_letters.router,
             quota_routes.router,

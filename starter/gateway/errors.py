@@ -66,6 +66,12 @@ STATUS: dict[str, int] = {
     ErrorCode.PLAN_NOT_FOUND: 404,
     ErrorCode.RECEIPT_NOT_FOUND: 404,
     ErrorCode.MANIFEST_NOT_FOUND: 404,
+    ErrorCode.LOG_CHECKPOINT_NOT_FOUND: 404,
+    ErrorCode.LOG_LEAF_NOT_FOUND: 404,
+    ErrorCode.LOG_SIZE_NOT_FOUND: 404,
+    ErrorCode.LOG_SIZE_INVALID: 400,
+    ErrorCode.LOG_LEAF_NOT_CHECKPOINTED: 409,
+    ErrorCode.LOG_COSIGNATURE_INVALID: 422,
     ErrorCode.TENANT_NOT_FOUND: 404,
     ErrorCode.KEY_NOT_FOUND: 404,
     ErrorCode.CONNECTION_NOT_FOUND: 404,
@@ -90,6 +96,7 @@ STATUS: dict[str, int] = {
     ErrorCode.QUOTA_EXCEEDED: 429,
     ErrorCode.GATEWAY_ERROR: 500,
     ErrorCode.JWKS_UNAVAILABLE: 503,
+    ErrorCode.LOG_KEY_UNAVAILABLE: 503,
     ErrorCode.UNAVAILABLE: 503,
 }
 # Starlette's own refusals (routing, methods), by status.

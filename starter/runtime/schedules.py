@@ -1,7 +1,7 @@
 """Temporal Schedules Moat keeps: manifest retention (hourly), the partitions of
 ``outcome_events`` created ahead of their months (daily), the trust rollup's refresh (every
-minute), the sweep of runs an operator terminated or cancelled (every five minutes) and one
-per synthetic probe."""
+minute), the sweep of runs an operator terminated or cancelled (every five minutes), the
+transparency log's checkpoints (every minute by default) and one per synthetic probe."""
 
 from __future__ import annotations
 
@@ -23,9 +23,12 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.cancels import CancelSweepInput
+from schemas.checkpoints import LogCheckpointInput
 from schemas.names import (
     CANCEL_SWEEP_SCHEDULE_ID,
     CANCEL_SWEEP_WORKFLOW,
+    LOG_CHECKPOINT_SCHEDULE_ID,
+    LOG_CHECKPOINT_WORKFLOW,
     PARTITIONS_SCHEDULE_ID,
     PARTITIONS_WORKFLOW,
     PROBE_SCHEDULE_PREFIX,
@@ -131,6 +134,26 @@ async def ensure_cancel_sweep_schedule(
             ),
         )
     return CANCEL_SWEEP_SCHEDULE_ID
+
+
+async def ensure_log_checkpoint_schedule(client: Client, settings: MoatSettings) -> str:
+    """Create the transparency log's checkpoint schedule unless it exists; returns its id."""
+    every = timedelta(seconds=settings.log_checkpoint_interval_seconds)
+    with contextlib.suppress(ScheduleAlreadyRunningError):
+        await client.create_schedule(
+            LOG_CHECKPOINT_SCHEDULE_ID,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    LOG_CHECKPOINT_WORKFLOW,
+                    LogCheckpointInput(),
+                    id=f"{LOG_CHECKPOINT_SCHEDULE_ID}-run",
+                    task_queue=settings.task_queue,
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            ),
+        )
+    return LOG_CHECKPOINT_SCHEDULE_ID
 
 
 def probe_schedule_id(probe_id: str) -> str:

@@ -23,6 +23,7 @@ from starter.runtime.loop import settle_heap
 from starter.runtime.outbox_relay import OutboxRelay
 from starter.runtime.schedules import (
     ensure_cancel_sweep_schedule,
+    ensure_log_checkpoint_schedule,
     ensure_partitions_schedule,
     ensure_retention_schedule,
     ensure_trust_schedule,
@@ -47,6 +48,7 @@ async def run(settings: MoatSettings) -> None:
         await ensure_partitions_schedule(client, settings)
         await ensure_trust_schedule(client, settings)
         await ensure_cancel_sweep_schedule(client, settings)
+        await ensure_log_checkpoint_schedule(client, settings)
         await move_probe_schedules(client, settings)
         polling = worker.build_worker(client, settings, sessions, http, keyring=keyring)
         delivering = worker.delivery_worker(client, settings, sessions, keyring=keyring)

@@ -30,6 +30,7 @@ from starter.service import (
     quotas,
     slack_interactions,
     tenants,
+    translog,
     trust,
     webhooks,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "require_scope",
     "slack_interactions",
     "tenants",
+    "translog",
     "trust",
     "webhooks",
 ]

@@ -86,6 +86,7 @@ GATEWAY_COMMANDS = [
     ["webhook", "deliveries", "wh_x"],
     ["approvals", "list"],
     ["policy", "show"],
+    ["evidence", "export", "--since", "0", "never-written-bundle"],
 ]
 
 

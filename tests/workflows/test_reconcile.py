@@ -343,3 +343,31 @@ async def test_webhook_retries_keep_one_id_and_verify(
     verifier = standardwebhooks.Webhook(secret)
     for delivery in attempts:
         assert verifier.verify(delivery.body, delivery.headers)["data"] == {"n": 7}
+
+
+async def test_the_receipt_carries_the_provider_evidence_and_its_reconcile_proof(
+    stack: Stack, slack: FakeSlack
+) -> None:
+    """A message whose answer was lost, found by the retry's look-up: its receipt, read back
+    from Postgres over the API, names the message, its permalink and the search that found it."""
+    con = await _slack_connection(stack, slack)
+    channel = _channel()
+    slack.fail_next(1, Misbehaviour.DROP)
+    r = await stack.execute(
+        "slack.post_message", {"channel": channel, "text": "hi"}, connection_id=con
+    )
+    assert r.status_code == 200, r.text
+    [message] = slack.posted(channel)
+    got = await stack.http.get(
+        f"{stack.url}/v1/receipts/{r.json()['receipt_id']}",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+    )
+    assert got.status_code == 200, got.text
+    evidence = got.json()["provider_evidence"]
+    assert evidence["object_id"] == f"{channel}/{message['ts']}"
+    assert evidence["attributes"] == {"channel": channel, "ts": message["ts"]}
+    assert evidence["permalink"].endswith(f"/archives/{channel}/p{message['ts'].replace('.', '')}")
+    proof = evidence["reconciled"]
+    assert proof["search"]["method"] == "conversations.history"
+    assert proof["search"]["channel"] == channel
+    assert proof["attempt"] == 2

@@ -3,7 +3,7 @@
 bot updates its own messages only; ``text`` and ``blocks`` replace the message's),
 ``conversations.history`` and ``conversations.replies`` (newest first / thread order,
 ``oldest``/``latest``/``inclusive``, cursor pagination, metadata only with
-``include_all_metadata``), ``auth.test``.
+``include_all_metadata``), ``chat.getPermalink``, ``auth.test``.
 
 Like Slack it answers HTTP 200 with ``{"ok": false, "error"}`` for most failures
 (``not_authed``, ``invalid_auth``, ``token_revoked``, ``channel_not_found``,
@@ -141,6 +141,8 @@ class FakeSlack(FakeServer):
                     return self._update(args, scopes)
                 case "conversations.history" | "conversations.replies":
                     return self._read(method, args, scopes)
+                case "chat.getPermalink":
+                    return self._permalink(args)
             return _error("unknown_method")
 
     def _scopes_of(self, token: str) -> set[str] | None:
@@ -192,6 +194,16 @@ class FakeSlack(FakeServer):
         self.messages.setdefault(channel, []).append(message)
         shown = _without_metadata(message)
         return self.acted(Reply(200, {"ok": True, "channel": channel, "ts": ts, "message": shown}))
+
+    def _permalink(self, args: dict[str, Any]) -> Reply:
+        """``chat.getPermalink`` (no scope needed): the message's URL, under this server."""
+        channel, ts = str(args.get("channel") or ""), str(args.get("message_ts") or "")
+        if self._channel_error(channel) == "channel_not_found":
+            return _error("channel_not_found")
+        if not any(m.get("ts") == ts for m in self.messages.get(channel, [])):
+            return _error("message_not_found")
+        link = f"{self.base_url}/archives/{channel}/p{ts.replace('.', '')}"
+        return Reply(200, {"ok": True, "channel": channel, "permalink": link})
 
     def _delete(self, args: dict[str, Any], scopes: set[str]) -> Reply:
         if "chat:write" not in scopes:

@@ -65,6 +65,11 @@ class Receipt(BaseModel):
     workflow_id: str
     run_id: str
     trace_id: str
+    provider_evidence: dict[str, Any] | None = Field(
+        default=None,
+        description="What the effect left at the provider: object id, permalink, and how a "
+        "reconcile look-up found an earlier attempt's effect.",
+    )
 
 
 class Plan(BaseModel):
