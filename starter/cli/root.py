@@ -73,7 +73,7 @@ COMMANDS = (
          "Fetch, verify and inspect run manifests."),
     Lazy("signing-key", "starter.cli.signing_keys:signing_key_app", "Manifest signing keys."),
     Lazy("log", "starter.cli.log:log_app",
-         "The tenants' transparency logs: checkpoint them now."),
+         "The tenants' transparency logs: checkpoint them now, their key."),
     Lazy("webhook", "starter.cli.webhooks:webhook_app",
          "Webhook subscriptions (signed deliveries); listen for them locally."),
     Lazy("dlq", "starter.cli.dead_letters:dlq_app", "Dead letters: list, show, requeue, resolve."),
