@@ -10,16 +10,18 @@ import typer
 
 from schemas.checkpoints import LogCheckpointReport
 from schemas.settings import MoatSettings
-from starter.cli.identity import AsOperator
+from schemas.translog import make_vkey
+from starter.cli.identity import AsOperator, Local
 from starter.cli.output import AsJson, out, print_json, run
 from starter.cli.tenants import tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
 from starter.service import translog
 from store import tenants
+from store.keyrings import log as log_key
 
 log_app = typer.Typer(
-    no_args_is_help=True, help="The tenants' transparency logs: checkpoint them now."
+    no_args_is_help=True, help="The tenants' transparency logs: checkpoint them now, their key."
 )
 
 
@@ -50,3 +52,24 @@ def checkpoint(
         f"{report.tenants} log(s): {report.sequenced} leaves sequenced, "
         f"{report.checkpoints} new checkpoint(s)"
     )
+
+
+@log_app.command("key", cls=Local)
+def key(
+    tenant: Annotated[
+        str | None, typer.Option(help="Also print this tenant log's verifier key.")
+    ] = None,
+) -> None:
+    """Make the log's Ed25519 key if it is missing (at MOAT_LOG_KEY, its public half at
+    MOAT_LOG_PUBLIC_KEY) and say where both are: mount the key on workers only, the public
+    half on gateways."""
+    settings = local_settings()
+    private = log_key.load_or_create(settings.log_key_path, settings.log_public_key_path)
+    out.print(
+        f"log key: {settings.log_key_path} (workers only); public key: "
+        f"{settings.log_public_key_path} (gateways)",
+        soft_wrap=True,
+    )
+    if tenant is not None:
+        origin = log_key.origin(settings, tenant)
+        out.print(make_vkey(origin, private.public_key()), soft_wrap=True)

@@ -73,7 +73,7 @@ COMMANDS = (
          "Fetch, verify and inspect run manifests."),
     Lazy("signing-key", "starter.cli.signing_keys:signing_key_app", "Manifest signing keys."),
     Lazy("log", "starter.cli.log:log_app",
-         "The tenants' transparency logs: checkpoint them now."),
+         "The tenants' transparency logs: checkpoint them now, their key."),
     Lazy("evidence", "starter.cli.evidence:evidence_app",
          "Export the tenant's transparency log as a bundle; verify a bundle offline."),
     Lazy("witness", "starter.cli.witness:witness_app",

@@ -5,15 +5,20 @@ it verifies; another tenant's key reads nothing of this log."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import time
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
+from typer.testing import CliRunner
 
 from schemas import translog as t
 from schemas.checkpoints import LogCheckpointInput, LogCheckpointReport
 from schemas.names import LOG_CHECKPOINT_WORKFLOW
+from starter.cli import app
 from starter.runtime.schedules import ensure_log_checkpoint_schedule
 from starter.service import translog as log_service
 from store import api_keys, receipts, tenancy
@@ -41,7 +46,20 @@ async def checkpoint(stack: Stack) -> None:
     await log_service.checkpoint_now(stack.sessions, stack.settings, [stack.tenant_id])
 
 
-async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> None:
+async def checkpoint_by_cli(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """``moat log checkpoint --tenant``, as an operator runs it."""
+    monkeypatch.setenv("MOAT_DATABASE_URL", stack.settings.database_url or "")
+    monkeypatch.setenv("MOAT_HOME", str(stack.settings.home))
+    args = ["log", "checkpoint", "--tenant", stack.tenant_id, "--json"]
+    result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 0, result.output
+    report: dict[str, int] = json.loads(result.output)
+    return report
+
+
+async def test_executions_are_logged_checkpointed_and_proved(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = await reader_key(stack, stack.tenant_id)
     first = (await stack.execute("demo.echo", {"log": 1}, key="log-1")).json()
     rid = first["receipt_id"]
@@ -89,7 +107,11 @@ async def test_executions_are_logged_checkpointed_and_proved(stack: Stack) -> No
     assert t.verify_inclusion(leaf, proved["leaf_index"], 2, path, cp.root)
 
     second = (await stack.execute("demo.echo", {"log": 2}, key="log-2")).json()
-    await checkpoint(stack)
+    assert await checkpoint_by_cli(stack, monkeypatch) == {
+        "tenants": 1,
+        "sequenced": 2,
+        "checkpoints": 1,
+    }
     newer = (await get(stack, "/v1/log/checkpoint", key)).text
     cp4 = t.parse_checkpoint(t.verify_note(newer, verifier))
     assert cp4.size == 4
