@@ -13,7 +13,7 @@ import socket
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -32,6 +32,7 @@ from schemas.manifest import (
     redacted_tool,
 )
 from schemas.names import WRITE_MANIFEST
+from schemas.provider_evidence import ProviderEvidence
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
@@ -180,6 +181,8 @@ class ManifestActivities:
                     idempotency_token=tool.idempotency_token,
                 )
             )
+            if receipt.provider_evidence is not None:
+                artifacts.append(_evidence_artifact(receipt.provider_evidence, tool.invoked_at))
         if receipt.is_synthetic:
             extra["synthetic"] = True  # a probe's run, kept out of real traffic's numbers
         unknown = receipt.error_code == OUTCOME_UNKNOWN and not inp.replayed
@@ -281,4 +284,21 @@ async def _index(
         sha256=digest,
         kid=kid,
         replayed=inp.replayed,
+    )
+
+
+def _evidence_artifact(evidence: ProviderEvidence, at: datetime) -> Artifact:
+    """What the call left at the provider (the receipt's ``provider_evidence``): the object
+    made or changed (``state_change``), or the answer an HTTP call got (``api_response``)."""
+    kind: Literal["state_change", "api_response"] = (
+        "api_response" if evidence.object_type == "response" else "state_change"
+    )
+    name = f"{evidence.provider}:{evidence.object_id or evidence.object_type}"
+    return Artifact(
+        artifact_id=name,
+        type=kind,
+        location=evidence.permalink or name,
+        checksum=evidence.response_sha256,
+        created_at=at,
+        metadata=evidence.model_dump(mode="json", exclude_none=True),
     )

@@ -39,6 +39,7 @@ from starter.cli.runs import runs_app
 from starter.devstack.providers import FakeGithub, FakeSlack, FakeWebhookReceiver, Misbehaviour
 from store import events as event_log
 from store import tenancy
+from tests.evidence.independent_verifier import jws_ok
 from tests.support.stack import Stack, StackFactory
 from tests.workflows.test_replay import manifest_path, reset
 
@@ -371,3 +372,15 @@ async def test_the_receipt_carries_the_provider_evidence_and_its_reconcile_proof
     assert proof["search"]["method"] == "conversations.history"
     assert proof["search"]["channel"] == channel
     assert proof["attempt"] == 2
+    # The manifest names it too, as the artifact the call left, and still verifies.
+    manifest = await stack.http.get(
+        f"{stack.url}/v1/executions/{r.json()['receipt_id']}/manifest",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+    )
+    assert manifest.status_code == 200, manifest.text
+    [artifact] = manifest.json()["artifacts"]
+    assert artifact["type"] == "state_change"
+    assert artifact["location"] == evidence["permalink"]
+    assert artifact["metadata"]["reconciled"]["attempt"] == 2
+    jwks = (await stack.http.get(f"{stack.url}/.well-known/jwks.json")).json()
+    assert jws_ok(json.loads(manifest.content), {k["kid"]: k for k in jwks["keys"]})
