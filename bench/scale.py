@@ -51,9 +51,35 @@ class Config:
         )
 
 
-def worker_plan(max_workers: int) -> list[Config]:
-    """The first configurations: 1..``max_workers`` workers behind one gateway."""
-    return [Config(w, 1) for w in range(1, max_workers + 1)]
+def worker_plan(max_workers: int, rounds: int) -> list[Config]:
+    """1..``max_workers`` workers behind one gateway, then back down, ``rounds`` times
+    (1 2 3 3 2 1 ...): the machine's drift, shared with others, falls on every count."""
+    up = [Config(w, 1) for w in range(1, max_workers + 1)]
+    return [c for r in range(rounds) for c in (up if r % 2 == 0 else up[::-1])]
+
+
+def gateway_plan(best: int, gateways: int) -> list[Config]:
+    """``gateways`` gateways at the best worker count, then one again, back to back."""
+    return [Config(best, gateways), Config(best, 1)] if gateways > 1 else []
+
+
+def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per configuration, in order of first run: the mean of its runs' figures
+    (per process too), with the runs' count."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_name.setdefault(run["config"], []).append(run)
+    return [_mean(same) for same in by_name.values()]
+
+
+def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {**runs[0], "runs": len(runs)}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            merged[key] = {k: round(sum(r[key][k] for r in runs) / len(runs), 1) for k in value}
+        elif isinstance(value, float) or key in ("executions", "errors", "n"):
+            merged[key] = round(sum(r[key] for r in runs) / len(runs), 2)
+    return merged
 
 
 def best_workers(results: list[dict[str, Any]]) -> int:
@@ -127,6 +153,8 @@ async def closed_loop(
             name: round(c * 1000 / max(done, 1), 1) for name, c in cpu.items()
         },
         "ours_percent": round(ours * 100 / elapsed, 1),
+        # The rate if the bench's processes had every core: what others' load cannot move.
+        "ceiling_per_second": round((os.cpu_count() or 1) * done / max(ours, 1e-3), 1),
         "machine_busy_percent": round((busy1 - busy0) * 100 / elapsed, 1),
         "load_1m": load(),
     }
@@ -158,23 +186,23 @@ async def run_config(
 async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     started = time.monotonic()
     end = started + args.max_seconds
-    report: dict[str, Any] = {"load_1m": {"before": load()}, "configs": []}
-    configs = worker_plan(args.max_workers)
+    report: dict[str, Any] = {"load_1m": {"before": load()}, "runs": []}
+    plan = worker_plan(args.max_workers, args.rounds)
     console.log("starting PostgreSQL, Temporal, gateways…")
     async with scale_stack(args.gateways) as stack:
         limits = httpx.Limits(max_connections=args.clients * 2)
         async with httpx.AsyncClient(timeout=120, limits=limits) as http:
             console.log(f"servers up in {time.monotonic() - started:.1f}s")
-            todo = len(configs) + (args.gateways > 1)
-            for n, config in enumerate(configs + [None] * (args.gateways > 1)):
-                if config is None:
-                    config = Config(best_workers(report["configs"]), args.gateways)
-                # Each configuration also starts a worker and warms up: about 15 s.
-                share = (end - time.monotonic()) / (todo - n) - args.warmup_seconds - 15
+            todo = len(plan) + len(gateway_plan(1, args.gateways))
+            runs: list[dict[str, Any]] = report["runs"]
+            for n in range(todo):
+                if n == len(plan):
+                    plan += gateway_plan(best_workers(aggregate(runs)), args.gateways)
+                # Each configuration may start a worker, warms up and drains: ~8 s more.
+                share = (end - time.monotonic()) / (todo - n) - args.warmup_seconds - 8
                 seconds = max(3.0, min(args.seconds, share))
-                report["configs"].append(
-                    await run_config(stack, http, config, args, seconds, console)
-                )
+                runs.append(await run_config(stack, http, plan[n], args, seconds, console))
+    report["configs"] = aggregate(report["runs"])
     report["load_1m"]["after"] = load()
     report["wall_seconds"] = round(time.monotonic() - started, 1)
     report["verdict"] = verdict(report["configs"], os.cpu_count() or 1)
@@ -212,6 +240,7 @@ def verdict(results: list[dict[str, Any]], cpus: int) -> dict[str, Any]:
         "speedup_over_one_worker": {
             str(w): round(r["per_second"] / one[1]["per_second"], 2) for w, r in one.items()
         },
+        "ceiling_per_second": {r["config"]: r["ceiling_per_second"] for r in results},
         "cores": cpus,
         "saturated": best["machine_busy_percent"] >= 85 * cpus,
         "machine_busy_percent_at_best": best["machine_busy_percent"],
@@ -227,18 +256,21 @@ def verdict(results: list[dict[str, Any]], cpus: int) -> dict[str, Any]:
 
 def render(report: dict[str, Any], console: Console) -> None:
     table = Table(title="Moat scale-out (closed loop, fresh demo.echo executes)")
-    columns = ("configuration", "exec/s", "p50 ms", "p99 ms", "workers %", "gateways %",
-               "postgres %", "temporal %", "bench %", "ours %", "machine %", "load 1m")  # fmt: skip
+    columns = ("configuration", "runs", "exec/s", "p50 ms", "p99 ms", "workers %",
+               "gateways %", "postgres %", "temporal %", "bench %", "ours %", "machine %",
+               "ceiling/s", "load 1m")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "configuration" else "right")
     for r in report["configs"]:
         cpu = r["cpu_percent"]
         workers = " + ".join(f"{v:.0f}" for n, v in cpu.items() if n.startswith("worker"))
         gateways = " + ".join(f"{v:.0f}" for n, v in cpu.items() if n.startswith("gateway"))
-        table.add_row(r["config"], f"{r['per_second']:.1f}", f"{r.get('p50_ms', 0):.0f}",
-                      f"{r.get('p99_ms', 0):.0f}", workers, gateways, f"{cpu['postgres']:.0f}",
-                      f"{cpu['temporal']:.0f}", f"{cpu[BENCH]:.0f}", f"{r['ours_percent']:.0f}",
-                      f"{r['machine_busy_percent']:.0f}", f"{r['load_1m']:.1f}")  # fmt: skip
+        table.add_row(r["config"], str(r["runs"]), f"{r['per_second']:.1f}",
+                      f"{r.get('p50_ms', 0):.0f}", f"{r.get('p99_ms', 0):.0f}", workers,
+                      gateways, f"{cpu['postgres']:.0f}", f"{cpu['temporal']:.0f}",
+                      f"{cpu[BENCH]:.0f}", f"{r['ours_percent']:.0f}",
+                      f"{r['machine_busy_percent']:.0f}", f"{r['ceiling_per_second']:.1f}",
+                      f"{r['load_1m']:.1f}")  # fmt: skip
     console.print(table)
     for line in verdict_lines(report["verdict"]):
         console.print(line)
@@ -252,9 +284,11 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
     speedups = ", ".join(f"{w}: {s:.2f}x" for w, s in v["speedup_over_one_worker"].items())
     state = "saturated" if v["saturated"] else "NOT saturated: something other than CPU bounds"
     shares = ", ".join(f"{k} {p:.0f} %" for k, p in share.items())
+    ceilings = ", ".join(f"{c}: {r:.1f}" for c, r in v["ceiling_per_second"].items())
     return [
         f"Best: {v['best']}, {v['best_per_second']:.1f} executions/s; workers against one "
-        f"worker behind one gateway: {speedups}.",
+        f"worker behind one gateway: {speedups}. With every core to itself (the ceiling, "
+        f"CPU-bound): {ceilings} executions/s.",
         f"The {v['cores']} cores are {state} ({v['machine_busy_percent_at_best']:.0f} % busy "
         f"of {v['cores'] * 100} %): {shares}; the largest is {v['largest']}.",
         f"CPU per execution: workers {ms['workers']:.1f} ms, gateways {ms['gateways']:.1f}, "
@@ -275,7 +309,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-workers", type=int, default=3, help="worker counts 1..N (default 3)")
     p.add_argument("--gateways", type=int, default=2, help="gateways at the best count (2)")
     p.add_argument("--clients", type=int, default=16, help="closed-loop callers (16)")
-    p.add_argument("--seconds", type=float, default=30, help="measured per configuration")
+    p.add_argument("--rounds", type=int, default=2, help="worker counts up, down... (2)")
+    p.add_argument("--seconds", type=float, default=20, help="measured per configuration run")
     p.add_argument("--warmup-seconds", type=float, default=5, help="before each measurement")
     p.add_argument("--max-seconds", type=float, default=300, help="wall budget (default 300)")
     return p
@@ -286,7 +321,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     console = Console()
     if not console.is_terminal:
-        console.width = max(console.width, 140)
+        console.width = max(console.width, 200)
     report = loop.run(measure(args, console))
     stamp(report, args, "dev server, SQLite file")
     render(report, console)

@@ -96,7 +96,8 @@ class ScaleStack:
     def pids(self, gateways: int) -> dict[str, int]:
         """The processes of a configuration: the first ``gateways`` gateways, every running
         worker, PostgreSQL (its whole tree) and the Temporal server."""
-        named = {m.name: m.pid for m in self.gateways[:gateways] + self.workers}
+        named = {f"gateway-{i + 1}": m.pid for i, m in enumerate(self.gateways[:gateways])}
+        named |= {f"worker-{i + 1}": m.pid for i, m in enumerate(self.workers)}
         assert self.postgres.pid is not None and self.temporal.pid is not None
         return {**named, "postgres": self.postgres.pid, "temporal": self.temporal.pid}
 

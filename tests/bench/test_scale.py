@@ -7,7 +7,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bench.scale import BENCH, Config, best_workers, closed_loop, parser, verdict, worker_plan
+from bench.scale import (
+    BENCH,
+    Config,
+    aggregate,
+    best_workers,
+    closed_loop,
+    gateway_plan,
+    parser,
+    verdict,
+    worker_plan,
+)
 from bench.scale_stack import machine_busy_seconds, tree_cpu_seconds
 from tests.support.stack import Stack
 
@@ -21,14 +31,20 @@ def _result(workers: int, gateways: int, per_second: float) -> dict[str, Any]:
         "per_second": per_second, "cpu_percent": cpu,
         "cpu_ms_per_execution": {k: v * 10 / per_second for k, v in cpu.items()},
         "ours_percent": sum(cpu.values()), "machine_busy_percent": 190.0,
+        "ceiling_per_second": per_second * 2,
     }  # fmt: skip
 
 
 def test_the_plan_the_best_count_and_the_verdict() -> None:
     args = parser().parse_args([])
     assert args.max_seconds <= 300 and (args.max_workers, args.gateways) == (3, 2)
-    assert worker_plan(3) == [Config(1, 1), Config(2, 1), Config(3, 1)]
-    results = [_result(1, 1, 9.0), _result(2, 1, 12.0), _result(3, 1, 12.3)]
+    one, two, three = Config(1, 1), Config(2, 1), Config(3, 1)
+    assert worker_plan(3, 2) == [one, two, three, three, two, one]
+    assert gateway_plan(2, 2) == [Config(2, 2), two] and gateway_plan(2, 1) == []
+    runs = [_result(1, 1, 8.0), _result(2, 1, 12.0), _result(3, 1, 12.3), _result(1, 1, 10.0)]
+    results = aggregate(runs)
+    assert [r["config"] for r in results] == [one.name, two.name, three.name]
+    assert results[0]["per_second"] == 9.0 and results[0]["runs"] == 2
     assert best_workers(results) == 2  # within 5 % of 3 workers: the smaller count
     v = verdict([*results, _result(2, 2, 13.0)], cpus=2)
     assert v["best"] == "2 workers, 2 gateways" and v["saturated"]
