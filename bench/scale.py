@@ -245,7 +245,9 @@ def verdict(results: list[dict[str, Any]], cpus: int) -> dict[str, Any]:
         "saturated": best["machine_busy_percent"] >= 85 * cpus,
         "machine_busy_percent_at_best": best["machine_busy_percent"],
         "cpu_percent_at_best": share,
-        "largest": max(share, key=lambda k: share[k]),
+        "largest": max(GROUPS[:4], key=lambda k: share[k]),
+        # A process near a core of its own bounds the rate alone.
+        "pinned": [n for n, p in best["cpu_percent"].items() if p >= 90 and n != BENCH],
         "cpu_ms_per_execution_at_best": ms,
         "worker_core_executions_per_second": round(1000 / max(ms["workers"], 0.1), 1),
         "moat_ms_per_execution": round(moat_ms, 1),
@@ -290,7 +292,13 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
         f"worker behind one gateway: {speedups}. With every core to itself (the ceiling, "
         f"CPU-bound): {ceilings} executions/s.",
         f"The {v['cores']} cores are {state} ({v['machine_busy_percent_at_best']:.0f} % busy "
-        f"of {v['cores'] * 100} %): {shares}; the largest is {v['largest']}.",
+        f"of {v['cores'] * 100} %): {shares}. "
+        + (
+            f"Near a core of its own, so the bound: {', '.join(v['pinned'])}. "
+            if v["pinned"]
+            else "No process reaches a core: the cores together are the bound. "
+        )
+        + f"Of the bench's processes, {v['largest']} take the most.",
         f"CPU per execution: workers {ms['workers']:.1f} ms, gateways {ms['gateways']:.1f}, "
         f"PostgreSQL {ms['postgres']:.1f}, Temporal dev server {ms['temporal']:.1f}, bench "
         f"client {ms[BENCH]:.1f}.",
