@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 UV ?= uv
 
-.PHONY: up test test-example test-unit lint docs hooks bench bench-plans bench-modes bench-noisy bench-cli chaos lock \
+.PHONY: up test test-example test-unit lint docs hooks bench bench-plans bench-modes bench-noisy bench-cli bench-scale chaos lock \
 	clean frameworks lock-frameworks
 
 $(STAMP): requirements.lock pyproject.toml starter/client/pyproject.toml
@@ -103,6 +103,11 @@ bench-modes: $(STAMP)
 # off, and A rate-limited (~5 min).
 bench-noisy: $(STAMP)
 	$(BIN)/python -m bench.noisy
+
+# Scale-out: executions/s, p50/p99 and CPU per process with 1, 2, 3 workers behind one
+# gateway, then 2 gateways at the best count (~4-5 min). More: SCALE_ARGS="--help".
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 
 # The CLI's start-up: `moat --help`, `moat execute`... beside bare Python and httpx (~1 min).
 bench-cli: $(STAMP)
