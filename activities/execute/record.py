@@ -126,7 +126,9 @@ class RecordStep:
         except Exception:
             activity.logger.exception("manifest of receipt %s not written", receipt.id)
             return False
+        actor, chain.actor = chain.actor, "moat.manifest"  # its events, as the step's own
         await self._manifests.index(session, manifest_input, chain, signed, path, digest)
+        chain.actor = actor
         return True
 
     async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
