@@ -57,12 +57,17 @@ def _insert_with_outcome() -> Any:
 _INSERT_WITH_OUTCOME = _insert_with_outcome()
 
 
-async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
-    """Insert a receipt; False when one with this id already exists (a retried step)."""
+def _values(receipt: Receipt) -> dict[str, Any]:
+    """The receipt's row values."""
     values = receipt.model_dump(mode="python")
     if receipt.provider_evidence is not None:  # jsonb: its times as JSON text
         values["provider_evidence"] = receipt.provider_evidence.model_dump(mode="json")
-    inserted = await session.execute(_INSERT_RECEIPT, values)
+    return values
+
+
+async def insert_receipt(session: AsyncSession, receipt: Receipt) -> bool:
+    """Insert a receipt; False when one with this id already exists (a retried step)."""
+    inserted = await session.execute(_INSERT_RECEIPT, _values(receipt))
     return inserted.scalar_one_or_none() is not None
 
 
@@ -114,7 +119,7 @@ async def insert_with_outcome(
     session: AsyncSession, receipt: Receipt, outcome: OutcomeEvent
 ) -> bool:
     """``insert_receipt``, and with a new receipt its outcome event, in one statement."""
-    params = {f"r_{k}": v for k, v in receipt.model_dump(mode="python").items()}
+    params = {f"r_{k}": v for k, v in _values(receipt).items()}
     params.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
     inserted = await session.execute(_INSERT_WITH_OUTCOME, params)
     return inserted.scalar_one_or_none() is not None
