@@ -12,7 +12,7 @@ from schemas.checkpoints import LogCheckpointReport
 from schemas.settings import MoatSettings
 from schemas.translog import make_vkey
 from starter.cli.identity import AsOperator, Local
-from starter.cli.output import AsJson, out, print_json, run
+from starter.cli.output import AsJson, fail, out, print_json, run
 from starter.cli.tenants import tenant_of
 from starter.devstack.ports import local_settings
 from starter.runtime.database import owner_sessions
@@ -64,7 +64,15 @@ def key(
     MOAT_LOG_PUBLIC_KEY) and say where both are: mount the key on workers only, the public
     half on gateways."""
     settings = local_settings()
-    private = log_key.load_or_create(settings.log_key_path, settings.log_public_key_path)
+    try:
+        private = log_key.load_or_create(settings.log_key_path, settings.log_public_key_path)
+    except (OSError, ValueError) as exc:
+        raise fail(
+            "unreadable",
+            f"cannot read or make the log key at {settings.log_key_path}: {exc}",
+            "point MOAT_LOG_KEY at the log's Ed25519 PEM key, or at a path to make it",
+            exit_code=2,
+        ) from None
     out.print(
         f"log key: {settings.log_key_path} (workers only); public key: "
         f"{settings.log_public_key_path} (gateways)",

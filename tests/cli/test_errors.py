@@ -59,6 +59,8 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
     missing = str(tmp_path / "missing.json")
     empty = tmp_path / "empty-secret"
     empty.write_text("")
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a key")
     no_door = {"MOAT_CODEC_DOOR": str(tmp_path / "no-door")}
     no_db = {"MOAT_DATABASE_URL": f"postgresql://moat@127.0.0.1:{free_port()}/moat"}
     by_path = {
@@ -179,6 +181,25 @@ def cases(stack: Stack, tmp_path: Path, tenant_name: str) -> dict[str, Case]:
         "runs rebuild": Case(["runs", "rebuild", "--tenant", "nosuch"], "tenant_not_found", 1),
         "runs show": Case(["runs", "show", "rcpt_nosuch"], "receipt_not_found", 1),
         "manifest get": Case(["manifest", "get", "rcpt_nosuch"], "execution_not_found", 1),
+        "log checkpoint": Case(["log", "checkpoint"], "database_unavailable", 3, no_db),
+        "log key": Case(["log", "key"], "unreadable", 2, {"MOAT_LOG_KEY": str(garbage)}),
+        "evidence export": Case(
+            [
+                "evidence",
+                "export",
+                "--since",
+                "0",
+                str(tmp_path / "bundle"),
+                "--api-key",
+                WRONG_KEY,
+            ],
+            "unauthenticated",
+            1,
+        ),
+        "evidence verify": Case(["evidence", "verify", missing], "bundle_unreadable", 2),
+        "witness keygen": Case(
+            ["witness", "keygen", "--name", "a b", "--out", str(tmp_path / "w.key")], "usage", 2
+        ),
         "manifest verify": Case(["manifest", "verify", missing], "unreadable", 2),
         "manifest inspect": Case(["manifest", "inspect", missing], "unreadable", 2),
         "signing-key rotate": Case(["signing-key", "rotate", "--alg", "MD5"], "bad_parameter", 2),
