@@ -81,7 +81,10 @@ async def test_every_recorded_input_decodes_with_its_identity_in_the_ref() -> No
                 ref = ref.model_copy(update={"submission": None})
             if "ref" in raw:
                 shapes.setdefault(model, set()).add("nested")
-                assert ref == ExecutionRef.model_validate(raw["ref"])
+                expected = ExecutionRef.model_validate(raw["ref"])
+                if model is ExecuteWorkflowInput:  # its submission is checked above
+                    expected = expected.model_copy(update={"submission": None})
+                assert ref == expected
                 continue
             shapes.setdefault(model, set()).add("flat")
             for name in FLAT_REF[model]:
