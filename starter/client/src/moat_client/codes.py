@@ -84,6 +84,14 @@ class ErrorCode(StrEnum):
     # Limits.
     RATE_LIMITED = "rate_limited"
     QUOTA_EXCEEDED = "quota_exceeded"
+    # The transparency log.
+    LOG_CHECKPOINT_NOT_FOUND = "log_checkpoint_not_found"
+    LOG_LEAF_NOT_FOUND = "log_leaf_not_found"
+    LOG_SIZE_NOT_FOUND = "log_size_not_found"
+    LOG_SIZE_INVALID = "log_size_invalid"
+    LOG_LEAF_NOT_CHECKPOINTED = "log_leaf_not_checkpointed"
+    LOG_COSIGNATURE_INVALID = "log_cosignature_invalid"
+    LOG_KEY_UNAVAILABLE = "log_key_unavailable"
     # Moat itself.
     GATEWAY_ERROR = "gateway_error"
     JWKS_UNAVAILABLE = "jwks_unavailable"
