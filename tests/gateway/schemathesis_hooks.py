@@ -27,6 +27,7 @@ from schemas.plans import PlanRequest
 from schemas.redaction import redact
 from starter.service import MoatError
 from starter.service.plans import check
+from store.db import storable
 
 
 def _idempotency_keys_differ(case: Any) -> bool:
@@ -56,18 +57,32 @@ def _private_webhook_host(case: Any) -> bool:
     return address is not None and not is_public(address)
 
 
+def _unstorable(value: Any) -> bool:
+    """Text Postgres cannot hold (a NUL, a lone surrogate) anywhere in a JSON value."""
+    if isinstance(value, str):
+        return not storable(value)
+    if isinstance(value, dict):
+        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_unstorable(v) for v in value)
+    return False
+
+
 def _config_refused(case: Any) -> bool:
     """A connection's config: its JSON text at most ``MAX_CONFIG_BYTES`` (a length of the
     serialized document, which JSON Schema does not measure), nested at most
     ``MAX_CONFIG_DEPTH`` levels (JSON Schema has no depth, short of spelling out every level),
-    ``base_url``'s origin among ``allowed_origins`` (one value against another), and no
-    value of a well-known credential format (a search by sixteen patterns, some looking
-    behind, under every key at every depth)."""
+    no text Postgres cannot store under any key at any depth (``config_unstorable``: a free
+    form's every string, keys included), ``base_url``'s origin among ``allowed_origins``
+    (one value against another), and no value of a well-known credential format (a search
+    by sixteen patterns, some looking behind, under every key at every depth)."""
     body = case.body if isinstance(case.body, dict) else {}
     config = body.get("config")
     if not isinstance(config, dict):
         return False
     if json_depth(config) > MAX_CONFIG_DEPTH or len(json.dumps(config)) > MAX_CONFIG_BYTES:
+        return True
+    if _unstorable(config):
         return True
     if redact(config) != config:
         return True
