@@ -18,7 +18,6 @@ Run: ``python -m bench.plans`` (``--help`` for the knobs).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import random
 import statistics
@@ -34,9 +33,8 @@ from rich.table import Table
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from bench.speed import load, percentile, sequential, stamp, temporal_actions, write
+from bench.speed import load, percentile, run_bench, sequential, temporal_actions
 from bench.speed_stack import speed_stack
-from starter.runtime import loop
 
 RESULTS = Path(__file__).resolve().parent / "results" / "plans.json"
 PLAN = "plan of 3 (references)"
@@ -285,14 +283,7 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=8785)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 100)
-    report = loop.run(measure(args, console))
-    stamp(report, args, "dev server, SQLite file")
-    render(report, console)
-    write(report, RESULTS, console)
+    run_bench(measure, render, args, RESULTS, 100)
 
 
 if __name__ == "__main__":

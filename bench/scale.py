@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import time
 import uuid
@@ -31,9 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.scale_stack import ScaleStack, machine_busy_seconds, scale_stack, tree_cpu_seconds
-from bench.speed import load, stamp, summary, write
+from bench.speed import load, run_bench, summary
 from schemas.names import REPLAYED_HEADER
-from starter.runtime import loop
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
 BENCH = "bench client"
@@ -326,14 +324,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 200)
-    report = loop.run(measure(args, console))
-    stamp(report, args, "dev server, SQLite file")
-    render(report, console)
-    write(report, RESULTS, console)
+    run_bench(measure, render, args, RESULTS, 200)
 
 
 if __name__ == "__main__":

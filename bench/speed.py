@@ -761,5 +761,24 @@ def write(report: dict[str, Any], path: Path, console: Console) -> None:
     console.print(f"written to {path}")
 
 
+def run_bench(
+    measure: Callable[[argparse.Namespace, Console], Awaitable[dict[str, Any]]],
+    render: Callable[[dict[str, Any], Console], None],
+    args: argparse.Namespace,
+    results: Path,
+    width: int,
+) -> None:
+    """A bench on the speed stack's servers, as its command runs it: measured, stamped,
+    printed (at least ``width`` columns wide when not on a terminal) and saved."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, width)
+    report = loop.run(measure(args, console))
+    stamp(report, args, "dev server, SQLite file")
+    render(report, console)
+    write(report, results, console)
+
+
 if __name__ == "__main__":
     main()
