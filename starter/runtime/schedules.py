@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -45,25 +46,37 @@ from schemas.settings import MoatSettings
 from workflows.fairness import tenant_priority
 
 
-async def ensure_retention_schedule(
-    client: Client, settings: MoatSettings, every: timedelta = timedelta(hours=1)
+async def _ensure_interval_schedule(
+    client: Client,
+    settings: MoatSettings,
+    schedule_id: str,
+    workflow: str,
+    arg: Any,
+    every: timedelta,
 ) -> str:
-    """Create the retention schedule unless it exists; returns its id."""
+    """Create a schedule that starts ``workflow`` every ``every`` on the task queue, a turn
+    skipped while the last run goes on, unless it exists; returns its id."""
     with contextlib.suppress(ScheduleAlreadyRunningError):
         await client.create_schedule(
-            RETENTION_SCHEDULE_ID,
+            schedule_id,
             Schedule(
                 action=ScheduleActionStartWorkflow(
-                    RETENTION_WORKFLOW,
-                    RetentionInput(),
-                    id=f"{RETENTION_SCHEDULE_ID}-run",
-                    task_queue=settings.task_queue,
+                    workflow, arg, id=f"{schedule_id}-run", task_queue=settings.task_queue
                 ),
                 spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
                 policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
             ),
         )
-    return RETENTION_SCHEDULE_ID
+    return schedule_id
+
+
+async def ensure_retention_schedule(
+    client: Client, settings: MoatSettings, every: timedelta = timedelta(hours=1)
+) -> str:
+    """Create the retention schedule unless it exists; returns its id."""
+    return await _ensure_interval_schedule(
+        client, settings, RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW, RetentionInput(), every
+    )
 
 
 async def ensure_partitions_schedule(
@@ -73,87 +86,43 @@ async def ensure_partitions_schedule(
     ahead: a month's partition exists two months before its first row, so neither a worker
     that runs for months nor a day of Temporal outage lets a row reach the default
     partition."""
-    with contextlib.suppress(ScheduleAlreadyRunningError):
-        await client.create_schedule(
-            PARTITIONS_SCHEDULE_ID,
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    PARTITIONS_WORKFLOW,
-                    PartitionsInput(),
-                    id=f"{PARTITIONS_SCHEDULE_ID}-run",
-                    task_queue=settings.task_queue,
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-    return PARTITIONS_SCHEDULE_ID
+    return await _ensure_interval_schedule(
+        client, settings, PARTITIONS_SCHEDULE_ID, PARTITIONS_WORKFLOW, PartitionsInput(), every
+    )
 
 
 async def ensure_trust_schedule(client: Client, settings: MoatSettings) -> str:
     """Create the trust rollup's schedule unless it exists; returns its id."""
-    with contextlib.suppress(ScheduleAlreadyRunningError):
-        await client.create_schedule(
-            TRUST_SCHEDULE_ID,
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    TRUST_REFRESH_WORKFLOW,
-                    TrustRefreshInput(),
-                    id=f"{TRUST_SCHEDULE_ID}-run",
-                    task_queue=settings.task_queue,
-                ),
-                spec=ScheduleSpec(
-                    intervals=[
-                        ScheduleIntervalSpec(
-                            every=timedelta(seconds=settings.trust_refresh_seconds)
-                        )
-                    ]
-                ),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-    return TRUST_SCHEDULE_ID
+    return await _ensure_interval_schedule(
+        client,
+        settings,
+        TRUST_SCHEDULE_ID,
+        TRUST_REFRESH_WORKFLOW,
+        TrustRefreshInput(),
+        timedelta(seconds=settings.trust_refresh_seconds),
+    )
 
 
 async def ensure_cancel_sweep_schedule(
     client: Client, settings: MoatSettings, every: timedelta = timedelta(minutes=5)
 ) -> str:
     """Create the cancel sweep's schedule unless it exists; returns its id."""
-    with contextlib.suppress(ScheduleAlreadyRunningError):
-        await client.create_schedule(
-            CANCEL_SWEEP_SCHEDULE_ID,
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    CANCEL_SWEEP_WORKFLOW,
-                    CancelSweepInput(),
-                    id=f"{CANCEL_SWEEP_SCHEDULE_ID}-run",
-                    task_queue=settings.task_queue,
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-    return CANCEL_SWEEP_SCHEDULE_ID
+    return await _ensure_interval_schedule(
+        client, settings, CANCEL_SWEEP_SCHEDULE_ID, CANCEL_SWEEP_WORKFLOW, CancelSweepInput(), every
+    )
 
 
 async def ensure_log_checkpoint_schedule(client: Client, settings: MoatSettings) -> str:
     """Create the transparency log's checkpoint schedule unless it exists; returns its id."""
     every = timedelta(seconds=settings.log_checkpoint_interval_seconds)
-    with contextlib.suppress(ScheduleAlreadyRunningError):
-        await client.create_schedule(
-            LOG_CHECKPOINT_SCHEDULE_ID,
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    LOG_CHECKPOINT_WORKFLOW,
-                    LogCheckpointInput(),
-                    id=f"{LOG_CHECKPOINT_SCHEDULE_ID}-run",
-                    task_queue=settings.task_queue,
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-    return LOG_CHECKPOINT_SCHEDULE_ID
+    return await _ensure_interval_schedule(
+        client,
+        settings,
+        LOG_CHECKPOINT_SCHEDULE_ID,
+        LOG_CHECKPOINT_WORKFLOW,
+        LogCheckpointInput(),
+        every,
+    )
 
 
 def probe_schedule_id(probe_id: str) -> str:
