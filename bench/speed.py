@@ -49,6 +49,7 @@ from bench.bare_workflow import (
     BareInput,
     BareSteps,
 )
+from bench.breakdown import breakdown, compared
 from bench.speed_stack import SpeedStack, speed_stack
 from schemas.names import REPLAYED_HEADER, TRACE_HEADER
 from starter.runtime import loop
@@ -101,6 +102,8 @@ class Calls:
     done: list[tuple[str, str, int]] = field(default_factory=list)  # key, receipt id, input
     repeated: list[tuple[str, str, int]] = field(default_factory=list)  # the done, repeated
     workflow_ids: dict[str, str] = field(default_factory=dict)  # series -> one workflow id
+    # series -> (workflow id, wall ms) of every call, for ``bench.breakdown``
+    runs: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def _headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.stack.api_key}", "Idempotency-Key": key}
@@ -113,12 +116,15 @@ class Calls:
     async def fresh(self, i: int) -> None:
         key = f"{self.tag}-fresh-{i}-{uuid.uuid4().hex[:6]}"
         body = {"schema_version": "1", "capability_id": "demo.echo", "input": {"i": i}}
+        started = time.perf_counter()
         resp = await self.post(key, body)
+        took = (time.perf_counter() - started) * 1000
         if resp.status_code != 200 or resp.headers.get(REPLAYED_HEADER):
             raise RuntimeError(f"fresh execute failed ({resp.status_code}): {resp.text[:300]}")
         envelope = resp.json()
         self.done.append((key, envelope["receipt_id"], i))
         self.workflow_ids.setdefault("moat", envelope["workflow_id"])
+        self.runs.setdefault("moat", []).append((envelope["workflow_id"], took))
 
     async def first_hit(self, i: int) -> None:
         """The first repeat of a key: the gateway has not answered it yet, so Postgres does
@@ -149,6 +155,7 @@ class Calls:
     def bare(self, workflow: str, series: str, queue: str | None = None) -> Call:
         async def call(i: int) -> None:
             workflow_id = f"{self.tag}-{series}-{i}-{uuid.uuid4().hex[:6]}"
+            started = time.perf_counter()
             await self.stack.bare_client.execute_workflow(
                 workflow,
                 BareInput(payload=f"step {i}", local=False),
@@ -157,6 +164,8 @@ class Calls:
                 result_type=str,
             )
             self.workflow_ids.setdefault(series, workflow_id)
+            took = (time.perf_counter() - started) * 1000
+            self.runs.setdefault(series, []).append((workflow_id, took))
 
         return call
 
@@ -524,6 +533,12 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     time.monotonic() + (end - time.monotonic()) * 0.25,
                 )
         report["load_1m"]["after_fresh"] = load()
+        with console.status("where a fresh execution's time goes, from its history…"):
+            measured = len(fresh["moat fresh"])
+            report["breakdown"] = {
+                "moat": await breakdown(stack.moat_client, calls.runs["moat"][-measured:]),
+                "floor": await breakdown(stack.bare_client, calls.runs["floor"][-measured:]),
+            }
         # A key's first repeat on a gateway is answered by Postgres, every later one from the
         # gateway's memory: two series, each against /healthz sent in the same rounds.
         firsts = max(10, min(args.n, len(calls.done) - args.warmup))
@@ -703,10 +718,24 @@ def render(report: dict[str, Any], console: Console) -> None:
             f"{fresh_cl['cpu_utilization']['worker']:.0%})", "", "", "", None,
             fresh_cl["load_1m"])  # fmt: skip
     console.print(table)
+    render_breakdown(report.get("breakdown", {}), console)
     console.print(
         f"load average (1 min) before {loads['before']}, after {loads['after']}, on "
         f"{os.cpu_count()} CPUs; wall {report['wall_seconds']} s"
     )
+
+
+def render_breakdown(found: dict[str, Any], console: Console) -> None:
+    """Where a fresh execution's time goes (``bench.breakdown``), Moat against the floor."""
+    rows = compared(found.get("moat", {}), found.get("floor", {}))
+    if not rows:
+        return
+    table = Table(title="fresh execute, where the time goes (p50 ms of each segment)")
+    for column in ("segment", "Moat", "floor", "Moat's extra"):
+        table.add_column(column, justify="left" if column == "segment" else "right")
+    for name, moat, floor in rows:
+        table.add_row(name, f"{moat:.1f}", f"{floor:.1f}", f"{moat - floor:+.1f}")
+    console.print(table)
 
 
 def main() -> None:
