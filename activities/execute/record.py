@@ -23,7 +23,6 @@ from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Rece
 from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
 from store import budgets, outputs, receipts, translog
-from store import events as event_log
 from store.keyrings.codec import OutputSealer
 
 # An execution always claims its key first; this only covers a claim that is gone.
@@ -110,7 +109,7 @@ class RecordStep:
                 _completion(chain, inp, completed)
             chained(chain, outcome_events(inp))
             written = await self._manifest(session, chain, receipt, run)
-            await event_log.append(session, chain.drafts)
+            await chain.append(session)
         return receipt, written
 
     async def _manifest(
