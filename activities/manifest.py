@@ -36,7 +36,7 @@ from schemas.provider_evidence import ProviderEvidence
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
-from store import manifests, tenancy, translog
+from store import manifests, tenancy
 from store.keyrings.signing import Keyring, sign_manifest
 from store.manifests import ManifestStore
 from store.models import ManifestRow
@@ -267,7 +267,6 @@ async def _index(
     )
     if not inserted:
         return
-    await translog.append_manifest(session, receipt.tenant_id, manifest_id, digest)
     if inp.replayed:
         chain.add(
             EventType.RUN_REPLAYED,

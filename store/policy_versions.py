@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import bindparam, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from schemas.policy import PolicyVersion
 from schemas.records import PolicyMode
@@ -89,3 +90,32 @@ async def current(session: AsyncSession, tenant_id: str, tenant: Tenant | None) 
         return to_version(row)
     mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
     return PolicyVersion(mode=mode, version=0)
+
+
+# The tenant with its latest document, if it has one (a document names an existing tenant).
+_LATEST = (
+    select(PolicyVersionRow)
+    .where(PolicyVersionRow.tenant_id == Tenant.id)
+    .order_by(PolicyVersionRow.version.desc())
+    .limit(1)
+    .lateral("latest")
+)
+_LATEST_ROW = aliased(PolicyVersionRow, _LATEST)
+_TENANT_AND_LATEST = (
+    select(Tenant, _LATEST_ROW)
+    .outerjoin(_LATEST_ROW, true())
+    .where(Tenant.id == bindparam("tenant_id"))
+)
+
+
+async def tenant_and_current(
+    session: AsyncSession, tenant_id: str
+) -> tuple[Tenant | None, PolicyVersion]:
+    """The tenant (None: no such tenant) and ``current``'s document, in one statement."""
+    found = (await session.execute(_TENANT_AND_LATEST, {"tenant_id": tenant_id})).first()
+    if found is None:
+        return None, PolicyVersion(mode=PolicyMode.STANDARD, version=0)
+    tenant, row = found
+    if row is not None:
+        return tenant, to_version(row)
+    return tenant, PolicyVersion(mode=PolicyMode(tenant.policy_mode), version=0)

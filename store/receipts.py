@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import OutcomeEvent, Receipt
+from store import translog
 from store.db import table_of
 from store.models import OutcomeEventRow, ReceiptRow
 
@@ -33,23 +34,24 @@ _OUTCOMES = table_of(OutcomeEventRow)
 _INSERT_OUTCOME = insert(_OUTCOMES)
 
 
-def _insert_with_outcome() -> Any:
-    """The receipt, and only when it is new, its outcome event: one statement (the
-    outcome's row is selected from the receipt's insert)."""
+def _insert_with_outcome(*, leaf: bool = True) -> Any:
+    """The receipt, and only when it is new, its outcome event and its transparency-log
+    leaf: one statement (both are selected from the receipt's insert). ``leaf`` False: the
+    statement without the leaf, for ``bench.translog`` to measure what the leaf costs."""
     receipt_columns = [c for c in _RECEIPTS.c if c.name in Receipt.model_fields]
     outcome_columns = [c for c in _OUTCOMES.c if c.name in OutcomeEvent.model_fields]
     new_receipt = (
         insert(_RECEIPTS)
         .values({c.name: bindparam(f"r_{c.name}", type_=c.type) for c in receipt_columns})
         .on_conflict_do_nothing(index_elements=[_RECEIPTS.c.id])
-        .returning(_RECEIPTS.c.id)
+        .returning(_RECEIPTS.c.id, _RECEIPTS.c.tenant_id)
         .cte("new_receipt")
     )
     outcome = select(*(bindparam(f"o_{c.name}", type_=c.type) for c in outcome_columns))
     return (
         insert(_OUTCOMES)
         .from_select([c.name for c in outcome_columns], outcome.select_from(new_receipt))
-        .add_cte(new_receipt)
+        .add_cte(new_receipt, *([translog.appended_with(new_receipt, "receipt")] if leaf else []))
         .returning(_OUTCOMES.c.receipt_id)
     )
 
@@ -118,8 +120,10 @@ async def list_receipts(
 async def insert_with_outcome(
     session: AsyncSession, receipt: Receipt, outcome: OutcomeEvent
 ) -> bool:
-    """``insert_receipt``, and with a new receipt its outcome event, in one statement."""
+    """``insert_receipt``, and with a new receipt its outcome event and its leaf in the
+    tenant's transparency log (``translog.append_receipt``), in one statement."""
     params = {f"r_{k}": v for k, v in _values(receipt).items()}
+    params["leaf_digest"] = translog.receipt_digest(receipt)
     params.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
     inserted = await session.execute(_INSERT_WITH_OUTCOME, params)
     return inserted.scalar_one_or_none() is not None

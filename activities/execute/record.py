@@ -22,7 +22,7 @@ from schemas.names import RECORD_OUTCOME, RECORD_RUN
 from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
-from store import budgets, outputs, receipts, translog
+from store import budgets, outputs, receipts
 from store.keyrings.codec import OutputSealer
 
 # An execution always claims its key first; this only covers a claim that is gone.
@@ -97,7 +97,6 @@ class RecordStep:
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
                 return stored, False
-            await translog.append_receipt(session, receipt)
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.ref.is_synthetic:
