@@ -113,8 +113,8 @@ async def record_step(
     step = RecordStep(app, OutputSealer.from_settings(settings))
     # The receipt's statement writes its leaf: the same statement without it.
     statements = {
-        "with append": receipts._INSERT_WITH_OUTCOME,
-        "without append": receipts._insert_with_outcome(leaf=False),
+        "with append": receipts._INSERT_WITH_OUTPUT,
+        "without append": receipts._insert_with_outcome(leaf=False, output=True),
     }
     series: dict[str, list[float]] = {"with append": [], "without append": []}
     for i in range(10):  # warm-up: connections, statement caches
@@ -123,11 +123,11 @@ async def record_step(
         order = list(series)
         random.shuffle(order)
         for name in order:
-            receipts._INSERT_WITH_OUTCOME = statements[name]
+            receipts._INSERT_WITH_OUTPUT = statements[name]
             started = time.perf_counter()
             await step._record(_record_input(tenant_id, i))
             series[name].append(time.perf_counter() - started)
-    receipts._INSERT_WITH_OUTCOME = statements["with append"]
+    receipts._INSERT_WITH_OUTPUT = statements["with append"]
     out: dict[str, Any] = {name: _summary(samples) for name, samples in series.items()}
     out["added_p50_ms"] = round(out["with append"]["p50_ms"] - out["without append"]["p50_ms"], 2)
     # Each round ran both, one after the other: the median of the rounds' differences

@@ -8,6 +8,7 @@ events; a retried or reset record finds the receipt and returns it.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -92,7 +93,7 @@ class RecordStep:
                 session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
             )
             if not await receipts.insert_with_outcome(
-                session, receipt, _outcome_event(inp, receipt)
+                session, receipt, _outcome_event(inp, receipt), self._kept(inp, now)
             ):
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
@@ -103,7 +104,6 @@ class RecordStep:
                 await budgets.increment_budget(session, inp.ref.tenant_id, inp.capability.id, now)
             if inp.budget_held:
                 await budgets.release_budget_hold(session, inp.ref.tenant_id, inp.ref.receipt_id)
-            await self._keep_output(session, inp, now)
             if completed is not None:
                 _completion(chain, inp, completed)
             chained(chain, outcome_events(inp))
@@ -129,20 +129,19 @@ class RecordStep:
         chain.actor = actor
         return True
 
-    async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
-        """The answer, kept with the receipt for as long as the key's claim lasts: a replay
-        finds both or neither."""
+    def _kept(self, inp: RecordInput, now: datetime) -> dict[str, Any] | None:
+        """The answer, kept with the receipt (in its statement) for as long as the key's
+        claim lasts: a replay finds both or neither. None: no answer to keep."""
         kept = inp.kept()
         if kept is None:
-            return
-        await outputs.keep(
-            session,
+            return None
+        return outputs.kept_params(
             self._sealer,
             inp.ref.tenant_id,
             inp.ref.receipt_id,
             kept,
             now + DEFAULT_OUTPUT_WINDOW,
-            claimed_key=inp.ref.idempotency_key,
+            inp.ref.idempotency_key,
         )
 
 

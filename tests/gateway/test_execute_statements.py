@@ -19,9 +19,9 @@ from store import db
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
 # document, key claim, receipt, budget, decision, events), the adapter attempt's events,
-# and the record (receipt with outcome and leaf, budget use, kept answer, manifest index
+# and the record (receipt with outcome, leaf and kept answer, budget use, manifest index
 # with leaf, events, webhook subscriptions), each transaction's tenant set first.
-WORKER_STATEMENTS = 16
+WORKER_STATEMENTS = 15
 WORKER_COMMITS = 3
 
 
