@@ -85,7 +85,10 @@ def to_version(row: PolicyVersionRow) -> PolicyVersion:
 async def current(session: AsyncSession, tenant_id: str, tenant: Tenant | None) -> PolicyVersion:
     """The tenant's current policy document; version 0 (its mode, no rules) before it has
     one."""
-    row = await latest(session, tenant_id)
+    return _document(await latest(session, tenant_id), tenant)
+
+
+def _document(row: PolicyVersionRow | None, tenant: Tenant | None) -> PolicyVersion:
     if row is not None:
         return to_version(row)
     mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
@@ -113,9 +116,5 @@ async def tenant_and_current(
 ) -> tuple[Tenant | None, PolicyVersion]:
     """The tenant (None: no such tenant) and ``current``'s document, in one statement."""
     found = (await session.execute(_TENANT_AND_LATEST, {"tenant_id": tenant_id})).first()
-    if found is None:
-        return None, PolicyVersion(mode=PolicyMode.STANDARD, version=0)
-    tenant, row = found
-    if row is not None:
-        return tenant, to_version(row)
-    return tenant, PolicyVersion(mode=PolicyMode(tenant.policy_mode), version=0)
+    tenant, row = found if found is not None else (None, None)
+    return tenant, _document(row, tenant)

@@ -88,7 +88,7 @@ class RecordStep:
         """The receipt and, when it is new, whether the manifest was indexed with it."""
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
-            # The latest event is read first, with the tenant: the outcome's events follow it.
+            # The tenant first; the outcome's events follow the log's latest (``Chain.append``).
             chain = await start_chain(
                 session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
             )
