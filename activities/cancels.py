@@ -138,7 +138,7 @@ class CancelSweep:
                     receipt_id,
                     error_code=ErrorCode.PLAN_CANCELLED,
                 )
-            return bool(await event_log.append(session, chain.drafts))
+            return bool(await chain.append(session))
 
 
 async def _plan_cancelled(

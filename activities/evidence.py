@@ -10,21 +10,33 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.events import AggregateType, EventDraft, EventType, event_id
+from schemas.events import AggregateType, Event, EventDraft, EventType, event_id
 from store import events as event_log
+from store import tenancy
 
 
 class Chain:
-    """Events of one execution and run, each caused by the previous one."""
+    """Events of one execution and run, each caused by the previous one; the first by
+    ``cause``, or with ``cause_from_log`` by the execution's latest event in the log when
+    the chain is appended (``append``)."""
 
     def __init__(
-        self, tenant_id: str, receipt_id: str, run_id: str, actor: str, cause: str | None = None
+        self,
+        tenant_id: str,
+        receipt_id: str,
+        run_id: str,
+        actor: str,
+        cause: str | None = None,
+        *,
+        cause_from_log: bool = False,
     ) -> None:
+        assert cause is None or not cause_from_log
         self.tenant_id = tenant_id
         self.receipt_id = receipt_id
         self.run_id = run_id
         self.actor = actor
         self.cause = cause
+        self.cause_from_log = cause_from_log
         self.drafts: list[EventDraft] = []
 
     def add(
@@ -55,6 +67,13 @@ class Chain:
         self.cause = draft.id
         return draft
 
+    async def append(self, session: AsyncSession) -> list[Event]:
+        """``event_log.append`` of the chain's events, the first one's cause read from the
+        log by the statement that writes it when the chain says so."""
+        return await event_log.append(
+            session, self.drafts, first_cause_from_log=self.cause_from_log
+        )
+
 
 async def continue_chain(
     session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str, actor: str
@@ -68,9 +87,11 @@ async def start_chain(
     session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str, actor: str
 ) -> Chain:
     """``continue_chain`` as a transaction's first step: the transaction is scoped to the
-    tenant and the latest event read in one round trip with its ``BEGIN``."""
-    cause = await event_log.begin_for(session, tenant_id, receipt_id)
-    return Chain(tenant_id, receipt_id, run_id, actor, cause)
+    tenant (one round trip with its ``BEGIN``), and the first event's cause is read when the
+    chain is appended, by the statement that writes it (``Chain.append``, which the caller
+    must use)."""
+    await tenancy.set_tenant(session, tenant_id)
+    return Chain(tenant_id, receipt_id, run_id, actor, cause_from_log=True)
 
 
 def step_id(receipt_id: str, step: str) -> str:

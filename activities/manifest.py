@@ -36,8 +36,7 @@ from schemas.provider_evidence import ProviderEvidence
 from schemas.records import OUTCOME_UNKNOWN
 from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
-from store import events as event_log
-from store import manifests, tenancy, translog
+from store import manifests, tenancy
 from store.keyrings.signing import Keyring, sign_manifest
 from store.manifests import ManifestStore
 from store.models import ManifestRow
@@ -91,7 +90,7 @@ class ManifestActivities:
                 session, receipt.tenant_id, receipt.id, inp.run_id, "moat.manifest"
             )
             ref = await self.index(session, inp, chain, signed, path, digest)
-            await event_log.append(session, chain.drafts)
+            await chain.append(session)
         return ref
 
     async def stored_or_written(self, inp: ManifestInput) -> tuple[RunManifest, Path, str]:
@@ -268,7 +267,6 @@ async def _index(
     )
     if not inserted:
         return
-    await translog.append_manifest(session, receipt.tenant_id, manifest_id, digest)
     if inp.replayed:
         chain.add(
             EventType.RUN_REPLAYED,

@@ -58,7 +58,7 @@ from schemas.records import Decision, ExecutionStatus, PolicyMode, Receipt, Rule
 from schemas.redaction import redact, redacted_hash
 from schemas.run import ExecuteWorkflowInput, workflow_id_for
 from schemas.start import START_NOT_SIGNED, PlanClaims
-from store import approvals, idempotency, manifests, outputs, plans, receipts, tenancy, translog
+from store import approvals, idempotency, manifests, outputs, plans, receipts, tenancy
 from store import events as event_log
 from store.keyrings.codec import OutputSealer
 from store.keyrings.signing import Keyring, sign_manifest
@@ -379,7 +379,6 @@ class PlanActivities:
                 replayed=False,
                 outcome=inp.status.value,
             )
-            await translog.append_manifest(session, run.tenant_id, manifest_id, digest)
         return str(path)
 
     def _manifest(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Date, bindparam, case, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from store.db import table_of
 from store.models import Budget, BudgetHold, BudgetUsage
 
 
@@ -158,27 +160,51 @@ async def release_budget_hold(session: AsyncSession, tenant_id: str, receipt_id:
     )
 
 
+_BUDGETS = table_of(Budget)
+_USAGE = table_of(BudgetUsage)
+
+
+def _count_use() -> Any:
+    """A success counted against its capability's budget, if one is set: one statement,
+    which reads the budget's period and adds one to the usage row of the period's start
+    (``period_start``: ``month_start`` for a monthly budget, else ``day_start``)."""
+    budget = select(
+        _BUDGETS.c.tenant_id,
+        _BUDGETS.c.capability_id,
+        _BUDGETS.c.period,
+        case(
+            (_BUDGETS.c.period == "month", bindparam("month_start", type_=Date)),
+            else_=bindparam("day_start", type_=Date),
+        ),
+        literal(1),
+    ).where(
+        _BUDGETS.c.tenant_id == bindparam("tenant_id"),
+        _BUDGETS.c.capability_id == bindparam("capability_id"),
+    )
+    columns = ["tenant_id", "capability_id", "period", "period_start", "used"]
+    stmt = insert(_USAGE).from_select(columns, budget)
+    return stmt.on_conflict_do_update(
+        index_elements=[
+            _USAGE.c.tenant_id,
+            _USAGE.c.capability_id,
+            _USAGE.c.period,
+            _USAGE.c.period_start,
+        ],
+        set_={"used": _USAGE.c.used + 1},
+    )
+
+
+_COUNT_USE = _count_use()
+
+
 async def increment_budget(
     session: AsyncSession, tenant_id: str, capability_id: str, now: datetime
 ) -> None:
     """Count one successful execution against the budget of its period, if one is set."""
-    budget = await session.get(Budget, (tenant_id, capability_id))
-    if budget is None:
-        return
-    stmt = insert(BudgetUsage).values(
-        tenant_id=tenant_id,
-        capability_id=capability_id,
-        period=budget.period,
-        period_start=period_start(budget.period, now),
-        used=1,
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[
-            BudgetUsage.tenant_id,
-            BudgetUsage.capability_id,
-            BudgetUsage.period,
-            BudgetUsage.period_start,
-        ],
-        set_={"used": BudgetUsage.used + 1},
-    )
-    await session.execute(stmt)
+    params = {
+        "tenant_id": tenant_id,
+        "capability_id": capability_id,
+        "month_start": period_start("month", now),
+        "day_start": period_start("day", now),
+    }
+    await session.execute(_COUNT_USE, params)

@@ -20,7 +20,7 @@ from schemas.events import (
     delta,
     effect_origin,
 )
-from store import announcements, db, tenancy
+from store import announcements, db, event_writes
 from store.models import OrchestrationEvent, RunRow
 
 _EVENTS = db.table_of(OrchestrationEvent)
@@ -77,16 +77,39 @@ def _state(row: Any) -> RunState:
     return RunState.model_validate(row, from_attributes=True)
 
 
-async def append(session: AsyncSession, drafts: Sequence[EventDraft]) -> list[Event]:
+async def append(
+    session: AsyncSession, drafts: Sequence[EventDraft], *, first_cause_from_log: bool = False
+) -> list[Event]:
     """Append events (ids already present are skipped: a retried step) and apply the new
-    ones to the projection. Returns the events actually written, in sequence order."""
+    ones to the projection. Returns the events actually written, in sequence order.
+
+    ``first_cause_from_log``: the first draft is caused by the execution's latest event in
+    the log, read by the statement that writes it (the drafts are one execution's)."""
     if not drafts:
         return []
-    # One round trip for all of them (SQLAlchemy batches the rows into one INSERT).
-    result = await session.execute(_INSERT_EVENTS, [d.model_dump(mode="json") for d in drafts])
-    written = sorted((_event(r) for r in result.mappings()), key=lambda e: e.sequence_number)
-    await _project(session, written)
+    if len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1:
+        written = await _append_one_execution(session, drafts, first_cause_from_log)
+    else:
+        assert not first_cause_from_log, "a cause from the log names one execution"
+        # One round trip for all of them (SQLAlchemy batches the rows into one INSERT).
+        result = await session.execute(_INSERT_EVENTS, [d.model_dump(mode="json") for d in drafts])
+        written = sorted((_event(r) for r in result.mappings()), key=lambda e: e.sequence_number)
+        await _project(session, written)
     await announcements.announce(session, written)
+    return written
+
+
+async def _append_one_execution(
+    session: AsyncSession, drafts: Sequence[EventDraft], first_cause_from_log: bool
+) -> list[Event]:
+    """One execution's drafts written with the projection's move, in one statement. The
+    projection moves by exactly the events written: when the statement skipped some (a
+    retried step), it moved nothing and the events it wrote move it here."""
+    stmt, params = event_writes.statement(drafts, first_cause_from_log)
+    result = await session.execute(stmt, params)
+    written = sorted((_event(r) for r in result.mappings()), key=lambda e: e.sequence_number)
+    if 0 < len(written) < len(drafts):
+        await _project(session, written)
     return written
 
 
@@ -115,19 +138,6 @@ _LATEST_EVENT = (
     "SELECT id FROM orchestration_events WHERE tenant_id = %(tenant_id)s"
     " AND correlation_id = %(correlation_id)s ORDER BY sequence_number DESC LIMIT 1"
 )
-
-
-async def begin_for(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:
-    """Open the transaction for ``tenant_id`` (``tenancy.set_tenant``) and read the latest
-    event of an execution, in one round trip with the ``BEGIN``: its id (None: none yet)."""
-    _, latest = await db.pipelined(
-        session,
-        [
-            (tenancy.SET_TENANT, {"tenant": tenant_id}),
-            (_LATEST_EVENT, {"tenant_id": tenant_id, "correlation_id": correlation_id}),
-        ],
-    )
-    return str(latest[0]) if latest is not None else None
 
 
 async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:

@@ -23,13 +23,15 @@ import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import sha256_digest
 from schemas.manifest import RunManifest, parse_document, signing_input
+from store import translog
 from store.db import table_of
 from store.models import ManifestRow
 
@@ -204,8 +206,25 @@ async def index_row(session: AsyncSession, tenant_id: str, run_id: str) -> Manif
 
 
 _INDEX = table_of(ManifestRow)
+
+
+def _insert_index() -> Any:
+    """The manifest's index row and, only when it is new, its transparency-log leaf: one
+    statement (the leaf is selected from the row's insert); the new row's id, if any."""
+    columns = [c for c in _INDEX.c if c.name != "created_at"]
+    new_index = (
+        insert(_INDEX)
+        .values({c.name: bindparam(c.name, type_=c.type) for c in columns})
+        .on_conflict_do_nothing()
+        .returning(_INDEX.c.id, _INDEX.c.tenant_id)
+        .cte("new_index")
+    )
+    leaf = translog.appended_with(new_index, "manifest")
+    return select(new_index.c.id).add_cte(leaf)
+
+
 # Every run writes one: built once, executed with fresh parameters only.
-_INSERT_INDEX = insert(_INDEX).on_conflict_do_nothing().returning(_INDEX.c.id)
+_INSERT_INDEX = _insert_index()
 
 
 async def index(
@@ -222,7 +241,9 @@ async def index(
     replayed: bool,
     outcome: str,
 ) -> bool:
-    """Index a written manifest; False when its row exists already (a retried step)."""
+    """Index a written manifest, with its leaf in the tenant's transparency log (its data
+    the file's digest, ``translog.manifest_digest``); False when its row exists already (a
+    retried step: neither is written again)."""
     row = {
         "id": id,
         "tenant_id": tenant_id,
@@ -234,6 +255,7 @@ async def index(
         "alg": alg,
         "replayed": replayed,
         "outcome": outcome,
+        "leaf_digest": translog.manifest_digest(sha256),
     }
     return (await session.execute(_INSERT_INDEX, row)).scalar_one_or_none() is not None
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import CTE, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql import bindparam
 
 from schemas.execute import KeptOutput
 from store.db import table_of
 from store.keyrings.codec import OutputSealer
-from store.models import ExecutionOutputRow
+from store.models import ExecutionOutputRow, IdempotencyClaim
 
 _OUTPUTS = table_of(ExecutionOutputRow)
+_CLAIMS = table_of(IdempotencyClaim)
 # Every execution with an answer keeps it: built once, executed with fresh parameters only.
 _KEEP = insert(_OUTPUTS).on_conflict_do_nothing(index_elements=[_OUTPUTS.c.receipt_id])
 
@@ -35,6 +38,18 @@ _KEEP_WHILE_CLAIMED = text(
 )
 
 
+def _sealed(
+    sealer: OutputSealer, tenant_id: str, receipt_id: str, kept: KeptOutput
+) -> tuple[str, bytes]:
+    """The output sealed for its receipt: (key id, sealed bytes)."""
+    # Compact JSON with keys in the order the adapter gave them: served back as it is, so a
+    # replay's output is the first answer's, byte for byte.
+    plaintext = json.dumps(
+        kept.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")
+    ).encode()
+    return sealer.seal(plaintext, _context(tenant_id, receipt_id))
+
+
 async def keep(
     session: AsyncSession,
     sealer: OutputSealer,
@@ -48,12 +63,7 @@ async def keep(
     """Store the output of a receipt (once: a retried step finds it there) until
     ``expires_at``, or, with ``claimed_key``, until the execution's claim on that key
     expires (``expires_at`` when it holds none)."""
-    # Compact JSON with keys in the order the adapter gave them: served back as it is, so a
-    # replay's output is the first answer's, byte for byte.
-    plaintext = json.dumps(
-        kept.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")
-    ).encode()
-    kid, sealed = sealer.seal(plaintext, _context(tenant_id, receipt_id))
+    kid, sealed = _sealed(sealer, tenant_id, receipt_id, kept)
     row = {
         "receipt_id": receipt_id,
         "tenant_id": tenant_id,
@@ -66,6 +76,56 @@ async def keep(
     else:
         claim = {"key": claimed_key, "claim_tenant": tenant_id, "claim_receipt": receipt_id}
         await session.execute(_KEEP_WHILE_CLAIMED, {**row, **claim})
+
+
+def kept_with(new: CTE) -> CTE:
+    """``keep`` with ``claimed_key`` as a CTE of the statement that writes the receipt, so
+    a replay finds both or neither: the output of the receipt ``new`` inserted (the CTE of
+    an INSERT returning its ``id`` and ``tenant_id``), none when it inserted nothing. Its
+    parameters: ``kept_params``."""
+    claimed_until = (
+        select(_CLAIMS.c.expires_at)
+        .where(
+            _CLAIMS.c.tenant_id == new.c.tenant_id,
+            _CLAIMS.c.idempotency_key == bindparam("output_claimed_key"),
+            _CLAIMS.c.receipt_id == new.c.id,
+        )
+        .scalar_subquery()
+    )
+    rows = select(
+        new.c.id,
+        new.c.tenant_id,
+        bindparam("output_key_id", type_=_OUTPUTS.c.key_id.type),
+        bindparam("output_sealed", type_=_OUTPUTS.c.sealed.type),
+        func.coalesce(
+            claimed_until, bindparam("output_expires_at", type_=_OUTPUTS.c.expires_at.type)
+        ),
+    ).select_from(new)
+    columns = ["receipt_id", "tenant_id", "key_id", "sealed", "expires_at"]
+    return (
+        insert(_OUTPUTS)
+        .from_select(columns, rows)
+        .on_conflict_do_nothing(index_elements=[_OUTPUTS.c.receipt_id])
+        .cte("kept_output")
+    )
+
+
+def kept_params(
+    sealer: OutputSealer,
+    tenant_id: str,
+    receipt_id: str,
+    kept: KeptOutput,
+    expires_at: datetime,
+    claimed_key: str,
+) -> dict[str, Any]:
+    """``kept_with``'s parameters: what ``keep`` with ``claimed_key`` stores."""
+    kid, sealed = _sealed(sealer, tenant_id, receipt_id, kept)
+    return {
+        "output_key_id": kid,
+        "output_sealed": sealed,
+        "output_claimed_key": claimed_key,
+        "output_expires_at": expires_at,
+    }
 
 
 async def find(

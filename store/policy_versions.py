@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import bindparam, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from schemas.policy import PolicyVersion
 from schemas.records import PolicyMode
@@ -84,8 +85,36 @@ def to_version(row: PolicyVersionRow) -> PolicyVersion:
 async def current(session: AsyncSession, tenant_id: str, tenant: Tenant | None) -> PolicyVersion:
     """The tenant's current policy document; version 0 (its mode, no rules) before it has
     one."""
-    row = await latest(session, tenant_id)
+    return _document(await latest(session, tenant_id), tenant)
+
+
+def _document(row: PolicyVersionRow | None, tenant: Tenant | None) -> PolicyVersion:
     if row is not None:
         return to_version(row)
     mode = PolicyMode(tenant.policy_mode) if tenant else PolicyMode.STANDARD
     return PolicyVersion(mode=mode, version=0)
+
+
+# The tenant with its latest document, if it has one (a document names an existing tenant).
+_LATEST = (
+    select(PolicyVersionRow)
+    .where(PolicyVersionRow.tenant_id == Tenant.id)
+    .order_by(PolicyVersionRow.version.desc())
+    .limit(1)
+    .lateral("latest")
+)
+_LATEST_ROW = aliased(PolicyVersionRow, _LATEST)
+_TENANT_AND_LATEST = (
+    select(Tenant, _LATEST_ROW)
+    .outerjoin(_LATEST_ROW, true())
+    .where(Tenant.id == bindparam("tenant_id"))
+)
+
+
+async def tenant_and_current(
+    session: AsyncSession, tenant_id: str
+) -> tuple[Tenant | None, PolicyVersion]:
+    """The tenant (None: no such tenant) and ``current``'s document, in one statement."""
+    found = (await session.execute(_TENANT_AND_LATEST, {"tenant_id": tenant_id})).first()
+    tenant, row = found if found is not None else (None, None)
+    return tenant, _document(row, tenant)

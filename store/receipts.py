@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import OutcomeEvent, Receipt
+from store import outputs, translog
 from store.db import table_of
 from store.models import OutcomeEventRow, ReceiptRow
 
@@ -33,28 +34,36 @@ _OUTCOMES = table_of(OutcomeEventRow)
 _INSERT_OUTCOME = insert(_OUTCOMES)
 
 
-def _insert_with_outcome() -> Any:
-    """The receipt, and only when it is new, its outcome event: one statement (the
-    outcome's row is selected from the receipt's insert)."""
+def _insert_with_outcome(*, leaf: bool = True, output: bool = False) -> Any:
+    """The receipt, and only when it is new, its outcome event, its transparency-log leaf
+    and with ``output`` its kept answer (``outputs.kept_with``): one statement (each is
+    selected from the receipt's insert). ``leaf`` False: the statement without the leaf,
+    for ``bench.translog`` to measure what the leaf costs."""
     receipt_columns = [c for c in _RECEIPTS.c if c.name in Receipt.model_fields]
     outcome_columns = [c for c in _OUTCOMES.c if c.name in OutcomeEvent.model_fields]
     new_receipt = (
         insert(_RECEIPTS)
         .values({c.name: bindparam(f"r_{c.name}", type_=c.type) for c in receipt_columns})
         .on_conflict_do_nothing(index_elements=[_RECEIPTS.c.id])
-        .returning(_RECEIPTS.c.id)
+        .returning(_RECEIPTS.c.id, _RECEIPTS.c.tenant_id)
         .cte("new_receipt")
     )
     outcome = select(*(bindparam(f"o_{c.name}", type_=c.type) for c in outcome_columns))
+    with_it = [new_receipt]
+    if leaf:
+        with_it.append(translog.appended_with(new_receipt, "receipt"))
+    if output:
+        with_it.append(outputs.kept_with(new_receipt))
     return (
         insert(_OUTCOMES)
         .from_select([c.name for c in outcome_columns], outcome.select_from(new_receipt))
-        .add_cte(new_receipt)
+        .add_cte(*with_it)
         .returning(_OUTCOMES.c.receipt_id)
     )
 
 
 _INSERT_WITH_OUTCOME = _insert_with_outcome()
+_INSERT_WITH_OUTPUT = _insert_with_outcome(output=True)
 
 
 def _values(receipt: Receipt) -> dict[str, Any]:
@@ -116,12 +125,20 @@ async def list_receipts(
 
 
 async def insert_with_outcome(
-    session: AsyncSession, receipt: Receipt, outcome: OutcomeEvent
+    session: AsyncSession,
+    receipt: Receipt,
+    outcome: OutcomeEvent,
+    output: dict[str, Any] | None = None,
 ) -> bool:
-    """``insert_receipt``, and with a new receipt its outcome event, in one statement."""
+    """``insert_receipt``, and with a new receipt its outcome event, its leaf in the
+    tenant's transparency log (``translog.append_receipt``) and the answer kept for
+    replays (``output``: ``outputs.kept_params``; None: none), in one statement."""
     params = {f"r_{k}": v for k, v in _values(receipt).items()}
+    params["leaf_digest"] = translog.receipt_digest(receipt)
+    params.update(output or {})
     params.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
-    inserted = await session.execute(_INSERT_WITH_OUTCOME, params)
+    statement = _INSERT_WITH_OUTCOME if output is None else _INSERT_WITH_OUTPUT
+    inserted = await session.execute(statement, params)
     return inserted.scalar_one_or_none() is not None
 
 

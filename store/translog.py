@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import text
+from sqlalchemy import CTE, LargeBinary, bindparam, literal, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -58,6 +58,25 @@ async def append(
     await session.execute(_APPEND, params)
 
 
+def appended_with(new: CTE, kind: LeafKind) -> CTE:
+    """``append`` as a CTE of the statement that writes the object, so the object and its
+    leaf are written together or not at all: the leaf of the row ``new`` inserted (the
+    CTE of an INSERT returning the object's ``tenant_id`` and ``id``), none when it
+    inserted nothing. The leaf's data is the statement's ``leaf_digest`` parameter."""
+    rows = select(
+        new.c.tenant_id, literal(kind), new.c.id, bindparam("leaf_digest", type_=LargeBinary)
+    ).select_from(new)
+    columns = ["tenant_id", "kind", "ref_id", "digest"]
+    return (
+        insert(_LEAVES)
+        .from_select(columns, rows)
+        .on_conflict_do_nothing(
+            index_elements=[_LEAVES.c.tenant_id, _LEAVES.c.kind, _LEAVES.c.ref_id]
+        )
+        .cte(f"{kind}_leaf")
+    )
+
+
 # ``append`` as driver SQL, for a transaction that sends its statements in one round trip
 # (``store.db.pipelined``).
 APPEND_SQL = (
@@ -67,24 +86,20 @@ APPEND_SQL = (
 )
 
 
+def receipt_digest(receipt: Receipt) -> bytes:
+    """A receipt's leaf data: the SHA-256 of ``receipt_bytes``."""
+    return hashlib.sha256(receipt_bytes(receipt)).digest()
+
+
 def receipt_append(receipt: Receipt) -> tuple[str, dict[str, Any]]:
     """The receipt's ``append`` as a pipelined statement: (driver SQL, parameters)."""
-    digest = hashlib.sha256(receipt_bytes(receipt)).digest()
     params = {"tenant_id": receipt.tenant_id, "kind": "receipt", "ref_id": receipt.id}
-    return APPEND_SQL, {**params, "digest": digest}
+    return APPEND_SQL, {**params, "digest": receipt_digest(receipt)}
 
 
 async def append_receipt(session: AsyncSession, receipt: Receipt) -> None:
     """``append`` the receipt as it is recorded."""
-    digest = hashlib.sha256(receipt_bytes(receipt)).digest()
-    await append(session, receipt.tenant_id, "receipt", receipt.id, digest)
-
-
-async def append_manifest(
-    session: AsyncSession, tenant_id: str, manifest_id: str, sha256: str
-) -> None:
-    """``append`` an indexed manifest (``sha256``: its index digest of the file bytes)."""
-    await append(session, tenant_id, "manifest", manifest_id, manifest_digest(sha256))
+    await append(session, receipt.tenant_id, "receipt", receipt.id, receipt_digest(receipt))
 
 
 # --- the sequencer ----------------------------------------------------------------------

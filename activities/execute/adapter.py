@@ -36,7 +36,6 @@ from schemas.names import CALL_ADAPTER
 from schemas.oauth import OAUTH2
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
-from store import events as event_log
 
 
 class AdapterStep:
@@ -141,7 +140,8 @@ class AdapterStep:
             chain = await start_chain(
                 session, inp.ref.tenant_id, inp.ref.receipt_id, run_id, "moat.adapter"
             )
-            await event_log.append(session, chained(chain, events))
+            chained(chain, events)
+            await chain.append(session)
 
 
 def _failure(

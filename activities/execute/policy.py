@@ -86,8 +86,7 @@ class PolicyStep:
         now = datetime.now(UTC)
         async with self._sessions.begin() as session:
             await tenancy.set_tenant(session, inp.ref.tenant_id)
-            tenant = await tenants.get_tenant(session, inp.ref.tenant_id)
-            document = await policy_versions.current(session, inp.ref.tenant_id, tenant)
+            tenant, document = await policy_versions.tenant_and_current(session, inp.ref.tenant_id)
             mode = document.mode
             if inp.dry_run:
                 return await self._decide(session, inp, document, tenant, now, events=False)
@@ -231,8 +230,7 @@ async def preview(
     """The decision a call of ``capability`` by a key with ``scopes`` would get now, as a
     dry run evaluates it, recording nothing (a plan's preview of its steps). The caller
     has named the tenant."""
-    tenant = await tenants.get_tenant(session, tenant_id)
-    document = await policy_versions.current(session, tenant_id, tenant)
+    tenant, document = await policy_versions.tenant_and_current(session, tenant_id)
     inp = PolicyInput(
         ref=ExecutionRef(
             receipt_id=subject_id, tenant_id=tenant_id, idempotency_key="", input_hash=""

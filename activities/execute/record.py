@@ -8,6 +8,7 @@ events; a retried or reset record finds the receipt and returns it.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -22,8 +23,7 @@ from schemas.names import RECORD_OUTCOME, RECORD_RUN
 from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Receipt
 from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
-from store import budgets, outputs, receipts, translog
-from store import events as event_log
+from store import budgets, outputs, receipts
 from store.keyrings.codec import OutputSealer
 
 # An execution always claims its key first; this only covers a claim that is gone.
@@ -88,29 +88,27 @@ class RecordStep:
         """The receipt and, when it is new, whether the manifest was indexed with it."""
         receipt = _receipt(inp, now)
         async with self._sessions.begin() as session:
-            # The latest event is read first, with the tenant: the outcome's events follow it.
+            # The tenant first; the outcome's events follow the log's latest (``Chain.append``).
             chain = await start_chain(
                 session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
             )
             if not await receipts.insert_with_outcome(
-                session, receipt, _outcome_event(inp, receipt)
+                session, receipt, _outcome_event(inp, receipt), self._kept(inp, now)
             ):
                 stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
                 assert stored is not None
                 return stored, False
-            await translog.append_receipt(session, receipt)
             # Bill once: only a success, only when its receipt is first written; the unit
             # the policy step held becomes used (or is given back) in the same transaction.
             if inp.success and not inp.ref.is_synthetic:
                 await budgets.increment_budget(session, inp.ref.tenant_id, inp.capability.id, now)
             if inp.budget_held:
                 await budgets.release_budget_hold(session, inp.ref.tenant_id, inp.ref.receipt_id)
-            await self._keep_output(session, inp, now)
             if completed is not None:
                 _completion(chain, inp, completed)
             chained(chain, outcome_events(inp))
             written = await self._manifest(session, chain, receipt, run)
-            await event_log.append(session, chain.drafts)
+            await chain.append(session)
         return receipt, written
 
     async def _manifest(
@@ -131,20 +129,19 @@ class RecordStep:
         chain.actor = actor
         return True
 
-    async def _keep_output(self, session: AsyncSession, inp: RecordInput, now: datetime) -> None:
-        """The answer, kept with the receipt for as long as the key's claim lasts: a replay
-        finds both or neither."""
+    def _kept(self, inp: RecordInput, now: datetime) -> dict[str, Any] | None:
+        """The answer, kept with the receipt (in its statement) for as long as the key's
+        claim lasts: a replay finds both or neither. None: no answer to keep."""
         kept = inp.kept()
         if kept is None:
-            return
-        await outputs.keep(
-            session,
+            return None
+        return outputs.kept_params(
             self._sealer,
             inp.ref.tenant_id,
             inp.ref.receipt_id,
             kept,
             now + DEFAULT_OUTPUT_WINDOW,
-            claimed_key=inp.ref.idempotency_key,
+            inp.ref.idempotency_key,
         )
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from sqlalchemy import delete, text, update
+from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError
 
 from activities.evidence import Chain
@@ -263,3 +264,44 @@ async def test_concurrent_appends_to_one_run_all_count(stack: Stack) -> None:
     assert state is not None
     assert (state.total_steps, state.failed_steps) == (24, 6)
     assert rebuilt[receipt_id] == state
+
+
+async def test_an_execution_s_events_and_its_run_move_in_one_statement(stack: Stack) -> None:
+    """One execution's batch is one statement: its events, the first one's cause read from
+    the log (a chain begun by ``start_chain``), and the run's move, which a rebuild from
+    the log agrees with (the times the events set are their ``occurred_at``)."""
+    receipt_id, run_id = str(uuid7()), str(uuid7())
+    sent: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        sent.append(statement)
+
+    engine = stack.sessions.kw["bind"].sync_engine
+    sa_event.listen(engine, "before_cursor_execute", count)
+    try:
+        started = Chain(stack.tenant_id, receipt_id, run_id, "moat.test")
+        started.add(EventType.RUN_STARTED, AggregateType.RUN, receipt_id, workflow_id="wf-one")
+        started.add(EventType.POLICY_EVALUATED, AggregateType.POLICY, f"{receipt_id}:policy")
+        async with stack.sessions.begin() as s:
+            first = await started.append(s)
+        later = Chain(stack.tenant_id, receipt_id, run_id, "moat.test", cause_from_log=True)
+        later.add(EventType.STEP_RETRIED, AggregateType.STEP, f"{receipt_id}:adapter")
+        later.add(EventType.STEP_FAILED, AggregateType.STEP, f"{receipt_id}:adapter")
+        later.add(EventType.RUN_CANCELLED, AggregateType.RUN, receipt_id)
+        async with stack.sessions.begin() as s:
+            second = await later.append(s)
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", count)
+    assert len(sent) == 2, sent
+    assert [e.id for e in first + second] == [d.id for d in started.drafts + later.drafts]
+    assert second[0].causation_id == first[-1].id
+    events = await chain_of(stack, receipt_id)
+    assert_causal(events, receipt_id)
+    async with stack.sessions() as s:
+        state = await event_log.get_run(s, stack.tenant_id, receipt_id)
+        rebuilt = await event_log.rebuild(s, stack.tenant_id)
+    assert state is not None and rebuilt[receipt_id] == state
+    assert state.status == RunStatus.CANCELLED and state.completed_at == events[-1].occurred_at
+    assert (state.total_steps, state.failed_steps, state.retries) == (2, 1, 1)
+    assert state.started_at == events[0].occurred_at
+    assert state.last_sequence == events[-1].sequence_number

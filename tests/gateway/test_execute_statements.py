@@ -1,0 +1,76 @@
+"""What one execution costs the database: the SQL statements and commits its activities
+send, counted on the worker's engine (the statements ``store.db.pipelined`` sends past
+SQLAlchemy included). A change that adds a round trip to the execute path fails here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from temporalio import activity
+
+import worker as worker_module
+from moat.testing.stack import StackFactory
+from store import db
+
+# The worker's share of a fresh successful execution: the policy check (tenant and policy
+# document, key claim, receipt, budget, decision, events), the adapter attempt's events,
+# and the record (receipt with outcome, leaf and kept answer, budget use, manifest index
+# with leaf, events, webhook subscriptions), each transaction's tenant set first.
+WORKER_STATEMENTS = 15
+WORKER_COMMITS = 3
+
+
+async def test_a_fresh_execution_sends_its_known_statements(
+    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engines: list[AsyncEngine] = []
+    make_engine = worker_module.make_engine
+
+    def captured(url: str, **kwargs: Any) -> AsyncEngine:
+        engines.append(make_engine(url, **kwargs))
+        return engines[-1]
+
+    monkeypatch.setattr(worker_module, "make_engine", captured)
+    statements: Counter[str] = Counter()
+    commits: Counter[str] = Counter()
+
+    def workflow() -> str | None:
+        return activity.info().workflow_id if activity.in_activity() else None
+
+    def count(conn: Any, cursor: Any, statement: str, params: Any, ctx: Any, many: bool) -> None:
+        if (wf := workflow()) is not None:
+            statements[wf] += 1
+
+    def commit(conn: Any) -> None:
+        if (wf := workflow()) is not None:
+            commits[wf] += 1
+
+    pipelined = db.pipelined
+
+    async def counted(
+        session: AsyncSession, sent: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[tuple[Any, ...] | None]:
+        if session.bind is engines[0] and (wf := workflow()) is not None:
+            statements[wf] += len(sent)
+        return await pipelined(session, sent)
+
+    monkeypatch.setattr(db, "pipelined", counted)
+    async with make_stack() as stack:
+        [engine] = engines
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+        event.listen(engine.sync_engine, "commit", commit)
+        try:
+            resp = await stack.execute("demo.echo", {"count": "statements"})
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
+            event.remove(engine.sync_engine, "commit", commit)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["status"] == "executed" and body["receipt"]["status"] == "success"
+    workflow_id = body["workflow_id"]
+    assert (statements[workflow_id], commits[workflow_id]) == (WORKER_STATEMENTS, WORKER_COMMITS)
