@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from schemas.records import Receipt
 from store import db
+from store.api_keys import SCOPED_LOOKUP, AuthenticatedTenant, authenticated
 from store.db import table_of
 from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
 from store.receipts import to_receipt
-from store.tenancy import SET_TENANT
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,14 @@ class Claim:
     expires_at: datetime
     taken_now: bool = False  # claim_key: this call took it (or re-armed it once expired)
 
+
+class NotScoped(enum.Enum):
+    """A read that did not run scoped to the tenant it was for."""
+
+    NOT_SCOPED = "not scoped"
+
+
+NOT_SCOPED = NotScoped.NOT_SCOPED
 
 _CLAIMS = table_of(IdempotencyClaim)
 _RE_ARMED = ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")
@@ -107,7 +117,7 @@ async def find_replay(
 _RECEIPT_COLUMNS = tuple(c.name for c in table_of(ReceiptRow).c)
 _CLAIM_COLUMNS = ("idempotency_key", "receipt_id", "input_hash", "workflow_id")
 _CLAIM_TIMES = ("first_seen_at", "expires_at")
-# ``find_replay`` in driver SQL, for ``replay_in_one_trip``: claim, receipt and output.
+# ``find_replay`` in driver SQL, for ``replay_authenticated``: claim, receipt and output.
 _REPLAY = (
     "SELECT "
     + ", ".join(f"k.{c}" for c in (*_CLAIM_COLUMNS, *_CLAIM_TIMES))
@@ -122,17 +132,41 @@ _REPLAY = (
 )
 
 
-async def replay_in_one_trip(
-    session: AsyncSession, tenant_id: str, key: str, now: datetime
-) -> tuple[Claim, Receipt | None, ExecutionOutputRow | None] | None:
-    """``find_replay`` as a transaction's first step: the transaction scoped to the tenant
-    (``tenancy.SET_TENANT``) and the claim, receipt and kept output read in one round trip
-    with its ``BEGIN``: a repeat answered from Postgres waits on it once."""
+# ``_REPLAY`` always answering one row, led by the tenant the transaction is scoped to: a
+# read that ran unscoped (or scoped to another tenant) says so instead of finding nothing.
+_SCOPED_REPLAY = (
+    "SELECT s.scope, x.* FROM (SELECT current_setting('moat.tenant_id', true) AS scope) s"
+    " LEFT JOIN LATERAL (" + _REPLAY + ") x ON true"
+)
+Replay = tuple[Claim, Receipt | None, ExecutionOutputRow | None]
+
+
+async def replay_authenticated(
+    engine: AsyncEngine, lookup: Mapping[str, str], tenant_id: str, key: str, now: datetime
+) -> tuple[AuthenticatedTenant | None, Replay | NotScoped | None]:
+    """``find_replay`` behind the presented key's authentication (``api_keys.SCOPED_LOOKUP``
+    with its ``lookup`` parameters), in one round trip and one implicit transaction
+    (``db.at_once``): the lookup scopes the transaction to the key's tenant and the read
+    follows in it. ``tenant_id``: whose key it was verified to be moments ago.
+
+    The key's tenant (None: unknown or revoked, and nothing is read), and the replay: None
+    when no live claim holds the key, ``NOT_SCOPED`` when the read did not run scoped to
+    ``tenant_id`` (nothing it found can be trusted: read again in a transaction)."""
     params = {"tenant": tenant_id, "key": key, "now": now}
-    _, row = await db.pipelined(session, [(SET_TENANT, params), (_REPLAY, params)])
-    if row is None:
-        return None
+    auth_row, row = await db.at_once(engine, [(SCOPED_LOOKUP, lookup), (_SCOPED_REPLAY, params)])
+    tenant = authenticated(auth_row, lookup["key_id"])
+    if tenant is None:
+        return None, None
+    if row is None or row[0] != tenant_id or tenant.tenant_id != tenant_id:
+        return tenant, NOT_SCOPED
+    return tenant, _replay_of(row[1:], tenant_id)
+
+
+def _replay_of(row: Sequence[Any], tenant_id: str) -> Replay | None:
+    """A ``_REPLAY`` row as the claim, its receipt and its kept output (None: no claim)."""
     n_claim = len(_CLAIM_COLUMNS) + len(_CLAIM_TIMES)
+    if row[0] is None:  # the claim's key: a claim always has one
+        return None
     claim = Claim(*row[:n_claim])
     if not row[n_claim]:
         return claim, None, None

@@ -10,7 +10,6 @@ The caller (the gateway) turns the ``Outcome`` into its answer; nothing here spe
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime
@@ -33,21 +32,12 @@ from starter.service.executions.ingest import Prepared
 from starter.service.executions.keycache import KeyCache
 from starter.service.executions.memory import AnswerCache
 from starter.service.ratelimit import RateLimits
-from store import tenancy
+from starter.service.tenants import unknown_key
+from store import db, tenancy
 from store.api_keys import AuthenticatedTenant
+from store.idempotency import NotScoped
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
-
-
-class NotLooked(enum.Enum):
-    """No look-up of the key's stored answer yet in this transaction."""
-
-    NOT_LOOKED = "not looked"
-
-
-NOT_LOOKED = NotLooked.NOT_LOOKED
-# What a look-up earlier in the transaction found: the execution holding the key, or none.
-Looked = Unfinished | None | NotLooked
 
 
 class Shared(Protocol):
@@ -125,24 +115,41 @@ class Executions:
 
     async def _through_postgres(self, call: Call, shared: Shared, prepared: Prepared) -> Outcome:
         """The way of a call with no transaction of its own open (its key verified moments
-        ago, or a copy that went its own way). A key still verified (``keycache``) may be
-        answered a stored receipt in one round trip, as memory answers it; anything else
-        (a run to start or join) authenticates again, in the same transaction."""
+        ago, or a copy that went its own way). The key is authenticated in Postgres again
+        either way. An ``answerable`` request of a key still verified (``keycache``) is
+        read in one round trip with that authentication and no session
+        (``replay.authenticated_from_postgres``): its stored answer, or what holds its key
+        before its run is started or joined; anything else in a transaction."""
         assert call.presented_key is not None
+        known = shared.keys.get(call.presented_key)
+        engine = db.engine_of(shared.sessions)
+        admitted = None
+        if known is not None and engine is not None and replay.answerable(prepared):
+            shared.rate_limits.admit(self._settings, known.tenant_id)
+            admitted = known.tenant_id
+            since = shared.keys.now()
+            tenant, found = await replay.authenticated_from_postgres(
+                engine,
+                self.sealer,
+                self.hits,
+                self.answers,
+                call.presented_key,
+                known.tenant_id,
+                prepared,
+            )
+            if tenant is None:
+                raise unknown_key(call.presented_key)
+            shared.keys.keep(call.presented_key, tenant, since)
+            if isinstance(found, Outcome):
+                return found
+            if not isinstance(found, NotScoped):
+                ingest.admit_unconnected(prepared)
+                return await self.run(tenant, prepared, call, found)
         async with shared.sessions.begin() as session:
-            known = shared.keys.get(call.presented_key)
-            looked: Looked = NOT_LOOKED
-            if known is not None and replay.answerable(prepared):
-                shared.rate_limits.admit(self._settings, known.tenant_id)
-                stored = await self.replay(session, known.tenant_id, prepared, call.trace_id, True)
-                if isinstance(stored, Outcome):
-                    return stored
-                looked = stored
             tenant = await auth.authenticate(session, call.presented_key)
-            if known is None or tenant.tenant_id != known.tenant_id:
+            if tenant.tenant_id != admitted:
                 shared.rate_limits.admit(self._settings, tenant.tenant_id)
-                looked = NOT_LOOKED
-            found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id, looked)
+            found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id)
         return (
             found if isinstance(found, Outcome) else await self.run(tenant, prepared, call, found)
         )
@@ -166,20 +173,12 @@ class Executions:
         )
 
     async def _stored(
-        self,
-        session: AsyncSession,
-        tenant_id: str,
-        prepared: Prepared,
-        trace_id: str,
-        looked: Looked = NotLooked.NOT_LOOKED,
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
-        """The stored answer, or what holds the key; ``looked``: what a look-up earlier in
-        this transaction found (an unfinished execution, or no claim), not read again."""
+        """The stored answer, or what holds the key (``replay``), once the request's
+        connection is admitted; a new execution's connection must not be revoked."""
         connection = await ingest.admit_connection(session, tenant_id, prepared)
-        if isinstance(looked, NotLooked):
-            found = await self.replay(session, tenant_id, prepared, trace_id)
-        else:
-            found = looked
+        found = await self.replay(session, tenant_id, prepared, trace_id)
         if found is None:
             ingest.admit_new(connection)
         return found
@@ -202,18 +201,12 @@ class Executions:
         return copied
 
     async def replay(
-        self,
-        session: AsyncSession,
-        tenant_id: str,
-        prepared: Prepared,
-        trace_id: str,
-        scoping: bool = False,
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
         """The stored answer for a live key, from Postgres (``replay.from_postgres``);
-        otherwise the execution that holds the key (``Unfinished``) or None (a new one).
-        ``scoping``: the transaction is scoped to the tenant by the same round trip."""
+        otherwise the execution that holds the key (``Unfinished``) or None (a new one)."""
         return await replay.from_postgres(
-            session, self.sealer, self.hits, self.answers, tenant_id, prepared, scoping=scoping
+            session, self.sealer, self.hits, self.answers, tenant_id, prepared
         )
 
     async def run(

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from schemas.execute import envelope_for_receipt
 from starter.service.executions.call import Outcome, Unfinished, key_reused
 from starter.service.executions.hits import HitLedger
 from starter.service.executions.ingest import Prepared
 from starter.service.executions.memory import AnswerCache, RememberedAnswer, render
-from store import idempotency, outputs
+from store import api_keys, idempotency, outputs
+from store.api_keys import AuthenticatedTenant
+from store.idempotency import NotScoped
 from store.keyrings.codec import OutputSealer
 
 
@@ -52,23 +54,57 @@ async def from_postgres(
     answers: AnswerCache,
     tenant_id: str,
     prepared: Prepared,
-    *,
-    scoping: bool = False,
 ) -> Outcome | Unfinished | None:
     """The stored answer for a live key, from Postgres alone (reads only: the hit is
     counted by ``hits``), kept in memory for the next repeat; otherwise go on to Temporal
-    with the execution that holds the key (``Unfinished``) or a new one (None).
-    ``scoping``: the transaction is not yet scoped to the tenant; the look-up does it, in
-    the same round trip as the transaction's ``BEGIN``."""
+    with the execution that holds the key (``Unfinished``) or a new one (None)."""
     if prepared.request.dry_run:
         return None
     now = datetime.now(UTC)
     # Claim, receipt and kept output in one statement: a replay reads once.
+    found = await idempotency.find_replay(session, tenant_id, prepared.idempotency_key, now)
+    return _answer(found, sealer, hits, answers, tenant_id, prepared, now)
+
+
+async def authenticated_from_postgres(
+    engine: AsyncEngine,
+    sealer: OutputSealer,
+    hits: HitLedger,
+    answers: AnswerCache,
+    presented: str,
+    tenant_id: str,
+    prepared: Prepared,
+) -> tuple[AuthenticatedTenant | None, Outcome | Unfinished | NotScoped | None]:
+    """``from_postgres`` for an ``answerable`` request whose key was verified moments ago
+    (to ``tenant_id``), with no session: the key authenticated in Postgres again and the
+    stored answer read after it, in one round trip and one implicit transaction scoped by
+    that authentication (``idempotency.replay_authenticated``).
+
+    The key's tenant (None: the key is unknown or revoked now, and nothing was read) and
+    what ``from_postgres`` says, or ``NOT_SCOPED`` when the read cannot be trusted."""
+    lookup = api_keys.lookup_params(presented)
+    if lookup is None:
+        return None, None
+    now = datetime.now(UTC)
     key = prepared.idempotency_key
-    if scoping:
-        found = await idempotency.replay_in_one_trip(session, tenant_id, key, now)
-    else:
-        found = await idempotency.find_replay(session, tenant_id, key, now)
+    tenant, found = await idempotency.replay_authenticated(engine, lookup, tenant_id, key, now)
+    if tenant is None:
+        return None, None
+    if isinstance(found, NotScoped):
+        return tenant, found
+    return tenant, _answer(found, sealer, hits, answers, tenant_id, prepared, now)
+
+
+def _answer(
+    found: idempotency.Replay | None,
+    sealer: OutputSealer,
+    hits: HitLedger,
+    answers: AnswerCache,
+    tenant_id: str,
+    prepared: Prepared,
+    now: datetime,
+) -> Outcome | Unfinished | None:
+    """What a replay's read comes to (``from_postgres``)."""
     if found is None:
         return None
     claim, receipt, output = found
