@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.util import greenlet_spawn
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -110,45 +109,3 @@ def engine_of(sessions: object) -> AsyncEngine | None:
     kw = getattr(sessions, "kw", None)
     bind = kw.get("bind") if isinstance(kw, dict) else None
     return bind if isinstance(bind, AsyncEngine) else None
-
-
-Statements = Sequence[tuple[str, Mapping[str, Any]]]
-
-
-async def at_once(engine: AsyncEngine, statements: Statements) -> list[tuple[Any, ...] | None]:
-    """The first row of each of ``statements`` (driver SQL, psycopg parameters), run as one
-    implicit transaction in one round trip, on a pooled connection taken without a session.
-
-    No ``BEGIN`` and no ``COMMIT``: the statements go out in pipeline mode with one ``Sync``
-    after the last, and Postgres runs everything before a ``Sync`` as one transaction,
-    committed at it (or rolled back whole when a statement fails). What a statement scopes
-    to the transaction (``set_config(..., true)``: the tenant) holds for the statements
-    after it, and for nothing beyond them. For short reads on the hot paths: a session's
-    set-up, ``BEGIN`` and ``COMMIT`` cost the gateway more than the statements.
-
-    A failure is raised as SQLAlchemy raises a failed statement, and a connection Postgres
-    dropped is not handed out again."""
-    pooled = await engine.raw_connection()
-    raw = pooled.driver_connection
-    assert isinstance(raw, psycopg.AsyncConnection), "Moat's engines are psycopg's"
-    sql, params = statements[0]
-    try:
-        await raw.set_autocommit(True)
-        try:
-            async with raw.pipeline():
-                cursors = []
-                for sql, params in statements:
-                    cursors.append(await raw.execute(sql, params))
-            return [await cursor.fetchone() if cursor.description else None for cursor in cursors]
-        finally:
-            if not (raw.closed or raw.broken):
-                await raw.set_autocommit(False)  # as the pool hands its connections out
-    except psycopg.Error as err:
-        gone = raw.closed or raw.broken
-        if gone:
-            await greenlet_spawn(pooled.invalidate, err)
-        raise DBAPIError.instance(
-            sql, params, err, psycopg.Error, connection_invalidated=gone, dialect=engine.dialect
-        ) from err
-    finally:
-        await greenlet_spawn(pooled.close)

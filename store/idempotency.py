@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -10,12 +9,13 @@ from typing import Any
 
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import Receipt
-from store import db
-from store.api_keys import SCOPED_LOOKUP, AuthenticatedTenant, authenticated
+from store import held
+from store.api_keys import AuthenticatedTenant, authenticated
 from store.db import table_of
+from store.held import HeldReads
 from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
 from store.receipts import to_receipt
 
@@ -30,14 +30,6 @@ class Claim:
     expires_at: datetime
     taken_now: bool = False  # claim_key: this call took it (or re-armed it once expired)
 
-
-class NotScoped(enum.Enum):
-    """A read that did not run scoped to the tenant it was for."""
-
-    NOT_SCOPED = "not scoped"
-
-
-NOT_SCOPED = NotScoped.NOT_SCOPED
 
 _CLAIMS = table_of(IdempotencyClaim)
 _RE_ARMED = ("receipt_id", "input_hash", "workflow_id", "first_seen_at", "expires_at")
@@ -132,34 +124,40 @@ _REPLAY = (
 )
 
 
-# ``_REPLAY`` always answering one row, led by the tenant the transaction is scoped to: a
-# read that ran unscoped (or scoped to another tenant) says so instead of finding nothing.
-_SCOPED_REPLAY = (
-    "SELECT s.scope, x.* FROM (SELECT current_setting('moat.tenant_id', true) AS scope) s"
+# ``_REPLAY`` behind the key's lookup (``api_keys.SCOPED_LOOKUP``'s columns), on a held
+# connection (``held``): one row, led by the tenant it ran scoped to.
+_HELD_REPLAY = (
+    f"SELECT {held.SCOPE}, a.tenant_id, a.revoked_at, a.policy_mode,"
+    " a.idempotency_ttl_seconds, a.scopes, x.* FROM (SELECT 1) one"
+    " LEFT JOIN LATERAL moat_lookup_api_key(%(key_id)s, %(secret_hash)s) a ON true"
     " LEFT JOIN LATERAL (" + _REPLAY + ") x ON true"
 )
+_LOOKUP_COLUMNS = 5
 Replay = tuple[Claim, Receipt | None, ExecutionOutputRow | None]
 
 
 async def replay_authenticated(
-    engine: AsyncEngine, lookup: Mapping[str, str], tenant_id: str, key: str, now: datetime
-) -> tuple[AuthenticatedTenant | None, Replay | NotScoped | None]:
-    """``find_replay`` behind the presented key's authentication (``api_keys.SCOPED_LOOKUP``
-    with its ``lookup`` parameters), in one round trip and one implicit transaction
-    (``db.at_once``): the lookup scopes the transaction to the key's tenant and the read
-    follows in it. ``tenant_id``: whose key it was verified to be moments ago.
+    reads: HeldReads, lookup: Mapping[str, str], tenant_id: str, key: str, now: datetime
+) -> tuple[AuthenticatedTenant | None, Replay | None] | None:
+    """``find_replay`` with the presented key's authentication (``api_keys.authenticate``,
+    with its ``lookup_params``) in one statement, on a connection held scoped to
+    ``tenant_id`` (``held``): one round trip. ``tenant_id``: whose key it was verified to
+    be moments ago.
 
-    The key's tenant (None: unknown or revoked, and nothing is read), and the replay: None
-    when no live claim holds the key, ``NOT_SCOPED`` when the read did not run scoped to
-    ``tenant_id`` (nothing it found can be trusted: read again in a transaction)."""
-    params = {"tenant": tenant_id, "key": key, "now": now}
-    auth_row, row = await db.at_once(engine, [(SCOPED_LOOKUP, lookup), (_SCOPED_REPLAY, params)])
-    tenant = authenticated(auth_row, lookup["key_id"])
+    The key's tenant (None: unknown or revoked now, and nothing found) and the replay (None:
+    no live claim holds the key); None when not read (no held connection free, or the key
+    is another tenant's): read it in a transaction."""
+    params = {**lookup, "tenant": tenant_id, "key": key, "now": now}
+    row = await reads.read(tenant_id, _HELD_REPLAY, params)
+    if row is None:
+        return None
+    auth = row[1 : 1 + _LOOKUP_COLUMNS]
+    tenant = authenticated(auth if auth[0] is not None else None, lookup["key_id"])
     if tenant is None:
         return None, None
-    if row is None or row[0] != tenant_id or tenant.tenant_id != tenant_id:
-        return tenant, NOT_SCOPED
-    return tenant, _replay_of(row[1:], tenant_id)
+    if tenant.tenant_id != tenant_id:
+        return None
+    return tenant, _replay_of(row[1 + _LOOKUP_COLUMNS :], tenant_id)
 
 
 def _replay_of(row: Sequence[Any], tenant_id: str) -> Replay | None:

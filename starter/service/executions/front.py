@@ -35,7 +35,7 @@ from starter.service.ratelimit import RateLimits
 from starter.service.tenants import unknown_key
 from store import db, tenancy
 from store.api_keys import AuthenticatedTenant
-from store.idempotency import NotScoped
+from store.held import HeldReads
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
 
@@ -75,6 +75,9 @@ class Executions:
         self.answers = (
             answers if answers is not None else AnswerCache(max_bytes=settings.answer_cache_bytes)
         )
+        # The hot path's reads of a verified key: one statement each, no session.
+        engine = db.engine_of(sessions)
+        self.reads = HeldReads(engine) if engine is not None else None
 
     async def execute(self, call: Call, shared: Shared) -> Outcome:
         """Run the capability ``call`` asks for, or answer an earlier request's result for
@@ -117,19 +120,20 @@ class Executions:
         """The way of a call with no transaction of its own open (its key verified moments
         ago, or a copy that went its own way). The key is authenticated in Postgres again
         either way. An ``answerable`` request of a key still verified (``keycache``) is
-        read in one round trip with that authentication and no session
-        (``replay.authenticated_from_postgres``): its stored answer, or what holds its key
-        before its run is started or joined; anything else in a transaction."""
+        read in one statement with that authentication, on a held connection and with no
+        session (``replay.authenticated_from_postgres``): its stored answer, or what holds
+        its key before its run is started or joined; anything else (or with no held
+        connection free) in a transaction."""
         assert call.presented_key is not None
         known = shared.keys.get(call.presented_key)
-        engine = db.engine_of(shared.sessions)
         admitted = None
-        if known is not None and engine is not None and replay.answerable(prepared):
+        reads = self._held(shared)
+        if known is not None and reads is not None and replay.answerable(prepared):
             shared.rate_limits.admit(self._settings, known.tenant_id)
             admitted = known.tenant_id
             since = shared.keys.now()
-            tenant, found = await replay.authenticated_from_postgres(
-                engine,
+            read = await replay.authenticated_from_postgres(
+                reads,
                 self.sealer,
                 self.hits,
                 self.answers,
@@ -137,12 +141,13 @@ class Executions:
                 known.tenant_id,
                 prepared,
             )
-            if tenant is None:
-                raise unknown_key(call.presented_key)
-            shared.keys.keep(call.presented_key, tenant, since)
-            if isinstance(found, Outcome):
-                return found
-            if not isinstance(found, NotScoped):
+            if read is not None:
+                tenant, found = read
+                if tenant is None:
+                    raise unknown_key(call.presented_key)
+                shared.keys.keep(call.presented_key, tenant, since)
+                if isinstance(found, Outcome):
+                    return found
                 ingest.admit_unconnected(prepared)
                 return await self.run(tenant, prepared, call, found)
         async with shared.sessions.begin() as session:
@@ -153,6 +158,18 @@ class Executions:
         return (
             found if isinstance(found, Outcome) else await self.run(tenant, prepared, call, found)
         )
+
+    def _held(self, shared: Shared) -> HeldReads | None:
+        """The held reads, when they are on the engine of the sessions the call is given."""
+        reads = self.reads
+        return (
+            reads if reads is not None and db.engine_of(shared.sessions) is reads.engine else None
+        )
+
+    async def close(self) -> None:
+        """Close the held connections (the gateway is stopping)."""
+        if self.reads is not None:
+            await self.reads.close()
 
     async def _in_transaction(
         self,

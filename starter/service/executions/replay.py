@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.execute import envelope_for_receipt
 from starter.service.executions.call import Outcome, Unfinished, key_reused
@@ -18,7 +18,7 @@ from starter.service.executions.ingest import Prepared
 from starter.service.executions.memory import AnswerCache, RememberedAnswer, render
 from store import api_keys, idempotency, outputs
 from store.api_keys import AuthenticatedTenant
-from store.idempotency import NotScoped
+from store.held import HeldReads
 from store.keyrings.codec import OutputSealer
 
 
@@ -67,31 +67,32 @@ async def from_postgres(
 
 
 async def authenticated_from_postgres(
-    engine: AsyncEngine,
+    reads: HeldReads,
     sealer: OutputSealer,
     hits: HitLedger,
     answers: AnswerCache,
     presented: str,
     tenant_id: str,
     prepared: Prepared,
-) -> tuple[AuthenticatedTenant | None, Outcome | Unfinished | NotScoped | None]:
+) -> tuple[AuthenticatedTenant | None, Outcome | Unfinished | None] | None:
     """``from_postgres`` for an ``answerable`` request whose key was verified moments ago
     (to ``tenant_id``), with no session: the key authenticated in Postgres again and the
-    stored answer read after it, in one round trip and one implicit transaction scoped by
-    that authentication (``idempotency.replay_authenticated``).
+    stored answer read in the same statement, on a held connection
+    (``idempotency.replay_authenticated``).
 
     The key's tenant (None: the key is unknown or revoked now, and nothing was read) and
-    what ``from_postgres`` says, or ``NOT_SCOPED`` when the read cannot be trusted."""
+    what ``from_postgres`` says; None when it was not read (read it in a transaction)."""
     lookup = api_keys.lookup_params(presented)
     if lookup is None:
         return None, None
     now = datetime.now(UTC)
     key = prepared.idempotency_key
-    tenant, found = await idempotency.replay_authenticated(engine, lookup, tenant_id, key, now)
+    read = await idempotency.replay_authenticated(reads, lookup, tenant_id, key, now)
+    if read is None:
+        return None
+    tenant, found = read
     if tenant is None:
         return None, None
-    if isinstance(found, NotScoped):
-        return tenant, found
     return tenant, _answer(found, sealer, hits, answers, tenant_id, prepared, now)
 
 
