@@ -51,11 +51,12 @@ class HeldReads:
         self, tenant_id: str, sql: str, params: Mapping[str, Any]
     ) -> tuple[Any, ...] | None:
         """The one row of ``sql`` (driver SQL leading with ``SCOPE``), read scoped to
-        ``tenant_id``; None when it was not read here: every held connection busy, or the
-        read not scoped to ``tenant_id`` (read it otherwise).
+        ``tenant_id``; None when it was not read here (read it otherwise): every held
+        connection busy, the connection lost (Postgres restarted, say), or the read not
+        scoped to ``tenant_id``. The connection is dropped after anything but a read in
+        scope.
 
-        A failure is raised as SQLAlchemy raises a failed statement; the connection is
-        dropped after a failure, as after a read outside its scope."""
+        Any other failure is raised as SQLAlchemy raises a failed statement."""
         held = await self._take()
         if held is None:
             return None
@@ -63,15 +64,16 @@ class HeldReads:
         try:
             row = await self._read(held, tenant_id, sql, params)
         finally:
-            if row is not None and row[0] == tenant_id and not self._closed:
+            in_scope = row is not None and row[0] == tenant_id
+            if in_scope and not self._closed:
                 self._idle.append(held)
             else:
                 await self._drop(held)
-        return row if row[0] == tenant_id else None
+        return row if in_scope else None
 
     async def _read(
         self, held: _Held, tenant_id: str, sql: str, params: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
+    ) -> tuple[Any, ...] | None:
         raw = held.raw
         try:
             if held.tenant != tenant_id:
@@ -79,6 +81,8 @@ class HeldReads:
                 await raw.execute(_SCOPE_SESSION, {"tenant": tenant_id})
                 held.tenant = tenant_id
             row: tuple[Any, ...] | None = await (await raw.execute(sql, params)).fetchone()
+        except psycopg.OperationalError:
+            return None
         except psycopg.Error as err:
             raise DBAPIError.instance(
                 sql,
@@ -88,7 +92,6 @@ class HeldReads:
                 connection_invalidated=True,
                 dialect=self.engine.dialect,
             ) from err
-        assert row is not None, "a held read answers one row"
         return row
 
     async def _take(self) -> _Held | None:
