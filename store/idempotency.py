@@ -113,7 +113,7 @@ _CLAIM_TIMES = ("first_seen_at", "expires_at")
 _REPLAY = (
     "SELECT "
     + ", ".join(f"k.{c}" for c in (*_CLAIM_COLUMNS, *_CLAIM_TIMES))
-    + ", r.id IS NOT NULL, "
+    + ", r.id IS NOT NULL AS recorded, "
     + ", ".join(f"r.{c}" for c in _RECEIPT_COLUMNS)
     + ", o.key_id, o.sealed, o.expires_at"
     " FROM idempotency_keys k"
@@ -124,13 +124,16 @@ _REPLAY = (
 )
 
 
-# ``_REPLAY`` behind the key's lookup (``api_keys.SCOPED_LOOKUP``'s columns), on a held
-# connection (``held``): one row, led by the tenant it ran scoped to.
+# ``_REPLAY`` on a held connection (``held``), led by the tenant it ran scoped to, and
+# followed by the key's lookup (``api_keys.SCOPED_LOOKUP``'s columns) unless the key holds
+# a recorded receipt: ``OFFSET 0`` keeps the lookup's subquery whole, so that its condition
+# gates the function scan (a one-time filter), which a replay does not run.
 _HELD_REPLAY = (
-    f"SELECT {held.SCOPE}, a.tenant_id, a.revoked_at, a.policy_mode,"
-    " a.idempotency_ttl_seconds, a.scopes, x.* FROM (SELECT 1) one"
-    " LEFT JOIN LATERAL moat_lookup_api_key(%(key_id)s, %(secret_hash)s) a ON true"
+    f"SELECT {held.SCOPE}, x.*, a.tenant_id, a.revoked_at, a.policy_mode,"
+    " a.idempotency_ttl_seconds, a.scopes FROM (SELECT 1) one"
     " LEFT JOIN LATERAL (" + _REPLAY + ") x ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM moat_lookup_api_key(%(key_id)s, %(secret_hash)s)"
+    " WHERE x.recorded IS NOT TRUE OFFSET 0) a ON true"
 )
 _LOOKUP_COLUMNS = 5
 Replay = tuple[Claim, Receipt | None, ExecutionOutputRow | None]
@@ -138,26 +141,24 @@ Replay = tuple[Claim, Receipt | None, ExecutionOutputRow | None]
 
 async def replay_authenticated(
     reads: HeldReads, lookup: Mapping[str, str], tenant_id: str, key: str, now: datetime
-) -> tuple[AuthenticatedTenant | None, Replay | None] | None:
-    """``find_replay`` with the presented key's authentication (``api_keys.authenticate``,
-    with its ``lookup_params``) in one statement, on a connection held scoped to
-    ``tenant_id`` (``held``): one round trip. ``tenant_id``: whose key it was verified to
-    be moments ago.
+) -> tuple[Replay | None, AuthenticatedTenant | None] | None:
+    """``find_replay`` in one statement on a connection held scoped to ``tenant_id``
+    (``held``), whose key the presented one was verified to be moments ago; unless the key
+    holds a recorded receipt, the presented key is authenticated in the same statement
+    (``api_keys.authenticate``, with its ``lookup_params``).
 
-    The key's tenant (None: unknown or revoked now, and nothing found) and the replay (None:
-    no live claim holds the key); None when not read (no held connection free, or the key
-    is another tenant's): read it in a transaction."""
+    The replay (None: no live claim holds the key) and the key's tenant when looked up
+    (None: not looked up, or unknown or revoked now); None when not read (no held
+    connection free, or the key is another tenant's): read it in a transaction."""
     params = {**lookup, "tenant": tenant_id, "key": key, "now": now}
     row = await reads.read(tenant_id, _HELD_REPLAY, params)
     if row is None:
         return None
-    auth = row[1 : 1 + _LOOKUP_COLUMNS]
+    auth = row[-_LOOKUP_COLUMNS:]
     tenant = authenticated(auth if auth[0] is not None else None, lookup["key_id"])
-    if tenant is None:
-        return None, None
-    if tenant.tenant_id != tenant_id:
+    if tenant is not None and tenant.tenant_id != tenant_id:
         return None
-    return tenant, _replay_of(row[1 + _LOOKUP_COLUMNS :], tenant_id)
+    return _replay_of(row[1:-_LOOKUP_COLUMNS], tenant_id), tenant
 
 
 def _replay_of(row: Sequence[Any], tenant_id: str) -> Replay | None:

@@ -1,8 +1,10 @@
 """A key's first repeat on a gateway, of a key it verified moments ago, is read in one
-statement on a held connection (``store.held``), with the key authenticated in the same
-statement. It answers the same bytes as a repeat read in a transaction and as one from
-memory, and keeps every rule of a hit: another input is ``idempotency_key_reused``,
-another tenant's key never sees it, and a key revoked since is refused at once."""
+statement on a held connection (``store.held``). It answers the same bytes as a repeat
+read in a transaction and as one from memory, and keeps every rule of a hit: another
+input is ``idempotency_key_reused``, another tenant's key never sees it, and a key revoked
+since gets its stored answers within the key cache's bound, as from memory, but starts no
+run: the same statement authenticates it when its key holds no recorded receipt, and once
+found revoked it is trusted no longer."""
 
 from __future__ import annotations
 
@@ -91,16 +93,23 @@ async def test_a_first_repeat_read_held_keeps_every_rule_of_a_hit(
         assert REPLAYED_HEADER not in theirs.headers
         assert theirs.json()["receipt_id"] != first.json()["receipt_id"]
 
-        # Revoked elsewhere: what Postgres answers checks the key there at once, within
-        # the bound the memory answers keep.
+        # Revoked elsewhere: within the bound a stored answer is still replayed, from
+        # Postgres as from memory, but a run is not started: the key is checked at once.
         stored = await stack.execute("demo.echo", {"m": 3}, key=f"{key}-later", api_key=other_key)
         assert stored.status_code == 200, stored.text
         async with stack.sessions.begin() as session:
             assert await tenants.revoke_key(session, other_key.split("_")[1], datetime.now(UTC))
         assert deps.keys.get(other_key) is not None  # still verified moments ago
-        refused = await http.post(post, json=_body(3), headers=_headers(other_key, f"{key}-later"))
+        replayed = await http.post(post, json=_body(3), headers=_headers(other_key, f"{key}-later"))
+        assert replayed.status_code == 200, replayed.text
+        assert replayed.json()["receipt_id"] == stored.json()["receipt_id"]
+        refused = await http.post(post, json=_body(4), headers=_headers(other_key, f"{key}-new"))
         assert refused.status_code == 401, refused.text
         assert refused.json()["error"]["code"] == "unauthenticated"
+        # Found revoked, the key is trusted no longer: its stored answers are refused too.
+        assert deps.keys.get(other_key) is None
+        again = await http.post(post, json=_body(3), headers=_headers(other_key, f"{key}-later"))
+        assert again.status_code == 401, again.text
 
         # The stack's own first repeat, read after the other tenant's on the same held
         # connection, is its own answer.

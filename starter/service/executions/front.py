@@ -118,12 +118,12 @@ class Executions:
 
     async def _through_postgres(self, call: Call, shared: Shared, prepared: Prepared) -> Outcome:
         """The way of a call with no transaction of its own open (its key verified moments
-        ago, or a copy that went its own way). The key is authenticated in Postgres again
-        either way. An ``answerable`` request of a key still verified (``keycache``) is
-        read in one statement with that authentication, on a held connection and with no
-        session (``replay.authenticated_from_postgres``): its stored answer, or what holds
-        its key before its run is started or joined; anything else (or with no held
-        connection free) in a transaction."""
+        ago, or a copy that went its own way). An ``answerable`` request of a key still
+        verified (``keycache``) is read in one statement on a held connection, with no
+        session (``replay.authenticated_from_postgres``): its stored answer, replayed as
+        memory replays it, or what holds its key, with the key authenticated in Postgres by
+        the same statement before its run is started or joined. Anything else (or with no
+        held connection free) authenticates and reads in a transaction."""
         assert call.presented_key is not None
         known = shared.keys.get(call.presented_key)
         admitted = None
@@ -138,16 +138,17 @@ class Executions:
                 self.hits,
                 self.answers,
                 call.presented_key,
-                known.tenant_id,
+                known,
                 prepared,
             )
             if read is not None:
-                tenant, found = read
-                if tenant is None:
-                    raise unknown_key(call.presented_key)
-                shared.keys.keep(call.presented_key, tenant, since)
+                found, tenant = read
                 if isinstance(found, Outcome):
                     return found
+                if tenant is None:  # revoked since: trusted no longer
+                    shared.keys.forget(known.key_id)
+                    raise unknown_key(call.presented_key)
+                shared.keys.keep(call.presented_key, tenant, since)
                 ingest.admit_unconnected(prepared)
                 return await self.run(tenant, prepared, call, found)
         async with shared.sessions.begin() as session:

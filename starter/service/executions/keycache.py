@@ -1,14 +1,15 @@
 """Key cache: API keys verified recently, so a repeated request skips the database round
 trip.
 
-Only the execute route's answers from memory and joins of a run already in flight rely on
-it alone. A request it verified that Postgres answers (a stored receipt, or a run to
-start or resume) names the tenant it was verified to for its one round trip, and is
-authenticated in Postgres again in that round trip; anything else authenticates in
-Postgres again in its own transaction. Kept by the SHA-256 of the presented key (never
-the key), for ``MOAT_AUTH_CACHE_SECONDS`` after the lookup began.
+Only the execute route's answers of a stored receipt (from memory, or read from Postgres
+in one statement) and joins of a run already in flight rely on it; every request that
+starts or resumes a run authenticates in Postgres again: in the statement that found no
+stored receipt for its key (a key verified moments ago), or in its own transaction. Kept
+by the SHA-256 of the presented key (never the key), for ``MOAT_AUTH_CACHE_SECONDS`` after
+the lookup began.
 
-Bound on revocation: a key revoked through this gateway is forgotten at once; one revoked
+Bound on revocation: a key revoked through this gateway, or found revoked by a run's
+authentication here, is forgotten at once; one revoked
 elsewhere (another gateway, ``moat key revoke``) is refused by this gateway at most
 ``MOAT_AUTH_CACHE_SECONDS`` after the revocation committed. Only valid keys are kept, by
 the request that verified them in its own transaction (no extra round trip), and kept

@@ -72,28 +72,31 @@ async def authenticated_from_postgres(
     hits: HitLedger,
     answers: AnswerCache,
     presented: str,
-    tenant_id: str,
+    known: AuthenticatedTenant,
     prepared: Prepared,
-) -> tuple[AuthenticatedTenant | None, Outcome | Unfinished | None] | None:
+) -> tuple[Outcome | Unfinished | None, AuthenticatedTenant | None] | None:
     """``from_postgres`` for an ``answerable`` request whose key was verified moments ago
-    (to ``tenant_id``), with no session: the key authenticated in Postgres again and the
-    stored answer read in the same statement, on a held connection
-    (``idempotency.replay_authenticated``).
+    (``known``), in one statement on a held connection and with no session
+    (``idempotency.replay_authenticated``). A stored answer is replayed on the key verified
+    moments ago, as memory replays it; otherwise the key is authenticated in Postgres by
+    the same statement, for the run to start or join.
 
-    The key's tenant (None: the key is unknown or revoked now, and nothing was read) and
-    what ``from_postgres`` says; None when it was not read (read it in a transaction)."""
+    What ``from_postgres`` says, and the key's tenant (None: the key is unknown or revoked
+    now); None when it was not read (read it in a transaction)."""
     lookup = api_keys.lookup_params(presented)
     if lookup is None:
-        return None, None
+        return None
     now = datetime.now(UTC)
     key = prepared.idempotency_key
-    read = await idempotency.replay_authenticated(reads, lookup, tenant_id, key, now)
+    read = await idempotency.replay_authenticated(reads, lookup, known.tenant_id, key, now)
     if read is None:
         return None
-    tenant, found = read
+    found, tenant = read
+    if found is not None and found[1] is not None:  # a recorded receipt: not looked up
+        tenant = known
     if tenant is None:
         return None, None
-    return tenant, _answer(found, sealer, hits, answers, tenant_id, prepared, now)
+    return _answer(found, sealer, hits, answers, known.tenant_id, prepared, now), tenant
 
 
 def _answer(
