@@ -17,6 +17,7 @@ from store.api_keys import AuthenticatedTenant, authenticated
 from store.db import table_of
 from store.held import HeldReads
 from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
+from store.outputs import Sealed, SealedOutput
 from store.receipts import to_receipt
 
 
@@ -136,7 +137,7 @@ _HELD_REPLAY = (
     " WHERE x.recorded IS NOT TRUE OFFSET 0) a ON true"
 )
 _LOOKUP_COLUMNS = 5
-Replay = tuple[Claim, Receipt | None, ExecutionOutputRow | None]
+Replay = tuple[Claim, Receipt | None, Sealed | None]
 
 
 async def replay_authenticated(
@@ -177,13 +178,7 @@ def _replay_of(row: Sequence[Any], tenant_id: str) -> Replay | None:
     key_id, sealed, expires_at = row[start + len(_RECEIPT_COLUMNS) :]
     if sealed is None:
         return claim, receipt, None
-    output = ExecutionOutputRow(
-        receipt_id=receipt.id,
-        tenant_id=tenant_id,
-        key_id=key_id,
-        sealed=bytes(sealed),
-        expires_at=expires_at,
-    )
+    output = SealedOutput(receipt.id, tenant_id, key_id, bytes(sealed), expires_at)
     return claim, receipt, output
 
 
