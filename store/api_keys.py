@@ -135,7 +135,7 @@ _LOOKUP = (
     " FROM moat_lookup_api_key(%(key_id)s, %(secret_hash)s)"
 )
 # A revoked key names no tenant: set_config runs only for a live one.
-_SCOPED_LOOKUP = (
+SCOPED_LOOKUP = (
     "SELECT tenant_id, revoked_at, policy_mode, idempotency_ttl_seconds, scopes,"
     " CASE WHEN revoked_at IS NULL THEN set_config('moat.tenant_id', tenant_id, true) END"
     " FROM moat_lookup_api_key(%(key_id)s, %(secret_hash)s)"
@@ -165,13 +165,26 @@ async def authenticate(
     ``scope``: the same statement also names the key's tenant for the rest of the
     transaction (as ``tenancy.set_tenant`` does), when the key is valid: one round trip
     fewer on every request."""
+    params = lookup_params(presented)
+    if params is None:
+        return None
+    [row] = await db.pipelined(session, [(SCOPED_LOOKUP if scope else _LOOKUP, params)])
+    return authenticated(row, params["key_id"])
+
+
+def lookup_params(presented: str) -> dict[str, str] | None:
+    """The parameters of ``SCOPED_LOOKUP`` for a presented key; None for one that cannot be
+    a key (not Moat's form, or text Postgres cannot hold)."""
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX or not parts[1] or not parts[2]:
         return None
     if not storable(parts[1]) or not storable(parts[2]):
         return None
-    params = {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])}
-    [row] = await db.pipelined(session, [(_SCOPED_LOOKUP if scope else _LOOKUP, params)])
+    return {"key_id": parts[1], "secret_hash": _hash_secret(parts[2])}
+
+
+def authenticated(row: tuple[Any, ...] | None, key_id: str) -> AuthenticatedTenant | None:
+    """The tenant a lookup's row names; None for no row or a revoked key."""
     if row is None:
         return None
     tenant_id, revoked_at, mode, ttl, scopes = row[:5]
@@ -179,7 +192,7 @@ async def authenticate(
         return None
     return AuthenticatedTenant(
         tenant_id=tenant_id,
-        key_id=parts[1],
+        key_id=key_id,
         policy_mode=mode,
         idempotency_ttl_seconds=ttl,
         scopes=tuple(scopes),

@@ -101,3 +101,11 @@ async def pipelined(
         raise DBAPIError.instance(
             sql, params, err, psycopg.Error, connection_invalidated=gone, dialect=connection.dialect
         ) from err
+
+
+def engine_of(sessions: object) -> AsyncEngine | None:
+    """The engine a sessionmaker's sessions are bound to; None when they are bound to
+    anything else (a connection, a stand-in)."""
+    kw = getattr(sessions, "kw", None)
+    bind = kw.get("bind") if isinstance(kw, dict) else None
+    return bind if isinstance(bind, AsyncEngine) else None

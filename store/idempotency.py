@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,11 +12,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import Receipt
-from store import db
+from store import held
+from store.api_keys import AuthenticatedTenant, authenticated
 from store.db import table_of
+from store.held import HeldReads
 from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
+from store.outputs import Sealed, SealedOutput
 from store.receipts import to_receipt
-from store.tenancy import SET_TENANT
 
 
 @dataclass(frozen=True)
@@ -107,11 +110,11 @@ async def find_replay(
 _RECEIPT_COLUMNS = tuple(c.name for c in table_of(ReceiptRow).c)
 _CLAIM_COLUMNS = ("idempotency_key", "receipt_id", "input_hash", "workflow_id")
 _CLAIM_TIMES = ("first_seen_at", "expires_at")
-# ``find_replay`` in driver SQL, for ``replay_in_one_trip``: claim, receipt and output.
+# ``find_replay`` in driver SQL, for ``replay_authenticated``: claim, receipt and output.
 _REPLAY = (
     "SELECT "
     + ", ".join(f"k.{c}" for c in (*_CLAIM_COLUMNS, *_CLAIM_TIMES))
-    + ", r.id IS NOT NULL, "
+    + ", r.id IS NOT NULL AS recorded, "
     + ", ".join(f"r.{c}" for c in _RECEIPT_COLUMNS)
     + ", o.key_id, o.sealed, o.expires_at"
     " FROM idempotency_keys k"
@@ -122,17 +125,48 @@ _REPLAY = (
 )
 
 
-async def replay_in_one_trip(
-    session: AsyncSession, tenant_id: str, key: str, now: datetime
-) -> tuple[Claim, Receipt | None, ExecutionOutputRow | None] | None:
-    """``find_replay`` as a transaction's first step: the transaction scoped to the tenant
-    (``tenancy.SET_TENANT``) and the claim, receipt and kept output read in one round trip
-    with its ``BEGIN``: a repeat answered from Postgres waits on it once."""
-    params = {"tenant": tenant_id, "key": key, "now": now}
-    _, row = await db.pipelined(session, [(SET_TENANT, params), (_REPLAY, params)])
+# ``_REPLAY`` on a held connection (``held``), led by the tenant it ran scoped to, and
+# followed by the key's lookup (``api_keys.SCOPED_LOOKUP``'s columns) unless the key holds
+# a recorded receipt: ``OFFSET 0`` keeps the lookup's subquery whole, so that its condition
+# gates the function scan (a one-time filter), which a replay does not run.
+_HELD_REPLAY = (
+    f"SELECT {held.SCOPE}, x.*, a.tenant_id, a.revoked_at, a.policy_mode,"
+    " a.idempotency_ttl_seconds, a.scopes FROM (SELECT 1) one"
+    " LEFT JOIN LATERAL (" + _REPLAY + ") x ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM moat_lookup_api_key(%(key_id)s, %(secret_hash)s)"
+    " WHERE x.recorded IS NOT TRUE OFFSET 0) a ON true"
+)
+_LOOKUP_COLUMNS = 5
+Replay = tuple[Claim, Receipt | None, Sealed | None]
+
+
+async def replay_authenticated(
+    reads: HeldReads, lookup: Mapping[str, str], tenant_id: str, key: str, now: datetime
+) -> tuple[Replay | None, AuthenticatedTenant | None] | None:
+    """``find_replay`` in one statement on a connection held scoped to ``tenant_id``
+    (``held``), whose key the presented one was verified to be moments ago; unless the key
+    holds a recorded receipt, the presented key is authenticated in the same statement
+    (``api_keys.authenticate``, with its ``lookup_params``).
+
+    The replay (None: no live claim holds the key) and the key's tenant when looked up
+    (None: not looked up, or unknown or revoked now); None when not read (no held
+    connection free, or the key is another tenant's): read it in a transaction."""
+    params = {**lookup, "tenant": tenant_id, "key": key, "now": now}
+    row = await reads.read(tenant_id, _HELD_REPLAY, params)
     if row is None:
         return None
+    auth = row[-_LOOKUP_COLUMNS:]
+    tenant = authenticated(auth if auth[0] is not None else None, lookup["key_id"])
+    if tenant is not None and tenant.tenant_id != tenant_id:
+        return None
+    return _replay_of(row[1:-_LOOKUP_COLUMNS], tenant_id), tenant
+
+
+def _replay_of(row: Sequence[Any], tenant_id: str) -> Replay | None:
+    """A ``_REPLAY`` row as the claim, its receipt and its kept output (None: no claim)."""
     n_claim = len(_CLAIM_COLUMNS) + len(_CLAIM_TIMES)
+    if row[0] is None:  # the claim's key: a claim always has one
+        return None
     claim = Claim(*row[:n_claim])
     if not row[n_claim]:
         return claim, None, None
@@ -144,13 +178,7 @@ async def replay_in_one_trip(
     key_id, sealed, expires_at = row[start + len(_RECEIPT_COLUMNS) :]
     if sealed is None:
         return claim, receipt, None
-    output = ExecutionOutputRow(
-        receipt_id=receipt.id,
-        tenant_id=tenant_id,
-        key_id=key_id,
-        sealed=bytes(sealed),
-        expires_at=expires_at,
-    )
+    output = SealedOutput(receipt.id, tenant_id, key_id, bytes(sealed), expires_at)
     return claim, receipt, output
 
 

@@ -5,8 +5,9 @@ closes. A replay answers from here; the retention job deletes what has expired."
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import CTE, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
@@ -146,7 +147,34 @@ async def find(
     return opened(sealer, row)
 
 
-def opened(sealer: OutputSealer, row: ExecutionOutputRow) -> KeptOutput:
+class Sealed(Protocol):
+    """A kept output as stored: an ``ExecutionOutputRow``, or a ``SealedOutput`` read
+    without the ORM."""
+
+    @property
+    def receipt_id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def key_id(self) -> str: ...
+    @property
+    def sealed(self) -> bytes: ...
+    @property
+    def expires_at(self) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SealedOutput:
+    """A kept output's row, read in driver SQL (``idempotency.replay_authenticated``)."""
+
+    receipt_id: str
+    tenant_id: str
+    key_id: str
+    sealed: bytes
+    expires_at: datetime
+
+
+def opened(sealer: OutputSealer, row: Sealed) -> KeptOutput:
     """The output a row keeps, unsealed (its tenant and receipt bound as associated data)."""
     plaintext = sealer.open(row.key_id, row.sealed, _context(row.tenant_id, row.receipt_id))
     return KeptOutput.model_validate_json(plaintext)

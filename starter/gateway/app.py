@@ -211,6 +211,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await flushing
             await _last_flush(ledger)
+            await app.state.deps.executions.close()
             for engine in engines:
                 await engine.dispose()
 

@@ -3,8 +3,9 @@
 Verified moments ago (``keycache``), by a lookup of the same key already under way on this
 process (a burst of one new key costs one lookup), or by the call's own lookup, in the
 transaction that then looks for the stored answer (no round trip more). A stored answer
-may be replayed on a key verified moments ago, as memory replays it; every call that
-starts or resumes a run authenticates in Postgres again, in its own transaction.
+may be replayed on a key verified moments ago, from memory or from Postgres; every call
+that starts or resumes a run authenticates in Postgres again, in the statement that found
+no stored receipt for its key or in its own transaction.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ The caller (the gateway) turns the ``Outcome`` into its answer; nothing here spe
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime
@@ -33,21 +32,12 @@ from starter.service.executions.ingest import Prepared
 from starter.service.executions.keycache import KeyCache
 from starter.service.executions.memory import AnswerCache
 from starter.service.ratelimit import RateLimits
-from store import tenancy
+from starter.service.tenants import unknown_key
+from store import db, tenancy
 from store.api_keys import AuthenticatedTenant
+from store.held import HeldReads
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
-
-
-class NotLooked(enum.Enum):
-    """No look-up of the key's stored answer yet in this transaction."""
-
-    NOT_LOOKED = "not looked"
-
-
-NOT_LOOKED = NotLooked.NOT_LOOKED
-# What a look-up earlier in the transaction found: the execution holding the key, or none.
-Looked = Unfinished | None | NotLooked
 
 
 class Shared(Protocol):
@@ -85,6 +75,9 @@ class Executions:
         self.answers = (
             answers if answers is not None else AnswerCache(max_bytes=settings.answer_cache_bytes)
         )
+        # The hot path's reads of a verified key: one statement each, no session.
+        engine = db.engine_of(sessions)
+        self.reads = HeldReads(engine) if engine is not None else None
 
     async def execute(self, call: Call, shared: Shared) -> Outcome:
         """Run the capability ``call`` asks for, or answer an earlier request's result for
@@ -125,27 +118,59 @@ class Executions:
 
     async def _through_postgres(self, call: Call, shared: Shared, prepared: Prepared) -> Outcome:
         """The way of a call with no transaction of its own open (its key verified moments
-        ago, or a copy that went its own way). A key still verified (``keycache``) may be
-        answered a stored receipt in one round trip, as memory answers it; anything else
-        (a run to start or join) authenticates again, in the same transaction."""
+        ago, or a copy that went its own way). An ``answerable`` request of a key still
+        verified (``keycache``) is read in one statement on a held connection, with no
+        session (``replay.authenticated_from_postgres``): its stored answer, replayed as
+        memory replays it, or what holds its key, with the key authenticated in Postgres by
+        the same statement before its run is started or joined. Anything else (or with no
+        held connection free) authenticates and reads in a transaction."""
         assert call.presented_key is not None
+        known = shared.keys.get(call.presented_key)
+        admitted = None
+        reads = self._held(shared)
+        if known is not None and reads is not None and replay.answerable(prepared):
+            shared.rate_limits.admit(self._settings, known.tenant_id)
+            admitted = known.tenant_id
+            since = shared.keys.now()
+            read = await replay.authenticated_from_postgres(
+                reads,
+                self.sealer,
+                self.hits,
+                self.answers,
+                call.presented_key,
+                known,
+                prepared,
+            )
+            if read is not None:
+                found, tenant = read
+                if isinstance(found, Outcome):
+                    return found
+                if tenant is None:  # revoked since: trusted no longer
+                    shared.keys.forget(known.key_id)
+                    raise unknown_key(call.presented_key)
+                shared.keys.keep(call.presented_key, tenant, since)
+                ingest.admit_unconnected(prepared)
+                return await self.run(tenant, prepared, call, found)
         async with shared.sessions.begin() as session:
-            known = shared.keys.get(call.presented_key)
-            looked: Looked = NOT_LOOKED
-            if known is not None and replay.answerable(prepared):
-                shared.rate_limits.admit(self._settings, known.tenant_id)
-                stored = await self.replay(session, known.tenant_id, prepared, call.trace_id, True)
-                if isinstance(stored, Outcome):
-                    return stored
-                looked = stored
             tenant = await auth.authenticate(session, call.presented_key)
-            if known is None or tenant.tenant_id != known.tenant_id:
+            if tenant.tenant_id != admitted:
                 shared.rate_limits.admit(self._settings, tenant.tenant_id)
-                looked = NOT_LOOKED
-            found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id, looked)
+            found = await self._stored(session, tenant.tenant_id, prepared, call.trace_id)
         return (
             found if isinstance(found, Outcome) else await self.run(tenant, prepared, call, found)
         )
+
+    def _held(self, shared: Shared) -> HeldReads | None:
+        """The held reads, when they are on the engine of the sessions the call is given."""
+        reads = self.reads
+        return (
+            reads if reads is not None and db.engine_of(shared.sessions) is reads.engine else None
+        )
+
+    async def close(self) -> None:
+        """Close the held connections (the gateway is stopping)."""
+        if self.reads is not None:
+            await self.reads.close()
 
     async def _in_transaction(
         self,
@@ -166,20 +191,12 @@ class Executions:
         )
 
     async def _stored(
-        self,
-        session: AsyncSession,
-        tenant_id: str,
-        prepared: Prepared,
-        trace_id: str,
-        looked: Looked = NotLooked.NOT_LOOKED,
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
-        """The stored answer, or what holds the key; ``looked``: what a look-up earlier in
-        this transaction found (an unfinished execution, or no claim), not read again."""
+        """The stored answer, or what holds the key (``replay``), once the request's
+        connection is admitted; a new execution's connection must not be revoked."""
         connection = await ingest.admit_connection(session, tenant_id, prepared)
-        if isinstance(looked, NotLooked):
-            found = await self.replay(session, tenant_id, prepared, trace_id)
-        else:
-            found = looked
+        found = await self.replay(session, tenant_id, prepared, trace_id)
         if found is None:
             ingest.admit_new(connection)
         return found
@@ -202,18 +219,12 @@ class Executions:
         return copied
 
     async def replay(
-        self,
-        session: AsyncSession,
-        tenant_id: str,
-        prepared: Prepared,
-        trace_id: str,
-        scoping: bool = False,
+        self, session: AsyncSession, tenant_id: str, prepared: Prepared, trace_id: str
     ) -> Outcome | Unfinished | None:
         """The stored answer for a live key, from Postgres (``replay.from_postgres``);
-        otherwise the execution that holds the key (``Unfinished``) or None (a new one).
-        ``scoping``: the transaction is scoped to the tenant by the same round trip."""
+        otherwise the execution that holds the key (``Unfinished``) or None (a new one)."""
         return await replay.from_postgres(
-            session, self.sealer, self.hits, self.answers, tenant_id, prepared, scoping=scoping
+            session, self.sealer, self.hits, self.answers, tenant_id, prepared
         )
 
     async def run(

@@ -194,6 +194,14 @@ async def admit_connection(
     )
 
 
+def admit_unconnected(prepared: Prepared) -> None:
+    """``admit_connection`` for a request that names no connection, with no transaction:
+    its capability must do without one (``connection_required``)."""
+    assert prepared.request.connection_id is None
+    if prepared.capability.connection_required:
+        raise connections_service.required(prepared.capability)
+
+
 def admit_new(connection: ConnectionRow | None) -> None:
     """What a new execution's connection must be beyond ``admit_connection``, decided
     before its key is claimed or its run started: not revoked. A stored answer for the key

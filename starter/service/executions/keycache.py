@@ -2,16 +2,19 @@
 trip.
 
 Only the execute route's answers of a stored receipt (from memory, or read from Postgres
-in one round trip) and joins of a run already in flight rely on it; every request that
-starts or resumes a run authenticates in Postgres again, in its own transaction. Kept by
-the SHA-256 of the presented key (never the key), for ``MOAT_AUTH_CACHE_SECONDS`` after the
-lookup began.
+in one statement) and joins of a run already in flight rely on it; every request that
+starts or resumes a run authenticates in Postgres again: in the statement that found no
+stored receipt for its key (a key verified moments ago), or in its own transaction. Kept
+by the SHA-256 of the presented key (never the key), for ``MOAT_AUTH_CACHE_SECONDS`` after
+the lookup began.
 
-Bound on revocation: a key revoked through this gateway is forgotten at once; one revoked
+Bound on revocation: a key revoked through this gateway, or found revoked by a run's
+authentication here, is forgotten at once; one revoked
 elsewhere (another gateway, ``moat key revoke``) is refused by this gateway at most
 ``MOAT_AUTH_CACHE_SECONDS`` after the revocation committed. Only valid keys are kept, by
-the request that verified them in its own transaction (no extra round trip); an unknown or
-revoked key is looked up every time.
+the request that verified them in its own transaction (no extra round trip), and kept
+again by each that verifies them once more; an unknown or revoked key is looked up every
+time.
 
 Every request is verified before any work on its body and before it joins a run in flight
 (``flights``): by this cache, or by a lookup of its own, or by a lookup of the same

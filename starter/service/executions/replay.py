@@ -16,7 +16,9 @@ from starter.service.executions.call import Outcome, Unfinished, key_reused
 from starter.service.executions.hits import HitLedger
 from starter.service.executions.ingest import Prepared
 from starter.service.executions.memory import AnswerCache, RememberedAnswer, render
-from store import idempotency, outputs
+from store import api_keys, idempotency, outputs
+from store.api_keys import AuthenticatedTenant
+from store.held import HeldReads
 from store.keyrings.codec import OutputSealer
 
 
@@ -52,23 +54,61 @@ async def from_postgres(
     answers: AnswerCache,
     tenant_id: str,
     prepared: Prepared,
-    *,
-    scoping: bool = False,
 ) -> Outcome | Unfinished | None:
     """The stored answer for a live key, from Postgres alone (reads only: the hit is
     counted by ``hits``), kept in memory for the next repeat; otherwise go on to Temporal
-    with the execution that holds the key (``Unfinished``) or a new one (None).
-    ``scoping``: the transaction is not yet scoped to the tenant; the look-up does it, in
-    the same round trip as the transaction's ``BEGIN``."""
+    with the execution that holds the key (``Unfinished``) or a new one (None)."""
     if prepared.request.dry_run:
         return None
     now = datetime.now(UTC)
     # Claim, receipt and kept output in one statement: a replay reads once.
+    found = await idempotency.find_replay(session, tenant_id, prepared.idempotency_key, now)
+    return _answer(found, sealer, hits, answers, tenant_id, prepared, now)
+
+
+async def authenticated_from_postgres(
+    reads: HeldReads,
+    sealer: OutputSealer,
+    hits: HitLedger,
+    answers: AnswerCache,
+    presented: str,
+    known: AuthenticatedTenant,
+    prepared: Prepared,
+) -> tuple[Outcome | Unfinished | None, AuthenticatedTenant | None] | None:
+    """``from_postgres`` for an ``answerable`` request whose key was verified moments ago
+    (``known``), in one statement on a held connection and with no session
+    (``idempotency.replay_authenticated``). A stored answer is replayed on the key verified
+    moments ago, as memory replays it; otherwise the key is authenticated in Postgres by
+    the same statement, for the run to start or join.
+
+    What ``from_postgres`` says, and the key's tenant (None: the key is unknown or revoked
+    now); None when it was not read (read it in a transaction)."""
+    lookup = api_keys.lookup_params(presented)
+    if lookup is None:
+        return None
+    now = datetime.now(UTC)
     key = prepared.idempotency_key
-    if scoping:
-        found = await idempotency.replay_in_one_trip(session, tenant_id, key, now)
-    else:
-        found = await idempotency.find_replay(session, tenant_id, key, now)
+    read = await idempotency.replay_authenticated(reads, lookup, known.tenant_id, key, now)
+    if read is None:
+        return None
+    found, tenant = read
+    if found is not None and found[1] is not None:  # a recorded receipt: not looked up
+        tenant = known
+    if tenant is None:
+        return None, None
+    return _answer(found, sealer, hits, answers, known.tenant_id, prepared, now), tenant
+
+
+def _answer(
+    found: idempotency.Replay | None,
+    sealer: OutputSealer,
+    hits: HitLedger,
+    answers: AnswerCache,
+    tenant_id: str,
+    prepared: Prepared,
+    now: datetime,
+) -> Outcome | Unfinished | None:
+    """What a replay's read comes to (``from_postgres``)."""
     if found is None:
         return None
     claim, receipt, output = found

@@ -1,0 +1,132 @@
+"""Held reads: connections kept out of the pool, each scoped for its session to the tenant
+it last read for, read only under row-level security, and never handed to anything else."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from store import db, tenants
+from store.held import SCOPE, HeldReads
+
+# The tenants the read sees (row-level security: its own only).
+SEEN = f"SELECT {SCOPE}, array(SELECT id FROM tenants ORDER BY id), %(marker)s::text"
+
+
+def _engine(app_sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    engine = db.engine_of(app_sessions)
+    assert engine is not None
+    return engine
+
+
+async def _tenants(sessions: async_sessionmaker[AsyncSession], n: int) -> list[str]:
+    async with sessions.begin() as session:
+        made = [
+            await tenants.create_tenant(session, f"held-{uuid.uuid4().hex[:10]}") for _ in range(n)
+        ]
+    return [t.id for t in made]
+
+
+async def test_a_held_read_sees_its_tenant_only_and_switches_tenants(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    a, b = await _tenants(sessions, 2)
+    reads = HeldReads(_engine(app_sessions), size=1)  # one connection, switched between them
+    try:
+        for tenant in (a, b, b, a):
+            row = await reads.read(tenant, SEEN, {"marker": "seen"})
+            assert row is not None
+            assert row[:2] == (tenant, [tenant])
+    finally:
+        await reads.close()
+
+
+async def test_held_connections_never_reach_the_pool(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    [a] = await _tenants(sessions, 1)
+    reads = HeldReads(_engine(app_sessions), size=3)
+    try:
+        rows = await asyncio.gather(*(reads.read(a, SEEN, {"marker": "pool"}) for _ in range(3)))
+        assert all(row is not None and row[0] == a for row in rows)
+        # Every connection the pool hands out meanwhile is unscoped: it sees no tenant.
+        held = [await app_sessions().__aenter__() for _ in range(5)]
+        try:
+            for session in held:
+                scope, seen = (
+                    await session.execute(text(f"SELECT {SCOPE}, (SELECT count(*) FROM tenants)"))
+                ).one()
+                assert (scope or "", seen) == ("", 0)
+        finally:
+            for session in held:
+                await session.close()
+    finally:
+        await reads.close()
+
+
+async def test_a_read_outside_its_scope_is_not_returned(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    a, b = await _tenants(sessions, 2)
+    reads = HeldReads(_engine(app_sessions), size=1)
+    try:
+        # A statement that says it ran for another tenant is never taken as this one's.
+        assert await reads.read(a, "SELECT %(other)s::text, 1", {"other": b}) is None
+        row = await reads.read(a, SEEN, {"marker": "after"})
+        assert row is not None and row[:2] == (a, [a])
+    finally:
+        await reads.close()
+
+
+async def test_busy_lost_and_closed_connections_are_read_otherwise(
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    engine: AsyncEngine,
+) -> None:
+    [a] = await _tenants(sessions, 1)
+    reads = HeldReads(_engine(app_sessions), size=1)
+    try:
+        slow = f"SELECT {SCOPE}, pg_sleep(0.5)"
+        first, second = await asyncio.gather(
+            reads.read(a, slow, {}), reads.read(a, SEEN, {"marker": "busy"})
+        )
+        assert first is not None and second is None  # the one connection was busy
+
+        assert await reads.read(a, SEEN, {"marker": "lost"}) is not None
+        async with engine.connect() as owner:  # Postgres drops the held connection
+            ended = await owner.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE query LIKE '%array(SELECT id FROM tenants%'"
+                    " AND pid <> pg_backend_pid()"
+                )
+            )
+            assert any(ended.scalars())
+        assert await reads.read(a, SEEN, {"marker": "gone"}) is None
+        again = await reads.read(a, SEEN, {"marker": "again"})  # a new connection
+        assert again is not None and again[:2] == (a, [a])
+    finally:
+        await reads.close()
+    assert await reads.read(a, SEEN, {"marker": "closed"}) is None
+
+
+async def test_a_failed_read_drops_its_connection(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    [a] = await _tenants(sessions, 1)
+    reads = HeldReads(_engine(app_sessions), size=1)
+    try:
+        try:
+            await reads.read(a, f"SELECT {SCOPE}, 1 / 0", {})
+        except Exception as err:
+            assert isinstance(err.__cause__, psycopg.errors.DivisionByZero)
+        else:
+            raise AssertionError("a failed read raises")
+        row = await reads.read(a, SEEN, {"marker": "fresh"})
+        assert row is not None and row[:2] == (a, [a])
+    finally:
+        await reads.close()
