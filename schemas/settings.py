@@ -171,6 +171,15 @@ class MoatSettings(BaseSettings):
         "to answer repeats without Postgres (each costs its rendered JSON and about 6 KiB); "
         "past it the oldest are dropped. 0: every repeat asks Postgres.",
     )
+    held_reads: int = Field(
+        default=4,
+        ge=0,
+        le=64,
+        description="Connections a gateway keeps out of its pool for a verified key's "
+        "one-statement reads, each scoped to a tenant for its session (docs/security.md). "
+        "0 turns them off: set it behind a pooler in transaction mode (PgBouncer), which "
+        "would hand a session's scope to other clients.",
+    )
     local_activities: bool = Field(
         default=True,
         description="Run the policy, record and manifest steps as local activities "

@@ -12,9 +12,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from schemas.names import REPLAYED_HEADER
+from starter.devstack import serve_asgi
+from starter.gateway.app import create_app
 from starter.service import tenants
 from starter.service.executions.keycache import KeyCache
 from tests.gateway.test_memory_answers import gateway
@@ -118,3 +121,22 @@ async def test_a_first_repeat_read_held_keeps_every_rule_of_a_hit(
         assert mine.headers[REPLAYED_HEADER] == "true"
         assert mine.json()["receipt_id"] == first.json()["receipt_id"]
     assert other_tenant
+
+
+async def test_held_reads_off_answers_first_repeats_in_a_transaction(
+    stack: Stack, app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """``held_reads=0`` (behind a pooler in transaction mode): no connection is held, and
+    a verified key's first repeat is answered all the same, by a transaction."""
+    key = f"unheld-{uuid.uuid4().hex[:8]}"
+    assert (await stack.execute("demo.echo", {"m": 7}, key=key)).status_code == 200
+    settings = stack.settings.model_copy(update={"held_reads": 0, "hit_flush_seconds": 3600.0})
+    app = create_app(settings, client=stack.client, sessions=app_sessions)
+    async with serve_asgi(app) as url, httpx.AsyncClient(timeout=60) as http:
+        assert app.state.deps.executions.reads is None
+        post = f"{url}/v1/executions"
+        warm = await http.post(post, json=_body(98), headers=_headers(stack.api_key, "warm-0"))
+        assert warm.status_code == 200, warm.text
+        first = await http.post(post, json=_body(7), headers=_headers(stack.api_key, key))
+        assert first.status_code == 200, first.text
+        assert first.headers[REPLAYED_HEADER] == "true"

@@ -77,7 +77,8 @@ class Executions:
         )
         # The hot path's reads of a verified key: one statement each, no session.
         engine = db.engine_of(sessions)
-        self.reads = HeldReads(engine) if engine is not None else None
+        held = settings.held_reads
+        self.reads = HeldReads(engine, held) if engine is not None and held > 0 else None
 
     async def execute(self, call: Call, shared: Shared) -> Outcome:
         """Run the capability ``call`` asks for, or answer an earlier request's result for
