@@ -26,6 +26,7 @@ from schemas.capabilities import CapabilityCatalog
 from schemas.ids import uuid7
 from schemas.run import ExecuteResult, ExecuteWorkflowInput
 from starter.devstack import temporal_binary
+from starter.service.executions import replay as replay_module
 from starter.service.executions.call import Unfinished
 from starter.service.executions.front import Executions
 from starter.service.executions.memory import AnswerCache
@@ -237,7 +238,18 @@ async def test_a_start_that_raced_the_runs_end_is_answered_from_the_receipt(
             return Unfinished(receipt_id)  # what the look-up saw before the receipt
         return await looked_up(self, *args)
 
+    held_read = replay_module.authenticated_from_postgres
+
+    async def held_stale_once(*args: Any) -> Any:
+        # The same stale look-up on a held connection (a key verified moments ago): the
+        # key's tenant is the one it was verified for (``known``).
+        if not stale:
+            stale.append(True)
+            return Unfinished(receipt_id), args[5]
+        return await held_read(*args)
+
     monkeypatch.setattr(Executions, "replay", stale_once)
+    monkeypatch.setattr(replay_module, "authenticated_from_postgres", held_stale_once)
     again = await stack.execute("demo.echo", payload, key="race")
     assert stale
     assert again.status_code == 200, again.text
