@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import CTE, delete, func, select, text
+from sqlalchemy import CTE, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import bindparam
@@ -21,22 +21,10 @@ from store.models import ExecutionOutputRow, IdempotencyClaim
 
 _OUTPUTS = table_of(ExecutionOutputRow)
 _CLAIMS = table_of(IdempotencyClaim)
-# Every execution with an answer keeps it: built once, executed with fresh parameters only.
-_KEEP = insert(_OUTPUTS).on_conflict_do_nothing(index_elements=[_OUTPUTS.c.receipt_id])
 
 
 def _context(tenant_id: str, receipt_id: str) -> bytes:
     return f"moat-output|{tenant_id}|{receipt_id}".encode()
-
-
-# ``keep`` for as long as the execution's claim on its key lasts, read in the same statement.
-_KEEP_WHILE_CLAIMED = text(
-    "INSERT INTO execution_outputs (receipt_id, tenant_id, key_id, sealed, expires_at)"
-    " VALUES (:receipt_id, :tenant_id, :key_id, :sealed, coalesce((SELECT k.expires_at"
-    " FROM idempotency_keys k WHERE k.tenant_id = :claim_tenant AND k.idempotency_key = :key"
-    " AND k.receipt_id = :claim_receipt), :expires_at))"
-    " ON CONFLICT (receipt_id) DO NOTHING"
-)
 
 
 def _sealed(
@@ -51,39 +39,11 @@ def _sealed(
     return sealer.seal(plaintext, _context(tenant_id, receipt_id))
 
 
-async def keep(
-    session: AsyncSession,
-    sealer: OutputSealer,
-    tenant_id: str,
-    receipt_id: str,
-    kept: KeptOutput,
-    expires_at: datetime,
-    *,
-    claimed_key: str | None = None,
-) -> None:
-    """Store the output of a receipt (once: a retried step finds it there) until
-    ``expires_at``, or, with ``claimed_key``, until the execution's claim on that key
-    expires (``expires_at`` when it holds none)."""
-    kid, sealed = _sealed(sealer, tenant_id, receipt_id, kept)
-    row = {
-        "receipt_id": receipt_id,
-        "tenant_id": tenant_id,
-        "key_id": kid,
-        "sealed": sealed,
-        "expires_at": expires_at,
-    }
-    if claimed_key is None:
-        await session.execute(_KEEP, row)
-    else:
-        claim = {"key": claimed_key, "claim_tenant": tenant_id, "claim_receipt": receipt_id}
-        await session.execute(_KEEP_WHILE_CLAIMED, {**row, **claim})
-
-
 def kept_with(new: CTE) -> CTE:
-    """``keep`` with ``claimed_key`` as a CTE of the statement that writes the receipt, so
-    a replay finds both or neither: the output of the receipt ``new`` inserted (the CTE of
-    an INSERT returning its ``id`` and ``tenant_id``), none when it inserted nothing. Its
-    parameters: ``kept_params``."""
+    """A receipt's output kept, until the execution's claim on its key expires, as a CTE of
+    the statement that writes the receipt, so a replay finds both or neither: the output
+    of the receipt ``new`` inserted (the CTE of an INSERT returning its ``id`` and
+    ``tenant_id``), none when it inserted nothing. Its parameters: ``kept_params``."""
     claimed_until = (
         select(_CLAIMS.c.expires_at)
         .where(
@@ -119,7 +79,8 @@ def kept_params(
     expires_at: datetime,
     claimed_key: str,
 ) -> dict[str, Any]:
-    """``kept_with``'s parameters: what ``keep`` with ``claimed_key`` stores."""
+    """``kept_with``'s parameters: the output sealed for its receipt, the key its claim is
+    on, and ``expires_at`` for when the execution holds no claim."""
     kid, sealed = _sealed(sealer, tenant_id, receipt_id, kept)
     return {
         "output_key_id": kid,
