@@ -12,11 +12,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import Receipt
-from store import held
+from store import db, held
 from store.api_keys import AuthenticatedTenant, authenticated
 from store.db import table_of
 from store.held import HeldReads
-from store.models import ExecutionOutputRow, IdempotencyClaim, ReceiptRow
+from store.models import IdempotencyClaim, ReceiptRow
 from store.outputs import Sealed, SealedOutput
 from store.receipts import to_receipt
 
@@ -80,37 +80,10 @@ async def find_live_claim(
     return _claim(claim), (to_receipt(receipt) if receipt is not None else None)
 
 
-async def find_replay(
-    session: AsyncSession, tenant_id: str, key: str, now: datetime
-) -> tuple[Claim, Receipt | None, ExecutionOutputRow | None] | None:
-    """``find_live_claim`` with the receipt's kept output row (sealed; None once expired), in
-    one statement: what a replay answers from."""
-    result = await session.execute(
-        select(IdempotencyClaim, ReceiptRow, ExecutionOutputRow)
-        .outerjoin(ReceiptRow, ReceiptRow.id == IdempotencyClaim.receipt_id)
-        .outerjoin(
-            ExecutionOutputRow,
-            (ExecutionOutputRow.receipt_id == ReceiptRow.id)
-            & (ExecutionOutputRow.tenant_id == tenant_id)
-            & (ExecutionOutputRow.expires_at > now),
-        )
-        .where(
-            IdempotencyClaim.tenant_id == tenant_id,
-            IdempotencyClaim.idempotency_key == key,
-            IdempotencyClaim.expires_at > now,
-        )
-    )
-    row = result.one_or_none()
-    if row is None:
-        return None
-    claim, receipt, output = row
-    return _claim(claim), (to_receipt(receipt) if receipt is not None else None), output
-
-
 _RECEIPT_COLUMNS = tuple(c.name for c in table_of(ReceiptRow).c)
 _CLAIM_COLUMNS = ("idempotency_key", "receipt_id", "input_hash", "workflow_id")
 _CLAIM_TIMES = ("first_seen_at", "expires_at")
-# ``find_replay`` in driver SQL, for ``replay_authenticated``: claim, receipt and output.
+# What a replay answers from: the live claim on a key, its receipt and its kept output.
 _REPLAY = (
     "SELECT "
     + ", ".join(f"k.{c}" for c in (*_CLAIM_COLUMNS, *_CLAIM_TIMES))
@@ -125,6 +98,19 @@ _REPLAY = (
 )
 
 
+Replay = tuple[Claim, Receipt | None, Sealed | None]
+
+
+async def find_replay(
+    session: AsyncSession, tenant_id: str, key: str, now: datetime
+) -> Replay | None:
+    """``find_live_claim`` with the receipt's kept output (sealed; None once expired), in
+    one statement: what a replay answers from."""
+    params = {"tenant": tenant_id, "key": key, "now": now}
+    [row] = await db.pipelined(session, [(_REPLAY, params)])
+    return _replay_of(row, tenant_id) if row is not None else None
+
+
 # ``_REPLAY`` on a held connection (``held``), led by the tenant it ran scoped to, and
 # followed by the key's lookup (``api_keys.SCOPED_LOOKUP``'s columns) unless the key holds
 # a recorded receipt: ``OFFSET 0`` keeps the lookup's subquery whole, so that its condition
@@ -137,7 +123,6 @@ _HELD_REPLAY = (
     " WHERE x.recorded IS NOT TRUE OFFSET 0) a ON true"
 )
 _LOOKUP_COLUMNS = 5
-Replay = tuple[Claim, Receipt | None, Sealed | None]
 
 
 async def replay_authenticated(
