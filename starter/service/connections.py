@@ -146,8 +146,7 @@ async def admit(
     (``connection_type_mismatch``). A revoked one passes here, so that a stored answer can
     still be replayed: ``refuse_revoked`` refuses it for a new execution."""
     if connection_id is None:
-        if spec.connection_required:
-            raise required(spec)
+        admit_none(spec)
         return None
     row = await connections.get_connection(session, tenant_id, connection_id)
     if row is None:
@@ -165,6 +164,12 @@ async def admit(
             {"connection_type": row.type, "accepted_types": accepted},
         )
     return row
+
+
+def admit_none(spec: CapabilitySpec) -> None:
+    """``admit`` for a call that names no connection: ``spec`` must do without one."""
+    if spec.connection_required:
+        raise required(spec)
 
 
 def required(spec: CapabilitySpec) -> MoatError:

@@ -198,8 +198,7 @@ def admit_unconnected(prepared: Prepared) -> None:
     """``admit_connection`` for a request that names no connection, with no transaction:
     its capability must do without one (``connection_required``)."""
     assert prepared.request.connection_id is None
-    if prepared.capability.connection_required:
-        raise connections_service.required(prepared.capability)
+    connections_service.admit_none(prepared.capability)
 
 
 def admit_new(connection: ConnectionRow | None) -> None:
