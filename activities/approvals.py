@@ -47,7 +47,6 @@ from schemas.scopes import APPROVALS_WRITE, missing_scopes
 from schemas.slack_approvals import is_announcement_key
 from schemas.start import DECISION_NOT_SIGNED, DecisionClaims
 from store import approval_channels, approvals, policy_versions, tenancy
-from store import events as event_log
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow
@@ -99,8 +98,8 @@ class ApprovalActivities:
             await tenancy.set_tenant(session, inp.ref.tenant_id)
             stored, inserted = await approvals.request(session, row)
             if inserted:
-                chain = await continue_chain(
-                    session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.approval"
+                chain = continue_chain(
+                    inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.approval"
                 )
                 chain.add(
                     EventType.APPROVAL_REQUESTED,
@@ -112,7 +111,7 @@ class ApprovalActivities:
                     requested_by=stored.requested_by,
                     expires_at=stored.expires_at.isoformat(),
                 )
-                await event_log.append(session, chain.drafts)
+                await chain.append(session)
             announced = await self._announced(session, inp.ref.tenant_id)
             requested = approvals.to_approval(stored)
         if announced is not None and not is_announcement_key(inp.ref.idempotency_key):
@@ -196,9 +195,7 @@ class ApprovalActivities:
                 comment=verdict.comment,
                 digest=verdict.input_hash if verdict.action != "expire" else None,
             )
-            chain = await continue_chain(
-                session, inp.tenant_id, inp.receipt_id, inp.run_id, "moat.approval"
-            )
+            chain = continue_chain(inp.tenant_id, inp.receipt_id, inp.run_id, "moat.approval")
             chain.add(
                 event,
                 AggregateType.APPROVAL,
@@ -209,7 +206,7 @@ class ApprovalActivities:
                 comment=row.comment,
                 **_in_session_mark(verdict),
             )
-            await event_log.append(session, chain.drafts)
+            await chain.append(session)
             return ApprovalRecorded(approval=approvals.to_approval(row))
 
     async def _refused(self, inp: ApprovalRecordInput, refusal: str) -> ApprovalRecorded:

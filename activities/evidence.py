@@ -75,23 +75,20 @@ class Chain:
         )
 
 
-async def continue_chain(
-    session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str, actor: str
-) -> Chain:
-    """A chain whose first event is caused by the execution's latest event so far."""
-    cause = await event_log.last_event_id(session, tenant_id, receipt_id)
-    return Chain(tenant_id, receipt_id, run_id, actor, cause)
+def continue_chain(tenant_id: str, receipt_id: str, run_id: str, actor: str) -> Chain:
+    """A chain whose first event is caused by the execution's latest event in the log, read
+    when the chain is appended by the statement that writes it (``Chain.append``, which the
+    caller must use)."""
+    return Chain(tenant_id, receipt_id, run_id, actor, cause_from_log=True)
 
 
 async def start_chain(
     session: AsyncSession, tenant_id: str, receipt_id: str, run_id: str, actor: str
 ) -> Chain:
     """``continue_chain`` as a transaction's first step: the transaction is scoped to the
-    tenant (one round trip with its ``BEGIN``), and the first event's cause is read when the
-    chain is appended, by the statement that writes it (``Chain.append``, which the caller
-    must use)."""
+    tenant (one round trip with its ``BEGIN``)."""
     await tenancy.set_tenant(session, tenant_id)
-    return Chain(tenant_id, receipt_id, run_id, actor, cause_from_log=True)
+    return continue_chain(tenant_id, receipt_id, run_id, actor)
 
 
 def step_id(receipt_id: str, step: str) -> str:

@@ -59,7 +59,6 @@ from schemas.redaction import redact, redacted_hash
 from schemas.run import ExecuteWorkflowInput, workflow_id_for
 from schemas.start import START_NOT_SIGNED, PlanClaims
 from store import approvals, idempotency, manifests, outputs, plans, receipts, tenancy
-from store import events as event_log
 from store.keyrings.codec import OutputSealer
 from store.keyrings.signing import Keyring, sign_manifest
 from store.keyrings.start import StartKeyring
@@ -319,9 +318,9 @@ class PlanActivities:
                 run_id=inp.run_id,
                 error=None,
             )
-            chain = await continue_chain(session, run.tenant_id, row.id, inp.run_id, ACTOR)
+            chain = continue_chain(run.tenant_id, row.id, inp.run_id, ACTOR)
             _checkpoint_event(chain, inp)
-            await event_log.append(session, chain.drafts)
+            await chain.append(session)
             output = None
             if inp.output_of is not None:
                 kept = await outputs.find(
@@ -355,9 +354,9 @@ class PlanActivities:
                 run_id=inp.run_id,
                 error=None if inp.error is None else inp.error.model_dump(mode="json"),
             )
-            chain = await continue_chain(session, run.tenant_id, row.id, inp.run_id, ACTOR)
+            chain = continue_chain(run.tenant_id, row.id, inp.run_id, ACTOR)
             _finish_events(chain, inp)
-            await event_log.append(session, chain.drafts)
+            await chain.append(session)
         manifest = sign_manifest(
             self._manifest(inp, row, step_receipts), self._keyring, signer="moat"
         )
@@ -538,7 +537,7 @@ async def _begin_events(
     """The plan's intake and start: ``SIGNAL_RECEIVED`` (the gateway accepted it),
     ``SIGNAL_PROCESSING_STARTED`` and ``RUN_STARTED``; a later run (a reset, a resume)
     adds its own ``RUN_STARTED``."""
-    chain = await continue_chain(session, run.tenant_id, row.id, inp.run_id, ACTOR)
+    chain = continue_chain(run.tenant_id, row.id, inp.run_id, ACTOR)
     if new:
         chain.add(
             EventType.SIGNAL_RECEIVED,
@@ -560,7 +559,7 @@ async def _begin_events(
         data["resumed_by"] = run.resume.by
         data["note"] = run.resume.note
     chain.add(EventType.RUN_STARTED, AggregateType.RUN, row.id, **data)
-    await event_log.append(session, chain.drafts)
+    await chain.append(session)
 
 
 def _checkpoint_event(chain: Chain, inp: CheckpointInput) -> None:

@@ -21,7 +21,6 @@ from schemas.retention import (
     RetentionReport,
     retention_for,
 )
-from store import events as event_log
 from store import manifests, outputs, tenancy, tenants
 from store.manifests import ManifestStore
 
@@ -97,9 +96,7 @@ class RetentionActivities:
                     refused += 1  # compliance: the database keeps it 7 years, whatever we ask
                     continue
                 await asyncio.to_thread(self._store.delete, tenant_id, row.run_id)
-                chain = await continue_chain(
-                    session, tenant_id, row.receipt_id, row.run_id, "moat.retention"
-                )
+                chain = continue_chain(tenant_id, row.receipt_id, row.run_id, "moat.retention")
                 chain.add(
                     EventType.MANIFEST_EXPIRED,
                     AggregateType.MANIFEST,
@@ -109,5 +106,5 @@ class RetentionActivities:
                     age_days=round((as_of - row.created_at) / timedelta(days=1), 2),
                     retention_mode=tenant.retention_mode,
                 )
-                await event_log.append(session, chain.drafts)
+                await chain.append(session)
         return len(expired) - refused, len(rows) - len(expired), refused

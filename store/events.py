@@ -134,19 +134,6 @@ async def _upsert(session: AsyncSession, state: RunState) -> None:
     await session.execute(_UPSERT_RUN, state.model_dump(mode="python"))
 
 
-_LATEST_EVENT = (
-    "SELECT id FROM orchestration_events WHERE tenant_id = %(tenant_id)s"
-    " AND correlation_id = %(correlation_id)s ORDER BY sequence_number DESC LIMIT 1"
-)
-
-
-async def last_event_id(session: AsyncSession, tenant_id: str, correlation_id: str) -> str | None:
-    """The latest event of an execution: what the next one is caused by."""
-    params = {"tenant_id": tenant_id, "correlation_id": correlation_id}
-    [latest] = await db.pipelined(session, [(_LATEST_EVENT, params)])
-    return str(latest[0]) if latest is not None else None
-
-
 async def events_of(session: AsyncSession, tenant_id: str, correlation_id: str) -> list[Event]:
     rows = (
         (

@@ -183,7 +183,6 @@ async def _event(
     """In the subject's own chain (the execution's, or the delivery's), caused by its last
     event."""
     correlation = row.subject_id
-    cause = await event_log.last_event_id(session, row.tenant_id, correlation)
     name = f"{kind.value}:{row.id}:{row.closed_at.isoformat() if row.closed_at else ''}"
     await event_log.append(
         session,
@@ -196,10 +195,10 @@ async def _event(
                 aggregate_id=row.id,
                 event_data={"kind": row.kind, **data},
                 correlation_id=correlation,
-                causation_id=cause,
                 actor=f"api_key:{key_id}",
             )
         ],
+        first_cause_from_log=True,
     )
 
 
