@@ -84,7 +84,6 @@ class Member:
 @dataclass
 class ScaleStack:
     root: Path
-    settings: MoatSettings
     postgres: EmbeddedPostgres
     temporal: TemporalDevServer
     environment: dict[str, str]
@@ -162,7 +161,7 @@ async def _prepare(root: Path, pg: EmbeddedPostgres, temporal: TemporalDevServer
     # No per-tenant rate limit: the bench's one tenant is the whole load.
     env = moat_environment(settings, pg.url, temporal.address, NAMESPACE, "", 60.0,
                            rate_limit_per_second="0")  # fmt: skip
-    stack = ScaleStack(root, settings, pg, temporal, env)
+    stack = ScaleStack(root, pg, temporal, env)
     async with owner_transaction(settings) as session:
         tenant = await tenants.create_tenant(session, f"scale-{uuid.uuid4().hex[:8]}")
         stack.api_key = await api_keys.create_api_key(session, tenant.id, name="scale")
