@@ -48,7 +48,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bench.speed import cpu_seconds, load, percentile
-from bench.speed_stack import _healthy, moat_environment
+from bench.speed_stack import _healthy, make_keyrings, moat_environment
 from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, free_port, serve_asgi
 from starter.devstack.processes import ChildProcess
@@ -58,11 +58,7 @@ from starter.devstack.temporal import (
     temporal_binary,
 )
 from starter.runtime import loop
-from starter.runtime.codec import data_converter
 from store import api_keys, make_engine, make_sessionmaker, tenants, upgrade
-from store.keyrings.codec import OutputSealer
-from store.keyrings.signing import Keyring
-from store.keyrings.start import StartKeyring
 
 RESULTS = Path(__file__).resolve().parent / "results" / "noisy.json"
 NAMESPACE = "moat"
@@ -169,11 +165,7 @@ async def noisy_stack(
         gateway_port=free_port(),
         http_allow_hosts=[provider_host],
     )
-    # The development keyrings, made once here so that both processes read the same files.
-    data_converter(settings)
-    StartKeyring.from_settings(settings)
-    OutputSealer.from_settings(settings)
-    Keyring.from_settings(settings)
+    make_keyrings(settings)
     engine = make_engine(settings.sqlalchemy_url, pool_size=1)
     keys, ids = {}, {}
     async with make_sessionmaker(engine).begin() as session:

@@ -14,7 +14,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from bench.speed import Calls, cpu_seconds, percentile, pg_reset
+from bench.speed import Calls, cpu_seconds, percentile, pg_reset, timed
 from bench.speed_stack import speed_stack
 
 
@@ -95,15 +94,12 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             await asyncio.sleep(1.0)
             await asyncio.to_thread(pg_reset, stack.owner_url)
             n = args.n if series == "fresh" else min(args.n, len(calls.done) - len(calls.repeated))
-            took, healthz = [], []
+            took: list[float] = []
+            healthz: list[float] = []
             cpu0 = {name: cpu_seconds(stack.pids[name]) for name in ("worker", "gateway")}
             for i in range(n):
-                start = time.perf_counter()
-                await call(args.warmup + i)
-                took.append((time.perf_counter() - start) * 1000)
-                start = time.perf_counter()
-                await calls.healthz(i)
-                healthz.append((time.perf_counter() - start) * 1000)
+                await timed(call, args.warmup + i, took)
+                await timed(calls.healthz, i, healthz)
             cpu = {
                 name: round((cpu_seconds(stack.pids[name]) - cpu0[name]) * 1000 / n, 2)
                 for name in cpu0

@@ -18,18 +18,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from bench.speed_stack import moat_environment
+from bench.speed_stack import make_keyrings, moat_environment
 from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, free_port
 from starter.devstack.processes import ChildProcess
 from starter.devstack.temporal import TemporalDevServer
 from starter.devstack.up import healthy
-from starter.runtime.codec import data_converter
 from starter.runtime.database import owner_transaction
 from store import api_keys, tenants, upgrade
-from store.keyrings.codec import OutputSealer
-from store.keyrings.signing import Keyring
-from store.keyrings.start import StartKeyring
 
 NAMESPACE = "moat"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -84,7 +80,6 @@ class Member:
 @dataclass
 class ScaleStack:
     root: Path
-    settings: MoatSettings
     postgres: EmbeddedPostgres
     temporal: TemporalDevServer
     environment: dict[str, str]
@@ -155,14 +150,11 @@ async def _prepare(root: Path, pg: EmbeddedPostgres, temporal: TemporalDevServer
         task_queue=f"scale-{uuid.uuid4().hex[:12]}",
     )
     await asyncio.to_thread(upgrade, settings.sqlalchemy_url)
-    data_converter(settings)
-    StartKeyring.from_settings(settings)
-    OutputSealer.from_settings(settings)
-    Keyring.from_settings(settings)
+    make_keyrings(settings)
     # No per-tenant rate limit: the bench's one tenant is the whole load.
     env = moat_environment(settings, pg.url, temporal.address, NAMESPACE, "", 60.0,
                            rate_limit_per_second="0")  # fmt: skip
-    stack = ScaleStack(root, settings, pg, temporal, env)
+    stack = ScaleStack(root, pg, temporal, env)
     async with owner_transaction(settings) as session:
         tenant = await tenants.create_tenant(session, f"scale-{uuid.uuid4().hex[:8]}")
         stack.api_key = await api_keys.create_api_key(session, tenant.id, name="scale")

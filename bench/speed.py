@@ -101,8 +101,7 @@ class Calls:
     tag: str
     done: list[tuple[str, str, int]] = field(default_factory=list)  # key, receipt id, input
     repeated: list[tuple[str, str, int]] = field(default_factory=list)  # the done, repeated
-    workflow_ids: dict[str, str] = field(default_factory=dict)  # series -> one workflow id
-    # series -> (workflow id, wall ms) of every call, for ``bench.breakdown``
+    # series -> (workflow id, wall ms) of every call, for ``bench.breakdown`` and the actions
     runs: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def _headers(self, key: str) -> dict[str, str]:
@@ -123,7 +122,6 @@ class Calls:
             raise RuntimeError(f"fresh execute failed ({resp.status_code}): {resp.text[:300]}")
         envelope = resp.json()
         self.done.append((key, envelope["receipt_id"], i))
-        self.workflow_ids.setdefault("moat", envelope["workflow_id"])
         self.runs.setdefault("moat", []).append((envelope["workflow_id"], took))
 
     async def first_hit(self, i: int) -> None:
@@ -163,7 +161,6 @@ class Calls:
                 task_queue=queue or self.stack.bare_queue,
                 result_type=str,
             )
-            self.workflow_ids.setdefault(series, workflow_id)
             took = (time.perf_counter() - started) * 1000
             self.runs.setdefault(series, []).append((workflow_id, took))
 
@@ -569,9 +566,9 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             report["per_b1"] = await per_execution(stack, calls, b1, 30, 10_000)
             report["temporal_actions"] = {
                 series: await temporal_actions(
-                    stack.moat_client if series == "moat" else stack.bare_client, workflow_id
+                    stack.moat_client if series == "moat" else stack.bare_client, runs[0][0]
                 )
-                for series, workflow_id in calls.workflow_ids.items()
+                for series, runs in calls.runs.items()  # each series' first run
             }
         with console.status("closed loop: 16 clients of hits, then of fresh executes…"):
             gateway_only = {"gateway": stack.pids["gateway"]}

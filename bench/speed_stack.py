@@ -112,6 +112,16 @@ def moat_environment(
     return env
 
 
+def make_keyrings(settings: MoatSettings) -> None:
+    """The development keyrings (and the payload codec's key) of a bench stack, made once
+    before any worker or gateway starts, so that every process reads the same files instead
+    of racing to create them."""
+    data_converter(settings)
+    StartKeyring.from_settings(settings)
+    OutputSealer.from_settings(settings)
+    Keyring.from_settings(settings)
+
+
 @asynccontextmanager
 async def speed_stack(logs: Path | None = None) -> AsyncIterator[SpeedStack]:
     with tempfile.TemporaryDirectory(prefix="moat-speed-") as tmp:
@@ -141,11 +151,7 @@ async def _start(st: AsyncExitStack, root: Path, logs: Path, pg: EmbeddedPostgre
         http_allow_hosts=[f"127.0.0.1:{provider_port}"],
     )
     await asyncio.to_thread(upgrade, settings.sqlalchemy_url)
-    # The development keyrings, made once here so that both processes read the same files.
-    data_converter(settings)
-    StartKeyring.from_settings(settings)
-    OutputSealer.from_settings(settings)
-    Keyring.from_settings(settings)
+    make_keyrings(settings)
     env = await st.enter_async_context(
         local_temporal(NAMESPACE, pydantic_data_converter, root / "temporal.db")
     )
