@@ -26,7 +26,7 @@ import platform
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -788,7 +788,7 @@ def write(report: dict[str, Any], path: Path, console: Console) -> None:
 
 
 def run_bench(
-    measure: Callable[[argparse.Namespace, Console], Awaitable[dict[str, Any]]],
+    measure: Callable[[argparse.Namespace, Console], Coroutine[Any, Any, dict[str, Any]]],
     render: Callable[[dict[str, Any], Console], None],
     args: argparse.Namespace,
     results: Path,
