@@ -16,7 +16,6 @@ from schemas.records import Receipt
 from store.db import table_of
 from store.models import ManifestRow, OrchestrationEvent, ReceiptRow
 
-_MANIFESTS = table_of(ManifestRow)
 _RECEIPTS = table_of(ReceiptRow)
 _EVENTS = table_of(OrchestrationEvent)
 

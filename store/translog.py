@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import CTE, LargeBinary, bindparam, literal, select, text
@@ -199,9 +199,12 @@ async def nodes(session: AsyncSession, tenant_id: str, wanted: Sequence[Node]) -
 # --- proofs -----------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
+
 async def _prove(
-    session: AsyncSession, tenant_id: str, make: Callable[[translog.SubtreeHashes], list[bytes]]
-) -> list[bytes]:
+    session: AsyncSession, tenant_id: str, make: Callable[[translog.SubtreeHashes], T]
+) -> T:
     """Run a proof generator twice: once to learn which nodes it needs, then on them."""
     wanted: list[Node] = []
 
@@ -210,7 +213,7 @@ async def _prove(
         return bytes(translog.HASH_SIZE)
 
     make(record)
-    found = await nodes(session, tenant_id, wanted)
+    found = await nodes(session, tenant_id, sorted(set(wanted)))
     return make(lambda level, idx: found[(level, idx)])
 
 
@@ -219,6 +222,16 @@ async def inclusion_proof(
 ) -> list[bytes]:
     """The inclusion proof of leaf ``index`` in the tree of ``size`` (<= the head's)."""
     return await _prove(session, tenant_id, lambda get: translog.inclusion_proof(index, size, get))
+
+
+async def inclusion_proofs(
+    session: AsyncSession, tenant_id: str, indices: Sequence[int], size: int
+) -> list[list[bytes]]:
+    """The inclusion proofs of leaves ``indices`` in the tree of ``size``, their nodes read
+    at once."""
+    return await _prove(
+        session, tenant_id, lambda get: [translog.inclusion_proof(i, size, get) for i in indices]
+    )
 
 
 async def consistency_proof(

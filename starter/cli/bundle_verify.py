@@ -209,16 +209,11 @@ def _count(report: Report, entry: dict[str, Any]) -> None:
 
 
 def check_consistency(
-    earlier_note: str,
-    proof: list[bytes] | None,
-    log: Verifier,
-    leaves: list[bytes] | None,
-    report: Report,
+    earlier: Checkpoint, proof: list[bytes] | None, leaves: list[bytes] | None, report: Report
 ) -> None:
-    """``earlier_note``'s checkpoint extends to the bundle's: with ``proof`` (consistency
-    of that size into the checkpoint), else from the bundle's own leaves when it holds the
-    whole tree."""
-    earlier = signed_checkpoint(earlier_note, log, "earlier checkpoint", report.problems)
+    """``earlier`` extends to the bundle's checkpoint: with ``proof`` (consistency of its
+    size into the checkpoint), else from the bundle's own leaves when it holds the whole
+    tree."""
     current, report.earlier = report.checkpoint, earlier.size
     said = f"consistency: checkpoint of size {earlier.size} is not consistent with size "
     if earlier.origin != current.origin or earlier.size > current.size:
@@ -277,10 +272,10 @@ def verify_bundle(
     if earlier is None and bundled is not None:
         earlier = bundled[0]
     if earlier is not None:
-        proof = None
+        proof_size = None
         if bundled is not None:
-            with_proof = signed_checkpoint(bundled[0], log, "consistency.json", [])
-            size = signed_checkpoint(earlier, log, "earlier checkpoint", []).size
-            proof = bundled[1] if with_proof.size == size else None
-        check_consistency(earlier, proof, log, leaves, report)
+            proof_size = signed_checkpoint(bundled[0], log, "consistency.json", []).size
+        checkpoint = signed_checkpoint(earlier, log, "earlier checkpoint", report.problems)
+        proof = bundled[1] if bundled is not None and proof_size == checkpoint.size else None
+        check_consistency(checkpoint, proof, leaves, report)
     return report

@@ -12,7 +12,6 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas import translog
 from schemas.errors import ErrorCode
 from starter.service.errors import MoatError
 from store import log_objects
@@ -40,22 +39,6 @@ class LogEntriesPage(BaseModel):
     size: int = Field(description="The tree size the proofs are in.")
     next: int | None = Field(description="The index the next page starts at; null at the end.")
     entries: list[LogEntry]
-
-
-async def _proofs(
-    session: AsyncSession, tenant_id: str, indices: list[int], size: int
-) -> list[list[bytes]]:
-    """Inclusion proofs of ``indices`` in the tree of ``size``, their nodes read at once."""
-    wanted: list[tuple[int, int]] = []
-
-    def record(level: int, idx: int) -> bytes:
-        wanted.append((level, idx))
-        return bytes(translog.HASH_SIZE)
-
-    for index in indices:
-        translog.inclusion_proof(index, size, record)
-    found = await log_store.nodes(session, tenant_id, sorted(set(wanted)))
-    return [translog.inclusion_proof(i, size, lambda lv, ix: found[(lv, ix)]) for i in indices]
 
 
 async def _objects(
@@ -116,7 +99,7 @@ async def entries_page(
     end = min(size, start + min(limit, MAX_PAGE))
     leaves = await log_store.leaves(session, tenant_id, start, end)
     indices = [leaf.index for leaf in leaves if leaf.index is not None]
-    proofs = await _proofs(session, tenant_id, indices, size)
+    proofs = await log_store.inclusion_proofs(session, tenant_id, indices, size)
     objects = await _objects(session, store, tenant_id, leaves)
     entries = []
     for leaf, proof in zip(leaves, proofs, strict=True):
