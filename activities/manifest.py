@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +39,7 @@ from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
 from store import manifests, tenancy
 from store.keyrings.signing import Keyring, sign_manifest
-from store.manifests import ManifestStore
+from store.manifests import ManifestStore, Staged
 from store.models import ManifestRow
 
 _MANIFEST_NAMESPACE = uuid.UUID("9b2e4c1a-7f3d-4e8b-a6c5-1d0f2e3b4a59")
@@ -49,6 +50,50 @@ def _stamp(path: Path) -> tuple[int, int, int]:
     update (a symlink swapped to a new file) gives a new inode even within one mtime tick."""
     st = path.stat()
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A run's manifest ready to index: stored already, or ``staged`` to publish first."""
+
+    signed: RunManifest
+    path: Path
+    digest: str
+    staged: Staged | None = None
+
+
+class Staging:
+    """A run's manifest being made ready beside the caller's transaction
+    (``ManifestActivities.staging``): ``published`` once the caller knows it is the run's
+    to store, ``close`` in any case (a staged file never published is removed)."""
+
+    def __init__(
+        self, inp: ManifestInput, ready: asyncio.Future[Ready], store: ManifestStore
+    ) -> None:
+        self.input = inp
+        self._ready = ready
+        self._store = store
+        self._done = False
+
+    async def published(self) -> tuple[RunManifest, Path, str]:
+        """The manifest stored (write-once), with its path and the digest of its bytes."""
+        ready = await self._ready
+        self._done = True
+        if ready.staged is not None:
+            await asyncio.to_thread(self._store.publish, ready.staged)
+        return ready.signed, ready.path, ready.digest
+
+    async def close(self) -> None:
+        """Remove what was staged and not published."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            ready = await self._ready
+        except Exception:
+            return  # nothing staged (the failure is the publisher's to report)
+        if ready.staged is not None:
+            self._store.discard(ready.staged)
 
 
 class ManifestActivities:
@@ -96,19 +141,33 @@ class ManifestActivities:
     async def stored_or_written(self, inp: ManifestInput) -> tuple[RunManifest, Path, str]:
         """The run's manifest, signed and stored (write-once), with its path and the digest
         of its bytes; a retried attempt finds the one the first stored."""
-        receipt = inp.receipt
-        stored = await asyncio.to_thread(self._stored, receipt.tenant_id, inp.run_id)
-        if stored is not None and stored[0].correlation_id == receipt.id:
-            signed, digest = stored
-            return signed, self._store.path_for(receipt.tenant_id, inp.run_id), digest
+        return await self.staging(inp).published()
+
+    def staging(self, inp: ManifestInput) -> Staging:
+        """The run's manifest made ready (found stored, or signed and staged) from now on,
+        in a thread beside the caller's work, to be published or discarded later."""
+        return Staging(inp, asyncio.ensure_future(self._ready(inp)), self._store)
+
+    async def _ready(self, inp: ManifestInput) -> Ready:
         original = None
         if inp.replayed:
+            receipt = inp.receipt
             async with self._sessions.begin() as session:
                 await tenancy.set_tenant(session, receipt.tenant_id)
                 original = await manifests.index_row(session, receipt.tenant_id, receipt.run_id)
+        return await asyncio.to_thread(self._ready_now, inp, original)
+
+    def _ready_now(self, inp: ManifestInput, original: ManifestRow | None) -> Ready:
+        """The run's stored manifest when it is this receipt's (a retried attempt), else a
+        new one signed and staged (blocking: file reads, signing, fsync)."""
+        receipt = inp.receipt
+        stored = self._stored(receipt.tenant_id, inp.run_id)
+        if stored is not None and stored[0].correlation_id == receipt.id:
+            signed, digest = stored
+            return Ready(signed, self._store.path_for(receipt.tenant_id, inp.run_id), digest)
         signed = sign_manifest(self._build(inp, original), self._current_keyring(), signer="moat")
-        path, digest = await asyncio.to_thread(self._store.write, signed)
-        return signed, path, digest
+        staged = self._store.stage(signed)
+        return Ready(signed, staged.path, sha256_digest(staged.data), staged)
 
     async def index(
         self,

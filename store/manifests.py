@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,16 @@ DIR_MODE = 0o700
 
 class ManifestExistsError(FileExistsError):
     """A different manifest is already stored for this tenant and run."""
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A manifest's bytes durable in a temporary file (``tmp``) beside its place (``path``),
+    not yet published (``ManifestStore.stage``)."""
+
+    tmp: Path
+    path: Path
+    data: bytes
 
 
 def _check_segment(kind: str, value: str) -> str:
@@ -104,6 +115,11 @@ class ManifestStore:
     def write(self, manifest: RunManifest) -> tuple[Path, str]:
         """Store ``manifest``; returns its path and the ``sha256:`` of the file's bytes.
         Raises ``ManifestExistsError`` if any manifest is already stored for the run."""
+        return self.publish(self.stage(manifest))
+
+    def stage(self, manifest: RunManifest) -> Staged:
+        """``write``'s first half: the bytes in a temporary file beside the manifest's place,
+        flushed to disk, visible to no reader until ``publish`` (or gone with ``discard``)."""
         path = self.path_for(manifest.tenant_id, manifest.run_id)
         data = manifest_bytes(manifest)
         # A root that exists is the operator's to set up; one we create is private.
@@ -117,12 +133,27 @@ class ManifestStore:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            self._link(tmp, path, data)
-        finally:
+        except BaseException:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(path.parent)
-        _fsync_dir(path.parent.parent)
-        return path, sha256_digest(data)
+            raise
+        return Staged(tmp, path, data)
+
+    def publish(self, staged: Staged) -> tuple[Path, str]:
+        """``write``'s second half: the staged file linked into place, write-once, and the
+        folders that name it flushed. Raises ``ManifestExistsError`` if any manifest is
+        already stored for the run; the temporary file is gone either way."""
+        try:
+            self._link(staged.tmp, staged.path, staged.data)
+        finally:
+            self.discard(staged)
+        _fsync_dir(staged.path.parent)
+        _fsync_dir(staged.path.parent.parent)
+        return staged.path, sha256_digest(staged.data)
+
+    @staticmethod
+    def discard(staged: Staged) -> None:
+        """A staged manifest that will not be published, removed."""
+        staged.tmp.unlink(missing_ok=True)
 
     @staticmethod
     def _link(tmp: Path, path: Path, data: bytes) -> None:

@@ -16,7 +16,7 @@ from temporalio import activity
 from activities.alerts import Alerter
 from activities.evidence import Chain, start_chain
 from activities.execute.events import attempt_completed, chained, outcome_events
-from activities.manifest import ManifestActivities
+from activities.manifest import ManifestActivities, Staging
 from schemas.alerts import AlertKind, is_alert_key
 from schemas.ids import uuid7
 from schemas.names import RECORD_OUTCOME, RECORD_RUN
@@ -85,47 +85,65 @@ class RecordStep:
         completed: AdapterOutput | None = None,
         run: RecordRunInput | None = None,
     ) -> tuple[Receipt, bool]:
-        """The receipt and, when it is new, whether the manifest was indexed with it."""
+        """The receipt and, when it is new, whether the manifest was indexed with it. The
+        manifest is signed and staged while the receipt's statements run, and published
+        only once the receipt is known to be new."""
         receipt = _receipt(inp, now)
-        async with self._sessions.begin() as session:
-            # The tenant first; the outcome's events follow the log's latest (``Chain.append``).
-            chain = await start_chain(
-                session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
-            )
-            if not await receipts.insert_with_outcome(
-                session, receipt, _outcome_event(inp, receipt), self._kept(inp, now)
-            ):
-                stored = await receipts.get_receipt(session, inp.ref.tenant_id, inp.ref.receipt_id)
-                assert stored is not None
-                return stored, False
-            # Bill once: only a success, only when its receipt is first written; the unit
-            # the policy step held becomes used (or is given back) in the same transaction.
-            if inp.success and not inp.ref.is_synthetic:
-                await budgets.increment_budget(session, inp.ref.tenant_id, inp.capability.id, now)
-            if inp.budget_held:
-                await budgets.release_budget_hold(session, inp.ref.tenant_id, inp.ref.receipt_id)
-            if completed is not None:
-                _completion(chain, inp, completed)
-            chained(chain, outcome_events(inp))
-            written = await self._manifest(session, chain, receipt, run)
-            await chain.append(session)
+        staging = self._staging(receipt, run)
+        try:
+            async with self._sessions.begin() as session:
+                # The tenant first; the outcome's events follow the log's latest.
+                chain = await start_chain(
+                    session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
+                )
+                if not await receipts.insert_with_outcome(
+                    session, receipt, _outcome_event(inp, receipt), self._kept(inp, now)
+                ):
+                    stored = await receipts.get_receipt(
+                        session, inp.ref.tenant_id, inp.ref.receipt_id
+                    )
+                    assert stored is not None
+                    return stored, False
+                # Bill once: only a success, only when its receipt is first written; the
+                # unit the policy step held becomes used (or is given back) with it.
+                if inp.success and not inp.ref.is_synthetic:
+                    await budgets.increment_budget(
+                        session, inp.ref.tenant_id, inp.capability.id, now
+                    )
+                if inp.budget_held:
+                    await budgets.release_budget_hold(
+                        session, inp.ref.tenant_id, inp.ref.receipt_id
+                    )
+                if completed is not None:
+                    _completion(chain, inp, completed)
+                chained(chain, outcome_events(inp))
+                written = await self._manifest(session, chain, receipt, staging)
+                await chain.append(session)
+        finally:
+            if staging is not None:
+                await staging.close()
         return receipt, written
 
-    async def _manifest(
-        self, session: AsyncSession, chain: Chain, receipt: Receipt, run: RecordRunInput | None
-    ) -> bool:
-        """The run's manifest signed, stored and indexed with its new receipt; False when
-        it could not be (the run's manifest step writes it then)."""
+    def _staging(self, receipt: Receipt, run: RecordRunInput | None) -> Staging | None:
+        """The run's manifest made ready from now on (None: the record step writes none)."""
         if run is None or self._manifests is None:
+            return None
+        return self._manifests.staging(run.manifest.input_for(receipt, run.run_id))
+
+    async def _manifest(
+        self, session: AsyncSession, chain: Chain, receipt: Receipt, staging: Staging | None
+    ) -> bool:
+        """The run's manifest stored and indexed with its new receipt; False when it could
+        not be (the run's manifest step writes it then)."""
+        if staging is None or self._manifests is None:
             return False
-        manifest_input = run.manifest.input_for(receipt, run.run_id)
         try:
-            signed, path, digest = await self._manifests.stored_or_written(manifest_input)
+            signed, path, digest = await staging.published()
         except Exception:
             activity.logger.exception("manifest of receipt %s not written", receipt.id)
             return False
         actor, chain.actor = chain.actor, "moat.manifest"  # its events, as the step's own
-        await self._manifests.index(session, manifest_input, chain, signed, path, digest)
+        await self._manifests.index(session, staging.input, chain, signed, path, digest)
         chain.actor = actor
         return True
 

@@ -340,6 +340,26 @@ def test_write_once(tmp_path: Path, ring: Keyring) -> None:
     assert store.delete("tenant-001", "run_a1b2c3") and not path.parent.exists()
 
 
+def test_a_staged_manifest_is_seen_only_once_published(tmp_path: Path, ring: Keyring) -> None:
+    """``stage`` makes the bytes durable out of readers' sight; ``publish`` links them into
+    place write-once; ``discard`` leaves nothing behind."""
+    store = ManifestStore(tmp_path / "m")
+    manifest = sign_manifest(make_manifest(), ring)
+    staged = store.stage(manifest)
+    assert staged.tmp.read_bytes() == manifest_bytes(manifest)
+    assert not store.exists("tenant-001", "run_a1b2c3")
+    store.discard(staged)
+    assert list(staged.path.parent.iterdir()) == []  # discarded: no file, no temporary
+    path, digest = store.publish(store.stage(manifest))
+    assert store.read("tenant-001", "run_a1b2c3") == manifest_bytes(manifest)
+    assert digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    late = store.stage(sign_manifest(make_manifest(attempt=1), ring))
+    with pytest.raises(ManifestExistsError):
+        store.publish(late)  # write-once, whenever it was staged
+    assert [p.name for p in path.parent.iterdir()] == ["manifest.json"]
+    assert store.read("tenant-001", "run_a1b2c3") == manifest_bytes(manifest)
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 

@@ -143,6 +143,9 @@ async def test_reset_repeats_no_side_effect(
     assert replayed["run_id"] == new_run and replayed["correlation_id"] == first["receipt_id"]
     assert replayed["outputs"]["replayed_from"] == first["run_id"]
     assert replayed["metadata"]["replay_reason"] == "workflow_reset"
+    # The record step signed and staged a manifest for the new run before it found the
+    # receipt recorded: it was discarded, never published.
+    assert not list(stack.settings.manifests_dir.rglob(".manifest.json.*"))
     ref = replayed["artifacts"][0]
     assert ref["location"] == str(original)
     assert ref["checksum"] == "sha256:" + hashlib.sha256(original_bytes).hexdigest()
