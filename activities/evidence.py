@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from schemas.events import AggregateType, Event, EventDraft, EventType, event_id
 from store import events as event_log
 from store import tenancy
+from store.announcements import Subscribed
 
 
 class Chain:
@@ -67,11 +68,14 @@ class Chain:
         self.cause = draft.id
         return draft
 
-    async def append(self, session: AsyncSession) -> list[Event]:
+    async def append(
+        self, session: AsyncSession, subscribed: Subscribed | None = None
+    ) -> list[Event]:
         """``event_log.append`` of the chain's events, the first one's cause read from the
-        log by the statement that writes it when the chain says so."""
+        log by the statement that writes it when the chain says so; ``subscribed``: what
+        the tenant's webhooks take, when the transaction read it already."""
         return await event_log.append(
-            session, self.drafts, first_cause_from_log=self.cause_from_log
+            session, self.drafts, first_cause_from_log=self.cause_from_log, subscribed=subscribed
         )
 
 

@@ -7,7 +7,7 @@ effect (retries exhausted, an outcome that stays unknown) is announced the same 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -15,6 +15,8 @@ from schemas.events import Event, EventType
 from schemas.webhooks import WebhookEventType, compensating_action_id, execution_dead_letter_id
 from store import approvals, dead_letters, outbox, receipts
 
+# By tenant: the event types its active webhook subscriptions take.
+Subscribed = Mapping[str, frozenset[str]]
 _OUTCOMES = {
     EventType.RUN_COMPLETED: WebhookEventType.EXECUTION_COMPLETED,
     EventType.RUN_FAILED: WebhookEventType.EXECUTION_FAILED,
@@ -28,9 +30,13 @@ _APPROVALS = {
 }
 
 
-async def announce(session: AsyncSession, written: Sequence[Event]) -> None:
-    """Outbox rows (and dead letters) for the events just written, in their order."""
-    wanted: dict[str, frozenset[str]] = {}
+async def announce(
+    session: AsyncSession, written: Sequence[Event], subscribed: Subscribed | None = None
+) -> None:
+    """Outbox rows (and dead letters) for the events just written, in their order.
+    ``subscribed``: what the tenants' webhooks take, as far as this transaction read it
+    already (``outbox.subscribed``); the rest is read when needed."""
+    wanted: dict[str, frozenset[str]] = dict(subscribed or {})
     for event in written:
         kind = _APPROVALS.get(event.event_type) or _OUTCOMES.get(event.event_type)
         if kind is None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Date, bindparam, case, delete, func, literal, select
+from sqlalchemy import CTE, Boolean, Date, and_, bindparam, case, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -152,34 +152,38 @@ async def hold_budget(
     await session.execute(stmt.on_conflict_do_nothing())
 
 
-async def release_budget_hold(session: AsyncSession, tenant_id: str, receipt_id: str) -> None:
-    await session.execute(
-        delete(BudgetHold).where(
-            BudgetHold.tenant_id == tenant_id, BudgetHold.receipt_id == receipt_id
-        )
-    )
-
-
 _BUDGETS = table_of(Budget)
+_HOLDS = table_of(BudgetHold)
 _USAGE = table_of(BudgetUsage)
 
 
-def _count_use() -> Any:
-    """A success counted against its capability's budget, if one is set: one statement,
-    which reads the budget's period and adds one to the usage row of the period's start
-    (``period_start``: ``month_start`` for a monthly budget, else ``day_start``)."""
-    budget = select(
-        _BUDGETS.c.tenant_id,
-        _BUDGETS.c.capability_id,
-        _BUDGETS.c.period,
-        case(
-            (_BUDGETS.c.period == "month", bindparam("month_start", type_=Date)),
-            else_=bindparam("day_start", type_=Date),
-        ),
-        literal(1),
-    ).where(
-        _BUDGETS.c.tenant_id == bindparam("tenant_id"),
-        _BUDGETS.c.capability_id == bindparam("capability_id"),
+def used_with(new: CTE) -> CTE:
+    """A success counted against its capability's budget, if one is set, as a CTE of the
+    statement that writes its receipt (``new``: the CTE of the receipt's INSERT, returning
+    its ``tenant_id`` and ``capability_id``): only when the receipt was inserted and
+    ``budget_use`` is true. It reads the budget's period and adds one to the usage row of
+    the period's start (``month_start`` for a monthly budget, else ``day_start``). Its
+    parameters: ``use_params``."""
+    budget = (
+        select(
+            _BUDGETS.c.tenant_id,
+            _BUDGETS.c.capability_id,
+            _BUDGETS.c.period,
+            case(
+                (_BUDGETS.c.period == "month", bindparam("month_start", type_=Date)),
+                else_=bindparam("day_start", type_=Date),
+            ),
+            literal(1),
+        )
+        .select_from(new)
+        .join(
+            _BUDGETS,
+            and_(
+                _BUDGETS.c.tenant_id == new.c.tenant_id,
+                _BUDGETS.c.capability_id == new.c.capability_id,
+            ),
+        )
+        .where(bindparam("budget_use", type_=Boolean))
     )
     columns = ["tenant_id", "capability_id", "period", "period_start", "used"]
     stmt = insert(_USAGE).from_select(columns, budget)
@@ -191,20 +195,30 @@ def _count_use() -> Any:
             _USAGE.c.period_start,
         ],
         set_={"used": _USAGE.c.used + 1},
+    ).cte("budget_used")
+
+
+def released_with(new: CTE) -> CTE:
+    """The unit the policy step held for the receipt ``new`` inserted, given back (it is
+    used, or the call took no effect), as a CTE of the receipt's statement: only when the
+    receipt was inserted and ``budget_release`` is true."""
+    return (
+        delete(_HOLDS)
+        .where(
+            _HOLDS.c.tenant_id == new.c.tenant_id,
+            _HOLDS.c.receipt_id == new.c.id,
+            bindparam("budget_release", type_=Boolean),
+        )
+        .cte("budget_released")
     )
 
 
-_COUNT_USE = _count_use()
-
-
-async def increment_budget(
-    session: AsyncSession, tenant_id: str, capability_id: str, now: datetime
-) -> None:
-    """Count one successful execution against the budget of its period, if one is set."""
-    params = {
-        "tenant_id": tenant_id,
-        "capability_id": capability_id,
+def use_params(*, use: bool, release: bool, now: datetime) -> dict[str, Any]:
+    """The parameters of ``used_with`` and ``released_with``: count a use (a success) and
+    give back the unit held, at ``now``."""
+    return {
+        "budget_use": use,
+        "budget_release": release,
         "month_start": period_start("month", now),
         "day_start": period_start("day", now),
     }
-    await session.execute(_COUNT_USE, params)

@@ -78,13 +78,19 @@ def _state(row: Any) -> RunState:
 
 
 async def append(
-    session: AsyncSession, drafts: Sequence[EventDraft], *, first_cause_from_log: bool = False
+    session: AsyncSession,
+    drafts: Sequence[EventDraft],
+    *,
+    first_cause_from_log: bool = False,
+    subscribed: announcements.Subscribed | None = None,
 ) -> list[Event]:
     """Append events (ids already present are skipped: a retried step) and apply the new
     ones to the projection. Returns the events actually written, in sequence order.
 
     ``first_cause_from_log``: the first draft is caused by the execution's latest event in
-    the log, read by the statement that writes it (the drafts are one execution's)."""
+    the log, read by the statement that writes it (the drafts are one execution's).
+    ``subscribed``: what the tenants' webhooks take, read already in this transaction
+    (``announcements.announce``)."""
     if not drafts:
         return []
     if len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1:
@@ -95,7 +101,7 @@ async def append(
         result = await session.execute(_INSERT_EVENTS, [d.model_dump(mode="json") for d in drafts])
         written = sorted((_event(r) for r in result.mappings()), key=lambda e: e.sequence_number)
         await _project(session, written)
-    await announcements.announce(session, written)
+    await announcements.announce(session, written, subscribed)
     return written
 
 

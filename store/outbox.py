@@ -12,15 +12,42 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import any_, delete, func, literal, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    ScalarSelect,
+    any_,
+    delete,
+    func,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.ids import uuid7
 from schemas.redaction import redact
 from schemas.webhooks import OutboxStatus, SubscriptionStatus, WebhookEventType
+from store.db import table_of
 from store.models import OutboxRow, WebhookDeliveryRow, WebhookSubscription
 from store.pages import keyset
+
+_SUBSCRIPTIONS = table_of(WebhookSubscription)
+
+
+def subscribed_of(tenant_id: ColumnElement[str]) -> ScalarSelect[Any]:
+    """``subscribed`` as an expression of another statement: the event types the active
+    subscriptions of the tenant ``tenant_id`` names take, as an array (NULL: none)."""
+    types = (
+        select(func.unnest(_SUBSCRIPTIONS.c.events).label("event_type"))
+        .where(
+            _SUBSCRIPTIONS.c.tenant_id == tenant_id,
+            _SUBSCRIPTIONS.c.status == SubscriptionStatus.ACTIVE.value,
+        )
+        .subquery()
+    )
+    return select(func.array_agg(types.c.event_type)).scalar_subquery()
 
 
 async def subscribed(session: AsyncSession, tenant_id: str) -> frozenset[str]:

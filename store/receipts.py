@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import OutcomeEvent, Receipt
-from store import outputs, translog
+from store import budgets, outbox, outputs, translog
 from store.db import table_of
 from store.models import OutcomeEventRow, ReceiptRow
 
@@ -35,21 +35,23 @@ _INSERT_OUTCOME = insert(_OUTCOMES)
 
 
 def _insert_with_outcome(*, leaf: bool = True, output: bool = False) -> Any:
-    """The receipt, and only when it is new, its outcome event, its transparency-log leaf
-    and with ``output`` its kept answer (``outputs.kept_with``): one statement (each is
-    selected from the receipt's insert). ``leaf`` False: the statement without the leaf,
-    for ``bench.translog`` to measure what the leaf costs."""
+    """The receipt, and only when it is new, its outcome event, its transparency-log leaf,
+    its budget's use and hold (``budgets.used_with``, ``budgets.released_with``) and with
+    ``output`` its kept answer (``outputs.kept_with``): one statement (each is selected
+    from the receipt's insert), which returns, with a new receipt only, the event types
+    the tenant's webhooks take (``outbox.subscribed_of``). ``leaf`` False: the statement
+    without the leaf, for ``bench.translog`` to measure what the leaf costs."""
     receipt_columns = [c for c in _RECEIPTS.c if c.name in Receipt.model_fields]
     outcome_columns = [c for c in _OUTCOMES.c if c.name in OutcomeEvent.model_fields]
     new_receipt = (
         insert(_RECEIPTS)
         .values({c.name: bindparam(f"r_{c.name}", type_=c.type) for c in receipt_columns})
         .on_conflict_do_nothing(index_elements=[_RECEIPTS.c.id])
-        .returning(_RECEIPTS.c.id, _RECEIPTS.c.tenant_id)
+        .returning(_RECEIPTS.c.id, _RECEIPTS.c.tenant_id, _RECEIPTS.c.capability_id)
         .cte("new_receipt")
     )
     outcome = select(*(bindparam(f"o_{c.name}", type_=c.type) for c in outcome_columns))
-    with_it = [new_receipt]
+    with_it = [new_receipt, budgets.used_with(new_receipt), budgets.released_with(new_receipt)]
     if leaf:
         with_it.append(translog.appended_with(new_receipt, "receipt"))
     if output:
@@ -58,7 +60,10 @@ def _insert_with_outcome(*, leaf: bool = True, output: bool = False) -> Any:
         insert(_OUTCOMES)
         .from_select([c.name for c in outcome_columns], outcome.select_from(new_receipt))
         .add_cte(*with_it)
-        .returning(_OUTCOMES.c.receipt_id)
+        .returning(
+            _OUTCOMES.c.receipt_id,
+            outbox.subscribed_of(bindparam("r_tenant_id", type_=_RECEIPTS.c.tenant_id.type)),
+        )
     )
 
 
@@ -129,17 +134,25 @@ async def insert_with_outcome(
     receipt: Receipt,
     outcome: OutcomeEvent,
     output: dict[str, Any] | None = None,
-) -> bool:
+    budget: dict[str, Any] | None = None,
+) -> frozenset[str] | None:
     """``insert_receipt``, and with a new receipt its outcome event, its leaf in the
-    tenant's transparency log (``translog.append_receipt``) and the answer kept for
-    replays (``output``: ``outputs.kept_params``; None: none), in one statement."""
+    tenant's transparency log (``translog.append_receipt``), its budget's use and hold
+    (``budget``: ``budgets.use_params``; None: neither) and the answer kept for replays
+    (``output``: ``outputs.kept_params``; None: none), in one statement.
+
+    None when the receipt was there already (nothing written); else the event types the
+    tenant's webhooks take, read by the same statement (for ``announcements.announce``)."""
     params = {f"r_{k}": v for k, v in _values(receipt).items()}
     params["leaf_digest"] = translog.receipt_digest(receipt)
     params.update(output or {})
+    params.update(budget or budgets.use_params(use=False, release=False, now=receipt.timestamp))
     params.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
     statement = _INSERT_WITH_OUTCOME if output is None else _INSERT_WITH_OUTPUT
-    inserted = await session.execute(statement, params)
-    return inserted.scalar_one_or_none() is not None
+    inserted = (await session.execute(statement, params)).first()
+    if inserted is None:
+        return None
+    return frozenset(inserted[1] or ())
 
 
 async def insert_outcome_event(session: AsyncSession, event: OutcomeEvent) -> None:

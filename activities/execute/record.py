@@ -96,29 +96,27 @@ class RecordStep:
                 chain = await start_chain(
                     session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
                 )
-                if not await receipts.insert_with_outcome(
-                    session, receipt, _outcome_event(inp, receipt), self._kept(inp, now)
-                ):
+                # Bill once: only a success, only when its receipt is first written; the
+                # unit the policy step held becomes used (or is given back) with it.
+                budget = budgets.use_params(
+                    use=inp.success and not inp.ref.is_synthetic,
+                    release=inp.budget_held,
+                    now=now,
+                )
+                subscribed = await receipts.insert_with_outcome(
+                    session, receipt, _outcome_event(inp, receipt), self._kept(inp, now), budget
+                )
+                if subscribed is None:
                     stored = await receipts.get_receipt(
                         session, inp.ref.tenant_id, inp.ref.receipt_id
                     )
                     assert stored is not None
                     return stored, False
-                # Bill once: only a success, only when its receipt is first written; the
-                # unit the policy step held becomes used (or is given back) with it.
-                if inp.success and not inp.ref.is_synthetic:
-                    await budgets.increment_budget(
-                        session, inp.ref.tenant_id, inp.capability.id, now
-                    )
-                if inp.budget_held:
-                    await budgets.release_budget_hold(
-                        session, inp.ref.tenant_id, inp.ref.receipt_id
-                    )
                 if completed is not None:
                     _completion(chain, inp, completed)
                 chained(chain, outcome_events(inp))
                 written = await self._manifest(session, chain, receipt, staging)
-                await chain.append(session)
+                await chain.append(session, {inp.ref.tenant_id: subscribed})
         finally:
             if staging is not None:
                 await staging.close()

@@ -19,9 +19,10 @@ from store import db
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
 # document, key claim, receipt, budget, decision, events), the adapter attempt's events,
-# and the record (receipt with outcome, leaf and kept answer, budget use, manifest index
-# with leaf, events, webhook subscriptions), each transaction's tenant set first.
-WORKER_STATEMENTS = 15
+# and the record (receipt with outcome, leaf, kept answer, budget use and the tenant's
+# webhook subscriptions; manifest index with leaf; events), each transaction's tenant set
+# first.
+WORKER_STATEMENTS = 13
 WORKER_COMMITS = 3
 
 
