@@ -54,6 +54,7 @@ from schemas.settings import MoatSettings
 from starter.devstack import EmbeddedPostgres, free_port
 from starter.service import translog as log_service
 from store import make_engine, make_sessionmaker, receipts, tenancy, tenants, translog, upgrade
+from store.db import DriverStatement
 from store.keyrings.codec import OutputSealer
 
 RESULTS = Path(__file__).with_name("results") / "translog.json"
@@ -114,18 +115,18 @@ async def record_step(
     # The receipt's statement writes its leaf: the same statement without it.
     statements = {
         "with append": receipts._INSERT_WITH_OUTPUT,
-        "without append": receipts._insert_with_outcome(leaf=False, output=True),
+        "without append": DriverStatement(receipts._insert_with_outcome(leaf=False, output=True)),
     }
     series: dict[str, list[float]] = {"with append": [], "without append": []}
     for i in range(10):  # warm-up: connections, statement caches
-        await step._record(_record_input(tenant_id, -i - 1))
+        await step._record(_record_input(tenant_id, -i - 1), datetime.now(UTC))
     for i in range(n):
         order = list(series)
         random.shuffle(order)
         for name in order:
             receipts._INSERT_WITH_OUTPUT = statements[name]
             started = time.perf_counter()
-            await step._record(_record_input(tenant_id, i))
+            await step._record(_record_input(tenant_id, i), datetime.now(UTC))
             series[name].append(time.perf_counter() - started)
     receipts._INSERT_WITH_OUTPUT = statements["with append"]
     out: dict[str, Any] = {name: _summary(samples) for name, samples in series.items()}

@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Table, create_engine
+from sqlalchemy import ClauseElement, Table, create_engine
+from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.sql.compiler import SQLCompiler
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -109,3 +111,31 @@ def engine_of(sessions: object) -> AsyncEngine | None:
     kw = getattr(sessions, "kw", None)
     bind = kw.get("bind") if isinstance(kw, dict) else None
     return bind if isinstance(bind, AsyncEngine) else None
+
+
+class DriverStatement:
+    """A SQLAlchemy statement compiled once for psycopg, to be sent past SQLAlchemy
+    (``pipelined``): its text with psycopg's parameters (``sql``), and the parameters of
+    one execution bound as SQLAlchemy binds them (``params``). The hot paths send their
+    statements this way to put several in one round trip, and to skip SQLAlchemy's
+    per-execution work (cache key, result handling)."""
+
+    def __init__(self, statement: ClauseElement) -> None:
+        compiled = statement.compile(dialect=_DIALECT)
+        assert isinstance(compiled, SQLCompiler)
+        self.sql = compiled.string
+        self._compiled = compiled
+        self._processors: Mapping[str, Any] = compiled._bind_processors
+
+    def params(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The statement's parameters for ``values`` (by bind name): every one it needs,
+        fixed ones included, each converted as its column type says."""
+        bound = dict(self._compiled.construct_params(dict(values)))
+        for name, process in self._processors.items():
+            value = bound.get(name)
+            if value is not None:
+                bound[name] = process(value)
+        return bound
+
+
+_DIALECT = PGDialectAsync_psycopg()  # type: ignore[no-untyped-call]

@@ -11,8 +11,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.records import OutcomeEvent, Receipt
-from store import budgets, outbox, outputs, translog
-from store.db import table_of
+from store import budgets, db, outbox, outputs, tenancy, translog
+from store.db import DriverStatement, table_of
 from store.models import OutcomeEventRow, ReceiptRow
 
 
@@ -67,8 +67,8 @@ def _insert_with_outcome(*, leaf: bool = True, output: bool = False) -> Any:
     )
 
 
-_INSERT_WITH_OUTCOME = _insert_with_outcome()
-_INSERT_WITH_OUTPUT = _insert_with_outcome(output=True)
+_INSERT_WITH_OUTCOME = DriverStatement(_insert_with_outcome())
+_INSERT_WITH_OUTPUT = DriverStatement(_insert_with_outcome(output=True))
 
 
 def _values(receipt: Receipt) -> dict[str, Any]:
@@ -135,21 +135,27 @@ async def insert_with_outcome(
     outcome: OutcomeEvent,
     output: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None,
+    *,
+    scope: bool = False,
 ) -> frozenset[str] | None:
     """``insert_receipt``, and with a new receipt its outcome event, its leaf in the
     tenant's transparency log (``translog.append_receipt``), its budget's use and hold
     (``budget``: ``budgets.use_params``; None: neither) and the answer kept for replays
-    (``output``: ``outputs.kept_params``; None: none), in one statement.
+    (``output``: ``outputs.kept_params``; None: none), in one statement. ``scope``: the
+    statement opens the transaction, scoped to the receipt's tenant in the same round trip.
 
     None when the receipt was there already (nothing written); else the event types the
     tenant's webhooks take, read by the same statement (for ``announcements.announce``)."""
-    params = {f"r_{k}": v for k, v in _values(receipt).items()}
-    params["leaf_digest"] = translog.receipt_digest(receipt)
-    params.update(output or {})
-    params.update(budget or budgets.use_params(use=False, release=False, now=receipt.timestamp))
-    params.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
+    values = {f"r_{k}": v for k, v in _values(receipt).items()}
+    values["leaf_digest"] = translog.receipt_digest(receipt)
+    values.update(output or {})
+    values.update(budget or budgets.use_params(use=False, release=False, now=receipt.timestamp))
+    values.update({f"o_{k}": v for k, v in outcome.model_dump(mode="python").items()})
     statement = _INSERT_WITH_OUTCOME if output is None else _INSERT_WITH_OUTPUT
-    inserted = (await session.execute(statement, params)).first()
+    sent = [(statement.sql, statement.params(values))]
+    if scope:
+        sent.insert(0, (tenancy.SET_TENANT, {"tenant": receipt.tenant_id}))
+    inserted = (await db.pipelined(session, sent))[-1]
     if inserted is None:
         return None
     return frozenset(inserted[1] or ())

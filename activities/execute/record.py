@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.alerts import Alerter
-from activities.evidence import Chain, start_chain
+from activities.evidence import Chain, continue_chain
 from activities.execute.events import attempt_completed, chained, outcome_events
 from activities.manifest import ManifestActivities, Staging
 from schemas.alerts import AlertKind, is_alert_key
@@ -92,9 +92,9 @@ class RecordStep:
         staging = self._staging(receipt, run)
         try:
             async with self._sessions.begin() as session:
-                # The tenant first; the outcome's events follow the log's latest.
-                chain = await start_chain(
-                    session, inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
+                # The outcome's events follow the log's latest (``Chain.append``).
+                chain = continue_chain(
+                    inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
                 )
                 # Bill once: only a success, only when its receipt is first written; the
                 # unit the policy step held becomes used (or is given back) with it.
@@ -103,8 +103,14 @@ class RecordStep:
                     release=inp.budget_held,
                     now=now,
                 )
+                # The transaction's first statement: with its BEGIN and its tenant.
                 subscribed = await receipts.insert_with_outcome(
-                    session, receipt, _outcome_event(inp, receipt), self._kept(inp, now), budget
+                    session,
+                    receipt,
+                    _outcome_event(inp, receipt),
+                    self._kept(inp, now),
+                    budget,
+                    scope=True,
                 )
                 if subscribed is None:
                     stored = await receipts.get_receipt(
