@@ -129,6 +129,7 @@ async def append_committing(
         if scope is not None:
             await tenancy.set_tenant(session, scope)
         return await append(session, drafts, first_cause_from_log=first_cause_from_log)
+    await session.flush()  # the pipeline goes past the session's ORM changes
     statements = [] if scope is None else [(tenancy.SET_TENANT, {"tenant": scope})]
     statements.append(event_writes.committing(drafts, first_cause_from_log))
     try:

@@ -24,12 +24,12 @@ from store import db
 # document, key claim, receipt, budget, decision, events), the adapter attempt's events,
 # and the record (receipt with outcome, leaf and kept answer, budget use, manifest index
 # with leaf, events, webhook subscriptions), each transaction's tenant set first.
-WORKER_STATEMENTS = 15
+WORKER_STATEMENTS = 14
 WORKER_COMMITS = 3
 # Round trips: one per pipeline (with its BEGIN, and its COMMIT when it sends one), one per
 # statement outside a pipeline (one more when psycopg sends the BEGIN before it), one per
 # COMMIT psycopg sends; by activity. The adapter step's transaction is one.
-WORKER_ROUND_TRIPS = {CHECK_POLICY: 8, CALL_ADAPTER: 1, RECORD_RUN: 7}
+WORKER_ROUND_TRIPS = {CHECK_POLICY: 4, CALL_ADAPTER: 1, RECORD_RUN: 7}
 
 
 async def test_a_fresh_execution_sends_its_known_statements(
