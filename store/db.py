@@ -86,6 +86,35 @@ async def pipelined(
 
     A failure is raised as SQLAlchemy raises a failed statement, and a connection Postgres
     dropped is not handed out again."""
+    results = await _pipeline(session, statements, commit=False)
+    return [rows[0] if rows else None for _, rows in results]
+
+
+# A statement's result: its columns' names and all its rows.
+Rows = tuple[list[str], list[tuple[Any, ...]]]
+
+
+async def pipelined_rows(
+    session: AsyncSession,
+    statements: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
+    commit: bool = False,
+) -> list[Rows]:
+    """``pipelined`` with every row of each statement and its columns' names. ``commit``:
+    the transaction's ``COMMIT`` goes in the same round trip, so the transaction ends with
+    it; the session's own commit after it sends nothing (psycopg commits only a connection
+    in a transaction). A failed statement keeps the ``COMMIT`` from running: Postgres
+    skips what follows it, and the session rolls the transaction back as after any failed
+    statement."""
+    return await _pipeline(session, statements, commit=commit)
+
+
+COMMIT = "COMMIT"
+
+
+async def _pipeline(
+    session: AsyncSession, statements: Sequence[tuple[str, Mapping[str, Any]]], commit: bool
+) -> list[Rows]:
     connection = await session.connection()
     raw = (await connection.get_raw_connection()).driver_connection
     assert isinstance(raw, psycopg.AsyncConnection), "Moat's engines are psycopg's"
@@ -95,7 +124,15 @@ async def pipelined(
             cursors = []
             for sql, params in statements:
                 cursors.append(await raw.execute(sql, params))
-        return [await cursor.fetchone() if cursor.description else None for cursor in cursors]
+            if commit:
+                sql, params = COMMIT, {}
+                await raw.execute(COMMIT)
+        return [
+            ([c.name for c in cursor.description], await cursor.fetchall())
+            if cursor.description
+            else ([], [])
+            for cursor in cursors
+        ]
     except psycopg.Error as err:
         gone = raw.closed or raw.broken
         if gone:

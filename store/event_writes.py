@@ -15,6 +15,7 @@ has the highest ``sequence_number``, so those two are filled in by SQL.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -61,17 +62,16 @@ _MOVED = """
     last_sequence = greatest(runs.last_sequence, (SELECT last_sequence FROM whole))"""
 
 # The batch moves the execution's run, if there is one.
-APPEND_MOVING = text(
+_MOVING = (
     _WRITE
     + f""", moved AS (
     UPDATE runs SET {_MOVED}
     WHERE receipt_id = :correlation_id AND EXISTS (SELECT 1 FROM whole)
-)
-SELECT * FROM written"""
+)"""
 )
 
 # The batch starts the run: it is inserted (or, a run started again, the one there moved).
-APPEND_STARTING = text(
+_STARTING = (
     _WRITE
     + f""", started AS (
     INSERT INTO runs (receipt_id, tenant_id, workflow_id, run_id, capability_id, status,
@@ -81,9 +81,33 @@ APPEND_STARTING = text(
         CASE WHEN :s_completed_now THEN now() END, whole.last_sequence
     FROM whole
     ON CONFLICT (receipt_id) DO UPDATE SET {_MOVED}
+)"""
 )
-SELECT * FROM written"""
-)
+
+_WRITTEN = "\nSELECT * FROM written"
+APPEND_MOVING = text(_MOVING + _WRITTEN)
+APPEND_STARTING = text(_STARTING + _WRITTEN)
+
+# For a transaction whose COMMIT goes with the statement (``committing``): a batch some of
+# whose drafts were skipped fails (a division by zero), so that the COMMIT does not run; its
+# projection must move by the events written, which only a later statement can do.
+PARTIAL = "22012"
+_WHOLE_OR_NONE = """
+SELECT * FROM written
+WHERE 1 / (SELECT CASE WHEN count(*) BETWEEN 1 AND :count - 1 THEN 0 ELSE 1 END FROM written)
+    = 1"""
+
+
+def _driver(sql: str) -> str:
+    """``sql`` with psycopg's parameters (``%(name)s``) for ``text``'s (``:name``)."""
+    assert "%" not in sql and "::" not in sql
+    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)
+
+
+_COMMITTING = {
+    APPEND_MOVING: _driver(_MOVING + _WHOLE_OR_NONE),
+    APPEND_STARTING: _driver(_STARTING + _WHOLE_OR_NONE),
+}
 
 # Stands for the events' ``occurred_at`` (the statement's ``now()``) while the change is
 # computed in Python.
@@ -138,3 +162,13 @@ def statement(
         "s_completed_now": _at_write(started.completed_at),
     }
     return APPEND_STARTING, params
+
+
+def committing(
+    drafts: Sequence[EventDraft], first_cause_from_log: bool
+) -> tuple[str, dict[str, Any]]:
+    """``statement`` as driver SQL (``store.db.pipelined_rows``), for a transaction whose
+    COMMIT is sent with it: a batch some of whose drafts were already there fails with the
+    SQLSTATE ``PARTIAL`` instead of being written."""
+    stmt, params = statement(drafts, first_cause_from_log)
+    return _COMMITTING[stmt], params

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, func, select, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.events import (
@@ -20,7 +21,7 @@ from schemas.events import (
     delta,
     effect_origin,
 )
-from store import announcements, db, event_writes
+from store import announcements, db, event_writes, tenancy
 from store.models import OrchestrationEvent, RunRow
 
 _EVENTS = db.table_of(OrchestrationEvent)
@@ -103,6 +104,49 @@ async def append(
         await _project(session, written)
     await announcements.announce(session, written, subscribed)
     return written
+
+
+# Events that ``announcements.announce`` acts on: appended with them in their transaction.
+_ANNOUNCED = frozenset(announcements._OUTCOMES) | frozenset(announcements._APPROVALS)
+
+
+class PartialAppend(Exception):
+    """``append_committing`` found some of its drafts already in the log: nothing was
+    written and the transaction was not committed. Append them in a new transaction with
+    ``append`` (which moves the projection by the events actually written)."""
+
+
+async def append_committing(
+    session: AsyncSession,
+    drafts: Sequence[EventDraft],
+    *,
+    scope: str | None = None,
+    first_cause_from_log: bool = False,
+) -> list[Event]:
+    """``append`` as the transaction's last statement, sent with its ``COMMIT`` in one round
+    trip; with ``scope`` (the tenant) also as its first, the transaction's ``BEGIN`` and
+    tenant in the same round trip. Returns the events written, in sequence order.
+
+    A batch ``append`` cannot write in one statement (events of several executions, or
+    events that announce something) is appended by ``append`` and committed by the caller's
+    session. Raises ``PartialAppend`` when some drafts were already in the log."""
+    one = len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1
+    if not one or any(d.event_type in _ANNOUNCED for d in drafts):
+        if scope is not None:
+            await tenancy.set_tenant(session, scope)
+        return await append(session, drafts, first_cause_from_log=first_cause_from_log)
+    await session.flush()  # the pipeline goes past the session's ORM changes
+    statements = [] if scope is None else [(tenancy.SET_TENANT, {"tenant": scope})]
+    statements.append(event_writes.committing(drafts, first_cause_from_log))
+    try:
+        results = await db.pipelined_rows(session, statements, commit=True)
+    except DBAPIError as err:
+        if getattr(err.orig, "sqlstate", None) == event_writes.PARTIAL:
+            raise PartialAppend(drafts[0].correlation_id) from err
+        raise
+    columns, rows = results[-1]
+    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in rows)
+    return sorted(written, key=lambda e: e.sequence_number)
 
 
 async def _append_one_execution(

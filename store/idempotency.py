@@ -213,3 +213,73 @@ async def claim_key(
     held = (await session.execute(_HOLDER, values)).first()
     assert held is not None
     return _claim(held)
+
+
+# ``claim_key`` with the holder's receipt, in one statement of driver SQL (``db.pipelined``):
+# the key taken when free or re-armed once expired, else its holder read FOR UPDATE, which
+# reads the version the claim's conflict saw (a concurrent re-arm's). No row comes back when
+# the holder was inserted by a transaction that committed after the statement began (the
+# statement's snapshot does not see it): ``holder`` reads it then.
+_CLAIM_VALUES = ("tenant_id", *_CLAIM_COLUMNS, *_CLAIM_TIMES)
+_HOLDER_COLUMNS = ", ".join(f"k.{c}" for c in (*_CLAIM_COLUMNS, *_CLAIM_TIMES))
+CLAIM_WITH_RECEIPT = (
+    "WITH won AS (INSERT INTO idempotency_keys AS k (" + ", ".join(_CLAIM_VALUES) + ")"
+    " VALUES (" + ", ".join(f"%({c})s" for c in _CLAIM_VALUES) + ")"
+    " ON CONFLICT (tenant_id, idempotency_key) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _RE_ARMED)
+    + " WHERE k.expires_at <= %(now)s RETURNING true AS taken_now, "
+    + _HOLDER_COLUMNS
+    + "), held AS (SELECT false AS taken_now, "
+    + _HOLDER_COLUMNS
+    + " FROM idempotency_keys k"
+    " WHERE k.tenant_id = %(tenant_id)s AND k.idempotency_key = %(idempotency_key)s"
+    " AND NOT EXISTS (SELECT 1 FROM won) FOR UPDATE),"
+    " holder AS (SELECT * FROM won UNION ALL SELECT * FROM held)"
+    " SELECT h.*, r.id IS NOT NULL AS recorded, "
+    + ", ".join(f"r.{c}" for c in _RECEIPT_COLUMNS)
+    + " FROM holder h LEFT JOIN receipts r ON r.id = h.receipt_id AND r.tenant_id = %(tenant_id)s"
+)
+
+
+def claim_params(
+    *,
+    tenant_id: str,
+    key: str,
+    receipt_id: str,
+    input_hash: str,
+    workflow_id: str,
+    now: datetime,
+    ttl_seconds: int,
+) -> dict[str, Any]:
+    """``CLAIM_WITH_RECEIPT``'s parameters: ``claim_key``'s claim."""
+    return {
+        "tenant_id": tenant_id,
+        "idempotency_key": key,
+        "receipt_id": receipt_id,
+        "input_hash": input_hash,
+        "workflow_id": workflow_id,
+        "first_seen_at": now,
+        "expires_at": now + timedelta(seconds=ttl_seconds),
+        "now": now,
+    }
+
+
+def claimed(row: Sequence[Any] | None) -> tuple[Claim, Receipt | None] | None:
+    """A ``CLAIM_WITH_RECEIPT`` row as the holder's claim and its receipt once recorded
+    (None: no row, the holder is to be read with ``holder``)."""
+    if row is None:
+        return None
+    n_claim = 1 + len(_CLAIM_COLUMNS) + len(_CLAIM_TIMES)
+    key, receipt_id, input_hash, workflow_id, first_seen_at, expires_at = row[1:n_claim]
+    claim = Claim(key, receipt_id, input_hash, workflow_id, first_seen_at, expires_at, row[0])
+    if not row[n_claim]:
+        return claim, None
+    receipt = dict(zip(_RECEIPT_COLUMNS, row[n_claim + 1 :], strict=True))
+    return claim, Receipt.model_validate(receipt)
+
+
+async def holder(session: AsyncSession, tenant_id: str, key: str) -> Claim:
+    """The claim on a key ``CLAIM_WITH_RECEIPT`` found held but could not read."""
+    row = (await session.execute(_HOLDER, {"tenant_id": tenant_id, "idempotency_key": key})).first()
+    assert row is not None
+    return _claim(row)

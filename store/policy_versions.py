@@ -11,6 +11,7 @@ from sqlalchemy.orm import aliased
 
 from schemas.policy import PolicyVersion
 from schemas.records import PolicyMode
+from store.db import table_of
 from store.models import PolicyVersionRow, Tenant
 from store.pages import keyset
 
@@ -118,3 +119,26 @@ async def tenant_and_current(
     found = (await session.execute(_TENANT_AND_LATEST, {"tenant_id": tenant_id})).first()
     tenant, row = found if found is not None else (None, None)
     return tenant, _document(row, tenant)
+
+
+_TENANT = [c.name for c in table_of(Tenant).c]
+_VERSION = [c.name for c in table_of(PolicyVersionRow).c]
+# ``tenant_and_current``'s statement as driver SQL (``store.db.pipelined``): the tenant's
+# columns, then its latest document's (all NULL when it has none).
+TENANT_AND_CURRENT = (
+    "SELECT "
+    + ", ".join([f"t.{c}" for c in _TENANT] + [f"v.{c}" for c in _VERSION])
+    + " FROM tenants t LEFT JOIN LATERAL (SELECT * FROM policy_versions p"
+    " WHERE p.tenant_id = t.id ORDER BY p.version DESC LIMIT 1) v ON true"
+    " WHERE t.id = %(tenant_id)s"
+)
+
+
+def tenant_and_current_of(row: Sequence[Any] | None) -> tuple[Tenant | None, PolicyVersion]:
+    """``tenant_and_current``'s answer from a ``TENANT_AND_CURRENT`` row (None: none came)."""
+    if row is None:
+        return None, _document(None, None)
+    tenant = Tenant(**dict(zip(_TENANT, row[: len(_TENANT)], strict=True)))
+    latest = row[len(_TENANT) :]
+    version = PolicyVersionRow(**dict(zip(_VERSION, latest, strict=True)))
+    return tenant, _document(version if latest[0] is not None else None, tenant)

@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.adapters import Adapter, fail
-from activities.evidence import start_chain
+from activities.evidence import continue_chain
 from activities.execute.events import (
     AttemptFailure,
     Draft,
@@ -36,6 +36,8 @@ from schemas.names import CALL_ADAPTER
 from schemas.oauth import OAUTH2
 from schemas.records import ErrorTaxonomy
 from schemas.run import AdapterInput, AdapterOutput
+from store import events as event_log
+from store import tenancy
 
 
 class AdapterStep:
@@ -135,13 +137,18 @@ class AdapterStep:
 
     async def _adapter_events(self, inp: AdapterInput, run_id: str, events: list[Draft]) -> None:
         """Events of the adapter step, in a transaction of their own (the attempt itself is
-        the state they record)."""
-        async with self._sessions.begin() as session:
-            chain = await start_chain(
-                session, inp.ref.tenant_id, inp.ref.receipt_id, run_id, "moat.adapter"
-            )
-            chained(chain, events)
-            await chain.append(session)
+        the state they record): its BEGIN, tenant, events and COMMIT in one round trip."""
+        tenant_id, receipt_id = inp.ref.tenant_id, inp.ref.receipt_id
+        drafts = chained(continue_chain(tenant_id, receipt_id, run_id, "moat.adapter"), events)
+        try:
+            async with self._sessions.begin() as session:
+                await event_log.append_committing(
+                    session, drafts, scope=tenant_id, first_cause_from_log=True
+                )
+        except event_log.PartialAppend:
+            async with self._sessions.begin() as session:
+                await tenancy.set_tenant(session, tenant_id)
+                await event_log.append(session, drafts, first_cause_from_log=True)
 
 
 def _failure(

@@ -24,7 +24,7 @@ from schemas.identity import ExecutionRef
 from schemas.names import CHECK_POLICY
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyRule, PolicyVersion
 from schemas.quotas import DEFAULT_QUOTAS, Quota, QuotaLimits, exceeded
-from schemas.records import Decision, PolicyMode, RuleHit
+from schemas.records import Decision, PolicyMode, Receipt, RuleHit
 from schemas.run import PolicyInput, PolicyOutcome, longest_run_seconds
 from schemas.scopes import capability_scopes, missing_scopes
 from schemas.start import CLAIMS_VERSION, START_NOT_SIGNED, StartClaims
@@ -84,23 +84,21 @@ class PolicyStep:
                 non_retryable=True,
             )
         now = datetime.now(UTC)
+        try:
+            return await self._check(inp, now, committing=True)
+        except event_log.PartialAppend:
+            # Some of the run's events were in the log already: nothing was committed, and
+            # the check runs again with its events appended by ``append``.
+            return await self._check(inp, now, committing=False)
+
+    async def _check(self, inp: PolicyInput, now: datetime, *, committing: bool) -> PolicyOutcome:
+        """The check in one transaction; ``committing``: a fresh run's events go with the
+        transaction's COMMIT (``events.append_committing``)."""
         async with self._sessions.begin() as session:
-            await tenancy.set_tenant(session, inp.ref.tenant_id)
-            tenant, document = await policy_versions.tenant_and_current(session, inp.ref.tenant_id)
-            mode = document.mode
-            if inp.dry_run:
+            tenant, document, held = await _opening(session, inp, now)
+            if held is None:  # a dry run claims nothing
                 return await self._decide(session, inp, document, tenant, now, events=False)
-            claim = await idempotency.claim_key(
-                session,
-                tenant_id=inp.ref.tenant_id,
-                key=inp.ref.idempotency_key,
-                receipt_id=inp.ref.receipt_id,
-                input_hash=inp.ref.input_hash,
-                workflow_id=inp.ref.workflow_id,
-                now=now,
-                ttl_seconds=inp.idempotency_ttl_seconds,
-            )
-            existing = await receipts.get_receipt(session, inp.ref.tenant_id, claim.receipt_id)
+            claim, existing = held
             if claim.receipt_id != inp.ref.receipt_id and existing is None:
                 # Another execution holds the key and has not recorded its outcome yet.
                 raise ApplicationError(
@@ -108,8 +106,16 @@ class PolicyStep:
                     type=ErrorCode.IDEMPOTENCY_KEY_BUSY,
                 )
             if existing is None:
+                resumed = not claim.taken_now
                 return await self._decide(
-                    session, inp, document, tenant, now, events=True, resumed=not claim.taken_now
+                    session,
+                    inp,
+                    document,
+                    tenant,
+                    now,
+                    events=True,
+                    resumed=resumed,
+                    committing=committing and not resumed,
                 )
             row = await _record_decision(
                 session,
@@ -124,7 +130,7 @@ class PolicyStep:
                 policy_decision_id=row.id,
                 decision=Decision.ALLOW,
                 rule_hit=RuleHit.IDEMPOTENT_HIT,
-                mode=mode,
+                mode=document.mode,
                 existing_receipt=existing,
                 policy_version=row.policy_version,
             )
@@ -183,6 +189,7 @@ class PolicyStep:
         *,
         events: bool,
         resumed: bool = False,
+        committing: bool = False,
     ) -> PolicyOutcome:
         denial: dict[str, Any] = {}
         decision, rule, reason, budget = await _evaluate(
@@ -214,8 +221,13 @@ class PolicyStep:
         outcome = outcome.model_copy(update={"resumed": resumed})
         if events:
             chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
-            drafts = intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
-            await event_log.append(session, chained(chain, drafts))
+            drafts = chained(
+                chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
+            )
+            if committing:  # the last statement: the transaction commits with it
+                await event_log.append_committing(session, drafts)
+            else:
+                await event_log.append(session, drafts)
         return outcome
 
 
@@ -258,6 +270,39 @@ async def preview(
         allow_self_approval=bool(matched and matched.allow_self_approval),
         denial_details=denial or None,
     )
+
+
+async def _opening(
+    session: AsyncSession, inp: PolicyInput, now: datetime
+) -> tuple[Tenant | None, PolicyVersion, tuple[idempotency.Claim, Receipt | None] | None]:
+    """The transaction's first round trip: its BEGIN and tenant, the tenant and its policy
+    document and, unless a dry run, the key's claim with the receipt of the execution
+    holding it (read again on its own when the claim's statement could not read it)."""
+    ref = inp.ref
+    statements = [
+        (tenancy.SET_TENANT, {"tenant": ref.tenant_id}),
+        (policy_versions.TENANT_AND_CURRENT, {"tenant_id": ref.tenant_id}),
+    ]
+    if not inp.dry_run:
+        claim = idempotency.claim_params(
+            tenant_id=ref.tenant_id,
+            key=ref.idempotency_key,
+            receipt_id=ref.receipt_id,
+            input_hash=ref.input_hash,
+            workflow_id=ref.workflow_id,
+            now=now,
+            ttl_seconds=inp.idempotency_ttl_seconds,
+        )
+        statements.append((idempotency.CLAIM_WITH_RECEIPT, claim))
+    rows = await db.pipelined(session, statements)
+    tenant, document = policy_versions.tenant_and_current_of(rows[1])
+    if inp.dry_run:
+        return tenant, document, None
+    held = idempotency.claimed(rows[2])
+    if held is None:
+        holder = await idempotency.holder(session, ref.tenant_id, ref.idempotency_key)
+        held = holder, await receipts.get_receipt(session, ref.tenant_id, holder.receipt_id)
+    return tenant, document, held
 
 
 def _outcome(

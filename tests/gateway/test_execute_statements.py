@@ -1,6 +1,7 @@
-"""What one execution costs the database: the SQL statements and commits its activities
-send, counted on the worker's engine (the statements ``store.db.pipelined`` sends past
-SQLAlchemy included). A change that adds a round trip to the execute path fails here."""
+"""What one execution costs the database: the SQL statements, commits and round trips its
+activities send, counted on the worker's engine (the statements ``store.db.pipelined`` and
+``store.db.pipelined_rows`` send past SQLAlchemy included). A change that adds a round trip
+to the execute path fails here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
@@ -15,6 +17,7 @@ from temporalio import activity
 
 import worker as worker_module
 from moat.testing.stack import StackFactory
+from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_RUN
 from store import db
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
@@ -22,8 +25,12 @@ from store import db
 # and the record (receipt with outcome, leaf, kept answer, budget use and the tenant's
 # webhook subscriptions; manifest index with leaf; events), each transaction's tenant set
 # first.
-WORKER_STATEMENTS = 13
+WORKER_STATEMENTS = 12
 WORKER_COMMITS = 3
+# Round trips: one per pipeline (with its BEGIN, and its COMMIT when it sends one), one per
+# statement outside a pipeline (one more when psycopg sends the BEGIN before it), one per
+# COMMIT psycopg sends; by activity. The adapter step's transaction is one.
+WORKER_ROUND_TRIPS = {CHECK_POLICY: 4, CALL_ADAPTER: 1, RECORD_RUN: 4}
 
 
 async def test_a_fresh_execution_sends_its_known_statements(
@@ -39,17 +46,28 @@ async def test_a_fresh_execution_sends_its_known_statements(
     monkeypatch.setattr(worker_module, "make_engine", captured)
     statements: Counter[str] = Counter()
     commits: Counter[str] = Counter()
+    trips: Counter[tuple[str, str]] = Counter()  # by workflow and activity
+
+    def step() -> tuple[str, str]:
+        info = activity.info()
+        return info.workflow_id or "", info.activity_type
 
     def workflow() -> str | None:
         return activity.info().workflow_id if activity.in_activity() else None
 
+    def idle(conn: Any) -> bool:
+        raw = conn.connection.driver_connection
+        return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
     def count(conn: Any, cursor: Any, statement: str, params: Any, ctx: Any, many: bool) -> None:
         if (wf := workflow()) is not None:
             statements[wf] += 1
+            trips[step()] += 2 if idle(conn) else 1
 
     def commit(conn: Any) -> None:
-        if (wf := workflow()) is not None:
+        if (wf := workflow()) is not None and not idle(conn):
             commits[wf] += 1
+            trips[step()] += 1
 
     pipelined = db.pipelined
 
@@ -58,9 +76,22 @@ async def test_a_fresh_execution_sends_its_known_statements(
     ) -> list[tuple[Any, ...] | None]:
         if session.bind is engines[0] and (wf := workflow()) is not None:
             statements[wf] += len(sent)
+            trips[step()] += 1
         return await pipelined(session, sent)
 
+    pipelined_rows = db.pipelined_rows
+
+    async def counted_rows(
+        session: AsyncSession, sent: Sequence[tuple[str, Mapping[str, Any]]], *, commit: bool
+    ) -> list[db.Rows]:
+        if session.bind is engines[0] and (wf := workflow()) is not None:
+            statements[wf] += len(sent)
+            commits[wf] += commit
+            trips[step()] += 1
+        return await pipelined_rows(session, sent, commit=commit)
+
     monkeypatch.setattr(db, "pipelined", counted)
+    monkeypatch.setattr(db, "pipelined_rows", counted_rows)
     async with make_stack() as stack:
         [engine] = engines
         event.listen(engine.sync_engine, "before_cursor_execute", count)
@@ -75,3 +106,5 @@ async def test_a_fresh_execution_sends_its_known_statements(
     assert body["status"] == "executed" and body["receipt"]["status"] == "success"
     workflow_id = body["workflow_id"]
     assert (statements[workflow_id], commits[workflow_id]) == (WORKER_STATEMENTS, WORKER_COMMITS)
+    steps = {name: n for (wf, name), n in trips.items() if wf == workflow_id}
+    assert steps == WORKER_ROUND_TRIPS
