@@ -75,13 +75,13 @@ class Staging:
         self._store = store
         self._done = False
 
-    async def published(self) -> tuple[RunManifest, Path, str]:
+    async def published(self) -> Ready:
         """The manifest stored (write-once), with its path and the digest of its bytes."""
         ready = await self._ready
         self._done = True
         if ready.staged is not None:
             await asyncio.to_thread(self._store.publish, ready.staged)
-        return ready.signed, ready.path, ready.digest
+        return ready
 
     async def close(self) -> None:
         """Remove what was staged and not published."""
@@ -141,7 +141,8 @@ class ManifestActivities:
     async def stored_or_written(self, inp: ManifestInput) -> tuple[RunManifest, Path, str]:
         """The run's manifest, signed and stored (write-once), with its path and the digest
         of its bytes; a retried attempt finds the one the first stored."""
-        return await self.staging(inp).published()
+        ready = await self.staging(inp).published()
+        return ready.signed, ready.path, ready.digest
 
     def staging(self, inp: ManifestInput) -> Staging:
         """The run's manifest made ready (found stored, or signed and staged) from now on,
@@ -184,6 +185,19 @@ class ManifestActivities:
         kid = signature.kid or ""
         await _index(session, inp, chain, str(path), digest, kid, signature.algorithm)
         return ManifestRef(path=str(path), sha256=digest, kid=kid)
+
+    def new_index(
+        self, inp: ManifestInput, chain: Chain, signed: RunManifest, path: Path, digest: str
+    ) -> tuple[str, dict[str, Any]]:
+        """``index`` for a manifest whose row cannot be there yet (its receipt was written
+        in the same transaction), as a statement to send with the transaction's others
+        (``store.manifests.new_index``: it fails when the row is there); its events are
+        added to ``chain``."""
+        signature = signed.signatures[-1]
+        kid = signature.kid or ""
+        row = _index_row(inp, str(path), digest, kid, signature.algorithm)
+        _indexed(chain, inp, digest, kid)
+        return manifests.new_index(**row)
 
     def _stored(self, tenant_id: str, run_id: str) -> tuple[RunManifest, str] | None:
         """The run's stored manifest and the digest of its bytes, if there is one."""
@@ -309,23 +323,29 @@ async def _index(
     kid: str,
     alg: str,
 ) -> None:
+    if await manifests.index(session, **_index_row(inp, path, digest, kid, alg)):
+        _indexed(chain, inp, digest, kid)
+
+
+def _index_row(inp: ManifestInput, path: str, digest: str, kid: str, alg: str) -> dict[str, Any]:
     receipt = inp.receipt
-    manifest_id = str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}"))
-    inserted = await manifests.index(
-        session,
-        id=manifest_id,
-        tenant_id=receipt.tenant_id,
-        receipt_id=receipt.id,
-        run_id=inp.run_id,
-        path=path,
-        sha256=digest,
-        kid=kid,
-        alg=alg,
-        replayed=inp.replayed,
-        outcome=receipt.status.value,
-    )
-    if not inserted:
-        return
+    return {
+        "id": str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}")),
+        "tenant_id": receipt.tenant_id,
+        "receipt_id": receipt.id,
+        "run_id": inp.run_id,
+        "path": path,
+        "sha256": digest,
+        "kid": kid,
+        "alg": alg,
+        "replayed": inp.replayed,
+        "outcome": receipt.status.value,
+    }
+
+
+def _indexed(chain: Chain, inp: ManifestInput, digest: str, kid: str) -> None:
+    """The events of a manifest newly indexed."""
+    receipt = inp.receipt
     if inp.replayed:
         chain.add(
             EventType.RUN_REPLAYED,

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from schemas.events import Event, EventType
+from schemas.events import Event, EventDraft, EventType
 from schemas.webhooks import WebhookEventType, compensating_action_id, execution_dead_letter_id
 from store import approvals, dead_letters, outbox, receipts
 
@@ -28,6 +28,22 @@ _APPROVALS = {
     EventType.APPROVAL_REJECTED: WebhookEventType.APPROVAL_DECIDED,
     EventType.APPROVAL_EXPIRED: WebhookEventType.APPROVAL_DECIDED,
 }
+
+
+def quiet(events: Sequence[EventDraft], subscribed: Subscribed) -> bool:
+    """Whether ``announce`` would write nothing for these events, by what the tenants'
+    webhooks take (``subscribed``; a tenant missing from it is not known to be quiet): no
+    dead letter among them, and nothing any subscription takes."""
+    for event in events:
+        kind = _APPROVALS.get(event.event_type) or _OUTCOMES.get(event.event_type)
+        if kind is None:
+            continue
+        if kind == WebhookEventType.EXECUTION_DEAD_LETTERED:
+            return False
+        wanted = subscribed.get(event.tenant_id)
+        if wanted is None or kind.value in wanted:
+            return False
+    return True
 
 
 async def announce(

@@ -3,7 +3,7 @@ happen in the caller's transaction, together with the state change the event rec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, func, select, update
@@ -122,31 +122,53 @@ async def append_committing(
     *,
     scope: str | None = None,
     first_cause_from_log: bool = False,
+    subscribed: announcements.Subscribed | None = None,
+    before: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> list[Event]:
     """``append`` as the transaction's last statement, sent with its ``COMMIT`` in one round
     trip; with ``scope`` (the tenant) also as its first, the transaction's ``BEGIN`` and
-    tenant in the same round trip. Returns the events written, in sequence order.
+    tenant in the same round trip; ``before``: statements of the transaction (driver SQL)
+    sent ahead of it in that round trip. Returns the events written, in sequence order.
 
     A batch ``append`` cannot write in one statement (events of several executions, or
-    events that announce something) is appended by ``append`` and committed by the caller's
-    session. Raises ``PartialAppend`` when some drafts were already in the log."""
+    events that announce something: ``subscribed`` may say they announce nothing) is
+    appended by ``append``, after ``before``, and committed by the caller's session.
+    Raises ``PartialAppend`` when some drafts were already in the log, or a statement of
+    ``before`` failed with ``event_writes.PARTIAL`` (nothing was committed)."""
     one = len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1
-    if not one or any(d.event_type in _ANNOUNCED for d in drafts):
-        if scope is not None:
-            await tenancy.set_tenant(session, scope)
-        return await append(session, drafts, first_cause_from_log=first_cause_from_log)
+    announced = any(d.event_type in _ANNOUNCED for d in drafts)
+    if not one or (announced and not announcements.quiet(drafts, subscribed or {})):
+        opening = [] if scope is None else [(tenancy.SET_TENANT, {"tenant": scope})]
+        if opening or before:
+            await _pipelined(session, [*opening, *before], drafts, commit=False)
+        return await append(
+            session, drafts, first_cause_from_log=first_cause_from_log, subscribed=subscribed
+        )
     await session.flush()  # the pipeline goes past the session's ORM changes
-    statements = [] if scope is None else [(tenancy.SET_TENANT, {"tenant": scope})]
+    statements: list[tuple[str, Mapping[str, Any]]] = []
+    if scope is not None:
+        statements.append((tenancy.SET_TENANT, {"tenant": scope}))
+    statements.extend(before)
     statements.append(event_writes.committing(drafts, first_cause_from_log))
+    columns, rows = (await _pipelined(session, statements, drafts, commit=True))[-1]
+    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in rows)
+    return sorted(written, key=lambda e: e.sequence_number)
+
+
+async def _pipelined(
+    session: AsyncSession,
+    statements: Sequence[tuple[str, Mapping[str, Any]]],
+    drafts: Sequence[EventDraft],
+    *,
+    commit: bool,
+) -> list[db.Rows]:
+    """``db.pipelined_rows``, a batch's ``event_writes.PARTIAL`` raised as ``PartialAppend``."""
     try:
-        results = await db.pipelined_rows(session, statements, commit=True)
+        return await db.pipelined_rows(session, statements, commit=commit)
     except DBAPIError as err:
         if getattr(err.orig, "sqlstate", None) == event_writes.PARTIAL:
             raise PartialAppend(drafts[0].correlation_id) from err
         raise
-    columns, rows = results[-1]
-    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in rows)
-    return sorted(written, key=lambda e: e.sequence_number)
 
 
 async def _append_one_execution(

@@ -26,14 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, delete, select
+from sqlalchemy import bindparam, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.canonical import sha256_digest
 from schemas.manifest import RunManifest, parse_document, signing_input
-from store import translog
-from store.db import table_of
+from store import event_writes, translog
+from store.db import DriverStatement, table_of
 from store.models import ManifestRow
 
 MANIFEST_NAME = "manifest.json"
@@ -239,9 +239,11 @@ async def index_row(session: AsyncSession, tenant_id: str, run_id: str) -> Manif
 _INDEX = table_of(ManifestRow)
 
 
-def _insert_index() -> Any:
+def _insert_index(*, new_only: bool = False) -> Any:
     """The manifest's index row and, only when it is new, its transparency-log leaf: one
-    statement (the leaf is selected from the row's insert); the new row's id, if any."""
+    statement (the leaf is selected from the row's insert); the new row's id, if any.
+    ``new_only``: the statement fails (``NOT_NEW``) when the row was there already, so that
+    nothing sent after it in its transaction (its events, its COMMIT) takes effect."""
     columns = [c for c in _INDEX.c if c.name != "created_at"]
     new_index = (
         insert(_INDEX)
@@ -251,15 +253,21 @@ def _insert_index() -> Any:
         .cte("new_index")
     )
     leaf = translog.appended_with(new_index, "manifest")
-    return select(new_index.c.id).add_cte(leaf)
+    if not new_only:
+        return select(new_index.c.id).add_cte(leaf)
+    written = select(func.count()).select_from(new_index).scalar_subquery()
+    return select(literal(1) / written).add_cte(leaf)  # 1 / 0 when nothing was written
 
 
 # Every run writes one: built once, executed with fresh parameters only.
 _INSERT_INDEX = _insert_index()
+_INSERT_NEW_INDEX = DriverStatement(_insert_index(new_only=True))
+# What ``new_index`` fails with when the row was there already: a division by zero, as a
+# batch of events partly in the log fails (``events.append_committing`` raises it as such).
+NOT_NEW = event_writes.PARTIAL
 
 
-async def index(
-    session: AsyncSession,
+def _index_values(
     *,
     id: str,
     tenant_id: str,
@@ -271,11 +279,8 @@ async def index(
     alg: str,
     replayed: bool,
     outcome: str,
-) -> bool:
-    """Index a written manifest, with its leaf in the tenant's transparency log (its data
-    the file's digest, ``translog.manifest_digest``); False when its row exists already (a
-    retried step: neither is written again)."""
-    row = {
+) -> dict[str, Any]:
+    return {
         "id": id,
         "tenant_id": tenant_id,
         "receipt_id": receipt_id,
@@ -288,7 +293,20 @@ async def index(
         "outcome": outcome,
         "leaf_digest": translog.manifest_digest(sha256),
     }
-    return (await session.execute(_INSERT_INDEX, row)).scalar_one_or_none() is not None
+
+
+async def index(session: AsyncSession, **row: Any) -> bool:
+    """Index a written manifest (``_index_values``' fields), with its leaf in the tenant's
+    transparency log (its data the file's digest, ``translog.manifest_digest``); False when
+    its row exists already (a retried step: neither is written again)."""
+    values = _index_values(**row)
+    return (await session.execute(_INSERT_INDEX, values)).scalar_one_or_none() is not None
+
+
+def new_index(**row: Any) -> tuple[str, dict[str, Any]]:
+    """``index`` as a statement to send past SQLAlchemy (``db.pipelined``), for a row that
+    must be new: it fails with ``NOT_NEW`` when the row exists already."""
+    return _INSERT_NEW_INDEX.sql, _INSERT_NEW_INDEX.params(_index_values(**row))
 
 
 async def of_execution(

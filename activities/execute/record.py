@@ -16,7 +16,7 @@ from temporalio import activity
 from activities.alerts import Alerter
 from activities.evidence import Chain, continue_chain
 from activities.execute.events import attempt_completed, chained, outcome_events
-from activities.manifest import ManifestActivities, Staging
+from activities.manifest import ManifestActivities, Ready, Staging
 from schemas.alerts import AlertKind, is_alert_key
 from schemas.ids import uuid7
 from schemas.names import RECORD_OUTCOME, RECORD_RUN
@@ -24,6 +24,7 @@ from schemas.records import OUTCOME_UNKNOWN, ExecutionStatus, OutcomeEvent, Rece
 from schemas.run import AdapterOutput, RecordedRun, RecordInput, RecordRunInput
 from schemas.webhooks import execution_dead_letter_id
 from store import budgets, outputs, receipts
+from store import events as event_log
 from store.keyrings.codec import OutputSealer
 
 # An execution always claims its key first; this only covers a claim that is gone.
@@ -87,29 +88,34 @@ class RecordStep:
     ) -> tuple[Receipt, bool]:
         """The receipt and, when it is new, whether the manifest was indexed with it. The
         manifest is signed and staged while the receipt's statements run, and published
-        only once the receipt is known to be new."""
+        only once the receipt is known to be new; its index and the events go with the
+        transaction's COMMIT. When that cannot be (something of it was written already),
+        nothing was, and the record is made again statement by statement."""
+        try:
+            return await self._record_once(inp, now, completed, run, committing=True)
+        except event_log.PartialAppend:
+            return await self._record_once(inp, now, completed, run, committing=False)
+
+    async def _record_once(
+        self,
+        inp: RecordInput,
+        now: datetime,
+        completed: AdapterOutput | None,
+        run: RecordRunInput | None,
+        *,
+        committing: bool,
+    ) -> tuple[Receipt, bool]:
         receipt = _receipt(inp, now)
         staging = self._staging(receipt, run)
         try:
             async with self._sessions.begin() as session:
-                # The outcome's events follow the log's latest (``Chain.append``).
-                chain = continue_chain(
-                    inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
-                )
-                # Bill once: only a success, only when its receipt is first written; the
-                # unit the policy step held becomes used (or is given back) with it.
-                budget = budgets.use_params(
-                    use=inp.success and not inp.ref.is_synthetic,
-                    release=inp.budget_held,
-                    now=now,
-                )
                 # The transaction's first statement: with its BEGIN and its tenant.
                 subscribed = await receipts.insert_with_outcome(
                     session,
                     receipt,
                     _outcome_event(inp, receipt),
                     self._kept(inp, now),
-                    budget,
+                    _budget_use(inp, now),
                     scope=True,
                 )
                 if subscribed is None:
@@ -118,15 +124,30 @@ class RecordStep:
                     )
                     assert stored is not None
                     return stored, False
+                # The outcome's events follow the log's latest (``Chain.append``).
+                chain = continue_chain(
+                    inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.record"
+                )
                 if completed is not None:
                     _completion(chain, inp, completed)
                 chained(chain, outcome_events(inp))
-                written = await self._manifest(session, chain, receipt, staging)
-                await chain.append(session, {inp.ref.tenant_id: subscribed})
+                known = {inp.ref.tenant_id: subscribed}
+                if not committing:
+                    written = await self._manifest(session, chain, receipt, staging)
+                    await chain.append(session, known)
+                    return receipt, written
+                index = await self._new_index(chain, receipt, staging)
+                await event_log.append_committing(
+                    session,
+                    chain.drafts,
+                    first_cause_from_log=True,
+                    subscribed=known,
+                    before=[index] if index is not None else [],
+                )
+                return receipt, index is not None
         finally:
             if staging is not None:
                 await staging.close()
-        return receipt, written
 
     def _staging(self, receipt: Receipt, run: RecordRunInput | None) -> Staging | None:
         """The run's manifest made ready from now on (None: the record step writes none)."""
@@ -134,22 +155,46 @@ class RecordStep:
             return None
         return self._manifests.staging(run.manifest.input_for(receipt, run.run_id))
 
+    async def _published(self, staging: Staging | None, receipt: Receipt) -> Ready | None:
+        """The run's manifest stored, for its new receipt; None when it could not be (the
+        run's manifest step writes it then) or the step writes none."""
+        if staging is None:
+            return None
+        try:
+            return await staging.published()
+        except Exception:
+            activity.logger.exception("manifest of receipt %s not written", receipt.id)
+            return None
+
     async def _manifest(
         self, session: AsyncSession, chain: Chain, receipt: Receipt, staging: Staging | None
     ) -> bool:
         """The run's manifest stored and indexed with its new receipt; False when it could
-        not be (the run's manifest step writes it then)."""
-        if staging is None or self._manifests is None:
-            return False
-        try:
-            signed, path, digest = await staging.published()
-        except Exception:
-            activity.logger.exception("manifest of receipt %s not written", receipt.id)
+        not be."""
+        ready = await self._published(staging, receipt)
+        if ready is None or staging is None or self._manifests is None:
             return False
         actor, chain.actor = chain.actor, "moat.manifest"  # its events, as the step's own
-        await self._manifests.index(session, staging.input, chain, signed, path, digest)
+        await self._manifests.index(
+            session, staging.input, chain, ready.signed, ready.path, ready.digest
+        )
         chain.actor = actor
         return True
+
+    async def _new_index(
+        self, chain: Chain, receipt: Receipt, staging: Staging | None
+    ) -> tuple[str, dict[str, Any]] | None:
+        """``_manifest``'s index as a statement to send with the events and the COMMIT (its
+        events added to ``chain``); None when the manifest could not be stored."""
+        ready = await self._published(staging, receipt)
+        if ready is None or staging is None or self._manifests is None:
+            return None
+        actor, chain.actor = chain.actor, "moat.manifest"  # its events, as the step's own
+        index = self._manifests.new_index(
+            staging.input, chain, ready.signed, ready.path, ready.digest
+        )
+        chain.actor = actor
+        return index
 
     def _kept(self, inp: RecordInput, now: datetime) -> dict[str, Any] | None:
         """The answer, kept with the receipt (in its statement) for as long as the key's
@@ -165,6 +210,14 @@ class RecordStep:
             now + DEFAULT_OUTPUT_WINDOW,
             inp.ref.idempotency_key,
         )
+
+
+def _budget_use(inp: RecordInput, now: datetime) -> dict[str, Any]:
+    """Bill once: only a success, only when its receipt is first written (the receipt's
+    statement counts it); the unit the policy step held becomes used, or is given back."""
+    return budgets.use_params(
+        use=inp.success and not inp.ref.is_synthetic, release=inp.budget_held, now=now
+    )
 
 
 def _completion(chain: Chain, inp: RecordInput, out: AdapterOutput) -> None:
