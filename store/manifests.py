@@ -126,6 +126,9 @@ class ManifestStore:
         self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         _private_dir(path.parent.parent)
         _private_dir(path.parent)
+        # The run's folder lasts before anything is published in it (an empty one is left
+        # by a discarded manifest, as by a crash mid-write).
+        _fsync_dir(path.parent.parent)
         tmp = path.with_name(f".{MANIFEST_NAME}.{secrets.token_hex(8)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
@@ -146,8 +149,7 @@ class ManifestStore:
             self._link(staged.tmp, staged.path, staged.data)
         finally:
             self.discard(staged)
-        _fsync_dir(staged.path.parent)
-        _fsync_dir(staged.path.parent.parent)
+        _fsync_dir(staged.path.parent)  # its folder's own entry was flushed by ``stage``
         return staged.path, sha256_digest(staged.data)
 
     @staticmethod
