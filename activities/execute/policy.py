@@ -33,6 +33,7 @@ from store import (
     approvals,
     budgets,
     db,
+    event_writes,
     idempotency,
     policy,
     policy_versions,
@@ -195,8 +196,14 @@ class PolicyStep:
         decision, rule, reason, budget = await _evaluate(
             session, inp, document, tenant, now, self._quota_limits, denial
         )
-        row = await _record_decision(
-            session, inp, document, inp.ref.receipt_id, decision, rule, reason
+        values = _decision_values(inp, document, inp.ref.receipt_id, decision, rule, reason)
+        # A fresh run holding no budget: its decision, events and COMMIT in one round trip,
+        # the decision as inserted (one recorded already fails it: the check runs again).
+        together = committing and events and budget is None
+        row = (
+            PolicyDecisionRow(**values)
+            if together
+            else await policy.insert_policy_decision(session, **values)
         )
         if row.rule_hit == RuleHit.QUOTA_EXCEEDED.value:
             denial = denial or {"quota": Quota.PENDING_APPROVALS.value}
@@ -224,7 +231,11 @@ class PolicyStep:
             drafts = chained(
                 chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
             )
-            if committing:  # the last statement: the transaction commits with it
+            if together:
+                assert event_log.committable(drafts), "a check's events announce nothing"
+                insert = (policy.INSERT_NEW_DECISION, values)
+                await event_log.committed(session, [insert, event_writes.committing(drafts, False)])
+            elif committing:  # the last statement: the transaction commits with it
                 await event_log.append_committing(session, drafts)
             else:
                 await event_log.append(session, drafts)
@@ -340,8 +351,20 @@ async def _record_decision(
     reason: str,
 ) -> PolicyDecisionRow:
     """The execution's one decision (a fixed id: a retried check gets the first one back)."""
-    return await policy.insert_policy_decision(
-        session,
+    values = _decision_values(inp, document, receipt_id, decision, rule, reason)
+    return await policy.insert_policy_decision(session, **values)
+
+
+def _decision_values(
+    inp: PolicyInput,
+    document: PolicyVersion,
+    receipt_id: str,
+    decision: Decision,
+    rule: RuleHit,
+    reason: str,
+) -> dict[str, Any]:
+    """The decision's row (``policy.insert_policy_decision``'s parameters)."""
+    return dict(
         id=decision_id_for(inp.ref.receipt_id),
         tenant_id=inp.ref.tenant_id,
         receipt_id=receipt_id,
