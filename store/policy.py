@@ -86,3 +86,12 @@ INSERT_NEW_DECISION = (
     " SELECT d.id, 1 / (SELECT count(*) FROM d) AS inserted FROM (SELECT 1) one"
     " LEFT JOIN d ON true"
 )
+
+
+# The lock ``budgets.budget_state`` takes on a capability's budget, as driver SQL
+# (``store.db.pipelined``) for the policy check's first round trip: a row when the
+# capability has a budget.
+BUDGET_LOCK = (
+    "SELECT true FROM budgets WHERE tenant_id = %(tenant_id)s"
+    " AND capability_id = %(capability_id)s FOR UPDATE"
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -96,7 +96,7 @@ class PolicyStep:
         """The check in one transaction; ``committing``: a fresh run's events go with the
         transaction's COMMIT (``events.append_committing``)."""
         async with self._sessions.begin() as session:
-            tenant, document, held = await _opening(session, inp, now)
+            tenant, document, held, budgeted = await _opening(session, inp, now)
             if held is None:  # a dry run claims nothing
                 return await self._decide(session, inp, document, tenant, now, events=False)
             claim, existing = held
@@ -117,6 +117,7 @@ class PolicyStep:
                     events=True,
                     resumed=resumed,
                     committing=committing and not resumed,
+                    budgeted=budgeted,
                 )
             row = await _record_decision(
                 session,
@@ -191,10 +192,11 @@ class PolicyStep:
         events: bool,
         resumed: bool = False,
         committing: bool = False,
+        budgeted: bool | None = None,
     ) -> PolicyOutcome:
         denial: dict[str, Any] = {}
         decision, rule, reason, budget = await _evaluate(
-            session, inp, document, tenant, now, self._quota_limits, denial
+            session, inp, document, tenant, now, self._quota_limits, denial, budgeted
         )
         values = _decision_values(inp, document, inp.ref.receipt_id, decision, rule, reason)
         # A fresh run holding no budget: its decision, events and COMMIT in one round trip,
@@ -283,12 +285,19 @@ async def preview(
     )
 
 
-async def _opening(
-    session: AsyncSession, inp: PolicyInput, now: datetime
-) -> tuple[Tenant | None, PolicyVersion, tuple[idempotency.Claim, Receipt | None] | None]:
+class _Opened(NamedTuple):
+    tenant: Tenant | None
+    document: PolicyVersion
+    held: tuple[idempotency.Claim, Receipt | None] | None  # None: a dry run claims nothing
+    budgeted: bool | None  # whether the capability has a budget (None: not read)
+
+
+async def _opening(session: AsyncSession, inp: PolicyInput, now: datetime) -> _Opened:
     """The transaction's first round trip: its BEGIN and tenant, the tenant and its policy
     document and, unless a dry run, the key's claim with the receipt of the execution
-    holding it (read again on its own when the claim's statement could not read it)."""
+    holding it (read again on its own when the claim's statement could not read it), then
+    the lock of the capability's budget, if it has one (none for a synthetic run), which
+    ``_evaluate`` reads later: taken after the claim, as a check always takes them."""
     ref = inp.ref
     statements = [
         (tenancy.SET_TENANT, {"tenant": ref.tenant_id}),
@@ -305,15 +314,19 @@ async def _opening(
             ttl_seconds=inp.idempotency_ttl_seconds,
         )
         statements.append((idempotency.CLAIM_WITH_RECEIPT, claim))
+        if not ref.is_synthetic:
+            budget = {"tenant_id": ref.tenant_id, "capability_id": inp.capability.id}
+            statements.append((policy.BUDGET_LOCK, budget))
     rows = await db.pipelined(session, statements)
     tenant, document = policy_versions.tenant_and_current_of(rows[1])
     if inp.dry_run:
-        return tenant, document, None
+        return _Opened(tenant, document, None, None)
     held = idempotency.claimed(rows[2])
     if held is None:
         holder = await idempotency.holder(session, ref.tenant_id, ref.idempotency_key)
         held = holder, await receipts.get_receipt(session, ref.tenant_id, holder.receipt_id)
-    return tenant, document, held
+    budgeted = None if ref.is_synthetic else rows[3] is not None
+    return _Opened(tenant, document, held, budgeted)
 
 
 def _outcome(
@@ -387,6 +400,7 @@ async def _evaluate(
     now: datetime,
     limits: QuotaLimits,
     denial: dict[str, Any],
+    budgeted: bool | None = None,
 ) -> Verdict:
     """The decision, and the budget it was taken against (None when none applies); what a
     denial's envelope says beside its code goes into ``denial``.
@@ -404,10 +418,10 @@ async def _evaluate(
     early = await _before_budget(session, inp, mode, tenant)
     if early is not None:
         return early
-    # Synthetic probes never touch budgets.
+    # Synthetic probes never touch budgets; ``budgeted`` False: the capability has none.
     budget = (
         None
-        if inp.ref.is_synthetic
+        if inp.ref.is_synthetic or budgeted is False
         else await budgets.budget_state(
             session,
             inp.ref.tenant_id,

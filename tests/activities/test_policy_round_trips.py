@@ -1,5 +1,5 @@
-"""The policy step's round trips: a fresh run's check is three (its opening statements, the
-budget's lock, its decision with its events and COMMIT), and answers as before whatever it
+"""The policy step's round trips: a fresh run's check is two (its opening statements with
+the budget's lock, its decision with its events and COMMIT), and answers as before whatever it
 finds: a retried check gets the decision first recorded, a key another running execution
 holds is busy, a decision recorded by an earlier run is the one a later run gets."""
 
@@ -26,7 +26,7 @@ from schemas.ids import uuid7
 from schemas.records import Decision, RuleHit
 from schemas.run import PolicyInput, PolicyOutcome
 from schemas.start import StartClaims
-from store import db, policy_versions, tenancy, tenants
+from store import budgets, db, policy_versions, tenancy, tenants
 from store import events as event_log
 from store.keyrings.start import StartKeyring
 from store.models import IdempotencyClaim, PolicyDecisionRow
@@ -106,7 +106,7 @@ async def _decisions(sessions: async_sessionmaker[AsyncSession], receipt_id: str
         return len(rows.all())
 
 
-async def test_a_fresh_check_is_three_round_trips_and_a_retry_gets_the_first_decision(
+async def test_a_fresh_check_is_two_round_trips_and_a_retry_gets_the_first_decision(
     tenant_id: str,
     sessions: async_sessionmaker[AsyncSession],
     app_sessions: async_sessionmaker[AsyncSession],
@@ -116,7 +116,7 @@ async def test_a_fresh_check_is_three_round_trips_and_a_retry_gets_the_first_dec
     inp = _input(tenant_id, "fresh", receipt_id)
     trips = Trips(app_sessions, monkeypatch)
     first = await _check(app_sessions, inp)
-    assert trips.count["trips"] == 3
+    assert trips.count["trips"] == 2
     assert (first.decision, first.rule_hit, first.resumed) == (
         Decision.ALLOW,
         RuleHit.ALLOWED,
@@ -162,7 +162,7 @@ async def test_a_later_run_gets_the_decision_recorded_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The key's claim gone (taken afresh by the later run) while the decision stays: the
-    check's one-round-trip insert finds it recorded, commits nothing, and the check runs
+    check's pipelined insert finds it recorded, commits nothing, and the check runs
     again; its run's events name the first decision, made under policy version 0."""
     receipt_id = str(uuid7())
     first = await _check(app_sessions, _input(tenant_id, "later", receipt_id))
@@ -192,3 +192,23 @@ async def test_a_later_run_gets_the_decision_recorded_first(
     assert evaluated[-1].event_data["policy_version"] == 0
     assert evaluated[-1].event_data["rule_hit"] == RuleHit.ALLOWED
     assert await _decisions(sessions, receipt_id) == 1
+
+
+async def test_a_budget_is_locked_held_and_counted_by_the_next_check(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        await budgets.set_budget(s, tenant_id, ECHO.id, 1, "day")
+    first = await _check(app_sessions, _input(tenant_id, "b1", str(uuid7())))
+    assert (first.decision, first.budget_held) == (Decision.ALLOW, True)
+    second_id = str(uuid7())
+    second = await _check(app_sessions, _input(tenant_id, "b2", second_id))
+    assert (second.decision, second.rule_hit) == (Decision.DENY, RuleHit.BUDGET_EXCEEDED)
+    assert not second.budget_held
+    async with sessions() as s:
+        events = await event_log.events_of(s, tenant_id, second_id)
+        assert await event_log.verify(s, tenant_id) == []
+    assert [e.event_type for e in events][-1] == EventType.POLICY_EVALUATED
