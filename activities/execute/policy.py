@@ -19,7 +19,7 @@ from activities.execute.events import chained, intake_events, policy_events
 from schemas.approvals import ApprovalStatus
 from schemas.capabilities import CapabilitySpec
 from schemas.errors import ErrorCode
-from schemas.events import AggregateType, EventType
+from schemas.events import AggregateType, EventDraft, EventType
 from schemas.identity import ExecutionRef
 from schemas.names import CHECK_POLICY
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyRule, PolicyVersion
@@ -88,13 +88,14 @@ class PolicyStep:
         try:
             return await self._check(inp, now, committing=True)
         except event_log.PartialAppend:
-            # Some of the run's events were in the log already: nothing was committed, and
-            # the check runs again with its events appended by ``append``.
+            # A write of the check's last round trip was made already (its decision, or some
+            # of its events): nothing was committed, and the check runs again the ordinary
+            # way, which answers with the decision recorded first.
             return await self._check(inp, now, committing=False)
 
     async def _check(self, inp: PolicyInput, now: datetime, *, committing: bool) -> PolicyOutcome:
-        """The check in one transaction; ``committing``: a fresh run's events go with the
-        transaction's COMMIT (``events.append_committing``)."""
+        """The check in one transaction; ``committing``: a fresh run's last statements go
+        with the transaction's COMMIT (``events.committed``)."""
         async with self._sessions.begin() as session:
             tenant, document, held, budgeted = await _opening(session, inp, now)
             if held is None:  # a dry run claims nothing
@@ -233,15 +234,27 @@ class PolicyStep:
             drafts = chained(
                 chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
             )
-            if together:
-                assert event_log.committable(drafts), "a check's events announce nothing"
-                insert = (policy.INSERT_NEW_DECISION, values)
-                await event_log.committed(session, [insert, event_writes.committing(drafts, False)])
-            elif committing:  # the last statement: the transaction commits with it
-                await event_log.append_committing(session, drafts)
-            else:
-                await event_log.append(session, drafts)
+            await _append(session, drafts, values if together else None, committing)
         return outcome
+
+
+async def _append(
+    session: AsyncSession,
+    drafts: list[EventDraft],
+    decision: dict[str, Any] | None,
+    committing: bool,
+) -> None:
+    """The check's events as its last statement: after the insert of ``decision`` (its
+    ``policy.insert_policy_decision`` values) and with the COMMIT, when given; else with
+    the COMMIT when ``committing``; else as ordinary statements."""
+    if decision is not None:
+        assert event_log.committable(drafts), "a check's events announce nothing"
+        insert = (policy.INSERT_NEW_DECISION, decision)
+        await event_log.committed(session, [insert, event_writes.committing(drafts, False)])
+    elif committing:
+        await event_log.append_committing(session, drafts)
+    else:
+        await event_log.append(session, drafts)
 
 
 async def preview(
