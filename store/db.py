@@ -126,7 +126,9 @@ async def _pipeline(
                 cursors.append(await raw.execute(sql, params))
             if commit:
                 sql, params = COMMIT, {}
-                await raw.execute(COMMIT)
+                # Never prepared: Postgres's statement statistics do not count a prepared
+                # COMMIT's executions, and commits per execution are measured there.
+                await raw.execute(COMMIT, prepare=False)
         return [
             ([c.name for c in cursor.description], await cursor.fetchall())
             if cursor.description

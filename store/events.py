@@ -111,9 +111,9 @@ _ANNOUNCED = frozenset(announcements._OUTCOMES) | frozenset(announcements._APPRO
 
 
 class PartialAppend(Exception):
-    """``append_committing`` found some of its drafts already in the log: nothing was
-    written and the transaction was not committed. Append them in a new transaction with
-    ``append`` (which moves the projection by the events actually written)."""
+    """``append_committing`` (or ``committed``) found some of its writes made already:
+    nothing was written and the transaction was not committed. Append the events in a new
+    transaction with ``append`` (which moves the projection by the events it writes)."""
 
 
 async def append_committing(
@@ -135,12 +135,10 @@ async def append_committing(
     appended by ``append``, after ``before``, and committed by the caller's session.
     Raises ``PartialAppend`` when some drafts were already in the log, or a statement of
     ``before`` failed with ``event_writes.PARTIAL`` (nothing was committed)."""
-    one = len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1
-    announced = any(d.event_type in _ANNOUNCED for d in drafts)
-    if not one or (announced and not announcements.quiet(drafts, subscribed or {})):
+    if not committable(drafts, subscribed):
         opening = [] if scope is None else [(tenancy.SET_TENANT, {"tenant": scope})]
         if opening or before:
-            await _pipelined(session, [*opening, *before], drafts, commit=False)
+            await committed(session, [*opening, *before], commit=False)
         return await append(
             session, drafts, first_cause_from_log=first_cause_from_log, subscribed=subscribed
         )
@@ -150,25 +148,46 @@ async def append_committing(
         statements.append((tenancy.SET_TENANT, {"tenant": scope}))
     statements.extend(before)
     statements.append(event_writes.committing(drafts, first_cause_from_log))
-    columns, rows = (await _pipelined(session, statements, drafts, commit=True))[-1]
-    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in rows)
-    return sorted(written, key=lambda e: e.sequence_number)
+    results = await committed(session, statements)
+    return written_of(results[-1])
 
 
-async def _pipelined(
+def committable(
+    drafts: Sequence[EventDraft], subscribed: announcements.Subscribed | None = None
+) -> bool:
+    """Whether ``drafts`` can be written with their transaction's COMMIT: one execution's
+    (one statement), none announcing anything (``announce`` writes more) unless
+    ``subscribed`` (what the tenants' webhooks take) says the announcement is quiet."""
+    one = len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1
+    if not one:
+        return False
+    if not any(d.event_type in _ANNOUNCED for d in drafts):
+        return True
+    return subscribed is not None and announcements.quiet(drafts, subscribed)
+
+
+async def committed(
     session: AsyncSession,
     statements: Sequence[tuple[str, Mapping[str, Any]]],
-    drafts: Sequence[EventDraft],
     *,
-    commit: bool,
+    commit: bool = True,
 ) -> list[db.Rows]:
-    """``db.pipelined_rows``, a batch's ``event_writes.PARTIAL`` raised as ``PartialAppend``."""
+    """``db.pipelined_rows`` with the COMMIT (unless ``commit`` is False), for statements
+    ending with an ``event_writes.committing`` one: ``PartialAppend`` when a statement
+    failed with the SQLSTATE ``event_writes.PARTIAL`` (its write was made already)."""
     try:
         return await db.pipelined_rows(session, statements, commit=commit)
     except DBAPIError as err:
         if getattr(err.orig, "sqlstate", None) == event_writes.PARTIAL:
-            raise PartialAppend(drafts[0].correlation_id) from err
+            raise PartialAppend(str(err.orig)) from err
         raise
+
+
+def written_of(rows: db.Rows) -> list[Event]:
+    """The events an ``event_writes.committing`` statement wrote, in sequence order."""
+    columns, found = rows
+    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in found)
+    return sorted(written, key=lambda e: e.sequence_number)
 
 
 async def _append_one_execution(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from store import event_writes
 from store.db import table_of
 from store.models import PolicyDecisionRow
 
@@ -55,3 +56,42 @@ async def insert_policy_decision(
     row = await session.get(PolicyDecisionRow, id)
     assert row is not None
     return row
+
+
+# ``insert_policy_decision``'s insert as driver SQL (``store.db.pipelined_rows``), its
+# parameters the same, for a check that sends the statements after it before it answers:
+# a decision already recorded (a retried check) fails it, with the SQLSTATE
+# ``ALREADY_DECIDED`` (a division by zero), so that nothing after it runs. It is
+# ``event_writes.PARTIAL``: ``events.committed`` raises ``PartialAppend`` for either.
+ALREADY_DECIDED = event_writes.PARTIAL
+_VALUES = (
+    "id",
+    "tenant_id",
+    "receipt_id",
+    "capability_id",
+    "idempotency_key",
+    "mode",
+    "decision",
+    "rule_hit",
+    "reason",
+    "is_synthetic",
+    "policy_version",
+)
+INSERT_NEW_DECISION = (
+    "WITH d AS (INSERT INTO policy_decisions ("
+    + ", ".join(_VALUES)
+    + ") VALUES ("
+    + ", ".join(f"%({c})s" for c in _VALUES)
+    + ") ON CONFLICT (id) DO NOTHING RETURNING id)"
+    " SELECT d.id, 1 / (SELECT count(*) FROM d) AS inserted FROM (SELECT 1) one"
+    " LEFT JOIN d ON true"
+)
+
+
+# The lock ``budgets.budget_state`` takes on a capability's budget, as driver SQL
+# (``store.db.pipelined``) for the policy check's first round trip: a row when the
+# capability has a budget.
+BUDGET_LOCK = (
+    "SELECT true FROM budgets WHERE tenant_id = %(tenant_id)s"
+    " AND capability_id = %(capability_id)s FOR UPDATE"
+)

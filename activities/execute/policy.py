@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -19,7 +19,7 @@ from activities.execute.events import chained, intake_events, policy_events
 from schemas.approvals import ApprovalStatus
 from schemas.capabilities import CapabilitySpec
 from schemas.errors import ErrorCode
-from schemas.events import AggregateType, EventType
+from schemas.events import AggregateType, EventDraft, EventType
 from schemas.identity import ExecutionRef
 from schemas.names import CHECK_POLICY
 from schemas.policy import DEFAULT_APPROVAL_TTL_SECONDS, PolicyRule, PolicyVersion
@@ -33,6 +33,7 @@ from store import (
     approvals,
     budgets,
     db,
+    event_writes,
     idempotency,
     policy,
     policy_versions,
@@ -87,15 +88,16 @@ class PolicyStep:
         try:
             return await self._check(inp, now, committing=True)
         except event_log.PartialAppend:
-            # Some of the run's events were in the log already: nothing was committed, and
-            # the check runs again with its events appended by ``append``.
+            # A write of the check's last round trip was made already (its decision, or some
+            # of its events): nothing was committed, and the check runs again the ordinary
+            # way, which answers with the decision recorded first.
             return await self._check(inp, now, committing=False)
 
     async def _check(self, inp: PolicyInput, now: datetime, *, committing: bool) -> PolicyOutcome:
-        """The check in one transaction; ``committing``: a fresh run's events go with the
-        transaction's COMMIT (``events.append_committing``)."""
+        """The check in one transaction; ``committing``: a fresh run's last statements go
+        with the transaction's COMMIT (``events.committed``)."""
         async with self._sessions.begin() as session:
-            tenant, document, held = await _opening(session, inp, now)
+            tenant, document, held, budgeted = await _opening(session, inp, now)
             if held is None:  # a dry run claims nothing
                 return await self._decide(session, inp, document, tenant, now, events=False)
             claim, existing = held
@@ -116,6 +118,7 @@ class PolicyStep:
                     events=True,
                     resumed=resumed,
                     committing=committing and not resumed,
+                    budgeted=budgeted,
                 )
             row = await _record_decision(
                 session,
@@ -190,13 +193,20 @@ class PolicyStep:
         events: bool,
         resumed: bool = False,
         committing: bool = False,
+        budgeted: bool | None = None,
     ) -> PolicyOutcome:
         denial: dict[str, Any] = {}
         decision, rule, reason, budget = await _evaluate(
-            session, inp, document, tenant, now, self._quota_limits, denial
+            session, inp, document, tenant, now, self._quota_limits, denial, budgeted
         )
-        row = await _record_decision(
-            session, inp, document, inp.ref.receipt_id, decision, rule, reason
+        values = _decision_values(inp, document, inp.ref.receipt_id, decision, rule, reason)
+        # A fresh run holding no budget: its decision, events and COMMIT in one round trip,
+        # the decision as inserted (one recorded already fails it: the check runs again).
+        together = committing and events and budget is None
+        row = (
+            PolicyDecisionRow(**values)
+            if together
+            else await policy.insert_policy_decision(session, **values)
         )
         if row.rule_hit == RuleHit.QUOTA_EXCEEDED.value:
             denial = denial or {"quota": Quota.PENDING_APPROVALS.value}
@@ -224,11 +234,27 @@ class PolicyStep:
             drafts = chained(
                 chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
             )
-            if committing:  # the last statement: the transaction commits with it
-                await event_log.append_committing(session, drafts)
-            else:
-                await event_log.append(session, drafts)
+            await _append(session, drafts, values if together else None, committing)
         return outcome
+
+
+async def _append(
+    session: AsyncSession,
+    drafts: list[EventDraft],
+    decision: dict[str, Any] | None,
+    committing: bool,
+) -> None:
+    """The check's events as its last statement: after the insert of ``decision`` (its
+    ``policy.insert_policy_decision`` values) and with the COMMIT, when given; else with
+    the COMMIT when ``committing``; else as ordinary statements."""
+    if decision is not None:
+        assert event_log.committable(drafts), "a check's events announce nothing"
+        insert = (policy.INSERT_NEW_DECISION, decision)
+        await event_log.committed(session, [insert, event_writes.committing(drafts, False)])
+    elif committing:
+        await event_log.append_committing(session, drafts)
+    else:
+        await event_log.append(session, drafts)
 
 
 async def preview(
@@ -272,12 +298,19 @@ async def preview(
     )
 
 
-async def _opening(
-    session: AsyncSession, inp: PolicyInput, now: datetime
-) -> tuple[Tenant | None, PolicyVersion, tuple[idempotency.Claim, Receipt | None] | None]:
+class _Opened(NamedTuple):
+    tenant: Tenant | None
+    document: PolicyVersion
+    held: tuple[idempotency.Claim, Receipt | None] | None  # None: a dry run claims nothing
+    budgeted: bool | None  # whether the capability has a budget (None: not read)
+
+
+async def _opening(session: AsyncSession, inp: PolicyInput, now: datetime) -> _Opened:
     """The transaction's first round trip: its BEGIN and tenant, the tenant and its policy
     document and, unless a dry run, the key's claim with the receipt of the execution
-    holding it (read again on its own when the claim's statement could not read it)."""
+    holding it (read again on its own when the claim's statement could not read it), then
+    the lock of the capability's budget, if it has one (none for a synthetic run), which
+    ``_evaluate`` reads later: taken after the claim, as a check always takes them."""
     ref = inp.ref
     statements = [
         (tenancy.SET_TENANT, {"tenant": ref.tenant_id}),
@@ -294,15 +327,19 @@ async def _opening(
             ttl_seconds=inp.idempotency_ttl_seconds,
         )
         statements.append((idempotency.CLAIM_WITH_RECEIPT, claim))
+        if not ref.is_synthetic:
+            budget = {"tenant_id": ref.tenant_id, "capability_id": inp.capability.id}
+            statements.append((policy.BUDGET_LOCK, budget))
     rows = await db.pipelined(session, statements)
     tenant, document = policy_versions.tenant_and_current_of(rows[1])
     if inp.dry_run:
-        return tenant, document, None
+        return _Opened(tenant, document, None, None)
     held = idempotency.claimed(rows[2])
     if held is None:
         holder = await idempotency.holder(session, ref.tenant_id, ref.idempotency_key)
         held = holder, await receipts.get_receipt(session, ref.tenant_id, holder.receipt_id)
-    return tenant, document, held
+    budgeted = None if ref.is_synthetic else rows[3] is not None
+    return _Opened(tenant, document, held, budgeted)
 
 
 def _outcome(
@@ -340,8 +377,20 @@ async def _record_decision(
     reason: str,
 ) -> PolicyDecisionRow:
     """The execution's one decision (a fixed id: a retried check gets the first one back)."""
-    return await policy.insert_policy_decision(
-        session,
+    values = _decision_values(inp, document, receipt_id, decision, rule, reason)
+    return await policy.insert_policy_decision(session, **values)
+
+
+def _decision_values(
+    inp: PolicyInput,
+    document: PolicyVersion,
+    receipt_id: str,
+    decision: Decision,
+    rule: RuleHit,
+    reason: str,
+) -> dict[str, Any]:
+    """The decision's row (``policy.insert_policy_decision``'s parameters)."""
+    return dict(
         id=decision_id_for(inp.ref.receipt_id),
         tenant_id=inp.ref.tenant_id,
         receipt_id=receipt_id,
@@ -364,6 +413,7 @@ async def _evaluate(
     now: datetime,
     limits: QuotaLimits,
     denial: dict[str, Any],
+    budgeted: bool | None = None,
 ) -> Verdict:
     """The decision, and the budget it was taken against (None when none applies); what a
     denial's envelope says beside its code goes into ``denial``.
@@ -381,10 +431,10 @@ async def _evaluate(
     early = await _before_budget(session, inp, mode, tenant)
     if early is not None:
         return early
-    # Synthetic probes never touch budgets.
+    # Synthetic probes never touch budgets; ``budgeted`` False: the capability has none.
     budget = (
         None
-        if inp.ref.is_synthetic
+        if inp.ref.is_synthetic or budgeted is False
         else await budgets.budget_state(
             session,
             inp.ref.tenant_id,

@@ -30,7 +30,7 @@ WORKER_COMMITS = 3
 # Round trips: one per pipeline (with its BEGIN, and its COMMIT when it sends one), one per
 # statement outside a pipeline (one more when psycopg sends the BEGIN before it), one per
 # COMMIT psycopg sends; by activity. The adapter step's transaction is one.
-WORKER_ROUND_TRIPS = {CHECK_POLICY: 4, CALL_ADAPTER: 1, RECORD_RUN: 2}
+WORKER_ROUND_TRIPS = {CHECK_POLICY: 2, CALL_ADAPTER: 1, RECORD_RUN: 2}
 
 
 async def test_a_fresh_execution_sends_its_known_statements(

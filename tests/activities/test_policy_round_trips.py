@@ -1,0 +1,214 @@
+"""The policy step's round trips: a fresh run's check is two (its opening statements with
+the budget's lock, its decision with its events and COMMIT), and answers as before whatever it
+finds: a retried check gets the decision first recorded, a key another running execution
+holds is busy, a decision recorded by an earlier run is the one a later run gets."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, select
+from sqlalchemy import event as sa_event
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.execute.policy import PolicyStep, decision_id_for
+from schemas.capabilities import CapabilityCatalog
+from schemas.errors import ErrorCode
+from schemas.events import EventType
+from schemas.identity import ExecutionRef
+from schemas.ids import uuid7
+from schemas.records import Decision, RuleHit
+from schemas.run import PolicyInput, PolicyOutcome
+from schemas.start import StartClaims
+from store import budgets, db, policy_versions, tenancy, tenants
+from store import events as event_log
+from store.keyrings.start import StartKeyring
+from store.models import IdempotencyClaim, PolicyDecisionRow
+
+KEYS = StartKeyring({"k": b"0" * 32}, "k")
+ECHO = CapabilityCatalog().get("demo.echo")
+
+
+@pytest.fixture
+async def tenant_id(sessions: async_sessionmaker[AsyncSession]) -> str:
+    async with sessions.begin() as session:
+        return (await tenants.create_tenant(session, f"pr-{uuid.uuid4().hex[:8]}")).id
+
+
+def _input(tenant_id: str, key: str, receipt_id: str, run_id: str | None = None) -> PolicyInput:
+    assert ECHO is not None
+    ref = ExecutionRef(
+        tenant_id=tenant_id,
+        receipt_id=receipt_id,
+        idempotency_key=key,
+        input_hash="h",
+        workflow_id=f"wf-{receipt_id}",
+        run_id=run_id or str(uuid7()),
+    )
+    inp = PolicyInput(ref=ref, capability=ECHO, idempotency_ttl_seconds=600, scopes=["execute:*"])
+    return inp.model_copy(update={"start_signature": KEYS.sign(StartClaims.of_policy(inp))})
+
+
+class Trips:
+    """Round trips of the app role's engine: a pipeline, a statement outside one (two when
+    psycopg sends its BEGIN first), a COMMIT psycopg sends."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], mp: pytest.MonkeyPatch):
+        self.count: Counter[str] = Counter()
+        engine = sessions.kw["bind"].sync_engine
+
+        def idle(conn: Any) -> bool:
+            raw = conn.connection.driver_connection
+            return bool(raw.info.transaction_status.name == "IDLE")
+
+        def statement(conn: Any, *args: Any) -> None:
+            self.count["trips"] += 2 if idle(conn) else 1
+
+        def commit(conn: Any) -> None:
+            self.count["trips"] += 0 if idle(conn) else 1
+
+        sa_event.listen(engine, "before_cursor_execute", statement)
+        sa_event.listen(engine, "commit", commit)
+        pipelined, rows = db.pipelined, db.pipelined_rows
+
+        async def counted(session: AsyncSession, sent: Sequence[Any]) -> Any:
+            self.count["trips"] += 1
+            return await pipelined(session, sent)
+
+        async def counted_rows(
+            session: AsyncSession, sent: Sequence[tuple[str, Mapping[str, Any]]], **kw: Any
+        ) -> Any:
+            self.count["trips"] += 1
+            return await rows(session, sent, **kw)
+
+        mp.setattr(db, "pipelined", counted)
+        mp.setattr(db, "pipelined_rows", counted_rows)
+
+
+async def _check(app_sessions: async_sessionmaker[AsyncSession], inp: PolicyInput) -> PolicyOutcome:
+    outcome: PolicyOutcome = await ActivityEnvironment().run(
+        PolicyStep(app_sessions, KEYS).check_policy, inp
+    )
+    return outcome
+
+
+async def _decisions(sessions: async_sessionmaker[AsyncSession], receipt_id: str) -> int:
+    async with sessions() as s:
+        rows = await s.execute(
+            select(PolicyDecisionRow).where(PolicyDecisionRow.receipt_id == receipt_id)
+        )
+        return len(rows.all())
+
+
+async def test_a_fresh_check_is_two_round_trips_and_a_retry_gets_the_first_decision(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    receipt_id = str(uuid7())
+    inp = _input(tenant_id, "fresh", receipt_id)
+    trips = Trips(app_sessions, monkeypatch)
+    first = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2
+    assert (first.decision, first.rule_hit, first.resumed) == (
+        Decision.ALLOW,
+        RuleHit.ALLOWED,
+        False,
+    )
+    assert first.policy_decision_id == decision_id_for(receipt_id)
+    async with sessions() as s:
+        events = await event_log.events_of(s, tenant_id, receipt_id)
+        assert await event_log.verify(s, tenant_id) == []
+    assert [e.event_type for e in events] == [
+        EventType.SIGNAL_RECEIVED,
+        EventType.SIGNAL_PROCESSING_STARTED,
+        EventType.RUN_STARTED,
+        EventType.POLICY_EVALUATED,
+        EventType.EFFECT_REQUESTED,
+    ]
+    again = await _check(app_sessions, inp)  # a retried check of the same run
+    assert again.resumed and again.model_copy(update={"resumed": False}) == first
+    async with sessions() as s:
+        assert len(await event_log.events_of(s, tenant_id, receipt_id)) == len(events)
+    assert await _decisions(sessions, receipt_id) == 1
+
+
+async def test_a_key_held_by_a_running_execution_is_busy_and_records_nothing(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await _check(app_sessions, _input(tenant_id, "busy", str(uuid7())))
+    other = str(uuid7())
+    with pytest.raises(ApplicationError) as raised:
+        await _check(app_sessions, _input(tenant_id, "busy", other))
+    assert raised.value.type == ErrorCode.IDEMPOTENCY_KEY_BUSY
+    assert await _decisions(sessions, other) == 0
+    async with sessions() as s:
+        assert await event_log.events_of(s, tenant_id, other) == []
+
+
+async def test_a_later_run_gets_the_decision_recorded_first(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The key's claim gone (taken afresh by the later run) while the decision stays: the
+    check's pipelined insert finds it recorded, commits nothing, and the check runs
+    again; its run's events name the first decision, made under policy version 0."""
+    receipt_id = str(uuid7())
+    first = await _check(app_sessions, _input(tenant_id, "later", receipt_id))
+    async with sessions.begin() as s:
+        await s.execute(delete(IdempotencyClaim).where(IdempotencyClaim.tenant_id == tenant_id))
+        await tenancy.set_tenant(s, tenant_id)
+        rule = {"capability": "demo.*", "requires_approval": True}
+        await policy_versions.add(s, tenant_id, "strict", {"mode": "strict", "rules": [rule]}, "t")
+    run_id = str(uuid7())
+    tries: list[bool] = []
+    check = PolicyStep._check
+
+    async def tried(self: PolicyStep, inp: PolicyInput, now: Any, *, committing: bool) -> Any:
+        tries.append(committing)
+        return await check(self, inp, now, committing=committing)
+
+    monkeypatch.setattr(PolicyStep, "_check", tried)
+    later = await _check(app_sessions, _input(tenant_id, "later", receipt_id, run_id))
+    assert tries == [True, False] and not later.resumed
+    assert later.model_copy(update={"resumed": False}) == first
+    assert first.policy_version == 0 and first.rule_hit == RuleHit.ALLOWED
+    async with sessions() as s:
+        events = await event_log.events_of(s, tenant_id, receipt_id)
+        assert await event_log.verify(s, tenant_id) == []
+    evaluated = [e for e in events if e.event_type == EventType.POLICY_EVALUATED]
+    assert [e.event_data["run_id"] for e in evaluated][-1] == run_id
+    assert evaluated[-1].event_data["policy_version"] == 0
+    assert evaluated[-1].event_data["rule_hit"] == RuleHit.ALLOWED
+    assert await _decisions(sessions, receipt_id) == 1
+
+
+async def test_a_budget_is_locked_held_and_counted_by_the_next_check(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        await budgets.set_budget(s, tenant_id, ECHO.id, 1, "day")
+    first = await _check(app_sessions, _input(tenant_id, "b1", str(uuid7())))
+    assert (first.decision, first.budget_held) == (Decision.ALLOW, True)
+    second_id = str(uuid7())
+    second = await _check(app_sessions, _input(tenant_id, "b2", second_id))
+    assert (second.decision, second.rule_hit) == (Decision.DENY, RuleHit.BUDGET_EXCEEDED)
+    assert not second.budget_held
+    async with sessions() as s:
+        events = await event_log.events_of(s, tenant_id, second_id)
+        assert await event_log.verify(s, tenant_id) == []
+    assert [e.event_type for e in events][-1] == EventType.POLICY_EVALUATED
