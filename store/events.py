@@ -3,7 +3,7 @@ happen in the caller's transaction, together with the state change the event rec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, Integer, String, bindparam, case, func, select, update
@@ -105,9 +105,9 @@ _ANNOUNCED = frozenset(announcements._OUTCOMES) | frozenset(announcements._APPRO
 
 
 class PartialAppend(Exception):
-    """``append_committing`` found some of its drafts already in the log: nothing was
-    written and the transaction was not committed. Append them in a new transaction with
-    ``append`` (which moves the projection by the events actually written)."""
+    """``append_committing`` (or ``committed``) found some of its writes made already:
+    nothing was written and the transaction was not committed. Append the events in a new
+    transaction with ``append`` (which moves the projection by the events it writes)."""
 
 
 async def append_committing(
@@ -124,22 +124,42 @@ async def append_committing(
     A batch ``append`` cannot write in one statement (events of several executions, or
     events that announce something) is appended by ``append`` and committed by the caller's
     session. Raises ``PartialAppend`` when some drafts were already in the log."""
-    one = len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1
-    if not one or any(d.event_type in _ANNOUNCED for d in drafts):
+    if not committable(drafts):
         if scope is not None:
             await tenancy.set_tenant(session, scope)
         return await append(session, drafts, first_cause_from_log=first_cause_from_log)
     await session.flush()  # the pipeline goes past the session's ORM changes
     statements = [] if scope is None else [(tenancy.SET_TENANT, {"tenant": scope})]
     statements.append(event_writes.committing(drafts, first_cause_from_log))
+    results = await committed(session, statements)
+    return written_of(results[-1])
+
+
+def committable(drafts: Sequence[EventDraft]) -> bool:
+    """Whether ``drafts`` can be written with their transaction's COMMIT: one execution's
+    (one statement), none announcing anything (``announce`` writes more)."""
+    one = len({(d.tenant_id, d.correlation_id) for d in drafts}) == 1
+    return one and not any(d.event_type in _ANNOUNCED for d in drafts)
+
+
+async def committed(
+    session: AsyncSession, statements: Sequence[tuple[str, Mapping[str, Any]]]
+) -> list[db.Rows]:
+    """``db.pipelined_rows`` with the COMMIT, for statements ending with an
+    ``event_writes.committing`` one: ``PartialAppend`` when a statement failed with the
+    SQLSTATE ``event_writes.PARTIAL`` (its write was made already)."""
     try:
-        results = await db.pipelined_rows(session, statements, commit=True)
+        return await db.pipelined_rows(session, statements, commit=True)
     except DBAPIError as err:
         if getattr(err.orig, "sqlstate", None) == event_writes.PARTIAL:
-            raise PartialAppend(drafts[0].correlation_id) from err
+            raise PartialAppend(str(err.orig)) from err
         raise
-    columns, rows = results[-1]
-    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in rows)
+
+
+def written_of(rows: db.Rows) -> list[Event]:
+    """The events an ``event_writes.committing`` statement wrote, in sequence order."""
+    columns, found = rows
+    written = (Event.model_validate(dict(zip(columns, row, strict=True))) for row in found)
     return sorted(written, key=lambda e: e.sequence_number)
 
 

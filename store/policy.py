@@ -62,7 +62,7 @@ async def insert_policy_decision(
 # parameters the same, for a check that sends the statements after it before it answers:
 # a decision already recorded (a retried check) fails it, with the SQLSTATE
 # ``ALREADY_DECIDED`` (a division by zero), so that nothing after it runs. It is
-# ``event_writes.PARTIAL``, the SQLSTATE of events found partly in the log.
+# ``event_writes.PARTIAL``: ``events.committed`` raises ``PartialAppend`` for either.
 ALREADY_DECIDED = event_writes.PARTIAL
 _VALUES = (
     "id",

@@ -10,7 +10,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -96,7 +95,7 @@ class PolicyStep:
 
     async def _check(self, inp: PolicyInput, now: datetime, *, committing: bool) -> PolicyOutcome:
         """The check in one transaction; ``committing``: a fresh run's last statements go
-        with the transaction's COMMIT."""
+        with the transaction's COMMIT (``events.committed``)."""
         async with self._sessions.begin() as session:
             tenant, document, held, budgeted = await _opening(session, inp, now)
             if held is None:  # a dry run claims nothing
@@ -248,23 +247,14 @@ async def _append(
     """The check's events as its last statement: after the insert of ``decision`` (its
     ``policy.insert_policy_decision`` values) and with the COMMIT, when given; else with
     the COMMIT when ``committing``; else as ordinary statements."""
-    if decision is None:
-        if committing:
-            await event_log.append_committing(session, drafts)
-        else:
-            await event_log.append(session, drafts)
-        return
-    # A check's events announce nothing (``announcements``), so they are one statement.
-    statements = [
-        (policy.INSERT_NEW_DECISION, decision),
-        event_writes.committing(drafts, False),
-    ]
-    try:
-        await db.pipelined_rows(session, statements, commit=True)
-    except DBAPIError as err:
-        if getattr(err.orig, "sqlstate", None) == policy.ALREADY_DECIDED:  # or PARTIAL
-            raise event_log.PartialAppend(str(err.orig)) from err
-        raise
+    if decision is not None:
+        assert event_log.committable(drafts), "a check's events announce nothing"
+        insert = (policy.INSERT_NEW_DECISION, decision)
+        await event_log.committed(session, [insert, event_writes.committing(drafts, False)])
+    elif committing:
+        await event_log.append_committing(session, drafts)
+    else:
+        await event_log.append(session, drafts)
 
 
 async def preview(
