@@ -17,13 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.execute.events import intake_events, policy_events
 from activities.execute.policy import PolicyStep, decision_id_for
 from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
 from schemas.events import EventType
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
-from schemas.records import Decision, RuleHit
+from schemas.records import Decision, PolicyMode, RuleHit
 from schemas.run import PolicyInput, PolicyOutcome
 from schemas.start import StartClaims
 from store import budgets, db, policy_versions, tenancy, tenants
@@ -212,3 +213,19 @@ async def test_a_budget_is_locked_held_and_counted_by_the_next_check(
         events = await event_log.events_of(s, tenant_id, second_id)
         assert await event_log.verify(s, tenant_id) == []
     assert [e.event_type for e in events][-1] == EventType.POLICY_EVALUATED
+
+
+@pytest.mark.parametrize("decision", list(Decision))
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_check_s_events_announce_nothing(decision: Decision, resumed: bool) -> None:
+    """A fresh check writes its events with its decision and COMMIT, past
+    ``announcements.announce``: none of them may be an event it announces."""
+    inp = _input("t", "k", "r")
+    outcome = PolicyOutcome(
+        policy_decision_id="d",
+        decision=decision,
+        rule_hit=RuleHit.ALLOWED,
+        mode=PolicyMode.STANDARD,
+    )
+    drafts = intake_events(inp, resumed) + policy_events(inp, "d", outcome)
+    assert not {d.event_type for d in drafts} & event_log._ANNOUNCED
