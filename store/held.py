@@ -7,7 +7,9 @@ for a second statement in the same round trip. On a held connection the tenant i
 for the session (``set_config(..., false)``) and stays so while it reads for that tenant:
 each read is one statement, run in autocommit (Postgres commits it as a transaction of its
 own), and row-level security applies to it as to any statement of the role. Reading for
-another tenant scopes the connection to that one first.
+another tenant scopes the connection to that one first. A read is a prepared statement of
+its connection from its first run (parsed and planned once per connection, not once per
+read): a held connection is never behind a pooler (held reads are off there).
 
 What keeps a session-wide scope from reaching anything else:
 - a held connection runs only reads given to ``HeldReads.read``, and never goes back to
@@ -80,7 +82,8 @@ class HeldReads:
                 held.tenant = None
                 await raw.execute(_SCOPE_SESSION, {"tenant": tenant_id})
                 held.tenant = tenant_id
-            row: tuple[Any, ...] | None = await (await raw.execute(sql, params)).fetchone()
+            cursor = await raw.execute(sql, params, prepare=True)
+            row: tuple[Any, ...] | None = await cursor.fetchone()
         except psycopg.OperationalError:
             return None
         except psycopg.Error as err:

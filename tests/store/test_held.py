@@ -130,3 +130,19 @@ async def test_a_failed_read_drops_its_connection(
         assert row is not None and row[:2] == (a, [a])
     finally:
         await reads.close()
+
+
+async def test_a_held_read_is_prepared_from_its_first_run(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Parsed and planned once per connection: the first read already runs as a prepared
+    statement of its session (``pg_prepared_statements`` lists it while it runs)."""
+    [a] = await _tenants(sessions, 1)
+    mine = f"SELECT {SCOPE}, (SELECT count(*) FROM pg_prepared_statements), %(marker)s::text"
+    reads = HeldReads(_engine(app_sessions), size=1)
+    try:
+        for _ in range(2):
+            row = await reads.read(a, mine, {"marker": "prepared"})
+            assert row is not None and row[:2] == (a, 1)
+    finally:
+        await reads.close()
