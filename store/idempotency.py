@@ -197,16 +197,15 @@ async def claim_key(
 
     The holder is this execution when its ``receipt_id`` comes back, another one otherwise.
     """
-    values = {
-        "tenant_id": tenant_id,
-        "idempotency_key": key,
-        "receipt_id": receipt_id,
-        "input_hash": input_hash,
-        "workflow_id": workflow_id,
-        "first_seen_at": now,
-        "expires_at": now + timedelta(seconds=ttl_seconds),
-        "now": now,
-    }
+    values = claim_params(
+        tenant_id=tenant_id,
+        key=key,
+        receipt_id=receipt_id,
+        input_hash=input_hash,
+        workflow_id=workflow_id,
+        now=now,
+        ttl_seconds=ttl_seconds,
+    )
     won = (await session.execute(_CLAIM, values)).first()
     if won is not None:
         return _claim(won, taken_now=True)
@@ -251,7 +250,7 @@ def claim_params(
     now: datetime,
     ttl_seconds: int,
 ) -> dict[str, Any]:
-    """``CLAIM_WITH_RECEIPT``'s parameters: ``claim_key``'s claim."""
+    """The parameters of a key's claim (``claim_key``, ``CLAIM_WITH_RECEIPT``)."""
     return {
         "tenant_id": tenant_id,
         "idempotency_key": key,
