@@ -39,7 +39,7 @@ from schemas.run import ManifestInput, ManifestRef
 from schemas.webhooks import compensating_action_ref
 from store import manifests, tenancy
 from store.keyrings.signing import Keyring, sign_manifest
-from store.manifests import ManifestStore, Staged
+from store.manifests import IndexRow, ManifestStore, Staged
 from store.models import ManifestRow
 
 _MANIFEST_NAMESPACE = uuid.UUID("9b2e4c1a-7f3d-4e8b-a6c5-1d0f2e3b4a59")
@@ -327,7 +327,7 @@ async def _index(
         _indexed(chain, inp, digest, kid)
 
 
-def _index_row(inp: ManifestInput, path: str, digest: str, kid: str, alg: str) -> dict[str, Any]:
+def _index_row(inp: ManifestInput, path: str, digest: str, kid: str, alg: str) -> IndexRow:
     receipt = inp.receipt
     return {
         "id": str(uuid.uuid5(_MANIFEST_NAMESPACE, f"{receipt.id}|{inp.run_id}")),

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import bindparam, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
@@ -269,46 +269,38 @@ _INSERT_NEW_INDEX = DriverStatement(_insert_index(new_only=True))
 NOT_NEW = event_writes.PARTIAL
 
 
-def _index_values(
-    *,
-    id: str,
-    tenant_id: str,
-    receipt_id: str,
-    run_id: str,
-    path: str,
-    sha256: str,
-    kid: str,
-    alg: str,
-    replayed: bool,
-    outcome: str,
-) -> dict[str, Any]:
-    return {
-        "id": id,
-        "tenant_id": tenant_id,
-        "receipt_id": receipt_id,
-        "run_id": run_id,
-        "path": path,
-        "sha256": sha256,
-        "kid": kid,
-        "alg": alg,
-        "replayed": replayed,
-        "outcome": outcome,
-        "leaf_digest": translog.manifest_digest(sha256),
-    }
+class IndexRow(TypedDict):
+    """A manifest's index row, as ``index`` writes it."""
+
+    id: str
+    tenant_id: str
+    receipt_id: str
+    run_id: str
+    path: str
+    sha256: str
+    kid: str
+    alg: str
+    replayed: bool
+    outcome: str
 
 
-async def index(session: AsyncSession, **row: Any) -> bool:
-    """Index a written manifest (``_index_values``' fields), with its leaf in the tenant's
-    transparency log (its data the file's digest, ``translog.manifest_digest``); False when
-    its row exists already (a retried step: neither is written again)."""
-    values = _index_values(**row)
+def _index_values(row: IndexRow) -> dict[str, Any]:
+    """The row's values, with its leaf's (``translog.manifest_digest``: the file's digest)."""
+    return {**row, "leaf_digest": translog.manifest_digest(row["sha256"])}
+
+
+async def index(session: AsyncSession, **row: Unpack[IndexRow]) -> bool:
+    """Index a written manifest, with its leaf in the tenant's transparency log (its data
+    the file's digest, ``translog.manifest_digest``); False when its row exists already (a
+    retried step: neither is written again)."""
+    values = _index_values(row)
     return (await session.execute(_INSERT_INDEX, values)).scalar_one_or_none() is not None
 
 
-def new_index(**row: Any) -> tuple[str, dict[str, Any]]:
+def new_index(**row: Unpack[IndexRow]) -> tuple[str, dict[str, Any]]:
     """``index`` as a statement to send past SQLAlchemy (``db.pipelined``), for a row that
     must be new: it fails with ``NOT_NEW`` when the row exists already."""
-    return _INSERT_NEW_INDEX.sql, _INSERT_NEW_INDEX.params(_index_values(**row))
+    return _INSERT_NEW_INDEX.sql, _INSERT_NEW_INDEX.params(_index_values(row))
 
 
 async def of_execution(
