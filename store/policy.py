@@ -89,9 +89,9 @@ INSERT_NEW_DECISION = (
 
 
 # The lock ``budgets.budget_state`` takes on a capability's budget, as driver SQL
-# (``store.db.pipelined``) for the policy check's first round trip: a row when the
-# capability has a budget.
+# (``store.db.pipelined``) for the policy check's first round trip: a row, its limit and
+# period, when the capability has a budget.
 BUDGET_LOCK = (
-    "SELECT true FROM budgets WHERE tenant_id = %(tenant_id)s"
+    'SELECT "limit", period FROM budgets WHERE tenant_id = %(tenant_id)s'
     " AND capability_id = %(capability_id)s FOR UPDATE"
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from schemas.start import StartClaims
 from store import budgets, db, policy_versions, tenancy, tenants
 from store import events as event_log
 from store.keyrings.start import StartKeyring
-from store.models import IdempotencyClaim, PolicyDecisionRow
+from store.models import BudgetHold, IdempotencyClaim, PolicyDecisionRow
 
 KEYS = StartKeyring({"k": b"0" * 32}, "k")
 ECHO = CapabilityCatalog().get("demo.echo")
@@ -229,3 +230,40 @@ def test_a_check_s_events_announce_nothing(decision: Decision, resumed: bool) ->
     )
     drafts = intake_events(inp, resumed) + policy_events(inp, "d", outcome)
     assert not {d.event_type for d in drafts} & event_log._ANNOUNCED
+
+
+async def test_a_fresh_check_holding_a_budget_is_two_round_trips(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The budget's lock (with its limit and period) goes in the opening round trip, its
+    guard and hold with the decision, events and COMMIT; a retried check gets the first
+    decision with its hold kept once. A budget used up fails the guard, and the check runs
+    again counting it first: its denial is four round trips, with its figures."""
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        await budgets.set_budget(s, tenant_id, ECHO.id, 1, "day")
+    receipt_id = str(uuid7())
+    inp = _input(tenant_id, "bt1", receipt_id)
+    trips = Trips(app_sessions, monkeypatch)
+    first = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2
+    assert (first.decision, first.budget_held) == (Decision.ALLOW, True)
+    async with sessions() as s:
+        holds = await s.execute(select(BudgetHold).where(BudgetHold.tenant_id == tenant_id))
+        assert [h.receipt_id for h in holds.scalars()] == [receipt_id]
+        assert await event_log.verify(s, tenant_id) == []
+    again = await _check(app_sessions, inp)
+    assert again.resumed and again.model_copy(update={"resumed": False}) == first
+    trips.count.clear()
+    second_id = str(uuid7())
+    second = await _check(app_sessions, _input(tenant_id, "bt2", second_id))
+    assert trips.count["trips"] == 4
+    assert (second.decision, second.rule_hit) == (Decision.DENY, RuleHit.BUDGET_EXCEEDED)
+    assert second.reason == "budget 1 per day used up: 0 used, 1 in flight"
+    assert not second.budget_held and await _decisions(sessions, second_id) == 1
+    async with sessions() as s:
+        state = await budgets.budget_state(s, tenant_id, ECHO.id, datetime.now(UTC))
+    assert state is not None and (state.used, state.held) == (0, 1)
