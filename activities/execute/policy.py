@@ -494,6 +494,13 @@ async def _evaluate(
             exclude_receipt=inp.ref.receipt_id,
         )
     )
+    strict = mode == PolicyMode.STRICT and _requires_approval(document, inp)
+    if strict and budget is not None and not budget.counted:
+        # The approval's checks take round trips of their own: the budget is counted now,
+        # not guarded (its row is locked).
+        ref = inp.ref
+        state = budgets.locked_state(ref.tenant_id, inp.capability.id, now, ref.receipt_id)
+        budget = budgets.state_of((await db.pipelined(session, [state]))[0])
     if budget is not None and budget.exhausted:
         reason = (
             f"budget {budget.limit} per {budget.period} used up: {budget.used} used, "
@@ -502,7 +509,7 @@ async def _evaluate(
         if mode == PolicyMode.AUDIT:
             return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
         return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
-    if mode == PolicyMode.STRICT and _requires_approval(document, inp):
+    if strict:
         return await _approval_verdict(session, inp, document, now, limits, denial, budget)
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget

@@ -25,6 +25,7 @@ from schemas.errors import ErrorCode
 from schemas.events import EventType
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
+from schemas.quotas import DEFAULT_QUOTAS, Quota
 from schemas.records import Decision, PolicyMode, RuleHit
 from schemas.run import PolicyInput, PolicyOutcome
 from schemas.start import StartClaims
@@ -267,3 +268,39 @@ async def test_a_fresh_check_holding_a_budget_is_two_round_trips(
     async with sessions() as s:
         state = await budgets.budget_state(s, tenant_id, ECHO.id, datetime.now(UTC))
     assert state is not None and (state.used, state.held) == (0, 1)
+
+
+@pytest.mark.parametrize("mode", ["audit", "strict"])
+async def test_a_used_up_budget_decides_first_whatever_the_check_went_on_to_decide(
+    mode: str,
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget used up decides before what the check goes on to: under audit it is what
+    would deny (the unit held all the same), decided on the rerun after the guard failed;
+    under strict it denies before a quota of approvals full would, the budget counted
+    before the approval's checks. One decision recorded."""
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        await budgets.set_budget(s, tenant_id, ECHO.id, 0, "month")
+        await tenancy.set_tenant(s, tenant_id)
+        rule = {"capability": "demo.*", "requires_approval": True}
+        await policy_versions.add(s, tenant_id, mode, {"mode": mode, "rules": [rule]}, "t")
+    receipt_id = str(uuid7())
+    trips = Trips(app_sessions, monkeypatch)
+    step = PolicyStep(app_sessions, KEYS, {**DEFAULT_QUOTAS, Quota.PENDING_APPROVALS: 0})
+    outcome = await ActivityEnvironment().run(
+        step.check_policy, _input(tenant_id, f"used-up-{mode}", receipt_id)
+    )
+    # Audit: the guard fails and the check runs again; strict: the budget counted first.
+    assert trips.count["trips"] == (4 if mode == "audit" else 3)
+    denied = Decision.WOULD_DENY if mode == "audit" else Decision.DENY
+    assert (outcome.decision, outcome.rule_hit) == (denied, RuleHit.BUDGET_EXCEEDED)
+    assert outcome.budget_held == (mode == "audit")
+    assert await _decisions(sessions, receipt_id) == 1
+    async with sessions() as s:
+        state = await budgets.budget_state(s, tenant_id, ECHO.id, datetime.now(UTC))
+        assert await event_log.verify(s, tenant_id) == []
+    assert state is not None and state.held == (1 if mode == "audit" else 0)
