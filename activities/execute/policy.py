@@ -424,9 +424,10 @@ async def _record_decision(
     rule: RuleHit,
     reason: str,
 ) -> PolicyDecisionRow:
-    """The execution's one decision (a fixed id: a retried check gets the first one back)."""
+    """The execution's one decision (a fixed id: a retried check gets the first one back),
+    the transaction's last statement: sent with its COMMIT."""
     values = _decision_values(inp, document, receipt_id, decision, rule, reason)
-    return await policy.insert_policy_decision(session, **values)
+    return await policy.insert_policy_decision_committing(session, values)
 
 
 def _decision_values(

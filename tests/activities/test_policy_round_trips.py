@@ -26,10 +26,10 @@ from schemas.events import EventType
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
 from schemas.quotas import DEFAULT_QUOTAS, Quota
-from schemas.records import Decision, PolicyMode, RuleHit
+from schemas.records import Decision, ExecutionStatus, PolicyMode, Receipt, RuleHit
 from schemas.run import PolicyInput, PolicyOutcome
 from schemas.start import StartClaims
-from store import budgets, db, policy_versions, tenancy, tenants
+from store import budgets, db, policy, policy_versions, receipts, tenancy, tenants
 from store import events as event_log
 from store.keyrings.start import StartKeyring
 from store.models import BudgetHold, IdempotencyClaim, PolicyDecisionRow
@@ -304,3 +304,59 @@ async def test_a_used_up_budget_decides_first_whatever_the_check_went_on_to_deci
         state = await budgets.budget_state(s, tenant_id, ECHO.id, datetime.now(UTC))
         assert await event_log.verify(s, tenant_id) == []
     assert state is not None and state.held == (1 if mode == "audit" else 0)
+
+
+async def test_an_idempotent_hit_is_two_round_trips_and_a_retry_gets_the_first_decision(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose key holds a recorded receipt: its opening, then its decision sent with
+    the COMMIT; a retried check gets the decision recorded first."""
+    assert ECHO is not None
+    first_id = str(uuid7())
+    first = await _check(app_sessions, _input(tenant_id, "hit", first_id))
+    receipt = Receipt(
+        id=first_id, capability_id=ECHO.id, capability_version="1", adapter_id="a",
+        tenant_id=tenant_id, connection_id="", request_id="q", timestamp=datetime.now(UTC),
+        latency_ms=1, idempotency_key="hit", input_hash="h", status=ExecutionStatus.SUCCESS,
+        policy_decision_id=first.policy_decision_id, workflow_id=f"wf-{first_id}", run_id="r",
+        trace_id="t",
+    )  # fmt: skip
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        assert await receipts.insert_receipt(session, receipt)
+    hit_id = str(uuid7())
+    inp = _input(tenant_id, "hit", hit_id)
+    trips = Trips(app_sessions, monkeypatch)
+    hit = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2
+    assert (hit.decision, hit.rule_hit) == (Decision.ALLOW, RuleHit.IDEMPOTENT_HIT)
+    assert hit.existing_receipt is not None and hit.existing_receipt.id == first_id
+    assert hit.policy_decision_id == decision_id_for(hit_id)
+    trips.count.clear()
+    again = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2 and again == hit
+    assert await _decisions(sessions, first_id) == 2  # its own, and the hit's
+
+
+async def test_a_decision_a_concurrent_check_recorded_is_read_once_committed(
+    tenant_id: str,
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision's statement returns none when a concurrent check recorded it after the
+    statement's snapshot: the one recorded is read after the COMMIT."""
+    values: dict[str, Any] = dict(
+        id=str(uuid7()), tenant_id=tenant_id, receipt_id="r", capability_id="c",
+        idempotency_key="k", mode="standard", decision="allow", rule_hit="ALLOWED",
+        reason="", is_synthetic=False, policy_version=0,
+    )  # fmt: skip
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        await policy.insert_policy_decision(session, **values)
+    missed = "SELECT * FROM policy_decisions WHERE id = %(id)s AND false"
+    monkeypatch.setattr(policy, "_INSERT_OR_FIRST", missed)
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        hit = {**values, "rule_hit": "IDEMPOTENT_HIT"}
+        row = await policy.insert_policy_decision_committing(session, hit)
+    assert (row.id, row.rule_hit) == (values["id"], "ALLOWED")
