@@ -480,28 +480,8 @@ async def _evaluate(
     early = await _before_budget(session, inp, mode, tenant)
     if early is not None:
         return early
-    # Synthetic probes never touch budgets; ``opened``: read by the check's opening.
-    budget = (
-        None
-        if inp.ref.is_synthetic
-        else opened.state
-        if opened is not None
-        else await budgets.budget_state(
-            session,
-            inp.ref.tenant_id,
-            inp.capability.id,
-            now,
-            lock=not inp.dry_run,
-            exclude_receipt=inp.ref.receipt_id,
-        )
-    )
     strict = mode == PolicyMode.STRICT and _requires_approval(document, inp)
-    if strict and budget is not None and not budget.counted:
-        # The approval's checks take round trips of their own: the budget is counted now,
-        # not guarded (its row is locked).
-        ref = inp.ref
-        state = budgets.locked_state(ref.tenant_id, inp.capability.id, now, ref.receipt_id)
-        budget = budgets.state_of((await db.pipelined(session, [state]))[0])
+    budget = await _budget(session, inp, now, opened, counting=strict)
     if budget is not None and budget.exhausted:
         reason = (
             f"budget {budget.limit} per {budget.period} used up: {budget.used} used, "
@@ -517,6 +497,35 @@ async def _evaluate(
     if inp.ref.is_synthetic:
         return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
     return Decision.ALLOW, RuleHit.ALLOWED, "", budget
+
+
+async def _budget(
+    session: AsyncSession,
+    inp: PolicyInput,
+    now: datetime,
+    opened: Budgeted | None,
+    *,
+    counting: bool,
+) -> budgets.BudgetState | None:
+    """The budget a decision is taken against: none for a synthetic probe, else the one
+    ``opened`` by the check's opening (counted now when ``counting``: a check whose
+    approval's checks take round trips of their own is not guarded), else read here."""
+    ref = inp.ref
+    if ref.is_synthetic:
+        return None
+    if opened is None:
+        return await budgets.budget_state(
+            session,
+            ref.tenant_id,
+            inp.capability.id,
+            now,
+            lock=not inp.dry_run,
+            exclude_receipt=ref.receipt_id,
+        )
+    if opened.state is None or opened.state.counted or not counting:
+        return opened.state
+    state = budgets.locked_state(ref.tenant_id, inp.capability.id, now, ref.receipt_id)
+    return budgets.state_of((await db.pipelined(session, [state]))[0])
 
 
 async def _before_budget(
