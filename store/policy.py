@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store import event_writes
+from store import db, event_writes, tenancy
 from store.db import table_of
 from store.models import PolicyDecisionRow
 
@@ -87,11 +89,40 @@ INSERT_NEW_DECISION = (
     " LEFT JOIN d ON true"
 )
 
+# ``insert_policy_decision`` in one statement: the decision inserted, else the one recorded
+# first (none when a concurrent check recorded it after the statement's snapshot).
+_INSERT_OR_FIRST = (
+    "WITH d AS (INSERT INTO policy_decisions ("
+    + ", ".join(_VALUES)
+    + ") VALUES ("
+    + ", ".join(f"%({c})s" for c in _VALUES)
+    + ") ON CONFLICT (id) DO NOTHING RETURNING *)"
+    " SELECT * FROM d UNION ALL SELECT * FROM policy_decisions"
+    " WHERE id = %(id)s AND NOT EXISTS (SELECT FROM d)"
+)
+
+
+async def insert_policy_decision_committing(
+    session: AsyncSession, values: dict[str, Any]
+) -> PolicyDecisionRow:
+    """``insert_policy_decision`` (``values``: its parameters) as the transaction's last
+    statement, sent with its COMMIT in one round trip. The decision a concurrent check
+    recorded first, after the statement's snapshot, is read once committed, in a
+    transaction of its own (its tenant named first)."""
+    sent = [(_INSERT_OR_FIRST, values)]
+    columns, rows = (await db.pipelined_rows(session, sent, commit=True))[0]
+    if rows:
+        return PolicyDecisionRow(**dict(zip(columns, rows[0], strict=True)))
+    await tenancy.set_tenant(session, values["tenant_id"])
+    row = await session.get(PolicyDecisionRow, values["id"])
+    assert row is not None
+    return row
+
 
 # The lock ``budgets.budget_state`` takes on a capability's budget, as driver SQL
-# (``store.db.pipelined``) for the policy check's first round trip: a row when the
-# capability has a budget.
+# (``store.db.pipelined``) for the policy check's first round trip: a row, its limit and
+# period, when the capability has a budget.
 BUDGET_LOCK = (
-    "SELECT true FROM budgets WHERE tenant_id = %(tenant_id)s"
+    'SELECT "limit", period FROM budgets WHERE tenant_id = %(tenant_id)s'
     " AND capability_id = %(capability_id)s FOR UPDATE"
 )

@@ -10,6 +10,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -52,6 +53,13 @@ TENANT_ID_MAX = 64  # the tenants.id column
 Verdict = tuple[Decision, RuleHit, str, budgets.BudgetState | None]
 
 
+class Budgeted(NamedTuple):
+    """The budget of the checked capability as the check's opening read it, its row locked
+    (``state`` None: the capability has none)."""
+
+    state: budgets.BudgetState | None
+
+
 def decision_id_for(receipt_id: str) -> str:
     """The policy decision of an execution has a fixed id, so a retried check reuses it."""
     return str(uuid.uuid5(_DECISION_NAMESPACE, receipt_id))
@@ -86,6 +94,16 @@ class PolicyStep:
             )
         now = datetime.now(UTC)
         try:
+            return await self._committing(inp, now, counted=False)
+        except budgets.UsedUp:
+            # The budget decided against was used up: nothing was committed, and the check
+            # runs again reading its uses and holds first.
+            return await self._committing(inp, now, counted=True)
+
+    async def _committing(self, inp: PolicyInput, now: datetime, counted: bool) -> PolicyOutcome:
+        try:
+            if counted:
+                return await self._run(inp, now, committing=True, counted=True)
             return await self._check(inp, now, committing=True)
         except event_log.PartialAppend:
             # A write of the check's last round trip was made already (its decision, or some
@@ -95,9 +113,16 @@ class PolicyStep:
 
     async def _check(self, inp: PolicyInput, now: datetime, *, committing: bool) -> PolicyOutcome:
         """The check in one transaction; ``committing``: a fresh run's last statements go
-        with the transaction's COMMIT (``events.committed``)."""
+        with the transaction's COMMIT (``events.committed``), its budget's uses and holds
+        not read but guarded (``budgets.guard``)."""
+        return await self._run(inp, now, committing=committing, counted=not committing)
+
+    async def _run(
+        self, inp: PolicyInput, now: datetime, *, committing: bool, counted: bool
+    ) -> PolicyOutcome:
+        """``_check``, ``counted``: the budget's uses and holds read in its opening."""
         async with self._sessions.begin() as session:
-            tenant, document, held, budgeted = await _opening(session, inp, now)
+            tenant, document, held, budget = await _opening(session, inp, now, counted)
             if held is None:  # a dry run claims nothing
                 return await self._decide(session, inp, document, tenant, now, events=False)
             claim, existing = held
@@ -118,7 +143,7 @@ class PolicyStep:
                     events=True,
                     resumed=resumed,
                     committing=committing and not resumed,
-                    budgeted=budgeted,
+                    budget=budget,
                 )
             row = await _record_decision(
                 session,
@@ -193,16 +218,19 @@ class PolicyStep:
         events: bool,
         resumed: bool = False,
         committing: bool = False,
-        budgeted: bool | None = None,
+        budget: Budgeted | None = None,
     ) -> PolicyOutcome:
+        # A fresh run: its decision, budget hold, events and COMMIT in one round trip, the
+        # decision as inserted (one recorded already fails it: the check runs again), and
+        # one taken against an uncounted budget guarded (a budget used up fails it).
+        together = committing and events
+        if budget is not None and budget.state is not None and not together:
+            budget = budget if budget.state.counted else None  # ``_evaluate`` counts it
         denial: dict[str, Any] = {}
-        decision, rule, reason, budget = await _evaluate(
-            session, inp, document, tenant, now, self._quota_limits, denial, budgeted
+        decision, rule, reason, state = await _evaluate(
+            session, inp, document, tenant, now, self._quota_limits, denial, budget
         )
         values = _decision_values(inp, document, inp.ref.receipt_id, decision, rule, reason)
-        # A fresh run holding no budget: its decision, events and COMMIT in one round trip,
-        # the decision as inserted (one recorded already fails it: the check runs again).
-        together = committing and events and budget is None
         row = (
             PolicyDecisionRow(**values)
             if together
@@ -213,20 +241,21 @@ class PolicyStep:
         matched = document.rule_for(inp.capability.id)
         waits = row.rule_hit == RuleHit.APPROVAL_REQUIRED.value
         ttl = matched.approval_ttl_seconds if matched else DEFAULT_APPROVAL_TTL_SECONDS
-        held = False
-        if budget is not None and not inp.dry_run and row.decision != Decision.DENY.value:
+        holding: list[tuple[str, dict[str, Any]]] = []
+        if together and state is not None and not state.counted:
+            ref = inp.ref
+            holding.append(budgets.guard(ref.tenant_id, inp.capability.id, now, ref.receipt_id))
+        held = state is not None and not inp.dry_run and row.decision != Decision.DENY.value
+        if state is not None and held:
             # The execution holds its unit until it records: concurrent checks count it,
             # through a wait for its approval too.
             run = longest_run_seconds(inp.capability) + (ttl if waits else 0)
-            await budgets.hold_budget(
-                session,
-                inp.ref.tenant_id,
-                inp.capability.id,
-                inp.ref.receipt_id,
-                budget,
-                now + timedelta(seconds=run),
-            )
-            held = True
+            hold = (inp.ref.tenant_id, inp.capability.id, inp.ref.receipt_id, state)
+            until = now + timedelta(seconds=run)
+            if together:  # sent with the decision
+                holding += budgets.hold_statements(*hold, until)
+            else:
+                await budgets.hold_budget(session, *hold, until)
         outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
         outcome = outcome.model_copy(update={"resumed": resumed})
         if events:
@@ -234,7 +263,7 @@ class PolicyStep:
             drafts = chained(
                 chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
             )
-            await _append(session, drafts, values if together else None, committing)
+            await _append(session, drafts, values if together else None, holding, committing)
         return outcome
 
 
@@ -242,15 +271,23 @@ async def _append(
     session: AsyncSession,
     drafts: list[EventDraft],
     decision: dict[str, Any] | None,
+    holding: list[tuple[str, dict[str, Any]]],
     committing: bool,
 ) -> None:
     """The check's events as its last statement: after the insert of ``decision`` (its
-    ``policy.insert_policy_decision`` values) and with the COMMIT, when given; else with
-    the COMMIT when ``committing``; else as ordinary statements."""
+    ``policy.insert_policy_decision`` values) and ``holding`` (its budget's hold), and with
+    the COMMIT, when given; else with the COMMIT when ``committing``; else as ordinary
+    statements."""
     if decision is not None:
         assert event_log.committable(drafts), "a check's events announce nothing"
         insert = (policy.INSERT_NEW_DECISION, decision)
-        await event_log.committed(session, [insert, event_writes.committing(drafts, False)])
+        last = event_writes.committing(drafts, False)
+        try:
+            await event_log.committed(session, [insert, *holding, last])
+        except DBAPIError as err:
+            if getattr(err.orig, "sqlstate", None) == budgets.USED_UP:
+                raise budgets.UsedUp(str(err.orig)) from err
+            raise
     elif committing:
         await event_log.append_committing(session, drafts)
     else:
@@ -302,15 +339,18 @@ class _Opened(NamedTuple):
     tenant: Tenant | None
     document: PolicyVersion
     held: tuple[idempotency.Claim, Receipt | None] | None  # None: a dry run claims nothing
-    budgeted: bool | None  # whether the capability has a budget (None: not read)
+    budget: Budgeted | None  # the capability's budget, locked (None: not read)
 
 
-async def _opening(session: AsyncSession, inp: PolicyInput, now: datetime) -> _Opened:
+async def _opening(
+    session: AsyncSession, inp: PolicyInput, now: datetime, counted: bool
+) -> _Opened:
     """The transaction's first round trip: its BEGIN and tenant, the tenant and its policy
     document and, unless a dry run, the key's claim with the receipt of the execution
     holding it (read again on its own when the claim's statement could not read it), then
-    the lock of the capability's budget, if it has one (none for a synthetic run), which
-    ``_evaluate`` reads later: taken after the claim, as a check always takes them."""
+    the lock of the capability's budget, if it has one (none for a synthetic run), with its
+    limit and period and, when ``counted``, its uses and holds, read once the lock is
+    granted: taken after the claim, as a check always takes them."""
     ref = inp.ref
     statements = [
         (tenancy.SET_TENANT, {"tenant": ref.tenant_id}),
@@ -328,8 +368,11 @@ async def _opening(session: AsyncSession, inp: PolicyInput, now: datetime) -> _O
         )
         statements.append((idempotency.CLAIM_WITH_RECEIPT, claim))
         if not ref.is_synthetic:
-            budget = {"tenant_id": ref.tenant_id, "capability_id": inp.capability.id}
-            statements.append((policy.BUDGET_LOCK, budget))
+            locked = {"tenant_id": ref.tenant_id, "capability_id": inp.capability.id}
+            statements.append((policy.BUDGET_LOCK, locked))
+            if counted:
+                state = budgets.locked_state(ref.tenant_id, inp.capability.id, now, ref.receipt_id)
+                statements.append(state)
     rows = await db.pipelined(session, statements)
     tenant, document = policy_versions.tenant_and_current_of(rows[1])
     if inp.dry_run:
@@ -338,8 +381,13 @@ async def _opening(session: AsyncSession, inp: PolicyInput, now: datetime) -> _O
     if held is None:
         holder = await idempotency.holder(session, ref.tenant_id, ref.idempotency_key)
         held = holder, await receipts.get_receipt(session, ref.tenant_id, holder.receipt_id)
-    budgeted = None if ref.is_synthetic else rows[3] is not None
-    return _Opened(tenant, document, held, budgeted)
+    if ref.is_synthetic:
+        return _Opened(tenant, document, held, None)
+    lock = rows[3]
+    if counted:
+        return _Opened(tenant, document, held, Budgeted(budgets.state_of(rows[4])))
+    found = None if lock is None else budgets.uncounted(int(lock[0]), str(lock[1]), now)
+    return _Opened(tenant, document, held, Budgeted(found))
 
 
 def _outcome(
@@ -376,9 +424,10 @@ async def _record_decision(
     rule: RuleHit,
     reason: str,
 ) -> PolicyDecisionRow:
-    """The execution's one decision (a fixed id: a retried check gets the first one back)."""
+    """The execution's one decision (a fixed id: a retried check gets the first one back),
+    the transaction's last statement: sent with its COMMIT."""
     values = _decision_values(inp, document, receipt_id, decision, rule, reason)
-    return await policy.insert_policy_decision(session, **values)
+    return await policy.insert_policy_decision_committing(session, values)
 
 
 def _decision_values(
@@ -413,7 +462,7 @@ async def _evaluate(
     now: datetime,
     limits: QuotaLimits,
     denial: dict[str, Any],
-    budgeted: bool | None = None,
+    opened: Budgeted | None = None,
 ) -> Verdict:
     """The decision, and the budget it was taken against (None when none applies); what a
     denial's envelope says beside its code goes into ``denial``.
@@ -431,19 +480,8 @@ async def _evaluate(
     early = await _before_budget(session, inp, mode, tenant)
     if early is not None:
         return early
-    # Synthetic probes never touch budgets; ``budgeted`` False: the capability has none.
-    budget = (
-        None
-        if inp.ref.is_synthetic or budgeted is False
-        else await budgets.budget_state(
-            session,
-            inp.ref.tenant_id,
-            inp.capability.id,
-            now,
-            lock=not inp.dry_run,
-            exclude_receipt=inp.ref.receipt_id,
-        )
-    )
+    strict = mode == PolicyMode.STRICT and _requires_approval(document, inp)
+    budget = await _budget(session, inp, now, opened, counting=strict)
     if budget is not None and budget.exhausted:
         reason = (
             f"budget {budget.limit} per {budget.period} used up: {budget.used} used, "
@@ -452,13 +490,42 @@ async def _evaluate(
         if mode == PolicyMode.AUDIT:
             return Decision.WOULD_DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
         return Decision.DENY, RuleHit.BUDGET_EXCEEDED, reason, budget
-    if mode == PolicyMode.STRICT and _requires_approval(document, inp):
+    if strict:
         return await _approval_verdict(session, inp, document, now, limits, denial, budget)
     if mode == PolicyMode.BYPASS:
         return Decision.ALLOW, RuleHit.ALLOWED, "bypass not allowed for tenant: standard", budget
     if inp.ref.is_synthetic:
         return Decision.ALLOW, RuleHit.ALLOWED, "synthetic probe: budgets not applied", None
     return Decision.ALLOW, RuleHit.ALLOWED, "", budget
+
+
+async def _budget(
+    session: AsyncSession,
+    inp: PolicyInput,
+    now: datetime,
+    opened: Budgeted | None,
+    *,
+    counting: bool,
+) -> budgets.BudgetState | None:
+    """The budget a decision is taken against: none for a synthetic probe, else the one
+    ``opened`` by the check's opening (counted now when ``counting``: a check whose
+    approval's checks take round trips of their own is not guarded), else read here."""
+    ref = inp.ref
+    if ref.is_synthetic:
+        return None
+    if opened is None:
+        return await budgets.budget_state(
+            session,
+            ref.tenant_id,
+            inp.capability.id,
+            now,
+            lock=not inp.dry_run,
+            exclude_receipt=ref.receipt_id,
+        )
+    if opened.state is None or opened.state.counted or not counting:
+        return opened.state
+    state = budgets.locked_state(ref.tenant_id, inp.capability.id, now, ref.receipt_id)
+    return budgets.state_of((await db.pipelined(session, [state]))[0])
 
 
 async def _before_budget(

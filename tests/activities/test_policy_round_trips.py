@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -24,13 +25,14 @@ from schemas.errors import ErrorCode
 from schemas.events import EventType
 from schemas.identity import ExecutionRef
 from schemas.ids import uuid7
-from schemas.records import Decision, PolicyMode, RuleHit
+from schemas.quotas import DEFAULT_QUOTAS, Quota
+from schemas.records import Decision, ExecutionStatus, PolicyMode, Receipt, RuleHit
 from schemas.run import PolicyInput, PolicyOutcome
 from schemas.start import StartClaims
-from store import budgets, db, policy_versions, tenancy, tenants
+from store import budgets, db, policy, policy_versions, receipts, tenancy, tenants
 from store import events as event_log
 from store.keyrings.start import StartKeyring
-from store.models import IdempotencyClaim, PolicyDecisionRow
+from store.models import BudgetHold, IdempotencyClaim, PolicyDecisionRow
 
 KEYS = StartKeyring({"k": b"0" * 32}, "k")
 ECHO = CapabilityCatalog().get("demo.echo")
@@ -229,3 +231,132 @@ def test_a_check_s_events_announce_nothing(decision: Decision, resumed: bool) ->
     )
     drafts = intake_events(inp, resumed) + policy_events(inp, "d", outcome)
     assert not {d.event_type for d in drafts} & event_log._ANNOUNCED
+
+
+async def test_a_fresh_check_holding_a_budget_is_two_round_trips(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The budget's lock (with its limit and period) goes in the opening round trip, its
+    guard and hold with the decision, events and COMMIT; a retried check gets the first
+    decision with its hold kept once. A budget used up fails the guard, and the check runs
+    again counting it first: its denial is four round trips, with its figures."""
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        await budgets.set_budget(s, tenant_id, ECHO.id, 1, "day")
+    receipt_id = str(uuid7())
+    inp = _input(tenant_id, "bt1", receipt_id)
+    trips = Trips(app_sessions, monkeypatch)
+    first = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2
+    assert (first.decision, first.budget_held) == (Decision.ALLOW, True)
+    async with sessions() as s:
+        holds = await s.execute(select(BudgetHold).where(BudgetHold.tenant_id == tenant_id))
+        assert [h.receipt_id for h in holds.scalars()] == [receipt_id]
+        assert await event_log.verify(s, tenant_id) == []
+    again = await _check(app_sessions, inp)
+    assert again.resumed and again.model_copy(update={"resumed": False}) == first
+    trips.count.clear()
+    second_id = str(uuid7())
+    second = await _check(app_sessions, _input(tenant_id, "bt2", second_id))
+    assert trips.count["trips"] == 4
+    assert (second.decision, second.rule_hit) == (Decision.DENY, RuleHit.BUDGET_EXCEEDED)
+    assert second.reason == "budget 1 per day used up: 0 used, 1 in flight"
+    assert not second.budget_held and await _decisions(sessions, second_id) == 1
+    async with sessions() as s:
+        state = await budgets.budget_state(s, tenant_id, ECHO.id, datetime.now(UTC))
+    assert state is not None and (state.used, state.held) == (0, 1)
+
+
+@pytest.mark.parametrize("mode", ["audit", "strict"])
+async def test_a_used_up_budget_decides_first_whatever_the_check_went_on_to_decide(
+    mode: str,
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget used up decides before what the check goes on to: under audit it is what
+    would deny (the unit held all the same), decided on the rerun after the guard failed;
+    under strict it denies before a quota of approvals full would, the budget counted
+    before the approval's checks. One decision recorded."""
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        await budgets.set_budget(s, tenant_id, ECHO.id, 0, "month")
+        await tenancy.set_tenant(s, tenant_id)
+        rule = {"capability": "demo.*", "requires_approval": True}
+        await policy_versions.add(s, tenant_id, mode, {"mode": mode, "rules": [rule]}, "t")
+    receipt_id = str(uuid7())
+    trips = Trips(app_sessions, monkeypatch)
+    step = PolicyStep(app_sessions, KEYS, {**DEFAULT_QUOTAS, Quota.PENDING_APPROVALS: 0})
+    outcome = await ActivityEnvironment().run(
+        step.check_policy, _input(tenant_id, f"used-up-{mode}", receipt_id)
+    )
+    # Audit: the guard fails and the check runs again; strict: the budget counted first.
+    assert trips.count["trips"] == (4 if mode == "audit" else 3)
+    denied = Decision.WOULD_DENY if mode == "audit" else Decision.DENY
+    assert (outcome.decision, outcome.rule_hit) == (denied, RuleHit.BUDGET_EXCEEDED)
+    assert outcome.budget_held == (mode == "audit")
+    assert await _decisions(sessions, receipt_id) == 1
+    async with sessions() as s:
+        state = await budgets.budget_state(s, tenant_id, ECHO.id, datetime.now(UTC))
+        assert await event_log.verify(s, tenant_id) == []
+    assert state is not None and state.held == (1 if mode == "audit" else 0)
+
+
+async def test_an_idempotent_hit_is_two_round_trips_and_a_retry_gets_the_first_decision(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose key holds a recorded receipt: its opening, then its decision sent with
+    the COMMIT; a retried check gets the decision recorded first."""
+    assert ECHO is not None
+    first_id = str(uuid7())
+    first = await _check(app_sessions, _input(tenant_id, "hit", first_id))
+    receipt = Receipt(
+        id=first_id, capability_id=ECHO.id, capability_version="1", adapter_id="a",
+        tenant_id=tenant_id, connection_id="", request_id="q", timestamp=datetime.now(UTC),
+        latency_ms=1, idempotency_key="hit", input_hash="h", status=ExecutionStatus.SUCCESS,
+        policy_decision_id=first.policy_decision_id, workflow_id=f"wf-{first_id}", run_id="r",
+        trace_id="t",
+    )  # fmt: skip
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        assert await receipts.insert_receipt(session, receipt)
+    hit_id = str(uuid7())
+    inp = _input(tenant_id, "hit", hit_id)
+    trips = Trips(app_sessions, monkeypatch)
+    hit = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2
+    assert (hit.decision, hit.rule_hit) == (Decision.ALLOW, RuleHit.IDEMPOTENT_HIT)
+    assert hit.existing_receipt is not None and hit.existing_receipt.id == first_id
+    assert hit.policy_decision_id == decision_id_for(hit_id)
+    trips.count.clear()
+    again = await _check(app_sessions, inp)
+    assert trips.count["trips"] == 2 and again == hit
+    assert await _decisions(sessions, first_id) == 2  # its own, and the hit's
+
+
+async def test_a_decision_a_concurrent_check_recorded_is_read_once_committed(
+    tenant_id: str,
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision's statement returns none when a concurrent check recorded it after the
+    statement's snapshot: the one recorded is read after the COMMIT."""
+    values: dict[str, Any] = dict(
+        id=str(uuid7()), tenant_id=tenant_id, receipt_id="r", capability_id="c",
+        idempotency_key="k", mode="standard", decision="allow", rule_hit="ALLOWED",
+        reason="", is_synthetic=False, policy_version=0,
+    )  # fmt: skip
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        await policy.insert_policy_decision(session, **values)
+    missed = "SELECT * FROM policy_decisions WHERE id = %(id)s AND false"
+    monkeypatch.setattr(policy, "_INSERT_OR_FIRST", missed)
+    async with tenancy.tenant_transaction(app_sessions, tenant_id) as session:
+        hit = {**values, "rule_hit": "IDEMPOTENT_HIT"}
+        row = await policy.insert_policy_decision_committing(session, hit)
+    assert (row.id, row.rule_hit) == (values["id"], "ALLOWED")
