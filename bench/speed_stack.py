@@ -183,7 +183,11 @@ async def _start(st: AsyncExitStack, root: Path, logs: Path, pg: EmbeddedPostgre
     moat_client = Client(
         env.client.service_client, namespace=NAMESPACE, data_converter=data_converter(settings)
     )
-    limits = httpx.Limits(max_connections=1100, max_keepalive_connections=1100)
+    # Idle connections are dropped well before the gateway's keep-alive timeout (uvicorn's
+    # 5 s): reusing one the server closes at that moment fails the request (a ReadError).
+    limits = httpx.Limits(
+        max_connections=1100, max_keepalive_connections=1100, keepalive_expiry=2.0
+    )
     http = await st.enter_async_context(httpx.AsyncClient(timeout=120, limits=limits))
     return SpeedStack(
         gateway_url=gateway_url,
