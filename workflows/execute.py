@@ -99,6 +99,12 @@ QUIET_SUCCESS_PATCH = "quiet-success"
 # The receipt, the manifest and a successful adapter attempt's completion recorded in one
 # transaction (``RECORD_RUN``); histories recorded with a step for each replay.
 RECORD_RUN_PATCH = "record-run"
+# Every patch above at once, behind one marker in the run's first workflow task: a run that
+# has it takes each patched path without a marker of its own (each costs a history event
+# and a search-attribute upsert, about 2 ms of a workflow task). Histories recorded before
+# it take each patch's own marker, where it was recorded. A patch added after it calls
+# ``workflow.patched`` itself (``_patched`` stands only for the ones above).
+PATCHES_PATCH = "patches-2026-11"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -117,10 +123,12 @@ class ExecuteCapability:
         self._status_set = False  # MoatStatus set by this run (awaiting approval)
         # A successful attempt whose completion the record step writes (``RECORD_RUN``).
         self._completed: AdapterOutput | None = None
+        self._patches = False  # PATCHES_PATCH: the run has every patch
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
         self._req = req
+        self._patches = workflow.patched(PATCHES_PATCH)
         self._show(req, "checking policy")
         policy: PolicyOutcome = await self._bookkeeping(
             CHECK_POLICY, _policy_input(req), PolicyOutcome, req.local_activities
@@ -186,7 +194,7 @@ class ExecuteCapability:
             dead_lettered=record.retry_exhausted,
             approval=approval,
         )
-        if workflow.patched(RECORD_RUN_PATCH):
+        if self._patched(RECORD_RUN_PATCH):
             recorded: RecordedRun = await self._bookkeeping(
                 RECORD_RUN,
                 RecordRunInput(
@@ -218,7 +226,7 @@ class ExecuteCapability:
     async def _await_approval(self, req: ExecuteWorkflowInput, policy: PolicyOutcome) -> Approval:
         """Ask for a person's approval and wait for it, durably, until it expires. A run
         reset after the decision finds it recorded and does not ask again."""
-        workflow.patched(APPROVAL_PATCH)
+        self._patched(APPROVAL_PATCH)
         requested: Approval = await self._bookkeeping(
             REQUEST_APPROVAL,
             ApprovalRequestInput(
@@ -330,7 +338,7 @@ class ExecuteCapability:
             status="failure",
             idempotency_token=key,
         )
-        defer = workflow.patched(RECORD_RUN_PATCH)
+        defer = self._patched(RECORD_RUN_PATCH)
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
@@ -351,6 +359,11 @@ class ExecuteCapability:
             self._completed = out
         return _succeeded(record, tool, out)
 
+    def _patched(self, patch_id: str) -> bool:
+        """``workflow.patched(patch_id)`` for a patch older than ``PATCHES_PATCH``: true with
+        no marker of its own in a run that has that one."""
+        return self._patches or workflow.patched(patch_id)
+
     async def _bookkeeping(self, name: str, arg: Any, result_type: type[Any], local: bool) -> Any:
         options: dict[str, Any] = {
             "result_type": result_type,
@@ -369,7 +382,7 @@ class ExecuteCapability:
         """``MoatStatus``: the receipt's status, for a run that did not succeed or that
         showed another status before; a success alone is its ``Completed`` close."""
         quiet = receipt.status == ExecutionStatus.SUCCESS and not self._status_set
-        if not (quiet and workflow.patched(QUIET_SUCCESS_PATCH)):
+        if not (quiet and self._patched(QUIET_SUCCESS_PATCH)):
             workflow.upsert_search_attributes([STATUS_ATTR.value_set(receipt.status.value)])
         if self._req is not None:
             code = f" · {receipt.error_code}" if receipt.error_code else ""
@@ -381,7 +394,7 @@ class ExecuteCapability:
         ``ApplicationError`` of the receipt's error code carrying the same ``ExecuteResult``
         in its details: the run ends failed in the Web UI, the gateway answers the same."""
         code = result.failed_code()
-        if code is None or not workflow.patched(FAILED_RUN_PATCH):
+        if code is None or not self._patched(FAILED_RUN_PATCH):
             return result
         receipt = result.receipt
         assert receipt is not None
@@ -395,7 +408,7 @@ class ExecuteCapability:
     def _planned(self, policy: PolicyOutcome) -> ExecuteResult:
         """A dry run's answer. Its ``MoatStatus = "planned"`` tells a finished dry run apart
         from a run still going, in the Web UI and in visibility queries."""
-        if workflow.patched(DRY_RUN_STATUS_PATCH):
+        if self._patched(DRY_RUN_STATUS_PATCH):
             planned = STATUS_ATTR.value_set(EnvelopeStatus.PLANNED.value)
             workflow.upsert_search_attributes([planned])
         return ExecuteResult(plan=policy)

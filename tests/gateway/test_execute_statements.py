@@ -14,11 +14,13 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 
 import worker as worker_module
 from moat.testing.stack import StackFactory
 from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_RUN
 from store import db
+from workflows.execute import PATCHES_PATCH
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
 # document, key claim, receipt, budget, decision, events), the adapter attempt's events,
@@ -108,3 +110,27 @@ async def test_a_fresh_execution_sends_its_known_statements(
     assert (statements[workflow_id], commits[workflow_id]) == (WORKER_STATEMENTS, WORKER_COMMITS)
     steps = {name: n for (wf, name), n in trips.items() if wf == workflow_id}
     assert steps == WORKER_ROUND_TRIPS
+
+
+async def test_a_fresh_execution_records_one_patch_marker(make_stack: StackFactory) -> None:
+    """A run takes every patched path behind one marker (``PATCHES_PATCH``), in its first
+    workflow task: a marker, and the search-attribute upsert Temporal adds to it, cost a
+    workflow task about 2 ms each (``bench``)."""
+    async with make_stack() as stack:
+        resp = await stack.execute("demo.echo", {"count": "markers"})
+        assert resp.status_code == 200, resp.text
+        handle = stack.client.get_workflow_handle(resp.json()["workflow_id"])
+        events = (await handle.fetch_history()).events
+    patches = [
+        e.marker_recorded_event_attributes.details
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    upserts = [
+        e for e in events if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    assert len(patches) == 1
+    [details] = patches
+    assert any(PATCHES_PATCH.encode() in p.data for v in details.values() for p in v.payloads)
+    assert len(upserts) == 1
