@@ -79,12 +79,16 @@ _VALUES = (
     "is_synthetic",
     "policy_version",
 )
-INSERT_NEW_DECISION = (
-    "WITH d AS (INSERT INTO policy_decisions ("
+# The decision's insert, skipped when the execution has one (its id is fixed).
+_INSERT = (
+    "INSERT INTO policy_decisions ("
     + ", ".join(_VALUES)
     + ") VALUES ("
     + ", ".join(f"%({c})s" for c in _VALUES)
-    + ") ON CONFLICT (id) DO NOTHING RETURNING id)"
+    + ") ON CONFLICT (id) DO NOTHING"
+)
+INSERT_NEW_DECISION = (
+    f"WITH d AS ({_INSERT} RETURNING id)"
     " SELECT d.id, 1 / (SELECT count(*) FROM d) AS inserted FROM (SELECT 1) one"
     " LEFT JOIN d ON true"
 )
@@ -92,11 +96,7 @@ INSERT_NEW_DECISION = (
 # ``insert_policy_decision`` in one statement: the decision inserted, else the one recorded
 # first (none when a concurrent check recorded it after the statement's snapshot).
 _INSERT_OR_FIRST = (
-    "WITH d AS (INSERT INTO policy_decisions ("
-    + ", ".join(_VALUES)
-    + ") VALUES ("
-    + ", ".join(f"%({c})s" for c in _VALUES)
-    + ") ON CONFLICT (id) DO NOTHING RETURNING *)"
+    f"WITH d AS ({_INSERT} RETURNING *)"
     " SELECT * FROM d UNION ALL SELECT * FROM policy_decisions"
     " WHERE id = %(id)s AND NOT EXISTS (SELECT FROM d)"
 )
