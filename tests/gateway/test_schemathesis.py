@@ -32,9 +32,10 @@ HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 # Every rule the gateway enforces is in its OpenAPI document, but for those no JSON Schema
 # can state (``schemathesis_hooks``: positive cases that break one are not sent as valid).
 # A schema-valid request may still meet a documented refusal that depends on what is stored,
-# not on the request: 404 (no such id), 409 (a conflict with what exists), 413 (over the
-# gateway's body limit), 422 (the idempotency key was used with another request), 429 (a
-# quota, which the fuzzed admin calls set as low as 0).
+# not on the request: 404 (no such id), 409 (a conflict with what exists), 410 (a connection
+# revoked since: the stateful phase revokes one, then reads it), 413 (over the gateway's
+# body limit), 422 (the idempotency key was used with another request), 429 (a quota, which
+# the fuzzed admin calls set as low as 0).
 CONFIG = """\
 hooks = "{hooks}"
 
@@ -45,7 +46,7 @@ bearer = "{tenant_key}"
 bearer = "{admin_key}"
 
 [checks.positive_data_acceptance]
-expected-statuses = ["2xx", "401", "403", "404", "409", "413", "422", "429"]
+expected-statuses = ["2xx", "401", "403", "404", "409", "410", "413", "422", "429"]
 """
 
 
