@@ -6,6 +6,8 @@ retried activity writes nothing twice; each event names the one that caused it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -39,6 +41,16 @@ class Chain:
         self.cause = cause
         self.cause_from_log = cause_from_log
         self.drafts: list[EventDraft] = []
+
+    @contextlib.contextmanager
+    def acting(self, actor: str) -> Iterator[None]:
+        """The events added in the block are ``actor``'s: another step's, written in this
+        step's transaction."""
+        own, self.actor = self.actor, actor
+        try:
+            yield
+        finally:
+            self.actor = own
 
     def add(
         self,

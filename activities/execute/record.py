@@ -174,11 +174,10 @@ class RecordStep:
         ready = await self._published(staging, receipt)
         if ready is None or staging is None or self._manifests is None:
             return False
-        actor, chain.actor = chain.actor, "moat.manifest"  # its events, as the step's own
-        await self._manifests.index(
-            session, staging.input, chain, ready.signed, ready.path, ready.digest
-        )
-        chain.actor = actor
+        with chain.acting("moat.manifest"):  # its events, as the step's own
+            await self._manifests.index(
+                session, staging.input, chain, ready.signed, ready.path, ready.digest
+            )
         return True
 
     async def _new_index(
@@ -189,12 +188,10 @@ class RecordStep:
         ready = await self._published(staging, receipt)
         if ready is None or staging is None or self._manifests is None:
             return None
-        actor, chain.actor = chain.actor, "moat.manifest"  # its events, as the step's own
-        index = self._manifests.new_index(
-            staging.input, chain, ready.signed, ready.path, ready.digest
-        )
-        chain.actor = actor
-        return index
+        with chain.acting("moat.manifest"):
+            return self._manifests.new_index(
+                staging.input, chain, ready.signed, ready.path, ready.digest
+            )
 
     def _kept(self, inp: RecordInput, now: datetime) -> dict[str, Any] | None:
         """The answer, kept with the receipt (in its statement) for as long as the key's
@@ -222,12 +219,12 @@ def _budget_use(inp: RecordInput, now: datetime) -> dict[str, Any]:
 
 def _completion(chain: Chain, inp: RecordInput, out: AdapterOutput) -> None:
     """The adapter's completed attempt, as the adapter step writes it (its actor)."""
-    actor, chain.actor = chain.actor, "moat.adapter"
     duration = out.duration_ms or 0
-    chained(
-        chain, attempt_completed(inp.ref.receipt_id, inp.capability, out.attempt, duration, out)
-    )
-    chain.actor = actor
+    with chain.acting("moat.adapter"):
+        chained(
+            chain,
+            attempt_completed(inp.ref.receipt_id, inp.capability, out.attempt, duration, out),
+        )
 
 
 def _outcome_event(inp: RecordInput, receipt: Receipt) -> OutcomeEvent:
