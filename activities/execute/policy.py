@@ -103,7 +103,7 @@ class PolicyStep:
     async def _committing(self, inp: PolicyInput, now: datetime, counted: bool) -> PolicyOutcome:
         try:
             if counted:
-                return await self._run(inp, now, committing=True, counted=True)
+                return await self._check(inp, now, committing=True, counted=True)
             return await self._check(inp, now, committing=True)
         except event_log.PartialAppend:
             # A write of the check's last round trip was made already (its decision, or some
@@ -111,16 +111,14 @@ class PolicyStep:
             # way, which answers with the decision recorded first.
             return await self._check(inp, now, committing=False)
 
-    async def _check(self, inp: PolicyInput, now: datetime, *, committing: bool) -> PolicyOutcome:
-        """The check in one transaction; ``committing``: a fresh run's last statements go
-        with the transaction's COMMIT (``events.committed``), its budget's uses and holds
-        not read but guarded (``budgets.guard``)."""
-        return await self._run(inp, now, committing=committing, counted=not committing)
-
-    async def _run(
-        self, inp: PolicyInput, now: datetime, *, committing: bool, counted: bool
+    async def _check(
+        self, inp: PolicyInput, now: datetime, *, committing: bool, counted: bool | None = None
     ) -> PolicyOutcome:
-        """``_check``, ``counted``: the budget's uses and holds read in its opening."""
+        """The check in one transaction; ``committing``: a fresh run's last statements go
+        with the transaction's COMMIT (``events.committed``). ``counted``: the budget's uses
+        and holds read in its opening; by default not when ``committing`` (they are
+        guarded then: ``budgets.guard``)."""
+        counted = not committing if counted is None else counted
         async with self._sessions.begin() as session:
             tenant, document, held, budget = await _opening(session, inp, now, counted)
             if held is None:  # a dry run claims nothing
