@@ -114,11 +114,12 @@ def build_worker(
     resolver = StoreConnectionResolver(sessions, cipher, token_sources=[app_tokens], tokens=tokens)
     start_keys = StartKeyring.from_settings(settings)
     policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
-    adapter_step = AdapterStep(sessions, by_name, connections=resolver)
     store = ManifestStore(settings.manifests_dir)
     signing = keyring or Keyring.from_settings(settings)
     manifests = ManifestActivities(sessions, store, signing)
     record_step = RecordStep(sessions, sealer, alerter, manifests)
+    # A successful attempt records its receipt itself, as the record step would.
+    adapter_step = AdapterStep(sessions, by_name, connections=resolver, recorder=record_step)
     retention = RetentionActivities(sessions, store)
     # An approval's Slack message is posted from the delivery queue, like a probe's run.
     announcer = Announcer(client, settings.deliveries_task_queue)

@@ -9,6 +9,7 @@ pointing at the original; the original is never touched.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import uuid
 from dataclasses import dataclass
@@ -68,11 +69,17 @@ class Staging:
     to store, ``close`` in any case (a staged file never published is removed)."""
 
     def __init__(
-        self, inp: ManifestInput, ready: asyncio.Future[Ready], store: ManifestStore
+        self,
+        inp: ManifestInput,
+        ready: asyncio.Future[Ready],
+        store: ManifestStore,
+        *,
+        unrecorded: bool = False,
     ) -> None:
         self.input = inp
         self._ready = ready
         self._store = store
+        self._unrecorded = unrecorded
         self._done = False
 
     async def published(self) -> Ready:
@@ -80,7 +87,8 @@ class Staging:
         ready = await self._ready
         self._done = True
         if ready.staged is not None:
-            await asyncio.to_thread(self._store.publish, ready.staged)
+            publish = functools.partial(self._store.publish, replace_unrecorded=self._unrecorded)
+            await asyncio.to_thread(publish, ready.staged)
         return ready
 
     async def close(self) -> None:
@@ -144,25 +152,33 @@ class ManifestActivities:
         ready = await self.staging(inp).published()
         return ready.signed, ready.path, ready.digest
 
-    def staging(self, inp: ManifestInput) -> Staging:
+    def staging(self, inp: ManifestInput, *, unrecorded: bool = False) -> Staging:
         """The run's manifest made ready (found stored, or signed and staged) from now on,
-        in a thread beside the caller's work, to be published or discarded later."""
-        return Staging(inp, asyncio.ensure_future(self._ready(inp)), self._store)
+        in a thread beside the caller's work, to be published or discarded later.
 
-    async def _ready(self, inp: ManifestInput) -> Ready:
+        ``unrecorded``: for the transaction that records the receipt, which publishes only
+        once it knows the receipt is new. A manifest stored for the run then belongs to an
+        attempt that died before its commit (a retried adapter attempt's may describe
+        another call of the provider): this one is signed and staged all the same, and
+        replaces it (``ManifestStore.publish``)."""
+        ready = asyncio.ensure_future(self._ready(inp, reuse=not unrecorded))
+        return Staging(inp, ready, self._store, unrecorded=unrecorded)
+
+    async def _ready(self, inp: ManifestInput, *, reuse: bool = True) -> Ready:
         original = None
         if inp.replayed:
             receipt = inp.receipt
             async with self._sessions.begin() as session:
                 await tenancy.set_tenant(session, receipt.tenant_id)
                 original = await manifests.index_row(session, receipt.tenant_id, receipt.run_id)
-        return await asyncio.to_thread(self._ready_now, inp, original)
+        return await asyncio.to_thread(self._ready_now, inp, original, reuse)
 
-    def _ready_now(self, inp: ManifestInput, original: ManifestRow | None) -> Ready:
-        """The run's stored manifest when it is this receipt's (a retried attempt), else a
-        new one signed and staged (blocking: file reads, signing, fsync)."""
+    def _ready_now(self, inp: ManifestInput, original: ManifestRow | None, reuse: bool) -> Ready:
+        """The run's stored manifest when it is this receipt's (a retried attempt) and may
+        be ``reuse``d, else a new one signed and staged (blocking: file reads, signing,
+        fsync)."""
         receipt = inp.receipt
-        stored = self._stored(receipt.tenant_id, inp.run_id)
+        stored = self._stored(receipt.tenant_id, inp.run_id) if reuse else None
         if stored is not None and stored[0].correlation_id == receipt.id:
             signed, digest = stored
             return Ready(signed, self._store.path_for(receipt.tenant_id, inp.run_id), digest)

@@ -18,6 +18,7 @@ from schemas.execute import KeptOutput
 from schemas.identity import ExecutionRef, Submission, nest_ref
 from schemas.provider_evidence import ProviderEvidence
 from schemas.records import (
+    RESPONSE_TRUNCATED,
     Decision,
     ErrorTaxonomy,
     ExecutionStatus,
@@ -163,6 +164,12 @@ class AdapterInput(BaseModel):
         description="A successful attempt's completion events are written by the record "
         "step, in the transaction of the receipt (``RecordRunInput.completed``).",
     )
+    record: SuccessRecord | None = Field(
+        default=None,
+        description="A successful attempt records its receipt, its manifest and its "
+        "completion itself, in one transaction, before it reports (None: the run's record "
+        "step does). When it cannot, the run's record step does it all the same.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -197,6 +204,11 @@ class AdapterOutput(BaseModel):
     )
     evidence: ProviderEvidence | None = Field(
         default=None, description="What the effect left at the provider, for the receipt."
+    )
+    recorded: RecordedRun | None = Field(
+        default=None,
+        description="What the attempt recorded with its success (``AdapterInput.record``); "
+        "None: the run's record step records it.",
     )
 
 
@@ -234,6 +246,28 @@ class RecordInput(BaseModel):
         """The flat shape (the ref's fields among the input's own), which histories
         of open runs hold, reads into the ref."""
         return nest_ref(data)
+
+    @classmethod
+    def before_call(
+        cls,
+        ref: ExecutionRef,
+        capability: CapabilitySpec,
+        trace_id: str,
+        record: SuccessRecord,
+    ) -> RecordInput:
+        """The record of a run that called nothing (yet): a policy denial until told
+        otherwise (``succeeded``, or the run's failure)."""
+        return cls(
+            ref=ref,
+            capability=capability,
+            request_id=record.request_id,
+            trace_id=trace_id,
+            submitted_at=record.submitted_at,
+            policy_decision_id=record.policy_decision_id,
+            success=False,
+            status=ExecutionStatus.POLICY_DENIED,
+            budget_held=record.budget_held,
+        )
 
     def kept(self) -> KeptOutput | None:
         """What of the answer is kept with the receipt (sealed, in ``execution_outputs``): a
@@ -391,7 +425,71 @@ class RecordedRun(BaseModel):
     )
 
 
+class SuccessRecord(BaseModel):
+    """What a run records when its adapter call succeeds, beside what the adapter's input
+    holds (``AdapterInput.record``): with it the successful attempt records the receipt,
+    its manifest and its completion itself, as the run's record step would."""
+
+    request_id: str
+    submitted_at: datetime
+    policy_decision_id: str
+    budget_held: bool = True
+    manifest: ManifestParts = Field(
+        description="The manifest's parts, its tool call as it stands before the call."
+    )
+
+    def run_input(
+        self, inp: AdapterInput, out: AdapterOutput, recorded_at: datetime
+    ) -> RecordRunInput:
+        """The record step's input for ``out``, the successful attempt of ``inp``."""
+        before = RecordInput.before_call(inp.ref, inp.capability, inp.trace_id, self)
+        tool = self.manifest.tool
+        assert tool is not None
+        record, called = succeeded(before, tool, out)
+        return RecordRunInput(
+            record=record,
+            run_id=inp.ref.run_id,
+            recorded_at=recorded_at,
+            manifest=self.manifest.model_copy(update={"tool": called}),
+            completed=out,
+        )
+
+
+def succeeded(
+    record: RecordInput, tool: ToolCall, out: AdapterOutput
+) -> tuple[RecordInput, ToolCall]:
+    """The record and manifest entry of an adapter call that succeeded."""
+    success = record.model_copy(
+        update={
+            "success": True,
+            "status": ExecutionStatus.SUCCESS,
+            "taxonomy": ErrorTaxonomy.NONE,
+            "http_status": out.http_status,
+            "output_hash": out.output_hash,
+            "output": out.output,
+            "adapter_called": True,
+            "provider_evidence": out.evidence,
+            # A success's error code is a warning the envelope passes on.
+            "error_code": RESPONSE_TRUNCATED if out.truncated else None,
+        }
+    )
+    return success, tool.model_copy(
+        update={
+            "status": "success",
+            "data": out.output,
+            "attempts": out.attempt,
+            "invoked_at": out.invoked_at or tool.invoked_at,
+        }
+    )
+
+
 class ManifestRef(BaseModel):
     path: str
     sha256: str
     kid: str
+
+
+# Fields naming models defined further down.
+AdapterInput.model_rebuild()
+AdapterOutput.model_rebuild()
+RecordInput.model_rebuild()

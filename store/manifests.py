@@ -141,12 +141,22 @@ class ManifestStore:
             raise
         return Staged(tmp, path, data)
 
-    def publish(self, staged: Staged) -> tuple[Path, str]:
+    def publish(self, staged: Staged, *, replace_unrecorded: bool = False) -> tuple[Path, str]:
         """``write``'s second half: the staged file linked into place, write-once, and the
         folders that name it flushed. Raises ``ManifestExistsError`` if any manifest is
-        already stored for the run; the temporary file is gone either way."""
+        already stored for the run; the temporary file is gone either way.
+
+        ``replace_unrecorded``: the caller knows that the run's receipt is not recorded (its
+        own transaction is writing it), so a manifest stored for the run is one an attempt
+        left that died before its commit, which nothing indexes: it is replaced, at once
+        for readers, rather than refused."""
         try:
-            self._link(staged.tmp, staged.path, staged.data)
+            try:
+                self._link(staged.tmp, staged.path, staged.data)
+            except ManifestExistsError:
+                if not replace_unrecorded:
+                    raise
+                os.replace(staged.tmp, staged.path)
         finally:
             self.discard(staged)
         _fsync_dir(staged.path.parent)  # its folder's own entry was flushed by ``stage``

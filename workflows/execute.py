@@ -45,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.records import (
         OUTCOME_UNKNOWN,
-        RESPONSE_TRUNCATED,
         Decision,
         ErrorTaxonomy,
         ExecutionStatus,
@@ -68,8 +67,10 @@ with workflow.unsafe.imports_passed_through():
         RecordedRun,
         RecordInput,
         RecordRunInput,
+        SuccessRecord,
         ToolCall,
         downstream_idempotency_key,
+        succeeded,
     )
     from schemas.start import input_digest
     from workflows.approval import ApprovalGate
@@ -105,6 +106,12 @@ RECORD_RUN_PATCH = "record-run"
 # it take each patch's own marker, where it was recorded. A patch added after it calls
 # ``workflow.patched`` itself (``_patched`` stands only for the ones above).
 PATCHES_PATCH = "patches-2026-11"
+# A successful adapter attempt records the receipt, the manifest and its completion itself,
+# before it reports (``AdapterInput.record``): the run takes no record step after it (one
+# local activity, and its workflow task's round of it, fewer). Recorded in the run's first
+# workflow task in place of PATCHES_PATCH, and standing for it too: a run still has one
+# patch marker. A later patch of this kind replaces this one the same way.
+RECORD_IN_CALL_PATCH = "record-in-call"
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -123,12 +130,16 @@ class ExecuteCapability:
         self._status_set = False  # MoatStatus set by this run (awaiting approval)
         # A successful attempt whose completion the record step writes (``RECORD_RUN``).
         self._completed: AdapterOutput | None = None
-        self._patches = False  # PATCHES_PATCH: the run has every patch
+        # What the successful attempt recorded itself (``RECORD_IN_CALL_PATCH``).
+        self._recorded: RecordedRun | None = None
+        self._patches = False  # PATCHES_PATCH: the run has every patch before it
+        self._in_call = False  # RECORD_IN_CALL_PATCH (and so PATCHES_PATCH)
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
         self._req = req
-        self._patches = workflow.patched(PATCHES_PATCH)
+        self._in_call = workflow.patched(RECORD_IN_CALL_PATCH)
+        self._patches = self._in_call or workflow.patched(PATCHES_PATCH)
         self._show(req, "checking policy")
         policy: PolicyOutcome = await self._bookkeeping(
             CHECK_POLICY, _policy_input(req), PolicyOutcome, req.local_activities
@@ -175,7 +186,7 @@ class ExecuteCapability:
             }
             return record.model_copy(update=refused), None
         self._show(req, "calling the provider")
-        return await self._call_adapter(req, record, policy)
+        return await self._call_adapter(req, record, policy, approval)
 
     async def _finish(
         self,
@@ -194,8 +205,9 @@ class ExecuteCapability:
             dead_lettered=record.retry_exhausted,
             approval=approval,
         )
-        if self._patched(RECORD_RUN_PATCH):
-            recorded: RecordedRun = await self._bookkeeping(
+        recorded = self._recorded  # by the successful attempt itself
+        if recorded is None and self._patched(RECORD_RUN_PATCH):
+            recorded = await self._bookkeeping(
                 RECORD_RUN,
                 RecordRunInput(
                     record=record,
@@ -207,6 +219,7 @@ class ExecuteCapability:
                 RecordedRun,
                 req.local_activities,
             )
+        if recorded is not None:
             receipt = recorded.receipt
             if not recorded.manifest_written:
                 await self._manifest(req, receipt, policy, parts=parts)
@@ -327,7 +340,11 @@ class ExecuteCapability:
             workflow.logger.exception("manifest of receipt %s not written", receipt.id)
 
     async def _call_adapter(
-        self, req: ExecuteWorkflowInput, record: RecordInput, policy: PolicyOutcome
+        self,
+        req: ExecuteWorkflowInput,
+        record: RecordInput,
+        policy: PolicyOutcome,
+        approval: Approval | None,
     ) -> tuple[RecordInput, ToolCall]:
         cap = req.capability
         key = downstream_idempotency_key(workflow.info().workflow_id, req.ref.receipt_id, "adapter")
@@ -339,10 +356,16 @@ class ExecuteCapability:
             idempotency_token=key,
         )
         defer = self._patched(RECORD_RUN_PATCH)
+        success = None
+        if self._in_call:  # what the attempt records when it succeeds, as _finish would
+            parts = ManifestParts(
+                tool=tool, policy_mode=policy.mode, submitted_at=req.submitted_at, approval=approval
+            )
+            success = _success_record(req, policy, parts)
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
-                _adapter_input(req, policy, key, defer),
+                _adapter_input(req, policy, key, defer, success),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
                 # No heartbeat timeout (the activity would beat): a worker starved of CPU past
@@ -355,9 +378,11 @@ class ExecuteCapability:
             )
         except ActivityError as err:
             return _failed(req, record, tool, err)
-        if defer:
+        if out.recorded is not None:
+            self._recorded = out.recorded
+        elif defer:
             self._completed = out
-        return _succeeded(record, tool, out)
+        return succeeded(record, tool, out)
 
     def _patched(self, patch_id: str) -> bool:
         """``workflow.patched(patch_id)`` for a patch older than ``PATCHES_PATCH``: true with
@@ -436,24 +461,32 @@ def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
 
 def _outcome_record(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordInput:
     """The record of a run that called nothing (yet): a policy denial until told otherwise."""
-    return RecordInput(
-        ref=_run_ref(req),
-        capability=req.capability,
+    basis = _success_record(req, policy, ManifestParts(submitted_at=req.submitted_at))
+    return RecordInput.before_call(_run_ref(req), req.capability, req.trace_id, basis)
+
+
+def _success_record(
+    req: ExecuteWorkflowInput, policy: PolicyOutcome, parts: ManifestParts
+) -> SuccessRecord:
+    return SuccessRecord(
         request_id=req.request_id,
-        trace_id=req.trace_id,
         submitted_at=req.submitted_at,
         policy_decision_id=policy.policy_decision_id,
-        success=False,
-        status=ExecutionStatus.POLICY_DENIED,
         budget_held=policy.budget_held,
+        manifest=parts,
     )
 
 
 def _adapter_input(
-    req: ExecuteWorkflowInput, policy: PolicyOutcome, key: str, defer_completion: bool
+    req: ExecuteWorkflowInput,
+    policy: PolicyOutcome,
+    key: str,
+    defer_completion: bool,
+    record: SuccessRecord | None,
 ) -> AdapterInput:
     return AdapterInput(
         defer_completion=defer_completion,
+        record=record,
         ref=_run_ref(req),
         capability=req.capability,
         input=req.input,
@@ -525,34 +558,6 @@ def _unsettled(req: ExecuteWorkflowInput, cause: BaseException | None) -> bool:
     if not isinstance(cause, ApplicationError):
         return False
     return not cause.non_retryable and "error_code" not in _details(cause)
-
-
-def _succeeded(
-    record: RecordInput, tool: ToolCall, out: AdapterOutput
-) -> tuple[RecordInput, ToolCall]:
-    """The record and manifest entry of an adapter call that succeeded."""
-    succeeded = record.model_copy(
-        update={
-            "success": True,
-            "status": ExecutionStatus.SUCCESS,
-            "taxonomy": ErrorTaxonomy.NONE,
-            "http_status": out.http_status,
-            "output_hash": out.output_hash,
-            "output": out.output,
-            "adapter_called": True,
-            "provider_evidence": out.evidence,
-            # A success's error code is a warning the envelope passes on.
-            "error_code": RESPONSE_TRUNCATED if out.truncated else None,
-        }
-    )
-    return succeeded, tool.model_copy(
-        update={
-            "status": "success",
-            "data": out.output,
-            "attempts": out.attempt,
-            "invoked_at": out.invoked_at or tool.invoked_at,
-        }
-    )
 
 
 def _details(cause: BaseException | None) -> dict[str, Any]:

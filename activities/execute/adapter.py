@@ -3,11 +3,15 @@
 Each attempt records its events in transactions of its own (the attempt itself is the state
 they record): the call before the provider is asked, then its failure or completion. A run
 that records its receipt with ``RECORD_RUN`` has a success's completion written there, in
-the receipt's transaction (``AdapterInput.defer_completion``).
+the receipt's transaction (``AdapterInput.defer_completion``). A run that says what its
+success records (``AdapterInput.record``) has the successful attempt write that transaction
+itself, before it reports (``RecordStep.recorded``); when it cannot, in time or at all, the
+run's record step writes it as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -28,6 +32,7 @@ from activities.execute.events import (
     attempt_started,
     chained,
 )
+from activities.execute.record import RecordStep
 from activities.execute.telemetry import tool_span
 from activities.heartbeat import heartbeating
 from schemas.connections import ConnectionResolver, Credential, TokenRefresher
@@ -35,7 +40,7 @@ from schemas.errors import ErrorCode
 from schemas.names import CALL_ADAPTER
 from schemas.oauth import OAUTH2
 from schemas.records import ErrorTaxonomy
-from schemas.run import AdapterInput, AdapterOutput
+from schemas.run import AdapterInput, AdapterOutput, RecordedRun
 from store import events as event_log
 from store import tenancy
 
@@ -48,10 +53,12 @@ class AdapterStep:
         sessions: async_sessionmaker[AsyncSession],
         adapters: Mapping[str, Adapter],
         connections: ConnectionResolver | None = None,
+        recorder: RecordStep | None = None,
     ) -> None:
         self._sessions = sessions
         self._adapters = adapters
         self._connections = connections
+        self._recorder = recorder
 
     @activity.defn(name=CALL_ADAPTER)
     async def call_adapter(self, inp: AdapterInput) -> AdapterOutput:
@@ -97,9 +104,35 @@ class AdapterStep:
                 inp.ref.receipt_id, inp.capability, info.attempt, duration_ms, out
             )
             await self._adapter_events(inp, run_id, done)
-        return out.model_copy(
+        out = out.model_copy(
             update={"invoked_at": invoked_at, "attempt": info.attempt, "duration_ms": duration_ms}
         )
+        recorded = await self._record_success(inp, out, info)
+        return out if recorded is None else out.model_copy(update={"recorded": recorded})
+
+    async def _record_success(
+        self, inp: AdapterInput, out: AdapterOutput, info: activity.Info
+    ) -> RecordedRun | None:
+        """The receipt, manifest and completion of this successful attempt, recorded as the
+        run's record step would (``AdapterInput.record``), while the attempt has the time
+        for it: a record that failed or could not finish in time is left to the run's record
+        step, which never calls the provider again. None: left to it."""
+        if inp.record is None or self._recorder is None:
+            return None
+        left = _seconds_left(info)
+        if left is not None and left < RECORD_TIME_NEEDED:
+            return None
+        run = inp.record.run_input(inp, out, datetime.now(UTC))
+        try:
+            async with asyncio.timeout(None if left is None else left - REPORT_TIME):
+                return await self._recorder.recorded(run)
+        except Exception as err:  # the run's record step records it
+            activity.logger.warning(
+                "receipt %s left to the run's record step: %s",
+                inp.ref.receipt_id,
+                type(err).__name__,
+            )
+            return None
 
     async def _credential(self, inp: AdapterInput) -> Credential | None:
         """The request's connection, resolved afresh on every attempt (a rotation applies
@@ -149,6 +182,20 @@ class AdapterStep:
             async with self._sessions.begin() as session:
                 await tenancy.set_tenant(session, tenant_id)
                 await event_log.append(session, drafts, first_cause_from_log=True)
+
+
+# What a successful attempt leaves itself to record its receipt in (``_record_success``),
+# within the attempt's start-to-close timeout; and to report, of that.
+RECORD_TIME_NEEDED = 3.0
+REPORT_TIME = 1.0
+
+
+def _seconds_left(info: activity.Info) -> float | None:
+    """How long the attempt has before its start-to-close timeout (None: no timeout)."""
+    if info.start_to_close_timeout is None:
+        return None
+    deadline = info.started_time + info.start_to_close_timeout
+    return (deadline - datetime.now(UTC)).total_seconds()
 
 
 def _failure(

@@ -59,9 +59,15 @@ class RecordStep:
         commit (write-once, found again by a retried attempt: the receipt is the same each
         time); one that cannot be is left to the run's manifest step, and the receipt is
         recorded all the same."""
-        recorded, written_now = await self._record(inp.record, inp.recorded_at, inp.completed, inp)
+        recorded = await self.recorded(inp)
         await self._alert(inp.record)
-        return RecordedRun(receipt=recorded, manifest_written=written_now)
+        return recorded
+
+    async def recorded(self, inp: RecordRunInput) -> RecordedRun:
+        """``record_run``'s transaction, for a caller that alerts nothing: the successful
+        adapter attempt that records itself (``AdapterInput.record``)."""
+        receipt, written_now = await self._record(inp.record, inp.recorded_at, inp.completed, inp)
+        return RecordedRun(receipt=receipt, manifest_written=written_now)
 
     async def _alert(self, inp: RecordInput) -> None:
         """The alert of an execution that dead-lettered (an ``outcome_unknown`` is alerted
@@ -153,7 +159,8 @@ class RecordStep:
         """The run's manifest made ready from now on (None: the record step writes none)."""
         if run is None or self._manifests is None:
             return None
-        return self._manifests.staging(run.manifest.input_for(receipt, run.run_id))
+        inp = run.manifest.input_for(receipt, run.run_id)
+        return self._manifests.staging(inp, unrecorded=True)
 
     async def _published(self, staging: Staging | None, receipt: Receipt) -> Ready | None:
         """The run's manifest stored, for its new receipt; None when it could not be (the

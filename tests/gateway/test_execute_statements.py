@@ -18,21 +18,22 @@ from temporalio.api.enums.v1 import EventType
 
 import worker as worker_module
 from moat.testing.stack import StackFactory
-from schemas.names import CALL_ADAPTER, CHECK_POLICY, RECORD_RUN
+from schemas.names import CALL_ADAPTER, CHECK_POLICY
 from store import db
-from workflows.execute import PATCHES_PATCH
+from workflows.execute import RECORD_IN_CALL_PATCH
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
 # document, key claim, receipt, budget, decision, events), the adapter attempt's events,
-# and the record (receipt with outcome, leaf, kept answer, budget use and the tenant's
-# webhook subscriptions; manifest index with leaf; events), each transaction's tenant set
-# first.
+# and the record the successful attempt writes itself (receipt with outcome, leaf, kept
+# answer, budget use and the tenant's webhook subscriptions; manifest index with leaf;
+# events), each transaction's tenant set first.
 WORKER_STATEMENTS = 12
 WORKER_COMMITS = 3
 # Round trips: one per pipeline (with its BEGIN, and its COMMIT when it sends one), one per
 # statement outside a pipeline (one more when psycopg sends the BEGIN before it), one per
-# COMMIT psycopg sends; by activity. The adapter step's transaction is one.
-WORKER_ROUND_TRIPS = {CHECK_POLICY: 2, CALL_ADAPTER: 1, RECORD_RUN: 2}
+# COMMIT psycopg sends; by activity. The adapter attempt's events are one, its record two:
+# the run has no record step of its own.
+WORKER_ROUND_TRIPS = {CHECK_POLICY: 2, CALL_ADAPTER: 3}
 
 
 async def test_a_fresh_execution_sends_its_known_statements(
@@ -113,9 +114,10 @@ async def test_a_fresh_execution_sends_its_known_statements(
 
 
 async def test_a_fresh_execution_records_one_patch_marker(make_stack: StackFactory) -> None:
-    """A run takes every patched path behind one marker (``PATCHES_PATCH``), in its first
-    workflow task: a marker, and the search-attribute upsert Temporal adds to it, cost a
-    workflow task about 2 ms each (``bench``)."""
+    """A run takes every patched path behind one marker (``RECORD_IN_CALL_PATCH``), in its
+    first workflow task: a marker, and the search-attribute upsert Temporal adds to it, cost
+    a workflow task about 2 ms each (``bench``). Its successful attempt records the receipt:
+    the policy check is the run's one local activity."""
     async with make_stack() as stack:
         resp = await stack.execute("demo.echo", {"count": "markers"})
         assert resp.status_code == 200, resp.text
@@ -132,5 +134,19 @@ async def test_a_fresh_execution_records_one_patch_marker(make_stack: StackFacto
     ]
     assert len(patches) == 1
     [details] = patches
-    assert any(PATCHES_PATCH.encode() in p.data for v in details.values() for p in v.payloads)
+    assert any(
+        RECORD_IN_CALL_PATCH.encode() in p.data for v in details.values() for p in v.payloads
+    )
     assert len(upserts) == 1
+    local = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert (len(local), scheduled, len(events)) == (1, [CALL_ADAPTER], 14)
