@@ -9,9 +9,10 @@ Segments of one request:
   call and the wait for the result; for the floor: its client's start and result calls.
 * ``first workflow task``: started to completed. Moat's runs the policy step in it (a local
   activity), the floor's only schedules its activity.
-* ``the activity``: started to completed (Moat: the adapter step, with its events).
-* ``second workflow task``: started to completed. Moat's runs the record step in it (a local
-  activity: receipt, manifest, events), the floor's only completes.
+* ``the activity``: started to completed (Moat: the adapter step, with its events and,
+  for a success, the record: receipt, manifest, events).
+* ``second workflow task``: started to completed. Both only complete the run (Moat's runs
+  the record step in it, a local activity, when the attempt could not record itself).
 * ``Temporal in between``: the rest of the run (tasks waiting to be picked up, the server
   persisting them).
 

@@ -118,9 +118,9 @@ async def run_of(stack: Stack, envelope: dict[str, Any]) -> WorkflowExecutionDes
     return await handle.describe()
 
 
-async def test_a_success_costs_four_temporal_actions(stack: Stack) -> None:
+async def test_a_success_costs_three_temporal_actions(stack: Stack) -> None:
     # What Temporal Cloud bills: the start, the policy step's local activities (one
-    # workflow task), the adapter's attempt, the record step's local activities. A plain
+    # workflow task), the adapter's attempt, which records the receipt itself. A plain
     # success upserts no MoatStatus: its Completed close says it.
     response = await stack.execute("demo.echo", {"quiet": 1}, key="quiet-success")
     assert response.status_code == 200, response.text
@@ -152,7 +152,7 @@ async def test_a_success_costs_four_temporal_actions(stack: Stack) -> None:
             and event.marker_recorded_event_attributes.marker_name == "core_local_activity"
         ):
             tasks_with_local.add(task)
-    assert len(tasks_with_local) == 2
+    assert len(tasks_with_local) == 1
 
 
 async def test_a_failed_execution_ends_its_run_failed(stack: Stack, provider: FakeProvider) -> None:

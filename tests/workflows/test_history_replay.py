@@ -20,7 +20,12 @@ from tests.histories.variants import (
     StatusBeforeManifest,
     TimerBeforePolicy,
 )
-from workflows.execute import DRY_RUN_STATUS_PATCH, FAILED_RUN_PATCH, PATCHES_PATCH
+from workflows.execute import (
+    DRY_RUN_STATUS_PATCH,
+    FAILED_RUN_PATCH,
+    PATCHES_PATCH,
+    RECORD_IN_CALL_PATCH,
+)
 from workflows.partitions import OutcomePartitions
 from workflows.plan import ExecutePlan
 from workflows.probe import RunProbe
@@ -85,8 +90,8 @@ FAILED_PATHS = ("provider_refused", "dead_letter", "timeout", "budget_denied", "
 async def test_failed_runs_end_failed_behind_their_patch() -> None:
     # A failed execution's run ends failed since the patch; the runs before it completed.
     runs = [r for r in CORPUS if r.file.name.split(".")[0] in FAILED_PATHS]
-    # Recorded behind the patch, or behind the one that stands for every patch.
-    guards = (f".{FAILED_RUN_PATCH}.", f".{PATCHES_PATCH}.")
+    # Recorded behind the patch, or behind one that stands for every patch before it.
+    guards = (f".{FAILED_RUN_PATCH}.", f".{PATCHES_PATCH}.", f".{RECORD_IN_CALL_PATCH}.")
     after = {r.name for r in runs if any(guard in r.file.name for guard in guards)}
     before = {r.name for r in runs} - after
     assert {name.split("/")[1].split(".")[0] for name in after} == set(FAILED_PATHS)
