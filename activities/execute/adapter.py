@@ -6,7 +6,9 @@ that records its receipt with ``RECORD_RUN`` has a success's completion written 
 the receipt's transaction (``AdapterInput.defer_completion``). A run that says what its
 success records (``AdapterInput.record``) has the successful attempt write that transaction
 itself, before it reports (``RecordStep.recorded``); when it cannot, in time or at all, the
-run's record step writes it as before.
+run's record step writes it as before. An attempt of such a run that follows another first
+looks for the receipt: one recorded by an attempt whose report was lost is the answer, and
+the provider is not called again.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ from schemas.connections import ConnectionResolver, Credential, TokenRefresher
 from schemas.errors import ErrorCode
 from schemas.names import CALL_ADAPTER
 from schemas.oauth import OAUTH2
-from schemas.records import ErrorTaxonomy
+from schemas.records import RESPONSE_TRUNCATED, ErrorTaxonomy, Receipt
 from schemas.run import AdapterInput, AdapterOutput, RecordedRun
 from store import events as event_log
-from store import tenancy
+from store import receipts, tenancy
 
 
 class AdapterStep:
@@ -70,6 +72,10 @@ class AdapterStep:
 
     async def _attempt(self, inp: AdapterInput) -> AdapterOutput:
         info = activity.info()
+        if info.attempt > 1 and inp.record is not None:
+            found = await self._recorded_before(inp)
+            if found is not None:
+                return _answer_of(found, info.attempt)
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""
         started = attempt_started(inp.ref.receipt_id, inp.capability, info.attempt, inp.resumed)
@@ -109,6 +115,15 @@ class AdapterStep:
         )
         recorded = await self._record_success(inp, out, info)
         return out if recorded is None else out.model_copy(update={"recorded": recorded})
+
+    async def _recorded_before(self, inp: AdapterInput) -> Receipt | None:
+        """The execution's receipt, when an earlier attempt recorded it and its report was
+        lost (its worker died after the commit): the call is not made again. By then the
+        caller may have been answered with it, and acted on the effect: a repeat, even one
+        a look-up would settle, could redo what the caller has since undone."""
+        tenant_id = inp.ref.tenant_id
+        async with tenancy.tenant_transaction(self._sessions, tenant_id) as session:
+            return await receipts.get_receipt(session, tenant_id, inp.ref.receipt_id)
 
     async def _record_success(
         self, inp: AdapterInput, out: AdapterOutput, info: activity.Info
@@ -196,6 +211,20 @@ def _seconds_left(info: activity.Info) -> float | None:
         return None
     deadline = info.started_time + info.start_to_close_timeout
     return (deadline - datetime.now(UTC)).total_seconds()
+
+
+def _answer_of(receipt: Receipt, attempt: int) -> AdapterOutput:
+    """What an attempt that found its execution's receipt recorded reports: the receipt,
+    and the answer as the receipt tells it (its output is kept with it, which the gateway
+    reads). The run writes the manifest if the recording attempt did not."""
+    return AdapterOutput(
+        http_status=receipt.http_status,
+        attempt=attempt,
+        output_hash=receipt.output_hash or "",
+        truncated=receipt.error_code == RESPONSE_TRUNCATED,
+        evidence=receipt.provider_evidence,
+        recorded=RecordedRun(receipt=receipt, manifest_written=False),
+    )
 
 
 def _failure(

@@ -23,7 +23,8 @@ from schemas.canonical import sha256_digest
 from schemas.names import CALL_ADAPTER, RECORD_RUN
 from schemas.run import RecordedRun, RecordRunInput
 from store.models import ManifestRow, ReceiptRow
-from tests.support.stack import StackFactory
+from tests.support.fakes import FakeProvider, Step
+from tests.support.stack import Stack, StackFactory
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -178,3 +179,45 @@ async def test_an_attempt_short_of_time_leaves_the_record_to_the_run(
         await _manifest_of(stack, body["receipt_id"])
     assert body["receipt"]["status"] == "success" and calls == [1]
     assert (scheduled, local) == ([CALL_ADAPTER], 2)
+
+
+async def test_an_attempt_after_a_recorded_one_answers_its_receipt(
+    stack: Stack, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt recorded the receipt, then its report was lost (its worker died): the
+    next attempt finds the receipt and answers it, without calling the provider again. By
+    then a caller may have been answered with the receipt and undone the effect, which a
+    look-up before a repeat would not see."""
+    original = AdapterStep._record_success
+    lost: list[int] = []
+
+    async def recorded_then_died(
+        self: AdapterStep, inp: Any, out: Any, info: Any
+    ) -> RecordedRun | None:
+        recorded = await original(self, inp, out, info)
+        assert recorded is not None
+        if not lost:
+            lost.append(info.attempt)
+            raise RuntimeError("the worker died before it reported")
+        return recorded
+
+    monkeypatch.setattr(AdapterStep, "_record_success", recorded_then_died)
+    url = provider.script("/recorded-then-lost", Step(201, body={"id": "made once"}))
+    resp = await stack.execute("http.request", {"method": "POST", "url": url})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    events = (await stack.client.get_workflow_handle(body["workflow_id"]).fetch_history()).events
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    async with stack.sessions() as session:
+        manifests = (
+            await session.execute(select(ManifestRow).filter_by(receipt_id=body["receipt_id"]))
+        ).all()
+    assert lost == [1] and attempts == [2]  # the second attempt reported
+    assert len(provider.calls_to("/recorded-then-lost")) == 1  # not even a replayed one
+    assert body["status"] == "executed" and body["receipt"]["status"] == "success"
+    assert body["output"]["body"] == {"id": "made once"}  # kept with the receipt, read back
+    assert len(manifests) == 1
