@@ -37,6 +37,10 @@ class _Held:
     def __init__(self, raw: psycopg.AsyncConnection[Any]) -> None:
         self.raw = raw
         self.tenant: str | None = None  # scoped to, for the session
+        # Every read's cursor: one read at a time on a held connection, and a cursor made
+        # for each read (its adapters copied from the connection's) costs more than the
+        # read's own rows.
+        self.cursor = raw.cursor()
 
 
 class HeldReads:
@@ -82,7 +86,8 @@ class HeldReads:
                 held.tenant = None
                 await raw.execute(_SCOPE_SESSION, {"tenant": tenant_id})
                 held.tenant = tenant_id
-            cursor = await raw.execute(sql, params, prepare=True)
+            cursor = held.cursor
+            await cursor.execute(sql, params, prepare=True)
             row: tuple[Any, ...] | None = await cursor.fetchone()
         except psycopg.OperationalError:
             return None

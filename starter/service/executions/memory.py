@@ -34,11 +34,14 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 ENTRY_OVERHEAD = 6 * 1024
 
 
+# ``json.dumps`` with these options, without making an encoder for every answer.
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def render(envelope: Envelope) -> bytes:
     """An envelope as JSON, as it is kept here and sent: compact, non-ASCII escaped (an
     echoed lone surrogate still renders)."""
-    content = envelope.model_dump(mode="json")
-    return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return _ENCODER.encode(envelope.model_dump(mode="json")).encode("ascii")
 
 
 @dataclass
