@@ -152,6 +152,10 @@ class ManifestActivities:
         ready = await self.staging(inp).published()
         return ready.signed, ready.path, ready.digest
 
+    async def make_folder(self, tenant_id: str, run_id: str) -> None:
+        """The run's folder made ahead of its manifest (``ManifestStore.make_folder``)."""
+        await asyncio.to_thread(self._store.make_folder, tenant_id, run_id)
+
     def staging(self, inp: ManifestInput, *, unrecorded: bool = False) -> Staging:
         """The run's manifest made ready (found stored, or signed and staged) from now on,
         in a thread beside the caller's work, to be published or discarded later.

@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,8 @@ from store.models import ManifestRow
 MANIFEST_NAME = "manifest.json"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+# How many folders ``ManifestStore.make_folder`` made are remembered until their manifest.
+MADE_FOLDERS_KEPT = 1024
 
 
 class ManifestExistsError(FileExistsError):
@@ -106,6 +109,10 @@ class ManifestStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        # Run folders made (and their entries flushed) ahead of their manifest by
+        # ``make_folder``, which ``stage`` then need not make again; the oldest are forgotten.
+        self._made: dict[Path, None] = {}
+        self._made_lock = threading.Lock()
 
     def path_for(self, tenant_id: str, run_id: str) -> Path:
         tenant = _check_segment("tenant_id", tenant_id)
@@ -117,18 +124,35 @@ class ManifestStore:
         Raises ``ManifestExistsError`` if any manifest is already stored for the run."""
         return self.publish(self.stage(manifest))
 
+    def make_folder(self, tenant_id: str, run_id: str) -> None:
+        """The run's folder made and its entry flushed, ahead of its manifest (``stage``
+        does it otherwise): a step that will store the manifest soon does it beside other
+        work. An empty folder is left if none comes (as by a discarded manifest)."""
+        folder = self.path_for(tenant_id, run_id).parent
+        self._make(folder)
+        with self._made_lock:
+            if len(self._made) >= MADE_FOLDERS_KEPT:
+                self._made.pop(next(iter(self._made)))
+            self._made[folder] = None
+
+    def _make(self, folder: Path) -> None:
+        # A root that exists is the operator's to set up; one we create is private.
+        self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        _private_dir(folder.parent)
+        _private_dir(folder)
+        # The run's folder lasts before anything is published in it (an empty one is left
+        # by a discarded manifest, as by a crash mid-write).
+        _fsync_dir(folder.parent)
+
     def stage(self, manifest: RunManifest) -> Staged:
         """``write``'s first half: the bytes in a temporary file beside the manifest's place,
         flushed to disk, visible to no reader until ``publish`` (or gone with ``discard``)."""
         path = self.path_for(manifest.tenant_id, manifest.run_id)
         data = manifest_bytes(manifest)
-        # A root that exists is the operator's to set up; one we create is private.
-        self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        _private_dir(path.parent.parent)
-        _private_dir(path.parent)
-        # The run's folder lasts before anything is published in it (an empty one is left
-        # by a discarded manifest, as by a crash mid-write).
-        _fsync_dir(path.parent.parent)
+        with self._made_lock:
+            made = self._made.pop(path.parent, False) is None  # by ``make_folder``
+        if not made:
+            self._make(path.parent)
         tmp = path.with_name(f".{MANIFEST_NAME}.{secrets.token_hex(8)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:

@@ -79,7 +79,15 @@ class AdapterStep:
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""
         started = attempt_started(inp.ref.receipt_id, inp.capability, info.attempt, inp.resumed)
-        await self._adapter_events(inp, run_id, started)
+        # What a success records itself is prepared beside the events, off its way.
+        preparing = None
+        if inp.record is not None and self._recorder is not None:
+            preparing = asyncio.ensure_future(self._recorder.prepare(inp.ref.tenant_id, run_id))
+        try:
+            await self._adapter_events(inp, run_id, started)
+        finally:
+            if preparing is not None:
+                await preparing
         adapter = self._adapters.get(inp.capability.adapter)
         if adapter is None:
             raise ApplicationError(

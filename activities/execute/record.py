@@ -63,6 +63,17 @@ class RecordStep:
         await self._alert(inp.record)
         return recorded
 
+    async def prepare(self, tenant_id: str, run_id: str) -> None:
+        """What of the record can be made before the outcome is known: the run's manifest
+        folder, while the adapter attempt writes its events. A failure leaves it to the
+        record, which makes it then."""
+        if self._manifests is None:
+            return
+        try:
+            await self._manifests.make_folder(tenant_id, run_id)
+        except Exception as err:
+            activity.logger.warning("manifest folder not made ahead: %s", type(err).__name__)
+
     async def recorded(self, inp: RecordRunInput) -> RecordedRun:
         """``record_run``'s transaction, for a caller that alerts nothing: the successful
         adapter attempt that records itself (``AdapterInput.record``)."""
