@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,32 @@ def _in_attempt(
     return recorders
 
 
+@dataclass
+class Executed:
+    """A demo.echo execution's answer, what its run scheduled, its manifest as indexed and
+    the latency its receipt recorded."""
+
+    body: dict[str, Any]
+    scheduled: list[str]  # the activities scheduled
+    local: int  # local activities' markers
+    manifest: dict[str, Any]
+    latency_ms: int
+
+
+async def _execute(make_stack: StackFactory, payload: dict[str, Any]) -> Executed:
+    async with make_stack() as stack:
+        resp = await stack.execute("demo.echo", payload)
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        scheduled, local = await _history_steps(stack, body["workflow_id"])
+        manifest, _ = await _manifest_of(stack, body["receipt_id"])
+        async with stack.sessions() as session:
+            receipt = (
+                await session.execute(select(ReceiptRow).filter_by(id=body["receipt_id"]))
+            ).scalar_one()
+    return Executed(body, scheduled, local, manifest, receipt.latency_ms)
+
+
 async def _history_steps(stack: Any, workflow_id: str) -> tuple[list[str], int]:
     """The run's scheduled activities and its local activities' markers."""
     events = (await stack.client.get_workflow_handle(workflow_id).fetch_history()).events
@@ -95,16 +122,11 @@ async def test_a_success_is_recorded_by_its_attempt(
         return None
 
     recorders = _in_attempt(monkeypatch, nothing)
-    async with make_stack() as stack:
-        resp = await stack.execute("demo.echo", {"recorded": "in the call"})
-        assert resp.status_code == 200, resp.text
-        body = resp.json()
-        scheduled, local = await _history_steps(stack, body["workflow_id"])
-        manifest, _ = await _manifest_of(stack, body["receipt_id"])
-    assert body["status"] == "executed" and body["receipt"]["status"] == "success"
+    ran = await _execute(make_stack, {"recorded": "in the call"})
+    assert ran.body["status"] == "executed" and ran.body["receipt"]["status"] == "success"
     assert calls == [1] and recorders == [CALL_ADAPTER]
-    assert (scheduled, local) == ([CALL_ADAPTER], 1)  # the policy check's alone
-    assert manifest["correlation_id"] == body["receipt_id"]
+    assert (ran.scheduled, ran.local) == ([CALL_ADAPTER], 1)  # the policy check's alone
+    assert ran.manifest["correlation_id"] == ran.body["receipt_id"]
 
 
 async def test_a_record_the_attempt_cannot_finish_is_the_runs_to_make(
@@ -122,20 +144,11 @@ async def test_a_record_the_attempt_cannot_finish_is_the_runs_to_make(
         raise ConnectionResetError("the database went away before the commit")
 
     recorders = _in_attempt(monkeypatch, failing)
-    async with make_stack() as stack:
-        resp = await stack.execute("demo.echo", {"recorded": "by the run"})
-        assert resp.status_code == 200, resp.text
-        body = resp.json()
-        scheduled, local = await _history_steps(stack, body["workflow_id"])
-        manifest, _ = await _manifest_of(stack, body["receipt_id"])
-        async with stack.sessions() as session:
-            receipt = (
-                await session.execute(select(ReceiptRow).filter_by(id=body["receipt_id"]))
-            ).scalar_one()
-    assert body["receipt"]["status"] == "success" and calls == [1]
+    ran = await _execute(make_stack, {"recorded": "by the run"})
+    assert ran.body["receipt"]["status"] == "success" and calls == [1]
     assert recorders == [CALL_ADAPTER, RECORD_RUN]
-    assert (scheduled, local) == ([CALL_ADAPTER], 2)  # the policy check and the record
-    assert manifest["metadata"]["execution_duration_ms"] == receipt.latency_ms
+    assert (ran.scheduled, ran.local) == ([CALL_ADAPTER], 2)  # the policy check and the record
+    assert ran.manifest["metadata"]["execution_duration_ms"] == ran.latency_ms
 
 
 async def test_a_manifest_left_by_an_attempt_that_died_is_replaced(
@@ -154,14 +167,9 @@ async def test_a_manifest_left_by_an_attempt_that_died_is_replaced(
         await step._manifests.stored_or_written(other.input_for(receipt, inp.run_id))
 
     _in_attempt(monkeypatch, plant)
-    async with make_stack() as stack:
-        resp = await stack.execute("demo.echo", {"recorded": "over a dead attempt's"})
-        assert resp.status_code == 200, resp.text
-        body = resp.json()
-        manifest, _ = await _manifest_of(stack, body["receipt_id"])
-        scheduled, local = await _history_steps(stack, body["workflow_id"])
-    assert manifest["attempt"] == 0  # this attempt's, not the planted one's 6
-    assert (scheduled, local) == ([CALL_ADAPTER], 1)
+    ran = await _execute(make_stack, {"recorded": "over a dead attempt's"})
+    assert ran.manifest["attempt"] == 0  # this attempt's, not the planted one's 6
+    assert (ran.scheduled, ran.local) == ([CALL_ADAPTER], 1)
 
 
 async def test_an_attempt_short_of_time_leaves_the_record_to_the_run(
@@ -171,14 +179,9 @@ async def test_an_attempt_short_of_time_leaves_the_record_to_the_run(
     record step records the receipt."""
     calls = _count_calls(monkeypatch)
     monkeypatch.setattr(adapter_module, "RECORD_TIME_NEEDED", 10_000.0)
-    async with make_stack() as stack:
-        resp = await stack.execute("demo.echo", {"recorded": "later"})
-        assert resp.status_code == 200, resp.text
-        body = resp.json()
-        scheduled, local = await _history_steps(stack, body["workflow_id"])
-        await _manifest_of(stack, body["receipt_id"])
-    assert body["receipt"]["status"] == "success" and calls == [1]
-    assert (scheduled, local) == ([CALL_ADAPTER], 2)
+    ran = await _execute(make_stack, {"recorded": "later"})
+    assert ran.body["receipt"]["status"] == "success" and calls == [1]
+    assert (ran.scheduled, ran.local) == ([CALL_ADAPTER], 2)
 
 
 async def test_an_attempt_after_a_recorded_one_answers_its_receipt(
