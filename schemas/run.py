@@ -247,28 +247,6 @@ class RecordInput(BaseModel):
         of open runs hold, reads into the ref."""
         return nest_ref(data)
 
-    @classmethod
-    def before_call(
-        cls,
-        ref: ExecutionRef,
-        capability: CapabilitySpec,
-        trace_id: str,
-        record: SuccessRecord,
-    ) -> RecordInput:
-        """The record of a run that called nothing (yet): a policy denial until told
-        otherwise (``succeeded``, or the run's failure)."""
-        return cls(
-            ref=ref,
-            capability=capability,
-            request_id=record.request_id,
-            trace_id=trace_id,
-            submitted_at=record.submitted_at,
-            policy_decision_id=record.policy_decision_id,
-            success=False,
-            status=ExecutionStatus.POLICY_DENIED,
-            budget_held=record.budget_held,
-        )
-
     def kept(self) -> KeptOutput | None:
         """What of the answer is kept with the receipt (sealed, in ``execution_outputs``): a
         called adapter's output, or what the provider said when it refused, or what a
@@ -425,15 +403,37 @@ class RecordedRun(BaseModel):
     )
 
 
-class SuccessRecord(BaseModel):
-    """What a run records when its adapter call succeeds, beside what the adapter's input
-    holds (``AdapterInput.record``): with it the successful attempt records the receipt,
-    its manifest and its completion itself, as the run's record step would."""
+class RecordBasis(BaseModel):
+    """What a run's record of its outcome holds beside its ref, capability and trace id."""
 
     request_id: str
     submitted_at: datetime
     policy_decision_id: str
     budget_held: bool = True
+
+    def before_call(
+        self, ref: ExecutionRef, capability: CapabilitySpec, trace_id: str
+    ) -> RecordInput:
+        """The record of a run that called nothing (yet): a policy denial until told
+        otherwise (``succeeded``, or the run's failure)."""
+        return RecordInput(
+            ref=ref,
+            capability=capability,
+            request_id=self.request_id,
+            trace_id=trace_id,
+            submitted_at=self.submitted_at,
+            policy_decision_id=self.policy_decision_id,
+            success=False,
+            status=ExecutionStatus.POLICY_DENIED,
+            budget_held=self.budget_held,
+        )
+
+
+class SuccessRecord(RecordBasis):
+    """What a run records when its adapter call succeeds, beside what the adapter's input
+    holds (``AdapterInput.record``): with it the successful attempt records the receipt,
+    its manifest and its completion itself, as the run's record step would."""
+
     manifest: ManifestParts = Field(
         description="The manifest's parts, its tool call as it stands before the call."
     )
@@ -442,7 +442,7 @@ class SuccessRecord(BaseModel):
         self, inp: AdapterInput, out: AdapterOutput, recorded_at: datetime
     ) -> RecordRunInput:
         """The record step's input for ``out``, the successful attempt of ``inp``."""
-        before = RecordInput.before_call(inp.ref, inp.capability, inp.trace_id, self)
+        before = self.before_call(inp.ref, inp.capability, inp.trace_id)
         tool = self.manifest.tool
         assert tool is not None
         record, called = succeeded(before, tool, out)
@@ -492,4 +492,3 @@ class ManifestRef(BaseModel):
 # Fields naming models defined further down.
 AdapterInput.model_rebuild()
 AdapterOutput.model_rebuild()
-RecordInput.model_rebuild()

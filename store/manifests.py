@@ -166,9 +166,10 @@ class ManifestStore:
         return Staged(tmp, path, data)
 
     def publish(self, staged: Staged, *, replace_unrecorded: bool = False) -> tuple[Path, str]:
-        """``write``'s second half: the staged file linked into place, write-once, and the
-        folders that name it flushed. Raises ``ManifestExistsError`` if any manifest is
-        already stored for the run; the temporary file is gone either way.
+        """``write``'s second half: the staged file linked into place, write-once, and its
+        folder flushed (the folder's own entry was, by ``stage``). Raises
+        ``ManifestExistsError`` if any manifest is already stored for the run; the temporary
+        file is gone either way.
 
         ``replace_unrecorded``: the caller knows that the run's receipt is not recorded (its
         own transaction is writing it), so a manifest stored for the run is one an attempt
@@ -183,7 +184,7 @@ class ManifestStore:
                 os.replace(staged.tmp, staged.path)
         finally:
             self.discard(staged)
-        _fsync_dir(staged.path.parent)  # its folder's own entry was flushed by ``stage``
+        _fsync_dir(staged.path.parent)
         return staged.path, sha256_digest(staged.data)
 
     @staticmethod

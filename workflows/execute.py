@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         ManifestRef,
         PolicyInput,
         PolicyOutcome,
+        RecordBasis,
         RecordedRun,
         RecordInput,
         RecordRunInput,
@@ -361,7 +362,7 @@ class ExecuteCapability:
             parts = ManifestParts(
                 tool=tool, policy_mode=policy.mode, submitted_at=req.submitted_at, approval=approval
             )
-            success = _success_record(req, policy, parts)
+            success = SuccessRecord(**dict(_record_basis(req, policy)), manifest=parts)
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
@@ -461,19 +462,15 @@ def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
 
 def _outcome_record(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordInput:
     """The record of a run that called nothing (yet): a policy denial until told otherwise."""
-    basis = _success_record(req, policy, ManifestParts(submitted_at=req.submitted_at))
-    return RecordInput.before_call(_run_ref(req), req.capability, req.trace_id, basis)
+    return _record_basis(req, policy).before_call(_run_ref(req), req.capability, req.trace_id)
 
 
-def _success_record(
-    req: ExecuteWorkflowInput, policy: PolicyOutcome, parts: ManifestParts
-) -> SuccessRecord:
-    return SuccessRecord(
+def _record_basis(req: ExecuteWorkflowInput, policy: PolicyOutcome) -> RecordBasis:
+    return RecordBasis(
         request_id=req.request_id,
         submitted_at=req.submitted_at,
         policy_decision_id=policy.policy_decision_id,
         budget_held=policy.budget_held,
-        manifest=parts,
     )
 
 
