@@ -113,11 +113,13 @@ def build_worker(
     tokens = OAuthTokens(sessions, cipher, http, guard, alerter=alerter)
     resolver = StoreConnectionResolver(sessions, cipher, token_sources=[app_tokens], tokens=tokens)
     start_keys = StartKeyring.from_settings(settings)
-    policy_step = PolicyStep(sessions, start_keys, quota_limits=settings.quota_limits)
     store = ManifestStore(settings.manifests_dir)
     signing = keyring or Keyring.from_settings(settings)
     manifests = ManifestActivities(sessions, store, signing)
     record_step = RecordStep(sessions, sealer, alerter, manifests)
+    policy_step = PolicyStep(
+        sessions, start_keys, quota_limits=settings.quota_limits, prepare=record_step.prepare
+    )
     # A successful attempt records its receipt itself, as the record step would.
     adapter_step = AdapterStep(sessions, by_name, connections=resolver, recorder=record_step)
     retention = RetentionActivities(sessions, store)

@@ -100,6 +100,12 @@ class PolicyInput(BaseModel):
     plan_approval_id: str | None = Field(
         default=None, description="See ``ExecuteWorkflowInput.plan_approval_id``."
     )
+    log_first_attempt: bool = Field(
+        default=False,
+        description="When the decision lets the run call its adapter at once, the check "
+        "writes the first attempt's start events (``STEP_STARTED``, ``TOOL_CALLED``) with "
+        "its own, in its transaction, and says so (``PolicyOutcome.first_attempt_logged``).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -142,6 +148,18 @@ class PolicyOutcome(BaseModel):
         description="What a denial's envelope says beside its code (a quota's limit and "
         "usage); None when there is nothing to add.",
     )
+    first_attempt_logged: bool = Field(
+        default=False,
+        description="The check wrote the adapter's first attempt's start events "
+        "(``PolicyInput.log_first_attempt``): that attempt writes none of its own.",
+    )
+
+    @property
+    def calls_at_once(self) -> bool:
+        """Whether the run calls its adapter straight after this decision: neither denied
+        nor waiting for a person's approval (a dry run or a stored receipt calls nothing,
+        whatever it says)."""
+        return self.decision != Decision.DENY and self.approval_ttl_seconds is None
 
 
 class AdapterInput(BaseModel):
@@ -169,6 +187,11 @@ class AdapterInput(BaseModel):
         description="A successful attempt records its receipt, its manifest and its "
         "completion itself, in one transaction, before it reports (None: the run's record "
         "step does). When it cannot, the run's record step does it all the same.",
+    )
+    first_attempt_logged: bool = Field(
+        default=False,
+        description="The policy check wrote the first attempt's start events "
+        "(``PolicyOutcome.first_attempt_logged``): attempt 1 writes none before its call.",
     )
 
     @model_validator(mode="before")

@@ -366,7 +366,7 @@ class ExecuteCapability:
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
-                _adapter_input(req, policy, key, defer, success),
+                _adapter_input(req, policy, key, defer, success, logged=approval is None),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
                 # No heartbeat timeout (the activity would beat): a worker starved of CPU past
@@ -447,7 +447,13 @@ def _run_ref(req: ExecuteWorkflowInput) -> ExecutionRef:
 
 
 def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
+    """The check's input. It writes the adapter's first attempt's start when the run calls
+    at once (``PolicyOutcome.first_attempt_logged``), which needs no patch: the adapter's
+    input says so only when the check's outcome does (a run replayed from before has its
+    outcome, saying not), and the step's events have fixed ids (a worker of code from before
+    that writes them again writes nothing)."""
     return PolicyInput(
+        log_first_attempt=True,
         ref=_run_ref(req),
         capability=req.capability,
         idempotency_ttl_seconds=req.idempotency_ttl_seconds,
@@ -480,10 +486,15 @@ def _adapter_input(
     key: str,
     defer_completion: bool,
     record: SuccessRecord | None,
+    *,
+    logged: bool,
 ) -> AdapterInput:
+    """``logged``: the adapter is called straight after the policy check (no approval in
+    between), which may have written the first attempt's start."""
     return AdapterInput(
         defer_completion=defer_completion,
         record=record,
+        first_attempt_logged=logged and policy.first_attempt_logged,
         ref=_run_ref(req),
         capability=req.capability,
         input=req.input,

@@ -2,13 +2,16 @@
 
 Each attempt records its events in transactions of its own (the attempt itself is the state
 they record): the call before the provider is asked, then its failure or completion. A run
-that records its receipt with ``RECORD_RUN`` has a success's completion written there, in
-the receipt's transaction (``AdapterInput.defer_completion``). A run that says what its
-success records (``AdapterInput.record``) has the successful attempt write that transaction
-itself, before it reports (``RecordStep.recorded``); when it cannot, in time or at all, the
-run's record step writes it as before. An attempt of such a run that follows another first
-looks for the receipt: one recorded by an attempt whose report was lost is the answer, and
-the provider is not called again.
+may have its policy check write the first attempt's call, in the check's transaction
+(``AdapterInput.first_attempt_logged``): it schedules that attempt in the same workflow task,
+with nothing of its own in between. A run that records its receipt with ``RECORD_RUN`` has
+a success's completion written there, in the receipt's transaction
+(``AdapterInput.defer_completion``). A run that says what its success records
+(``AdapterInput.record``) has the successful attempt write that transaction itself, before
+it reports (``RecordStep.recorded``); when it cannot, in time or at all, the run's record
+step writes it as before. An attempt of such a run that follows another first looks for the
+receipt: one recorded by an attempt whose report was lost is the answer, and the provider is
+not called again.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 from activities.adapters import Adapter, fail
 from activities.evidence import continue_chain
 from activities.execute.events import (
+    ADAPTER_ACTOR,
     AttemptFailure,
     Draft,
     attempt_completed,
@@ -78,16 +82,8 @@ class AdapterStep:
                 return _answer_of(found, info.attempt)
         invoked_at = datetime.now(UTC)
         run_id = info.workflow_run_id or ""
-        started = attempt_started(inp.ref.receipt_id, inp.capability, info.attempt, inp.resumed)
-        # What a success records itself is prepared beside the events, off its way.
-        preparing = None
-        if inp.record is not None and self._recorder is not None:
-            preparing = asyncio.ensure_future(self._recorder.prepare(inp.ref.tenant_id, run_id))
-        try:
-            await self._adapter_events(inp, run_id, started)
-        finally:
-            if preparing is not None:
-                await preparing
+        if info.attempt > 1 or not inp.first_attempt_logged:  # else the policy check wrote it
+            await self._started(inp, run_id, info.attempt)
         adapter = self._adapters.get(inp.capability.adapter)
         if adapter is None:
             raise ApplicationError(
@@ -123,6 +119,19 @@ class AdapterStep:
         )
         recorded = await self._record_success(inp, out, info)
         return out if recorded is None else out.model_copy(update={"recorded": recorded})
+
+    async def _started(self, inp: AdapterInput, run_id: str, attempt: int) -> None:
+        """The attempt's start, before the provider is asked: its events, and beside them
+        what a success records itself is prepared, off its way."""
+        started = attempt_started(inp.ref.receipt_id, inp.capability, attempt, inp.resumed)
+        preparing = None
+        if inp.record is not None and self._recorder is not None:
+            preparing = asyncio.ensure_future(self._recorder.prepare(inp.ref.tenant_id, run_id))
+        try:
+            await self._adapter_events(inp, run_id, started)
+        finally:
+            if preparing is not None:
+                await preparing
 
     async def _recorded_before(self, inp: AdapterInput) -> Receipt | None:
         """The execution's receipt, when an earlier attempt recorded it and its report was
@@ -195,7 +204,7 @@ class AdapterStep:
         """Events of the adapter step, in a transaction of their own (the attempt itself is
         the state they record): its BEGIN, tenant, events and COMMIT in one round trip."""
         tenant_id, receipt_id = inp.ref.tenant_id, inp.ref.receipt_id
-        drafts = chained(continue_chain(tenant_id, receipt_id, run_id, "moat.adapter"), events)
+        drafts = chained(continue_chain(tenant_id, receipt_id, run_id, ADAPTER_ACTOR), events)
         try:
             async with self._sessions.begin() as session:
                 await event_log.append_committing(

@@ -36,6 +36,10 @@ class Draft:
     per_run: bool = True  # False: one per execution (``Chain.add``)
 
 
+# The adapter step's events are this actor's, in whichever step's transaction they are written.
+ADAPTER_ACTOR = "moat.adapter"
+
+
 def chained(chain: Chain, drafts: Iterable[Draft]) -> list[EventDraft]:
     """The chain's drafts, with ``drafts`` added in order."""
     for d in drafts:

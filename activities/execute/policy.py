@@ -6,7 +6,9 @@ gets the decision first recorded; the events it records are appended in that tra
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -16,7 +18,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.evidence import Chain, signal_id
-from activities.execute.events import chained, intake_events, policy_events
+from activities.execute.events import (
+    ADAPTER_ACTOR,
+    attempt_started,
+    chained,
+    intake_events,
+    policy_events,
+)
 from schemas.approvals import ApprovalStatus
 from schemas.capabilities import CapabilitySpec
 from schemas.errors import ErrorCode
@@ -73,10 +81,15 @@ class PolicyStep:
         sessions: async_sessionmaker[AsyncSession],
         start_keys: StartKeyring,
         quota_limits: QuotaLimits | None = None,
+        prepare: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self._quota_limits = quota_limits or DEFAULT_QUOTAS
         self._sessions = sessions
         self._start_keys = start_keys
+        # What of the run's record can be made ahead (``RecordStep.prepare``), made beside a
+        # check that writes the first attempt's start: that attempt has no transaction of
+        # its own before its call to make it beside.
+        self._prepare = prepare
 
     @activity.defn(name=CHECK_POLICY)
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
@@ -92,6 +105,9 @@ class PolicyStep:
                 type=START_NOT_SIGNED,
                 non_retryable=True,
             )
+        preparing = None
+        if inp.log_first_attempt and not inp.dry_run and self._prepare is not None:
+            preparing = asyncio.ensure_future(self._prepare(inp.ref.tenant_id, inp.ref.run_id))
         now = datetime.now(UTC)
         try:
             return await self._committing(inp, now, counted=False)
@@ -99,6 +115,9 @@ class PolicyStep:
             # The budget decided against was used up: nothing was committed, and the check
             # runs again reading its uses and holds first.
             return await self._committing(inp, now, counted=True)
+        finally:
+            if preparing is not None:
+                await preparing
 
     async def _committing(self, inp: PolicyInput, now: datetime, counted: bool) -> PolicyOutcome:
         try:
@@ -255,12 +274,19 @@ class PolicyStep:
             else:
                 await budgets.hold_budget(session, *hold, until)
         outcome = _outcome(row, tenant, matched, ttl if waits else None, held, denial)
-        outcome = outcome.model_copy(update={"resumed": resumed})
+        # The run's next step is the call: its first attempt's start is written here, as
+        # the adapter step writes it, and that attempt writes none.
+        logged = events and inp.log_first_attempt and outcome.calls_at_once
+        outcome = outcome.model_copy(update={"resumed": resumed, "first_attempt_logged": logged})
         if events:
             chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
             drafts = chained(
                 chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
             )
+            if logged:
+                with chain.acting(ADAPTER_ACTOR):
+                    started = attempt_started(inp.ref.receipt_id, inp.capability, 1, resumed)
+                    drafts = chained(chain, started)
             await _append(session, drafts, values if together else None, holding, committing)
         return outcome
 

@@ -15,7 +15,7 @@ from temporalio import activity
 
 from activities.alerts import Alerter
 from activities.evidence import Chain, continue_chain
-from activities.execute.events import attempt_completed, chained, outcome_events
+from activities.execute.events import ADAPTER_ACTOR, attempt_completed, chained, outcome_events
 from activities.manifest import ManifestActivities, Ready, Staging
 from schemas.alerts import AlertKind, is_alert_key
 from schemas.ids import uuid7
@@ -238,7 +238,7 @@ def _budget_use(inp: RecordInput, now: datetime) -> dict[str, Any]:
 def _completion(chain: Chain, inp: RecordInput, out: AdapterOutput) -> None:
     """The adapter's completed attempt, as the adapter step writes it (its actor)."""
     duration = out.duration_ms or 0
-    with chain.acting("moat.adapter"):
+    with chain.acting(ADAPTER_ACTOR):
         chained(
             chain,
             attempt_completed(inp.ref.receipt_id, inp.capability, out.attempt, duration, out),

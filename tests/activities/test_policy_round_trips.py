@@ -18,7 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.execute.events import intake_events, policy_events
+from activities.evidence import continue_chain
+from activities.execute.events import (
+    ADAPTER_ACTOR,
+    attempt_started,
+    chained,
+    intake_events,
+    policy_events,
+)
 from activities.execute.policy import PolicyStep, decision_id_for
 from schemas.capabilities import CapabilityCatalog
 from schemas.errors import ErrorCode
@@ -141,6 +148,78 @@ async def test_a_fresh_check_is_two_round_trips_and_a_retry_gets_the_first_decis
     async with sessions() as s:
         assert len(await event_log.events_of(s, tenant_id, receipt_id)) == len(events)
     assert await _decisions(sessions, receipt_id) == 1
+
+
+async def test_a_check_asked_to_log_the_first_attempt_writes_its_start_in_its_two_trips(
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``log_first_attempt``: a check that lets the run call at once writes the adapter's
+    first attempt's start as the adapter step would (its actor, attempt 1), in the same two
+    round trips, and says so; the run's folder is prepared beside it. A retried check
+    writes it no second time."""
+    receipt_id = str(uuid7())
+    inp = _input(tenant_id, "ahead", receipt_id).model_copy(update={"log_first_attempt": True})
+    prepared: list[tuple[str, str]] = []
+
+    async def prepare(tenant: str, run_id: str) -> None:
+        prepared.append((tenant, run_id))
+
+    step = PolicyStep(app_sessions, KEYS, prepare=prepare)
+    trips = Trips(app_sessions, monkeypatch)
+    first: PolicyOutcome = await ActivityEnvironment().run(step.check_policy, inp)
+    assert trips.count["trips"] == 2
+    assert (first.decision, first.first_attempt_logged) == (Decision.ALLOW, True)
+    assert prepared == [(tenant_id, inp.ref.run_id)]
+    async with sessions() as s:
+        events = await event_log.events_of(s, tenant_id, receipt_id)
+        assert await event_log.verify(s, tenant_id) == []
+    assert [e.event_type for e in events][-3:] == [
+        EventType.EFFECT_REQUESTED,
+        EventType.STEP_STARTED,
+        EventType.TOOL_CALLED,
+    ]
+    started, called = events[-2:]
+    assert started.actor == called.actor == ADAPTER_ACTOR
+    # The event the adapter's first attempt would write (a worker of code from before does).
+    adapters = continue_chain(tenant_id, receipt_id, inp.ref.run_id, ADAPTER_ACTOR)
+    [*_, own] = chained(adapters, attempt_started(receipt_id, inp.capability, 1, False))
+    assert called.id == own.id
+    assert (called.event_data["attempt"], called.event_data["resumed"]) == (1, False)
+    again: PolicyOutcome = await ActivityEnvironment().run(step.check_policy, inp)
+    assert again.first_attempt_logged and again.resumed
+    async with sessions() as s:
+        assert len(await event_log.events_of(s, tenant_id, receipt_id)) == len(events)
+
+
+@pytest.mark.parametrize("stops", ["budget", "approval", "not asked"])
+async def test_a_check_logs_no_attempt_the_run_does_not_make_at_once(
+    stops: str,
+    tenant_id: str,
+    sessions: async_sessionmaker[AsyncSession],
+    app_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Denied, waiting for a person's approval, or not asked: no attempt's start."""
+    assert ECHO is not None
+    async with sessions.begin() as s:
+        if stops == "budget":
+            await budgets.set_budget(s, tenant_id, ECHO.id, 0, "day")
+        elif stops == "approval":
+            await tenancy.set_tenant(s, tenant_id)
+            rule = {"capability": "demo.*", "requires_approval": True}
+            document = {"mode": "strict", "rules": [rule]}
+            await policy_versions.add(s, tenant_id, "strict", document, "t")
+    receipt_id = str(uuid7())
+    inp = _input(tenant_id, f"no-{stops}", receipt_id)
+    inp = inp.model_copy(update={"log_first_attempt": stops != "not asked"})
+    outcome = await _check(app_sessions, inp)
+    assert not outcome.first_attempt_logged
+    assert outcome.calls_at_once == (stops == "not asked")
+    async with sessions() as s:
+        events = await event_log.events_of(s, tenant_id, receipt_id)
+    assert not {EventType.STEP_STARTED, EventType.TOOL_CALLED} & {e.event_type for e in events}
 
 
 async def test_a_key_held_by_a_running_execution_is_busy_and_records_nothing(

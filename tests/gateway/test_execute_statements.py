@@ -23,17 +23,17 @@ from store import db
 from workflows.execute import RECORD_IN_CALL_PATCH
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
-# document, key claim, receipt, budget, decision, events), the adapter attempt's events,
-# and the record the successful attempt writes itself (receipt with outcome, leaf, kept
-# answer, budget use and the tenant's webhook subscriptions; manifest index with leaf;
-# events), each transaction's tenant set first.
-WORKER_STATEMENTS = 12
-WORKER_COMMITS = 3
+# document, key claim, receipt, budget, decision, events with the adapter's first attempt's
+# start), and the record the successful attempt writes itself (receipt with outcome, leaf,
+# kept answer, budget use and the tenant's webhook subscriptions; manifest index with leaf;
+# events), each transaction's tenant set first. The attempt writes nothing before its call.
+WORKER_STATEMENTS = 10
+WORKER_COMMITS = 2
 # Round trips: one per pipeline (with its BEGIN, and its COMMIT when it sends one), one per
 # statement outside a pipeline (one more when psycopg sends the BEGIN before it), one per
-# COMMIT psycopg sends; by activity. The adapter attempt's events are one, its record two:
-# the run has no record step of its own.
-WORKER_ROUND_TRIPS = {CHECK_POLICY: 2, CALL_ADAPTER: 3}
+# COMMIT psycopg sends; by activity. The adapter attempt's are its record's two: the run has
+# no record step of its own.
+WORKER_ROUND_TRIPS = {CHECK_POLICY: 2, CALL_ADAPTER: 2}
 
 
 async def test_a_fresh_execution_sends_its_known_statements(
