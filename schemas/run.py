@@ -100,6 +100,13 @@ class PolicyInput(BaseModel):
     plan_approval_id: str | None = Field(
         default=None, description="See ``ExecuteWorkflowInput.plan_approval_id``."
     )
+    paths_version: int = Field(
+        default=0,
+        description="Which of ``ExecuteCapability``'s patched paths the run takes "
+        "(``workflows.execute.PATHS_VERSION``), echoed in the outcome "
+        "(``PolicyOutcome.paths_version``), whose record in the run's history says it on "
+        "every replay.",
+    )
     log_first_attempt: bool = Field(
         default=False,
         description="When the decision lets the run call its adapter at once, the check "
@@ -147,6 +154,10 @@ class PolicyOutcome(BaseModel):
         default=None,
         description="What a denial's envelope says beside its code (a quota's limit and "
         "usage); None when there is nothing to add.",
+    )
+    paths_version: int = Field(
+        default=0,
+        description="``PolicyInput.paths_version`` as the check was asked (0: not asked).",
     )
     first_attempt_logged: bool = Field(
         default=False,

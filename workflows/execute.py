@@ -113,6 +113,16 @@ PATCHES_PATCH = "patches-2026-11"
 # workflow task in place of PATCHES_PATCH, and standing for it too: a run still has one
 # patch marker. A later patch of this kind replaces this one the same way.
 RECORD_IN_CALL_PATCH = "record-in-call"
+# The paths a run takes, recorded in its policy check's outcome instead of a patch marker
+# (``PolicyInput.paths_version``, echoed in ``PolicyOutcome.paths_version``): 1 is every
+# patch above. A patch marker costs two history events (the SDK adds a
+# ``TemporalChangeVersion`` upsert to it), and the server's write of that upsert stands
+# between the first workflow task and the adapter's attempt (about 1 ms). The outcome is
+# recorded in any case, and a run replayed reads it from there. The check runs before any
+# patched path, and a check of code from before echoes nothing (0), so the run then takes
+# the paths its markers say, as before. A change after this one raises PATHS_VERSION and
+# branches on ``self._paths_version``; its histories from before replay with the lower one.
+PATHS_VERSION = 1
 
 # Bookkeeping steps talk to our own Postgres: retry quickly and for a while.
 BOOKKEEPING_RETRY = RetryPolicy(
@@ -135,16 +145,24 @@ class ExecuteCapability:
         self._recorded: RecordedRun | None = None
         self._patches = False  # PATCHES_PATCH: the run has every patch before it
         self._in_call = False  # RECORD_IN_CALL_PATCH (and so PATCHES_PATCH)
+        self._paths_version = 0  # PATHS_VERSION, as the run's policy check recorded it
 
     @workflow.run
     async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
         self._req = req
-        self._in_call = workflow.patched(RECORD_IN_CALL_PATCH)
-        self._patches = self._in_call or workflow.patched(PATCHES_PATCH)
+        if workflow.unsafe.is_replaying():
+            # A run recorded before PATHS_VERSION takes the paths its first task's patch
+            # markers say. Asked only in a replay: ``patched`` records a marker in a run not
+            # replaying, and finds none in a run of PATHS_VERSION (false, recording nothing).
+            self._in_call = workflow.patched(RECORD_IN_CALL_PATCH)
+            self._patches = self._in_call or workflow.patched(PATCHES_PATCH)
         self._show(req, "checking policy")
         policy: PolicyOutcome = await self._bookkeeping(
             CHECK_POLICY, _policy_input(req), PolicyOutcome, req.local_activities
         )
+        self._paths_version = policy.paths_version
+        if self._paths_version >= 1:
+            self._in_call = self._patches = True
         if req.dry_run:
             return self._planned(policy)
         if policy.existing_receipt is not None:
@@ -453,6 +471,7 @@ def _policy_input(req: ExecuteWorkflowInput) -> PolicyInput:
     outcome, saying not), and the step's events have fixed ids (a worker of code from before
     that writes them again writes nothing)."""
     return PolicyInput(
+        paths_version=PATHS_VERSION,
         log_first_attempt=True,
         ref=_run_ref(req),
         capability=req.capability,

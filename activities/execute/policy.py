@@ -110,14 +110,17 @@ class PolicyStep:
             preparing = asyncio.ensure_future(self._prepare(inp.ref.tenant_id, inp.ref.run_id))
         now = datetime.now(UTC)
         try:
-            return await self._committing(inp, now, counted=False)
-        except budgets.UsedUp:
-            # The budget decided against was used up: nothing was committed, and the check
-            # runs again reading its uses and holds first.
-            return await self._committing(inp, now, counted=True)
+            try:
+                outcome = await self._committing(inp, now, counted=False)
+            except budgets.UsedUp:
+                # The budget decided against was used up: nothing was committed, and the
+                # check runs again reading its uses and holds first.
+                outcome = await self._committing(inp, now, counted=True)
         finally:
             if preparing is not None:
                 await preparing
+        # The paths the run takes, recorded with the outcome (``workflows.execute.PATHS_VERSION``).
+        return outcome.model_copy(update={"paths_version": inp.paths_version})
 
     async def _committing(self, inp: PolicyInput, now: datetime, counted: bool) -> PolicyOutcome:
         try:

@@ -19,8 +19,9 @@ from temporalio.api.enums.v1 import EventType
 import worker as worker_module
 from moat.testing.stack import StackFactory
 from schemas.names import CALL_ADAPTER, CHECK_POLICY
+from schemas.run import PolicyOutcome
 from store import db
-from workflows.execute import RECORD_IN_CALL_PATCH
+from workflows.execute import PATHS_VERSION
 
 # The worker's share of a fresh successful execution: the policy check (tenant and policy
 # document, key claim, receipt, budget, decision, events with the adapter's first attempt's
@@ -113,18 +114,19 @@ async def test_a_fresh_execution_sends_its_known_statements(
     assert steps == WORKER_ROUND_TRIPS
 
 
-async def test_a_fresh_execution_records_one_patch_marker(make_stack: StackFactory) -> None:
-    """A run takes every patched path behind one marker (``RECORD_IN_CALL_PATCH``), in its
-    first workflow task: a marker, and the search-attribute upsert Temporal adds to it, cost
-    a workflow task about 2 ms each (``bench``). Its successful attempt records the receipt:
-    the policy check is the run's one local activity."""
+async def test_a_fresh_execution_records_no_patch_marker(make_stack: StackFactory) -> None:
+    """A run takes every patched path with no marker: its policy check's outcome records
+    which (``PATHS_VERSION``). A marker, and the search-attribute upsert Temporal adds to it, cost
+    the run two history events and the server's write of the upsert before the adapter's
+    attempt starts. Its successful attempt records the receipt: the policy check is the
+    run's one local activity, and its outcome says the paths."""
     async with make_stack() as stack:
         resp = await stack.execute("demo.echo", {"count": "markers"})
         assert resp.status_code == 200, resp.text
         handle = stack.client.get_workflow_handle(resp.json()["workflow_id"])
         events = (await handle.fetch_history()).events
     patches = [
-        e.marker_recorded_event_attributes.details
+        e
         for e in events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
@@ -132,12 +134,7 @@ async def test_a_fresh_execution_records_one_patch_marker(make_stack: StackFacto
     upserts = [
         e for e in events if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
     ]
-    assert len(patches) == 1
-    [details] = patches
-    assert any(
-        RECORD_IN_CALL_PATCH.encode() in p.data for v in details.values() for p in v.payloads
-    )
-    assert len(upserts) == 1
+    assert (patches, upserts) == ([], [])
     local = [
         e
         for e in events
@@ -149,4 +146,8 @@ async def test_a_fresh_execution_records_one_patch_marker(make_stack: StackFacto
         for e in events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
-    assert (len(local), scheduled, len(events)) == (1, [CALL_ADAPTER], 14)
+    assert (len(local), scheduled, len(events)) == (1, [CALL_ADAPTER], 12)
+    [marker] = local
+    [result] = marker.marker_recorded_event_attributes.details["result"].payloads
+    [outcome] = await stack.client.data_converter.decode([result], [PolicyOutcome])
+    assert outcome.paths_version == PATHS_VERSION

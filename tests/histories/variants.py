@@ -73,3 +73,21 @@ class FailedRunUnguarded(ExecuteCapability):
         if code is None:
             return result
         raise ApplicationError("execution failed", result, type=code, non_retryable=True)
+
+
+@workflow.defn(name=EXECUTE_WORKFLOW)
+class PathsIgnored(ExecuteCapability):
+    """A run that ignores the paths its policy check's outcome records (``PATHS_VERSION``): it takes
+    the paths of a run with no patch marker, as a run recorded before any patch."""
+
+    @workflow.run
+    async def run(self, req: ExecuteWorkflowInput) -> ExecuteResult:
+        return await super().run(req)
+
+    @property
+    def _paths_version(self) -> int:
+        return 0
+
+    @_paths_version.setter
+    def _paths_version(self, recorded: int) -> None:
+        pass  # ignored

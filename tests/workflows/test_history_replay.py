@@ -17,6 +17,7 @@ from tests.histories.paths import PATHS
 from tests.histories.variants import (
     DryRunStatusUnguarded,
     FailedRunUnguarded,
+    PathsIgnored,
     StatusBeforeManifest,
     TimerBeforePolicy,
 )
@@ -24,6 +25,7 @@ from workflows.execute import (
     DRY_RUN_STATUS_PATCH,
     FAILED_RUN_PATCH,
     PATCHES_PATCH,
+    PATHS_VERSION,
     RECORD_IN_CALL_PATCH,
 )
 from workflows.partitions import OutcomePartitions
@@ -90,8 +92,14 @@ FAILED_PATHS = ("provider_refused", "dead_letter", "timeout", "budget_denied", "
 async def test_failed_runs_end_failed_behind_their_patch() -> None:
     # A failed execution's run ends failed since the patch; the runs before it completed.
     runs = [r for r in CORPUS if r.file.name.split(".")[0] in FAILED_PATHS]
-    # Recorded behind the patch, or behind one that stands for every patch before it.
-    guards = (f".{FAILED_RUN_PATCH}.", f".{PATCHES_PATCH}.", f".{RECORD_IN_CALL_PATCH}.")
+    # Recorded behind the patch, or behind one that stands for every patch before it, or
+    # with the paths recorded in the check's outcome.
+    guards = (
+        f".{FAILED_RUN_PATCH}.",
+        f".{PATCHES_PATCH}.",
+        f".{RECORD_IN_CALL_PATCH}.",
+        f".paths-{PATHS_VERSION}.",
+    )
     after = {r.name for r in runs if any(guard in r.file.name for guard in guards)}
     before = {r.name for r in runs} - after
     assert {name.split("/")[1].split(".")[0] for name in after} == set(FAILED_PATHS)
@@ -100,3 +108,17 @@ async def test_failed_runs_end_failed_behind_their_patch() -> None:
     unguarded = await failures(runs, [FailedRunUnguarded, *OTHERS])
     assert before <= set(unguarded)
     assert all(isinstance(err, NondeterminismError) for err in unguarded.values())
+
+
+async def test_runs_take_the_paths_their_policy_check_recorded() -> None:
+    # A run of PATHS_VERSION has no patch marker: the paths it takes are in its check's
+    # outcome. Ignoring them, every run that got past its check would fail to replay.
+    runs = [r for r in CORPUS if f".paths-{PATHS_VERSION}." in r.file.name]
+    executions = {name for name, path in PATHS.items() if path.workflow_type == EXECUTE_WORKFLOW}
+    assert {r.file.name.split(".")[0] for r in runs} == executions
+    assert await failures(runs) == {}
+    ignored = await failures(runs, [PathsIgnored, *OTHERS])
+    # Those that end before a patched path: refused at the check, terminated mid-call, or
+    # recorded as their approval is decided.
+    unpatched = {"refused_unsigned_start", "terminated_mid_call", "approval_approved"}
+    assert {name.split("/")[1].split(".")[0] for name in ignored} == executions - unpatched
