@@ -10,7 +10,8 @@ import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from store import db, tenants
+from starter.service import policy as policy_service
+from store import db, policy_versions, tenancy, tenants
 from store.held import SCOPE, HeldReads
 
 # The tenants the read sees (row-level security: its own only).
@@ -146,3 +147,34 @@ async def test_a_held_read_is_prepared_from_its_first_run(
             assert row is not None and row[:2] == (a, 1)
     finally:
         await reads.close()
+
+
+async def test_a_held_read_of_strictness_says_what_a_transaction_says(
+    sessions: async_sessionmaker[AsyncSession], app_sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """The wait for a run reads whether the tenant's policy is strict in one held statement:
+    the mode of its newest document, its own tenant's only, else its mode from before it had
+    documents, as ``is_strict`` reads it in a transaction."""
+    a, b = await _tenants(sessions, 2)
+    reads = HeldReads(_engine(app_sessions), size=1)
+
+    async def both(tenant: str, legacy: str) -> tuple[bool | None, bool]:
+        held = await policy_service.is_strict_held(reads, tenant, legacy)
+        async with tenancy.tenant_transaction(app_sessions, tenant) as session:
+            return held, await policy_service.is_strict(session, tenant, legacy)
+
+    async def add(tenant: str, mode: str) -> None:
+        async with sessions.begin() as session:
+            await policy_versions.add(session, tenant, mode, {"mode": mode, "rules": []}, "t")
+
+    try:
+        assert await both(a, "standard") == (False, False)  # no document: the old mode
+        assert await both(a, "strict") == (True, True)
+        await add(b, "strict")  # another tenant's document is not a's
+        assert await both(a, "standard") == (False, False)
+        assert await both(b, "standard") == (True, True)
+        await add(b, "standard")  # the newest document is the one in force
+        assert await both(b, "strict") == (False, False)
+    finally:
+        await reads.close()
+    assert await policy_service.is_strict_held(reads, a, "strict") is None  # not read: closed
