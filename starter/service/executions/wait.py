@@ -35,7 +35,7 @@ async def result_within(
     or as soon as the run waits for a person (nobody answers that in a wait budget).
     With ``policy_mode``, a run still going after each ``APPROVAL_POLL_SECONDS`` is
     looked at for an approval it waits for, once the tenant's policy is found strict
-    (read on a held connection, ``reads``, when one is free)."""
+    (both read on a held connection, ``reads``, when one is free)."""
     task = asyncio.ensure_future(handle.result())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_seconds
@@ -52,7 +52,7 @@ async def result_within(
             if strict is None:
                 assert policy_mode is not None
                 strict = await _strict(sessions, reads, tenant_id, policy_mode)
-            if strict and await awaited_approval(sessions, tenant_id, workflow_id) is not None:
+            if strict and await _awaits_approval(sessions, reads, tenant_id, workflow_id):
                 raise TimeoutError
     finally:
         task.cancel()
@@ -86,6 +86,22 @@ async def awaited_approval(
     """The approval the run ``workflow_id`` waits for, if it waits for one."""
     async with tenancy.tenant_transaction(sessions, tenant_id) as session:
         return await approvals_service.pending_of_workflow(session, tenant_id, workflow_id)
+
+
+async def _awaits_approval(
+    sessions: async_sessionmaker[AsyncSession],
+    reads: HeldReads | None,
+    tenant_id: str,
+    workflow_id: str,
+) -> bool:
+    """Whether the run waits for an approval, looked at every ``APPROVAL_POLL_SECONDS`` of a
+    strict tenant's wait: one statement on a held connection, or a transaction when none
+    is free."""
+    if reads is not None:
+        waits = await approvals_service.awaits_approval_held(reads, tenant_id, workflow_id)
+        if waits is not None:
+            return waits
+    return await awaited_approval(sessions, tenant_id, workflow_id) is not None
 
 
 async def _strict(
