@@ -95,6 +95,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU time so far of a process's threads, summed by thread name (the
+    event loop's is the process's own name; the Temporal client's Rust threads are
+    ``tokio-rt-worker``)."""
+    by_name: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+            name = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return by_name
+
+
 @dataclass
 class Calls:
     stack: SpeedStack

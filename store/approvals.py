@@ -16,6 +16,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from schemas.approvals import Approval, ApprovalStatus
+from store import held
+from store.held import HeldReads
 from store.keyrings.codec import OutputSealer
 from store.models import ApprovalRow
 from store.pages import keyset
@@ -69,6 +71,24 @@ async def pending_of_workflow(
         .limit(1)
     )
     return (await session.execute(stmt)).scalar_one_or_none()
+
+
+# Whether ``pending_of_workflow`` finds one, as a held read (``store.held``): one statement.
+_HELD_PENDING_OF_WORKFLOW = (
+    f"SELECT {held.SCOPE}, EXISTS (SELECT 1 FROM approvals WHERE tenant_id = %(tenant)s"
+    " AND workflow_id = %(workflow)s AND status = 'pending')"
+)
+
+
+async def pending_of_workflow_held(
+    reads: HeldReads, tenant_id: str, workflow_id: str
+) -> tuple[bool] | None:
+    """Whether the run ``workflow_id`` waits for an approval (``pending_of_workflow``),
+    read in one statement on a connection held scoped to the tenant; None when not read
+    there (no held connection free): read it in a transaction."""
+    params = {"tenant": tenant_id, "workflow": workflow_id}
+    row = await reads.read(tenant_id, _HELD_PENDING_OF_WORKFLOW, params)
+    return None if row is None else (bool(row[1]),)
 
 
 async def listing(

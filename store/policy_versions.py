@@ -11,7 +11,9 @@ from sqlalchemy.orm import aliased
 
 from schemas.policy import PolicyVersion
 from schemas.records import PolicyMode
+from store import held
 from store.db import table_of
+from store.held import HeldReads
 from store.models import PolicyVersionRow, Tenant
 from store.pages import keyset
 
@@ -24,6 +26,21 @@ async def latest(session: AsyncSession, tenant_id: str) -> PolicyVersionRow | No
         .limit(1)
     )
     return (await session.execute(stmt)).scalar_one_or_none()
+
+
+# ``latest``'s mode alone, as a held read (``store.held``): one statement, no document.
+_HELD_LATEST_MODE = (
+    f"SELECT {held.SCOPE}, (SELECT mode FROM policy_versions WHERE tenant_id = %(tenant)s"
+    " ORDER BY version DESC LIMIT 1)"
+)
+
+
+async def latest_mode_held(reads: HeldReads, tenant_id: str) -> tuple[str | None] | None:
+    """The mode of the tenant's current document (None in the tuple: it has none), read in
+    one statement on a connection held scoped to the tenant; None when not read there (no
+    held connection free): read ``latest`` in a transaction."""
+    row = await reads.read(tenant_id, _HELD_LATEST_MODE, {"tenant": tenant_id})
+    return None if row is None else (row[1],)
 
 
 async def latest_version(session: AsyncSession, tenant_id: str) -> int:

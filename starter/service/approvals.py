@@ -39,6 +39,7 @@ from schemas.start import DECISION_NOT_SIGNED
 from starter.service import prefixes
 from starter.service.errors import MoatError
 from store import approvals, policy_versions, tenancy
+from store.held import HeldReads
 from store.keyrings.codec import OutputSealer
 from store.keyrings.start import StartKeyring
 from store.models import ApprovalRow
@@ -106,6 +107,13 @@ async def pending_of_workflow(
     """The approval the execution running as ``workflow_id`` waits for, if any."""
     row = await approvals.pending_of_workflow(session, tenant_id, workflow_id)
     return approvals.to_approval(row) if row is not None else None
+
+
+async def awaits_approval_held(reads: HeldReads, tenant_id: str, workflow_id: str) -> bool | None:
+    """Whether ``pending_of_workflow`` would find one, in one statement on a held connection
+    (``store.held``); None when it was not read there (no held connection free)."""
+    read = await approvals.pending_of_workflow_held(reads, tenant_id, workflow_id)
+    return None if read is None else read[0]
 
 
 async def decide(

@@ -23,6 +23,7 @@ from schemas.records import PolicyMode
 from starter.service import quotas
 from starter.service.errors import MoatError
 from store import budgets, policy_versions
+from store.held import HeldReads
 from store.models import Tenant
 
 
@@ -36,6 +37,16 @@ async def is_strict(session: AsyncSession, tenant_id: str, legacy_mode: str) -> 
     it had a document)."""
     row = await policy_versions.latest(session, tenant_id)
     return (row.mode if row is not None else legacy_mode) == PolicyMode.STRICT.value
+
+
+async def is_strict_held(reads: HeldReads, tenant_id: str, legacy_mode: str) -> bool | None:
+    """``is_strict`` in one statement on a held connection (``store.held``); None when it
+    was not read there (no held connection free)."""
+    read = await policy_versions.latest_mode_held(reads, tenant_id)
+    if read is None:
+        return None
+    (mode,) = read
+    return (mode if mode is not None else legacy_mode) == PolicyMode.STRICT.value
 
 
 async def version(session: AsyncSession, tenant: Tenant, number: int) -> PolicyVersion:

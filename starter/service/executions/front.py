@@ -272,6 +272,7 @@ class Executions:
                 launch.workflow_id,
                 call.wait_seconds,
                 watch,
+                self.reads,
             )
         except TimeoutError:
             return await results.accepted(self._sessions, handle, launch, prepared, call.trace_id)

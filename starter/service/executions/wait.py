@@ -16,6 +16,7 @@ from schemas.run import ExecuteResult
 from starter.service import approvals as approvals_service
 from starter.service import policy as policy_service
 from store import tenancy
+from store.held import HeldReads
 
 # How often a run that may wait for a person is looked at while the gateway waits for it.
 APPROVAL_POLL_SECONDS = 0.2
@@ -28,11 +29,13 @@ async def result_within(
     workflow_id: str,
     wait_seconds: float,
     policy_mode: str | None,
+    reads: HeldReads | None = None,
 ) -> ExecuteResult:
     """The run's result within ``wait_seconds``; ``TimeoutError`` when it is not there,
     or as soon as the run waits for a person (nobody answers that in a wait budget).
     With ``policy_mode``, a run still going after each ``APPROVAL_POLL_SECONDS`` is
-    looked at for an approval it waits for, once the tenant's policy is found strict."""
+    looked at for an approval it waits for, once the tenant's policy is found strict
+    (both read on a held connection, ``reads``, when one is free)."""
     task = asyncio.ensure_future(handle.result())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_seconds
@@ -48,8 +51,8 @@ async def result_within(
                 return answer_of(task)
             if strict is None:
                 assert policy_mode is not None
-                strict = await _strict(sessions, tenant_id, policy_mode)
-            if strict and await awaited_approval(sessions, tenant_id, workflow_id) is not None:
+                strict = await _strict(sessions, reads, tenant_id, policy_mode)
+            if strict and await _awaits_approval(sessions, reads, tenant_id, workflow_id):
                 raise TimeoutError
     finally:
         task.cancel()
@@ -85,8 +88,35 @@ async def awaited_approval(
         return await approvals_service.pending_of_workflow(session, tenant_id, workflow_id)
 
 
-async def _strict(
-    sessions: async_sessionmaker[AsyncSession], tenant_id: str, policy_mode: str
+async def _awaits_approval(
+    sessions: async_sessionmaker[AsyncSession],
+    reads: HeldReads | None,
+    tenant_id: str,
+    workflow_id: str,
 ) -> bool:
+    """Whether the run waits for an approval, looked at every ``APPROVAL_POLL_SECONDS`` of a
+    strict tenant's wait: one statement on a held connection, or a transaction when none
+    is free."""
+    if reads is not None:
+        waits = await approvals_service.awaits_approval_held(reads, tenant_id, workflow_id)
+        if waits is not None:
+            return waits
+    return await awaited_approval(sessions, tenant_id, workflow_id) is not None
+
+
+async def _strict(
+    sessions: async_sessionmaker[AsyncSession],
+    reads: HeldReads | None,
+    tenant_id: str,
+    policy_mode: str,
+) -> bool:
+    """Whether the tenant's policy in force is strict: one statement on a held connection
+    (a run still going after ``APPROVAL_POLL_SECONDS``, as every run is under load, would
+    otherwise cost a transaction of four statements and the policy document's load), or
+    in a transaction when none is free."""
+    if reads is not None:
+        strict = await policy_service.is_strict_held(reads, tenant_id, policy_mode)
+        if strict is not None:
+            return strict
     async with tenancy.tenant_transaction(sessions, tenant_id) as session:
         return await policy_service.is_strict(session, tenant_id, policy_mode)
