@@ -282,16 +282,23 @@ class PolicyStep:
         logged = events and inp.log_first_attempt and outcome.calls_at_once
         outcome = outcome.model_copy(update={"resumed": resumed, "first_attempt_logged": logged})
         if events:
-            chain = Chain(inp.ref.tenant_id, inp.ref.receipt_id, inp.ref.run_id, "moat.policy")
-            drafts = chained(
-                chain, intake_events(inp, resumed) + policy_events(inp, row.id, outcome)
-            )
-            if logged:
-                with chain.acting(ADAPTER_ACTOR):
-                    started = attempt_started(inp.ref.receipt_id, inp.capability, 1, resumed)
-                    drafts = chained(chain, started)
+            drafts = _check_events(inp, row.id, outcome)
             await _append(session, drafts, values if together else None, holding, committing)
         return outcome
+
+
+def _check_events(inp: PolicyInput, decision_id: str, outcome: PolicyOutcome) -> list[EventDraft]:
+    """The check's events, and the first attempt's start when the outcome says the check
+    writes it (``PolicyOutcome.first_attempt_logged``), as the adapter step would."""
+    ref = inp.ref
+    chain = Chain(ref.tenant_id, ref.receipt_id, ref.run_id, "moat.policy")
+    own = intake_events(inp, outcome.resumed) + policy_events(inp, decision_id, outcome)
+    drafts = chained(chain, own)
+    if outcome.first_attempt_logged:
+        with chain.acting(ADAPTER_ACTOR):
+            started = attempt_started(ref.receipt_id, inp.capability, 1, outcome.resumed)
+            drafts = chained(chain, started)
+    return drafts
 
 
 async def _append(
