@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import ClauseElement, Table, create_engine
+from psycopg import pq
+from sqlalchemy import ClauseElement, Table, create_engine, event
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
@@ -30,13 +31,24 @@ def make_engine(
     """An async engine (psycopg 3) for ``postgresql+psycopg://`` URLs; ``connect_timeout``
     (seconds, at least 2) bounds each new connection."""
     connect_args = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size * 2,
         pool_pre_ping=False,
         connect_args=connect_args,
     )
+    event.listen(engine.sync_engine, "begin", _opens_its_own)
+    return engine
+
+
+def _opens_its_own(connection: Any) -> None:
+    """A transaction SQLAlchemy begins is opened by psycopg's own ``BEGIN`` (or by
+    ``_pipeline``'s): a connection ``_pipeline`` left in autocommit, its transaction over,
+    is taken out of it first."""
+    dbapi_connection = connection.connection.dbapi_connection
+    if dbapi_connection is not None and dbapi_connection.autocommit:
+        dbapi_connection.autocommit = False
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -112,15 +124,31 @@ async def pipelined_rows(
 COMMIT = "COMMIT"
 
 
+BEGIN = "BEGIN"
+
+
 async def _pipeline(
     session: AsyncSession, statements: Sequence[tuple[str, Mapping[str, Any]]], commit: bool
 ) -> list[Rows]:
     connection = await session.connection()
     raw = (await connection.get_raw_connection()).driver_connection
     assert isinstance(raw, psycopg.AsyncConnection), "Moat's engines are psycopg's"
+    # A transaction's first statements: its BEGIN goes in the pipeline. psycopg's own would
+    # be sent with a Sync of its own and waited for (a round trip, and a turn of the event
+    # loop, before the statements go). So the connection is put in autocommit, where
+    # psycopg sends none, and the pipeline opens the transaction itself; the statements
+    # after it, and the session's commit or rollback, run in it as in any transaction.
+    # Once it is over the connection leaves autocommit: here, when the pipeline committed;
+    # else when SQLAlchemy begins its next transaction (``_opens_its_own``).
+    opens = raw.info.transaction_status == pq.TransactionStatus.IDLE
+    if opens and not raw.autocommit:
+        await raw.set_autocommit(True)
     sql, params = statements[0]
     try:
         async with raw.pipeline():
+            if opens:
+                sql, params = BEGIN, {}
+                await raw.execute(BEGIN, prepare=False)
             cursors = []
             for sql, params in statements:
                 cursors.append(await raw.execute(sql, params))
@@ -129,6 +157,8 @@ async def _pipeline(
                 # Never prepared: Postgres's statement statistics do not count a prepared
                 # COMMIT's executions, and commits per execution are measured there.
                 await raw.execute(COMMIT, prepare=False)
+        if raw.info.transaction_status == pq.TransactionStatus.IDLE:
+            await raw.set_autocommit(False)  # committed: what follows opens its own
         return [
             ([c.name for c in cursor.description], await cursor.fetchall())
             if cursor.description
