@@ -140,7 +140,10 @@ async def _pipeline(
     # after it, and the session's commit or rollback, run in it as in any transaction.
     # Once it is over the connection leaves autocommit: here, when the pipeline committed;
     # else when SQLAlchemy begins its next transaction (``_opens_its_own``).
-    opens = raw.info.transaction_status == pq.TransactionStatus.IDLE
+    # Only a plain BEGIN: a connection set to another isolation level, read-only or
+    # deferrable keeps psycopg's.
+    plain = raw.isolation_level is None and raw.read_only is None and raw.deferrable is None
+    opens = plain and raw.info.transaction_status == pq.TransactionStatus.IDLE
     if opens and not raw.autocommit:
         await raw.set_autocommit(True)
     sql, params = statements[0]
