@@ -29,15 +29,8 @@ import psycopg
 
 from bench.bare_workflow import FLOOR_WORKFLOW
 from bench.breakdown import breakdown, compared
-from bench.speed import Calls, load, pg_reset, sequential, thread_cpu_seconds
+from bench.speed import Calls, load, pg_reset, pg_top, sequential, thread_cpu_seconds
 from bench.speed_stack import SpeedStack, speed_stack
-
-# What the app role ran, per execution (a statement under a tenth of one left out).
-_STATEMENTS = """
-    SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 120)
-    FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
-    WHERE r.rolname = 'moat_app' ORDER BY calls DESC
-"""
 
 
 async def measure(n: int, warmup: int, seed: int) -> None:
@@ -68,12 +61,6 @@ def _strict_policy(stack: SpeedStack) -> None:
             " SELECT k.tenant_id, 1, 'strict', %s, 'bench' FROM api_keys k WHERE k.id = %s",
             (document, stack.api_key.split("_", 2)[1]),
         )
-
-
-def _statements(url: str, n: int) -> list[tuple[float, str]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(_STATEMENTS).fetchall()
-    return [(calls / n, query) for calls, query in rows if calls / n >= 0.1]
 
 
 async def closed_loop(clients: int, seconds: float, warmup: int, strict: bool) -> None:
@@ -110,8 +97,9 @@ async def closed_loop(clients: int, seconds: float, warmup: int, strict: bool) -
         )
         print(f"gateway CPU per execution {sum(per.values()):.2f} ms ({threads})")
         print("statements of the application role per execution:")
-        for calls_per, query in await asyncio.to_thread(_statements, stack.owner_url, n):
-            print(f"  {calls_per:5.2f}  {query}")
+        for top in await asyncio.to_thread(pg_top, stack.owner_url, n, 30):
+            if top["per_execution"] >= 0.1:
+                print(f"  {top['per_execution']:5.2f}  {top['query']}")
 
 
 def main() -> None:

@@ -82,13 +82,13 @@ _HELD_PENDING_OF_WORKFLOW = (
 
 async def pending_of_workflow_held(
     reads: HeldReads, tenant_id: str, workflow_id: str
-) -> tuple[bool] | None:
+) -> bool | None:
     """Whether the run ``workflow_id`` waits for an approval (``pending_of_workflow``),
     read in one statement on a connection held scoped to the tenant; None when not read
     there (no held connection free): read it in a transaction."""
     params = {"tenant": tenant_id, "workflow": workflow_id}
     row = await reads.read(tenant_id, _HELD_PENDING_OF_WORKFLOW, params)
-    return None if row is None else (bool(row[1]),)
+    return None if row is None else bool(row[1])
 
 
 async def listing(

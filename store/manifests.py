@@ -127,8 +127,12 @@ class ManifestStore:
     def make_folder(self, tenant_id: str, run_id: str) -> None:
         """The run's folder made and its entry flushed, ahead of its manifest (``stage``
         does it otherwise): a step that will store the manifest soon does it beside other
-        work. An empty folder is left if none comes (as by a discarded manifest)."""
+        work, once (a folder made and still remembered is not made again). An empty folder
+        is left if none comes (as by a discarded manifest)."""
         folder = self.path_for(tenant_id, run_id).parent
+        with self._made_lock:
+            if folder in self._made:
+                return
         self._make(folder)
         with self._made_lock:
             if len(self._made) >= MADE_FOLDERS_KEPT:

@@ -384,7 +384,7 @@ class ExecuteCapability:
         try:
             out: AdapterOutput = await workflow.execute_activity(
                 CALL_ADAPTER,
-                _adapter_input(req, policy, key, defer, success, logged=approval is None),
+                _adapter_input(req, policy, key, defer, success),
                 result_type=AdapterOutput,
                 # The adapter's own HTTP timeout is the capability's; leave it room to report.
                 # No heartbeat timeout (the activity would beat): a worker starved of CPU past
@@ -505,15 +505,13 @@ def _adapter_input(
     key: str,
     defer_completion: bool,
     record: SuccessRecord | None,
-    *,
-    logged: bool,
 ) -> AdapterInput:
-    """``logged``: the adapter is called straight after the policy check (no approval in
-    between), which may have written the first attempt's start."""
+    # A check writes the first attempt's start only for a run that calls at once: never for
+    # one that waits for an approval first (``PolicyOutcome.calls_at_once``).
     return AdapterInput(
         defer_completion=defer_completion,
         record=record,
-        first_attempt_logged=logged and policy.first_attempt_logged,
+        first_attempt_logged=policy.first_attempt_logged,
         ref=_run_ref(req),
         capability=req.capability,
         input=req.input,

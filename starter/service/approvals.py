@@ -112,8 +112,7 @@ async def pending_of_workflow(
 async def awaits_approval_held(reads: HeldReads, tenant_id: str, workflow_id: str) -> bool | None:
     """Whether ``pending_of_workflow`` would find one, in one statement on a held connection
     (``store.held``); None when it was not read there (no held connection free)."""
-    read = await approvals.pending_of_workflow_held(reads, tenant_id, workflow_id)
-    return None if read is None else read[0]
+    return await approvals.pending_of_workflow_held(reads, tenant_id, workflow_id)
 
 
 async def decide(
