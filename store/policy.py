@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert
@@ -126,3 +127,66 @@ BUDGET_LOCK = (
     'SELECT "limit", period FROM budgets WHERE tenant_id = %(tenant_id)s'
     " AND capability_id = %(capability_id)s FOR UPDATE"
 )
+
+
+# What a policy check decided ahead of its reads expects of them, as driver SQL for the
+# transaction that sends those reads and its decision together (``expected_params``): sent
+# after the reads (the key's claim and the budget's lock among them) and before what it
+# writes, it fails with the SQLSTATE ``UNEXPECTED`` (a square root of -1) unless the tenant
+# still has the mode, bypass and hosts the check expected, its current document is the
+# version expected (documents are write-once, so the number names the rules), the key was
+# claimed by this very statement's execution just now (its first sighting is the check's
+# own time), no receipt is recorded for it, and the capability's budget is the one
+# expected (its limit and period) or, expected none, still has none. Nothing after it runs
+# then, the COMMIT included.
+UNEXPECTED = "2201F"
+EXPECTED = (
+    "SELECT sqrt(CASE WHEN"
+    " EXISTS (SELECT FROM tenants t WHERE t.id = %(tenant_id)s"
+    " AND t.policy_mode = %(policy_mode)s AND t.allow_bypass = %(allow_bypass)s"
+    " AND t.http_allow_hosts = %(http_allow_hosts)s::text[])"
+    " AND coalesce((SELECT max(p.version) FROM policy_versions p"
+    " WHERE p.tenant_id = %(tenant_id)s), 0) = %(policy_version)s"
+    " AND EXISTS (SELECT FROM idempotency_keys k WHERE k.tenant_id = %(tenant_id)s"
+    " AND k.idempotency_key = %(idempotency_key)s AND k.receipt_id = %(receipt_id)s"
+    " AND k.first_seen_at = %(now)s)"
+    " AND NOT EXISTS (SELECT FROM receipts r WHERE r.tenant_id = %(tenant_id)s"
+    " AND r.id = %(receipt_id)s)"
+    " AND CASE WHEN %(budgeted)s THEN EXISTS (SELECT FROM budgets b"
+    " WHERE b.tenant_id = %(tenant_id)s AND b.capability_id = %(capability_id)s"
+    ' AND b."limit" = %(limit)s::int AND b.period = %(period)s::text)'
+    " ELSE NOT EXISTS (SELECT FROM budgets b WHERE b.tenant_id = %(tenant_id)s"
+    " AND b.capability_id = %(capability_id)s) END"
+    " THEN 1 ELSE -1 END)"
+)
+
+
+def expected_params(
+    *,
+    tenant_id: str,
+    policy_mode: str,
+    allow_bypass: bool,
+    http_allow_hosts: list[str],
+    policy_version: int,
+    idempotency_key: str,
+    receipt_id: str,
+    now: datetime,
+    capability_id: str,
+    budget: tuple[int, str] | None,
+) -> dict[str, Any]:
+    """``EXPECTED``'s parameters: ``budget`` the limit and period expected (None: none)."""
+    limit, period = budget if budget is not None else (None, None)
+    return {
+        "tenant_id": tenant_id,
+        "policy_mode": policy_mode,
+        "allow_bypass": allow_bypass,
+        "http_allow_hosts": list(http_allow_hosts),
+        "policy_version": policy_version,
+        "idempotency_key": idempotency_key,
+        "receipt_id": receipt_id,
+        "now": now,
+        "capability_id": capability_id,
+        "budgeted": budget is not None,
+        "limit": limit,
+        "period": period,
+    }

@@ -68,6 +68,91 @@ class Budgeted(NamedTuple):
     state: budgets.BudgetState | None
 
 
+class Unexpected(Exception):
+    """A check decided ahead of its reads found them other than it expected
+    (``policy.UNEXPECTED``): nothing was written, nothing committed."""
+
+
+# How many tenants' last checks a worker remembers, and each tenant's capabilities.
+EXPECTED_TENANTS = 4096
+EXPECTED_CAPABILITIES = 256
+
+
+class Expected(NamedTuple):
+    """What a check of the tenant read last on this worker, for the next to decide ahead
+    of its reads: the tenant, its current document, and the checked capability's budget
+    (its limit and period; None: it has none)."""
+
+    tenant: Tenant
+    document: PolicyVersion
+    budget: tuple[int, str] | None
+
+    def budgeted(self, now: datetime) -> Budgeted:
+        """The budget as the check's opening would give it: locked, not counted."""
+        if self.budget is None:
+            return Budgeted(None)
+        return Budgeted(budgets.uncounted(self.budget[0], self.budget[1], now))
+
+    def params(self, inp: PolicyInput, now: datetime) -> dict[str, Any]:
+        """``policy.EXPECTED``'s parameters for the check of ``inp`` at ``now``."""
+        return policy.expected_params(
+            tenant_id=inp.ref.tenant_id,
+            policy_mode=self.tenant.policy_mode,
+            allow_bypass=bool(self.tenant.allow_bypass),
+            http_allow_hosts=list(self.tenant.http_allow_hosts),
+            policy_version=self.document.version,
+            idempotency_key=inp.ref.idempotency_key,
+            receipt_id=inp.ref.receipt_id,
+            now=now,
+            capability_id=inp.capability.id,
+            budget=self.budget,
+        )
+
+
+class ExpectedChecks:
+    """What this worker's checks read last, by tenant and capability (``Expected``),
+    learned from every check's opening; the oldest tenants are forgotten first."""
+
+    def __init__(self) -> None:
+        self._tenants: dict[str, tuple[Tenant, PolicyVersion]] = {}
+        self._budgets: dict[str, dict[str, tuple[int, str] | None]] = {}
+
+    def learn(self, inp: PolicyInput, opened: _Opened) -> None:
+        """What a check's opening read (a dry run's or a synthetic run's is not kept: they
+        read no budget)."""
+        if opened.tenant is None or opened.budget is None:
+            return
+        tenant_id = inp.ref.tenant_id
+        self._tenants.pop(tenant_id, None)
+        self._tenants[tenant_id] = opened.tenant, opened.document
+        if len(self._tenants) > EXPECTED_TENANTS:
+            oldest = next(iter(self._tenants))
+            del self._tenants[oldest]
+            self._budgets.pop(oldest, None)
+        state = opened.budget.state
+        known = self._budgets.setdefault(tenant_id, {})
+        known.pop(inp.capability.id, None)
+        known[inp.capability.id] = None if state is None else (state.limit, state.period)
+        if len(known) > EXPECTED_CAPABILITIES:
+            del known[next(iter(known))]
+
+    def of(self, inp: PolicyInput) -> Expected | None:
+        """What the check of ``inp`` can be decided ahead of its reads against; None when
+        it cannot: a dry run or a synthetic run, a tenant or capability not checked here
+        yet, or a call its strict policy makes wait for a person (whose checks read more)."""
+        if inp.dry_run or inp.ref.is_synthetic:
+            return None
+        tenant_id = inp.ref.tenant_id
+        known = self._tenants.get(tenant_id)
+        budgets_known = self._budgets.get(tenant_id, {})
+        if known is None or inp.capability.id not in budgets_known:
+            return None
+        tenant, document = known
+        if document.mode == PolicyMode.STRICT and _requires_approval(document, inp):
+            return None
+        return Expected(tenant, document, budgets_known[inp.capability.id])
+
+
 def decision_id_for(receipt_id: str) -> str:
     """The policy decision of an execution has a fixed id, so a retried check reuses it."""
     return str(uuid.uuid5(_DECISION_NAMESPACE, receipt_id))
@@ -90,6 +175,7 @@ class PolicyStep:
         # check that writes the first attempt's start: that attempt has no transaction of
         # its own before its call to make it beside.
         self._prepare = prepare
+        self._expected = ExpectedChecks()
 
     @activity.defn(name=CHECK_POLICY)
     async def check_policy(self, inp: PolicyInput) -> PolicyOutcome:
@@ -111,7 +197,7 @@ class PolicyStep:
         now = datetime.now(UTC)
         try:
             try:
-                outcome = await self._committing(inp, now, counted=False)
+                outcome = await self._first(inp, now)
             except budgets.UsedUp:
                 # The budget decided against was used up: nothing was committed, and the
                 # check runs again reading its uses and holds first.
@@ -121,6 +207,39 @@ class PolicyStep:
                 await preparing
         # The paths the run takes, recorded with the outcome (``workflows.execute.PATHS_VERSION``).
         return outcome.model_copy(update={"paths_version": inp.paths_version})
+
+    async def _first(self, inp: PolicyInput, now: datetime) -> PolicyOutcome:
+        """The check's first try: in one round trip when the check can decide ahead of its
+        reads, from what this worker's last check of the tenant read (``Expected``), else
+        in two. What it expected is checked in the same round trip, before anything is
+        written (``policy.EXPECTED``): when the tenant, its document, the key's claim or
+        the budget is not what was expected, nothing was, and the check runs in two."""
+        expected = self._expected.of(inp)
+        if expected is not None:
+            try:
+                return await self._ahead(inp, now, expected)
+            except (Unexpected, event_log.PartialAppend):
+                pass
+        return await self._committing(inp, now, counted=False)
+
+    async def _ahead(self, inp: PolicyInput, now: datetime, expected: Expected) -> PolicyOutcome:
+        """A fresh run's check decided ahead of its reads: the opening's statements, the
+        expectation's, then the decision with its budget's guard and hold, its events and
+        the COMMIT, in one round trip."""
+        opening = _opening_statements(inp, now, counted=False)
+        expectation = (policy.EXPECTED, expected.params(inp, now))
+        async with self._sessions.begin() as session:
+            return await self._decide(
+                session,
+                inp,
+                expected.document,
+                expected.tenant,
+                now,
+                events=True,
+                committing=True,
+                budget=expected.budgeted(now),
+                ahead=[*opening, expectation],
+            )
 
     async def _committing(self, inp: PolicyInput, now: datetime, counted: bool) -> PolicyOutcome:
         try:
@@ -142,7 +261,8 @@ class PolicyStep:
         guarded then: ``budgets.guard``)."""
         counted = not committing if counted is None else counted
         async with self._sessions.begin() as session:
-            tenant, document, held, budget = await _opening(session, inp, now, counted)
+            tenant, document, held, budget = opened = await _opening(session, inp, now, counted)
+            self._expected.learn(inp, opened)
             if held is None:  # a dry run claims nothing
                 return await self._decide(session, inp, document, tenant, now, events=False)
             claim, existing = held
@@ -239,6 +359,7 @@ class PolicyStep:
         resumed: bool = False,
         committing: bool = False,
         budget: Budgeted | None = None,
+        ahead: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> PolicyOutcome:
         # A fresh run: its decision, budget hold, events and COMMIT in one round trip, the
         # decision as inserted (one recorded already fails it: the check runs again), and
@@ -283,7 +404,8 @@ class PolicyStep:
         outcome = outcome.model_copy(update={"resumed": resumed, "first_attempt_logged": logged})
         if events:
             drafts = _check_events(inp, row.id, outcome)
-            await _append(session, drafts, values if together else None, holding, committing)
+            decided = values if together else None
+            await _append(session, drafts, decided, holding, committing, ahead or [])
         return outcome
 
 
@@ -307,8 +429,10 @@ async def _append(
     decision: dict[str, Any] | None,
     holding: list[tuple[str, dict[str, Any]]],
     committing: bool,
+    ahead: list[tuple[str, dict[str, Any]]],
 ) -> None:
-    """The check's events as its last statement: after the insert of ``decision`` (its
+    """The check's events as its last statement: after ``ahead`` (the opening of a check
+    decided ahead of its reads), the insert of ``decision`` (its
     ``policy.insert_policy_decision`` values) and ``holding`` (its budget's hold), and with
     the COMMIT, when given; else with the COMMIT when ``committing``; else as ordinary
     statements."""
@@ -317,10 +441,13 @@ async def _append(
         insert = (policy.INSERT_NEW_DECISION, decision)
         last = event_writes.committing(drafts, False)
         try:
-            await event_log.committed(session, [insert, *holding, last])
+            await event_log.committed(session, [*ahead, insert, *holding, last])
         except DBAPIError as err:
-            if getattr(err.orig, "sqlstate", None) == budgets.USED_UP:
+            state = getattr(err.orig, "sqlstate", None)
+            if state == budgets.USED_UP:
                 raise budgets.UsedUp(str(err.orig)) from err
+            if state == policy.UNEXPECTED:
+                raise Unexpected(str(err.orig)) from err
             raise
     elif committing:
         await event_log.append_committing(session, drafts)
@@ -386,7 +513,29 @@ async def _opening(
     limit and period and, when ``counted``, its uses and holds, read once the lock is
     granted: taken after the claim, as a check always takes them."""
     ref = inp.ref
-    statements = [
+    rows = await db.pipelined(session, _opening_statements(inp, now, counted))
+    tenant, document = policy_versions.tenant_and_current_of(rows[1])
+    if inp.dry_run:
+        return _Opened(tenant, document, None, None)
+    held = idempotency.claimed(rows[2])
+    if held is None:
+        holder = await idempotency.holder(session, ref.tenant_id, ref.idempotency_key)
+        held = holder, await receipts.get_receipt(session, ref.tenant_id, holder.receipt_id)
+    if ref.is_synthetic:
+        return _Opened(tenant, document, held, None)
+    lock = rows[3]
+    if counted:
+        return _Opened(tenant, document, held, Budgeted(budgets.state_of(rows[4])))
+    found = None if lock is None else budgets.uncounted(int(lock[0]), str(lock[1]), now)
+    return _Opened(tenant, document, held, Budgeted(found))
+
+
+def _opening_statements(
+    inp: PolicyInput, now: datetime, counted: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """``_opening``'s statements (driver SQL), in their order."""
+    ref = inp.ref
+    statements: list[tuple[str, dict[str, Any]]] = [
         (tenancy.SET_TENANT, {"tenant": ref.tenant_id}),
         (policy_versions.TENANT_AND_CURRENT, {"tenant_id": ref.tenant_id}),
     ]
@@ -407,21 +556,7 @@ async def _opening(
             if counted:
                 state = budgets.locked_state(ref.tenant_id, inp.capability.id, now, ref.receipt_id)
                 statements.append(state)
-    rows = await db.pipelined(session, statements)
-    tenant, document = policy_versions.tenant_and_current_of(rows[1])
-    if inp.dry_run:
-        return _Opened(tenant, document, None, None)
-    held = idempotency.claimed(rows[2])
-    if held is None:
-        holder = await idempotency.holder(session, ref.tenant_id, ref.idempotency_key)
-        held = holder, await receipts.get_receipt(session, ref.tenant_id, holder.receipt_id)
-    if ref.is_synthetic:
-        return _Opened(tenant, document, held, None)
-    lock = rows[3]
-    if counted:
-        return _Opened(tenant, document, held, Budgeted(budgets.state_of(rows[4])))
-    found = None if lock is None else budgets.uncounted(int(lock[0]), str(lock[1]), now)
-    return _Opened(tenant, document, held, Budgeted(found))
+    return statements
 
 
 def _outcome(
