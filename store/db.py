@@ -162,9 +162,10 @@ async def _pipeline(
                 await raw.execute(COMMIT, prepare=False)
         if raw.info.transaction_status == pq.TransactionStatus.IDLE:
             await raw.set_autocommit(False)  # committed: what follows opens its own
+        encoding = raw.info.encoding
         return [
-            ([c.name for c in cursor.description], await cursor.fetchall())
-            if cursor.description
+            (names, await cursor.fetchall())
+            if (names := _column_names(cursor, encoding)) is not None
             else ([], [])
             for cursor in cursors
         ]
@@ -175,6 +176,18 @@ async def _pipeline(
         raise DBAPIError.instance(
             sql, params, err, psycopg.Error, connection_invalidated=gone, dialect=connection.dialect
         ) from err
+
+
+def _column_names(cursor: psycopg.AsyncCursor[Any], encoding: str) -> list[str] | None:
+    """The names of the columns of a cursor's result; None when it has none (an INSERT
+    without RETURNING, a SET, a ``SELECT`` of no column), as ``pipelined_rows`` answers.
+    ``cursor.description`` tells the same, but builds a ``Column`` (type, size, modifier)
+    for every column each time it is read: on the execute path, where an event's statement
+    returns every column of each event it wrote, about a millisecond of a check."""
+    result = cursor.pgresult
+    if result is None or result.status != pq.ExecStatus.TUPLES_OK or not result.nfields:
+        return None
+    return [(result.fname(i) or b"").decode(encoding) for i in range(result.nfields)]
 
 
 def engine_of(sessions: object) -> AsyncEngine | None:
