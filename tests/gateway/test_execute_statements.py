@@ -35,6 +35,11 @@ WORKER_COMMITS = 2
 # COMMIT psycopg sends; by activity. The adapter attempt's are its record's two: the run has
 # no record step of its own.
 WORKER_ROUND_TRIPS = {CHECK_POLICY: 2, CALL_ADAPTER: 2}
+# A worker that has checked the tenant's capability before decides the next check ahead of
+# its reads (``PolicyStep._ahead``): one round trip, with one statement more, the
+# expectation of what it reads (``store.policy.EXPECTED``).
+WARM_STATEMENTS = WORKER_STATEMENTS + 1
+WARM_ROUND_TRIPS = {CHECK_POLICY: 1, CALL_ADAPTER: 2}
 
 
 async def test_a_fresh_execution_sends_its_known_statements(
@@ -101,17 +106,23 @@ async def test_a_fresh_execution_sends_its_known_statements(
         event.listen(engine.sync_engine, "before_cursor_execute", count)
         event.listen(engine.sync_engine, "commit", commit)
         try:
-            resp = await stack.execute("demo.echo", {"count": "statements"})
+            cold = await stack.execute("demo.echo", {"count": "statements"})
+            warm = await stack.execute("demo.echo", {"count": "statements, again"})
         finally:
             event.remove(engine.sync_engine, "before_cursor_execute", count)
             event.remove(engine.sync_engine, "commit", commit)
-    assert resp.status_code == 200, resp.text
-    body = resp.json()
-    assert body["status"] == "executed" and body["receipt"]["status"] == "success"
-    workflow_id = body["workflow_id"]
-    assert (statements[workflow_id], commits[workflow_id]) == (WORKER_STATEMENTS, WORKER_COMMITS)
-    steps = {name: n for (wf, name), n in trips.items() if wf == workflow_id}
-    assert steps == WORKER_ROUND_TRIPS
+    shapes = [
+        (cold, WORKER_STATEMENTS, WORKER_ROUND_TRIPS),
+        (warm, WARM_STATEMENTS, WARM_ROUND_TRIPS),
+    ]
+    for resp, sent, round_trips in shapes:
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["status"] == "executed" and body["receipt"]["status"] == "success"
+        workflow_id = body["workflow_id"]
+        assert (statements[workflow_id], commits[workflow_id]) == (sent, WORKER_COMMITS)
+        steps = {name: n for (wf, name), n in trips.items() if wf == workflow_id}
+        assert steps == round_trips
 
 
 async def test_a_fresh_execution_records_no_patch_marker(make_stack: StackFactory) -> None:
