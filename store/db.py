@@ -148,18 +148,21 @@ async def _pipeline(
         await raw.set_autocommit(True)
     sql, params = statements[0]
     try:
+        sent: list[tuple[str, Mapping[str, Any], bool | None]] = [
+            (s, p, None) for s, p in statements
+        ]
+        if opens:
+            sent.insert(0, (BEGIN, {}, False))
+        if commit:
+            # Never prepared: Postgres's statement statistics do not count a prepared
+            # COMMIT's executions, and commits per execution are measured there.
+            sent.append((COMMIT, {}, False))
         async with raw.pipeline():
-            if opens:
-                sql, params = BEGIN, {}
-                await raw.execute(BEGIN, prepare=False)
-            cursors = []
-            for sql, params in statements:
-                cursors.append(await raw.execute(sql, params))
-            if commit:
-                sql, params = COMMIT, {}
-                # Never prepared: Postgres's statement statistics do not count a prepared
-                # COMMIT's executions, and commits per execution are measured there.
-                await raw.execute(COMMIT, prepare=False)
+            cursors = await _sent_together(raw, sent)
+        if opens:
+            cursors = cursors[1:]
+        if commit:
+            cursors = cursors[:-1]
         if raw.info.transaction_status == pq.TransactionStatus.IDLE:
             await raw.set_autocommit(False)  # committed: what follows opens its own
         encoding = raw.info.encoding
@@ -176,6 +179,31 @@ async def _pipeline(
         raise DBAPIError.instance(
             sql, params, err, psycopg.Error, connection_invalidated=gone, dialect=connection.dialect
         ) from err
+
+
+async def _sent_together(
+    raw: psycopg.AsyncConnection[Any], sent: Sequence[tuple[str, Mapping[str, Any], bool | None]]
+) -> list[psycopg.AsyncCursor[Any]]:
+    """Each of ``sent`` (SQL, parameters, whether to prepare it) queued in the connection's
+    pipeline, then all of them sent at once: one wait for the socket, where ``execute``
+    for each would wait once each (a turn of the event loop a statement). What ``execute``
+    does for a statement in a pipeline, in its order, for every statement."""
+    pipeline = raw._pipeline
+    assert pipeline is not None, "inside raw.pipeline()"
+    cursors = [raw.cursor() for _ in sent]
+
+    def queued() -> Any:
+        for cursor, (sql, params, prepare) in zip(cursors, sent, strict=True):
+            yield from cursor._start_query(sql)
+            query = cursor._convert_query(sql, params)
+            yield from cursor._maybe_prepare_gen(query, prepare=prepare)
+            cursor._last_query = sql
+            yield from raw._prepared.maintain_gen(raw)
+        yield from pipeline._communicate_gen()
+
+    async with raw.lock:
+        await raw.wait(queued())
+    return cursors
 
 
 def _column_names(cursor: psycopg.AsyncCursor[Any], encoding: str) -> list[str] | None:

@@ -119,3 +119,34 @@ async def test_every_transaction_stays_one(
     assert await _rows(sessions) == [13]
     async with sessions.begin() as session:
         assert not (await _raw(session)).autocommit
+
+
+async def test_a_pipeline_s_statements_are_sent_after_one_wait(
+    one_connection: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pipeline's statements (its BEGIN and COMMIT included) are queued, then sent
+    together: one wait on the connection's socket before the Sync, not one a statement
+    (each a turn of the event loop). A failed statement still keeps those after it, the
+    COMMIT too, from running."""
+    waits: list[str] = []
+    wait = psycopg.AsyncConnection.wait
+
+    async def counted(self: psycopg.AsyncConnection, gen: object, **kw: object) -> object:
+        waits.append(getattr(gen, "__qualname__", ""))
+        return await wait(self, gen, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "wait", counted)
+    async with one_connection.begin() as session:
+        statements = [_insert(x) for x in (10, 11, 12)] + [("SELECT 2", {})]
+        rows = await db.pipelined_rows(session, statements, commit=True)
+    # The waits inside the pipeline, between its entry and its exit (the Sync's).
+    entered = waits.index("BasePipeline._enter_gen")
+    inside = waits[entered + 1 : waits.index("BasePipeline._exit_gen", entered)]
+    assert len(inside) == 1, waits
+    assert rows[-1] == (["?column?"], [(2,)])
+    assert await _rows(one_connection) == [10, 11, 12]
+    with pytest.raises(Exception, match="division by zero"):
+        async with one_connection.begin() as session:
+            failing = [_insert(13), ("SELECT 1 / 0", {}), _insert(14)]
+            await db.pipelined_rows(session, failing, commit=True)
+    assert await _rows(one_connection) == [10, 11, 12]
