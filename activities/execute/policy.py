@@ -99,7 +99,7 @@ class Expected(NamedTuple):
             tenant_id=inp.ref.tenant_id,
             policy_mode=self.tenant.policy_mode,
             allow_bypass=bool(self.tenant.allow_bypass),
-            http_allow_hosts=list(self.tenant.http_allow_hosts),
+            http_allow_hosts=self.tenant.http_allow_hosts,
             policy_version=self.document.version,
             idempotency_key=inp.ref.idempotency_key,
             receipt_id=inp.ref.receipt_id,
